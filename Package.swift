@@ -1,0 +1,32 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "prefetchd",
+    products: [
+        .executable(name: "prefetchd", targets: ["prefetchd"]),
+        .executable(name: "prefetchctl", targets: ["prefetchctl"]),
+        .library(name: "QueueCore", targets: ["QueueCore"]),
+        .library(name: "PrefetchProtocol", targets: ["PrefetchProtocol"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CGdkPixbuf", pkgConfig: "gdk-pixbuf-2.0", providers: [.apt(["libgdk-pixbuf-2.0-dev"])]),
+        .target(name: "QueueCore"),
+        .target(name: "PrefetchProtocol"),
+        .executableTarget(
+            name: "prefetchd",
+            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf"]
+        ),
+        .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol"]),
+        .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),
+        .testTarget(name: "PrefetchProtocolTests", dependencies: ["PrefetchProtocol"]),
+        .testTarget(
+            name: "prefetchdTests",
+            dependencies: ["PrefetchProtocol"],
+            resources: [.copy("Fixtures")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

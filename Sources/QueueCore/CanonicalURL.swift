@@ -1,0 +1,202 @@
+/// A URL in the canonical form that serves as its dedup key: scheme and host lowercased, default port dropped,
+/// fragment dropped, dot segments removed, percent-encoding normalised. Pure string work, no Foundation.
+public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
+    /// Lowercased scheme, e.g. `https`.
+    public let scheme: String
+    /// Lowercased host; IPv6 literals keep their brackets.
+    public let host: String
+    /// The explicit port, or nil when it is the scheme's default.
+    public let port: Int?
+    /// The whole canonical URL: the dedup key, and what is fetched.
+    public let key: String
+
+    /// `host` or `host:port`: what per-host limits count.
+    public var authority: String { port.map { "\(host):\($0)" } ?? host }
+    public var description: String { key }
+
+    public enum ParseError: Error, Equatable, Sendable {
+        case empty
+        case tooLong
+        case noScheme
+        case schemeNotAllowed(String)
+        case invalid(String)
+
+        public var message: String {
+            switch self {
+            case .empty: return "the URL is empty"
+            case .tooLong: return "the URL is longer than \(CanonicalURL.maximumLength) bytes"
+            case .noScheme: return "the URL has no scheme (expected http:// or https://)"
+            case .schemeNotAllowed(let scheme): return "the scheme \(scheme): is not allowed (only http and https)"
+            case .invalid(let why): return "the URL is not valid: \(why)"
+            }
+        }
+    }
+
+    public static let maximumLength = 8192
+    static let defaultPorts = ["http": 80, "https": 443]
+
+    /// Parses `text`, accepting only the `allowedSchemes` (lowercase).
+    public init(_ text: String, allowedSchemes: Set<String> = ["http", "https"]) throws(ParseError) {
+        var bytes = Array(text.utf8)
+        while let last = bytes.last, last == 0x20 || last == 0x09 || last == 0x0A || last == 0x0D { bytes.removeLast() }
+        let leading = bytes.prefix { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }.count
+        bytes.removeFirst(leading)
+        guard !bytes.isEmpty else { throw .empty }
+        guard bytes.count <= Self.maximumLength else { throw .tooLong }
+        if let bad = bytes.first(where: { $0 < 0x20 || $0 == 0x7F }) {
+            throw .invalid("control character 0x\(String(bad, radix: 16)) in the URL")
+        }
+
+        // scheme ":"
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon > 0,
+              Self.isAlpha(bytes[0]),
+              bytes[..<colon].allSatisfy({ Self.isAlpha($0) || Self.isDigit($0) || $0 == 0x2B || $0 == 0x2D || $0 == 0x2E })
+        else { throw .noScheme }
+        let scheme = String(decoding: bytes[..<colon].map(Self.lowercased), as: UTF8.self)
+        guard allowedSchemes.contains(scheme) else { throw .schemeNotAllowed(scheme) }
+        var rest = bytes[(colon + 1)...]
+        guard rest.starts(with: Array("//".utf8)) else { throw .invalid("expected // after \(scheme):") }
+        rest = rest.dropFirst(2)
+
+        // authority: up to the first "/", "?" or "#"
+        let authorityEnd = rest.firstIndex { $0 == 0x2F || $0 == 0x3F || $0 == 0x23 } ?? rest.endIndex
+        var authority = rest[rest.startIndex..<authorityEnd]
+        rest = rest[authorityEnd...]
+        var userinfo: [UInt8]? = nil
+        if let at = authority.lastIndex(of: UInt8(ascii: "@")) {
+            userinfo = try Self.normalisePercent(authority[authority.startIndex..<at], keep: Self.userinfoChars)
+            authority = authority[(at + 1)...]
+        }
+        let (host, port) = try Self.parseHostPort(authority, scheme: scheme)
+
+        // path, query; the fragment is dropped
+        let fragmentStart = rest.firstIndex(of: UInt8(ascii: "#")) ?? rest.endIndex
+        rest = rest[rest.startIndex..<fragmentStart]
+        let queryStart = rest.firstIndex(of: UInt8(ascii: "?")) ?? rest.endIndex
+        var path = try Self.normalisePercent(rest[rest.startIndex..<queryStart], keep: Self.pathChars)
+        path = Self.removeDotSegments(path)
+        if path.isEmpty { path = [UInt8(ascii: "/")] }
+        let query = queryStart < rest.endIndex
+            ? try Self.normalisePercent(rest[(queryStart + 1)...], keep: Self.queryChars) : nil
+
+        var key = Array(scheme.utf8) + Array("://".utf8)
+        if let userinfo { key += userinfo + [UInt8(ascii: "@")] }
+        key += Array(host.utf8)
+        if let port { key += Array(":\(port)".utf8) }
+        key += path
+        if let query { key += [UInt8(ascii: "?")] + query }
+
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.key = String(decoding: key, as: UTF8.self)
+    }
+
+    private static func parseHostPort(_ authority: ArraySlice<UInt8>, scheme: String) throws(ParseError) -> (String, Int?) {
+        var hostBytes: ArraySlice<UInt8>
+        var portBytes: ArraySlice<UInt8> = []
+        if authority.first == UInt8(ascii: "[") {
+            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { throw .invalid("unclosed [ in the host") }
+            hostBytes = authority[authority.startIndex...close]
+            let after = authority[(close + 1)...]
+            if !after.isEmpty {
+                guard after.first == UInt8(ascii: ":") else { throw .invalid("unexpected text after the IPv6 address") }
+                portBytes = after.dropFirst()
+            }
+            let inner = hostBytes.dropFirst().dropLast()
+            guard inner.contains(UInt8(ascii: ":")),
+                  inner.allSatisfy({ isHexDigit($0) || $0 == 0x3A || $0 == 0x2E }) else {
+                throw .invalid("malformed IPv6 address")
+            }
+        } else {
+            if let colon = authority.lastIndex(of: UInt8(ascii: ":")) {
+                hostBytes = authority[authority.startIndex..<colon]
+                portBytes = authority[(colon + 1)...]
+            } else {
+                hostBytes = authority
+            }
+            guard !hostBytes.isEmpty else { throw .invalid("the host is empty") }
+            guard hostBytes.allSatisfy({ isAlpha($0) || isDigit($0) || $0 == 0x2D || $0 == 0x2E || $0 == 0x5F }) else {
+                throw .invalid("the host contains characters other than letters, digits, '-', '.' and '_'"
+                               + " (internationalised names must be given in punycode)")
+            }
+        }
+        let host = String(decoding: hostBytes.map(lowercased), as: UTF8.self)
+        guard !portBytes.isEmpty else { return (host, nil) }
+        guard portBytes.count <= 5, portBytes.allSatisfy(isDigit),
+              let port = Int(String(decoding: portBytes, as: UTF8.self)), (1...65535).contains(port) else {
+            throw .invalid("the port must be a number from 1 to 65535")
+        }
+        return (host, defaultPorts[scheme] == port ? nil : port)
+    }
+
+    /// Decodes percent-escapes of unreserved characters, uppercases the others, and escapes every byte not in `keep`.
+    private static func normalisePercent(_ bytes: ArraySlice<UInt8>, keep: (UInt8) -> Bool) throws(ParseError) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = bytes.startIndex
+        while i < bytes.endIndex {
+            let b = bytes[i]
+            if b == UInt8(ascii: "%"), i + 2 < bytes.endIndex,
+               let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2]) {
+                let decoded = hi << 4 | lo
+                if isUnreserved(decoded) { out.append(decoded) } else { appendEscape(decoded, to: &out) }
+                i += 3
+                continue
+            }
+            if b != UInt8(ascii: "%"), keep(b) { out.append(b) } else { appendEscape(b, to: &out) }
+            i += 1
+        }
+        return out
+    }
+
+    /// RFC 3986 section 5.2.4.
+    private static func removeDotSegments(_ path: [UInt8]) -> [UInt8] {
+        guard path.contains(UInt8(ascii: ".")) else { return path }
+        let absolute = path.first == UInt8(ascii: "/")
+        let segments = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst(absolute ? 1 : 0)
+        var output: [ArraySlice<UInt8>] = []
+        var trailingSlash = false
+        for segment in segments {
+            trailingSlash = false
+            if segment.elementsEqual(".".utf8) {
+                trailingSlash = true
+            } else if segment.elementsEqual("..".utf8) {
+                if !output.isEmpty { output.removeLast() }
+                trailingSlash = true
+            } else {
+                output.append(segment)
+            }
+        }
+        var result: [UInt8] = absolute ? [UInt8(ascii: "/")] : []
+        result += output.joined(separator: [UInt8(ascii: "/")])
+        if trailingSlash, result.last != UInt8(ascii: "/") { result.append(UInt8(ascii: "/")) }
+        return result
+    }
+
+    private static func appendEscape(_ b: UInt8, to out: inout [UInt8]) {
+        let hex = Array("0123456789ABCDEF".utf8)
+        out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 0xF)]]
+    }
+
+    private static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case 0x30...0x39: return b - 0x30
+        case 0x41...0x46: return b - 0x41 + 10
+        case 0x61...0x66: return b - 0x61 + 10
+        default: return nil
+        }
+    }
+
+    static func isAlpha(_ b: UInt8) -> Bool { (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b) }
+    static func isDigit(_ b: UInt8) -> Bool { (0x30...0x39).contains(b) }
+    static func isHexDigit(_ b: UInt8) -> Bool { hexValue(b) != nil }
+    static func lowercased(_ b: UInt8) -> UInt8 { (0x41...0x5A).contains(b) ? b + 0x20 : b }
+    static func isUnreserved(_ b: UInt8) -> Bool {
+        isAlpha(b) || isDigit(b) || b == 0x2D || b == 0x2E || b == 0x5F || b == 0x7E
+    }
+    static func isSubDelim(_ b: UInt8) -> Bool { "!$&'()*+,;=".utf8.contains(b) }
+    static func userinfoChars(_ b: UInt8) -> Bool { isUnreserved(b) || isSubDelim(b) || b == 0x3A }
+    static func pathChars(_ b: UInt8) -> Bool { userinfoChars(b) || b == 0x40 || b == 0x2F }
+    static func queryChars(_ b: UInt8) -> Bool { pathChars(b) || b == 0x3F }
+}

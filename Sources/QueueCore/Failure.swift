@@ -1,0 +1,55 @@
+/// Why a fetch failed, in the terms the wire protocol uses, and whether trying again may help.
+public struct Failure: Equatable, Hashable, Sendable {
+    /// A stable error code such as `http_status` or `network` (see docs/protocol.md).
+    public var code: String
+    public var message: String
+    public var isTransient: Bool
+    /// The server's `Retry-After`, in milliseconds, when it sent one.
+    public var retryAfter: Int64?
+
+    public init(code: String, message: String, isTransient: Bool, retryAfter: Int64? = nil) {
+        self.code = code
+        self.message = message
+        self.isTransient = isTransient
+        self.retryAfter = retryAfter
+    }
+
+    /// A failure for an HTTP status: 408, 429 and 5xx are worth retrying, other statuses are not.
+    public static func httpStatus(_ status: Int, retryAfter: Int64? = nil) -> Failure {
+        let transient = status == 408 || status == 429 || (500...599).contains(status)
+        return Failure(code: "http_status", message: "the server answered HTTP \(status)",
+                       isTransient: transient, retryAfter: retryAfter)
+    }
+}
+
+/// When and how often failed fetches are tried again, and how long permanent failures are remembered.
+public struct RetryPolicy: Equatable, Sendable {
+    /// Attempts in all, the first included.
+    public var maxAttempts: Int
+    public var baseDelay: Int64
+    public var maxDelay: Int64
+    /// The longest `Retry-After` honoured; a server asking for more gets this.
+    public var retryAfterCap: Int64
+    /// How long a permanent failure is answered from memory.
+    public var negativeTTL: Int64
+
+    public init(maxAttempts: Int = 3, baseDelay: Int64 = 500, maxDelay: Int64 = 60_000,
+                retryAfterCap: Int64 = 300_000, negativeTTL: Int64 = 300_000) {
+        self.maxAttempts = maxAttempts
+        self.baseDelay = baseDelay
+        self.maxDelay = maxDelay
+        self.retryAfterCap = retryAfterCap
+        self.negativeTTL = negativeTTL
+    }
+
+    /// The delay before attempt `attempt + 1`: exponential with "equal jitter", never below a capped `Retry-After`.
+    public func delay(after attempt: Int, retryAfter: Int64?, random: inout some RandomNumberGenerator) -> Int64 {
+        let exponent = min(max(attempt - 1, 0), 40)
+        let (product, overflow) = baseDelay.multipliedReportingOverflow(by: 1 << exponent)
+        let backoff = overflow ? maxDelay : min(maxDelay, product)
+        let half = max(backoff / 2, 0)
+        let jittered = half + (half > 0 ? Int64.random(in: 0...half, using: &random) : 0)
+        guard let retryAfter else { return jittered }
+        return max(jittered, min(max(retryAfter, 0), retryAfterCap))
+    }
+}

@@ -1,0 +1,51 @@
+/// A double-ended queue of task keys with lazy removal: entries whose ticket no longer matches their task are
+/// skipped when popped, so promote, demote and cancel never search the queue.
+struct LaneQueue: Sendable {
+    struct Entry: Sendable {
+        var key: String
+        var ticket: UInt64
+    }
+
+    /// Entries put in front (demoted work); the last element comes out first.
+    private var front: [Entry] = []
+    private var back: [Entry] = []
+    private var head = 0
+
+    var storedCount: Int { front.count + back.count - head }
+
+    mutating func pushBack(_ entry: Entry) { back.append(entry) }
+    mutating func pushFront(_ entry: Entry) { front.append(entry) }
+
+    /// Removes and returns the first live entry that `accept` takes, looking at no more than `scanLimit` live
+    /// entries; live entries passed over keep their places.
+    mutating func popFirst(isLive: (Entry) -> Bool, accept: (Entry) -> Bool, scanLimit: Int = 64) -> Entry? {
+        var passed: [Entry] = []
+        defer { front.append(contentsOf: passed.reversed()) }
+        while passed.count < scanLimit, let entry = popAny() {
+            guard isLive(entry) else { continue }
+            if accept(entry) { return entry }
+            passed.append(entry)
+        }
+        return nil
+    }
+
+    /// Drops stale entries once they outnumber the live ones, so churn cannot grow the queue without bound.
+    mutating func compactIfNeeded(liveCount: Int, isLive: (Entry) -> Bool) {
+        guard storedCount > 2 * liveCount + 256 else { return }
+        front = front.filter(isLive)
+        back = back[head...].filter(isLive)
+        head = 0
+    }
+
+    private mutating func popAny() -> Entry? {
+        if let entry = front.popLast() { return entry }
+        guard head < back.count else { return nil }
+        let entry = back[head]
+        head += 1
+        if head >= 1024, head * 2 >= back.count {
+            back.removeFirst(head)
+            head = 0
+        }
+        return entry
+    }
+}

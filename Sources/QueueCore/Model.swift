@@ -1,0 +1,99 @@
+/// The two lanes: `fast` for work a person waits for, `slow` for background prefetch.
+public enum Lane: String, Equatable, Hashable, Sendable {
+    case fast, slow
+}
+
+/// One request waiting for a task's result: a client (connection) and a request number unique within it.
+public struct Waiter: Hashable, Sendable, CustomStringConvertible {
+    public var client: UInt64
+    public var request: UInt64
+
+    public init(client: UInt64, request: UInt64) {
+        self.client = client
+        self.request = request
+    }
+
+    public var description: String { "w\(client).\(request)" }
+}
+
+/// What the cache holds for a key when a request arrives; the caller looks it up, QueueCore decides.
+public enum CacheState: Equatable, Sendable {
+    case missing, fresh, stale
+}
+
+/// The one answer every waiter gets.
+public enum Answer: Equatable, Sendable {
+    /// The key is in the cache now (the caller knows where).
+    case ready
+    case failed(Failure)
+    case cancelled
+}
+
+/// The reply to `queue`.
+public enum QueueOutcome: Equatable, Sendable {
+    case queued
+    /// A task for the key exists already; nothing changed.
+    case already
+    case cached
+    /// The key failed permanently not long ago; nothing was queued.
+    case skipped(Failure)
+}
+
+/// How a fetch ended.
+public enum FetchOutcome: Equatable, Sendable {
+    case success
+    case failure(Failure)
+}
+
+/// What the scheduler asks its owner to do.
+public enum Action: Equatable, Sendable {
+    /// Start fetching `key` in `lane`; `revalidate` asks for a conditional request against the cached copy.
+    case start(key: String, lane: Lane, revalidate: Bool)
+    /// A running fetch changed lane in place (promote or demote): keep its bytes, change its priority.
+    case changeLane(key: String, lane: Lane)
+    /// Stop a running fetch; no `finish` is expected for it.
+    case abort(key: String)
+    case answer(Waiter, Answer)
+    /// The slow lane stopped (true) or resumed (false) admitting; running slow fetches should yield or resume.
+    case slowLaneSuspended(Bool)
+    /// The key's task is gone (done, given up or cancelled): its durable backlog entry can go.
+    case forget(key: String)
+    /// A permanent failure to remember (and persist) until `until`.
+    case remember(key: String, Failure, until: Moment)
+}
+
+/// Where a task stands.
+public enum TaskState: Equatable, Sendable {
+    case waiting
+    case running
+    /// Failed transiently; waits until `until` before it may run again.
+    case delayed(until: Moment)
+}
+
+/// A read-only view of one task.
+public struct TaskInfo: Equatable, Sendable {
+    public var key: String
+    public var host: String
+    public var lane: Lane
+    public var state: TaskState
+    public var waiters: [Waiter]
+    /// Attempts started so far.
+    public var attempts: Int
+    public var revalidate: Bool
+}
+
+/// Task counts per lane and state, kept up to date by the scheduler.
+public struct LaneCounts: Equatable, Sendable {
+    public var fastWaiting = 0
+    public var fastRunning = 0
+    public var slowWaiting = 0
+    public var slowRunning = 0
+    public var delayed = 0
+    public var waiters = 0
+
+    public init() {}
+
+    public var tasks: Int { fastWaiting + fastRunning + slowWaiting + slowRunning + delayed }
+    /// The slow lane is suspended while urgent work waits or runs.
+    public var slowSuspended: Bool { fastWaiting + fastRunning > 0 }
+}

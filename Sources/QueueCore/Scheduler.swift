@@ -1,0 +1,342 @@
+/// The pure two-lane scheduler: dedup, promote, demote, cancel, retries and the negative cache.
+///
+/// Events go in as method calls with the current time; what the owner must do comes back as `Action`s.
+/// Rules: the fast lane runs up to `fastWidth` tasks; the slow lane admits nothing while the fast lane has
+/// tasks waiting or running, and runs up to `slowWidth` otherwise; one task per key; every waiter gets one answer.
+public struct Scheduler: Sendable {
+    public struct Configuration: Equatable, Sendable {
+        public var fastWidth: Int
+        public var slowWidth: Int
+        /// At most this many running tasks per host (`host:port`), when set.
+        public var perHostLimit: Int?
+        public var retry: RetryPolicy
+
+        public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy()) {
+            self.fastWidth = max(1, fastWidth)
+            self.slowWidth = max(1, slowWidth)
+            self.perHostLimit = perHostLimit.map { max(1, $0) }
+            self.retry = retry
+        }
+    }
+
+    struct Task: Sendable {
+        var key: String
+        var host: String
+        var lane: Lane
+        var state: TaskState
+        var waiters: [Waiter] = []
+        var attempts = 0
+        var revalidate: Bool
+        /// Matches the task's live entry in its lane queue.
+        var ticket: UInt64 = 0
+    }
+
+    public private(set) var configuration: Configuration
+    public private(set) var counts = LaneCounts()
+    private var tasks: [String: Task] = [:]
+    private var fastQueue = LaneQueue()
+    private var slowQueue = LaneQueue()
+    private var delayedKeys: Set<String> = []
+    private var runningPerHost: [String: Int] = [:]
+    private var waitersByClient: [UInt64: [Waiter: String]] = [:]
+    private var negative: [String: (failure: Failure, until: Moment)] = [:]
+    private var nextTicket: UInt64 = 0
+    private var reportedSuspended = false
+    private var random: SplitMix64
+
+    public init(configuration: Configuration = Configuration(), seed: UInt64) {
+        self.configuration = configuration
+        self.random = SplitMix64(seed: seed)
+    }
+
+    // MARK: Queries
+
+    public func task(_ key: String) -> TaskInfo? {
+        tasks[key].map {
+            TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
+                     attempts: $0.attempts, revalidate: $0.revalidate)
+        }
+    }
+
+    /// Every task, in no particular order.
+    public var allTasks: [TaskInfo] { tasks.keys.compactMap(task) }
+
+    /// The remembered permanent failure for `key`, if it has not expired at `now`.
+    public func rememberedFailure(_ key: String, now: Moment) -> Failure? {
+        guard let entry = negative[key], entry.until > now else { return nil }
+        return entry.failure
+    }
+
+    /// When `advance(to:)` next has something to do (a retry becoming due), if ever.
+    public var nextDeadline: Moment? {
+        delayedKeys.lazy.compactMap { key -> Moment? in
+            if case .delayed(let until) = self.tasks[key]?.state { return until }
+            return nil
+        }.min()
+    }
+
+    // MARK: Events
+
+    /// An urgent request: answer from the cache, attach to (and promote) the existing task, or start a fast one.
+    public mutating func get(_ url: CanonicalURL, waiter: Waiter, cache: CacheState, now: Moment) -> [Action] {
+        precondition(waitersByClient[waiter.client]?[waiter] == nil, "waiter \(waiter) registered twice")
+        let key = url.key
+        if cache == .fresh, tasks[key] == nil { return [.answer(waiter, .ready)] }
+        if tasks[key] == nil, let failure = rememberedFailure(key, now: now) { return [.answer(waiter, .failed(failure))] }
+        var actions: [Action] = []
+        if tasks[key] == nil {
+            insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale))
+        } else {
+            promote(key, into: &actions)
+        }
+        tasks[key]!.waiters.append(waiter)
+        waitersByClient[waiter.client, default: [:]][waiter] = key
+        counts.waiters += 1
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// A background request: a new slow task unless the key is cached, known, or failed recently.
+    public mutating func queue(_ url: CanonicalURL, cache: CacheState, now: Moment) -> (QueueOutcome, [Action]) {
+        let key = url.key
+        if tasks[key] != nil { return (.already, []) }
+        if cache == .fresh { return (.cached, []) }
+        if let failure = rememberedFailure(key, now: now) { return (.skipped(failure), []) }
+        insert(Task(key: key, host: url.authority, lane: .slow, state: .waiting, revalidate: cache == .stale))
+        var actions: [Action] = []
+        admit(now: now, into: &actions)
+        return (.queued, actions)
+    }
+
+    /// Makes `key` urgent: a waiting slow task moves to the fast lane, a running one changes lane in place.
+    public mutating func promote(_ key: String, now: Moment) -> [Action] {
+        var actions: [Action] = []
+        promote(key, into: &actions)
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// Makes `key` background work: a waiting fast task goes to the front of the slow lane, a running one
+    /// changes lane in place; its waiters stay attached.
+    public mutating func demote(_ key: String, now: Moment) -> [Action] {
+        guard var task = tasks[key], task.lane == .fast else { return [] }
+        var actions: [Action] = []
+        switch task.state {
+        case .waiting:
+            counts.fastWaiting -= 1
+            counts.slowWaiting += 1
+            task.lane = .slow
+            task.ticket = takeTicket()
+            slowQueue.pushFront(.init(key: key, ticket: task.ticket))
+        case .running:
+            counts.fastRunning -= 1
+            counts.slowRunning += 1
+            task.lane = .slow
+            actions.append(.changeLane(key: key, lane: .slow))
+        case .delayed:
+            task.lane = .slow
+        }
+        tasks[key] = task
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// Drops `key`'s task: its waiters are answered `cancelled`, a running fetch is aborted.
+    public mutating func cancel(_ key: String, now: Moment) -> [Action] {
+        guard let task = tasks[key] else { return [] }
+        var actions: [Action] = []
+        if task.state == .running { actions.append(.abort(key: key)) }
+        remove(key, answering: .cancelled, into: &actions)
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// A client went away: its waiters leave without an answer; their fetches go on.
+    public mutating func disconnect(client: UInt64) -> [Action] {
+        guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
+        for (waiter, key) in waiters {
+            tasks[key]?.waiters.removeAll { $0 == waiter }
+            counts.waiters -= 1
+        }
+        return []
+    }
+
+    /// One waiter stops waiting (its deadline passed); the fetch goes on.
+    public mutating func withdraw(_ waiter: Waiter) -> [Action] {
+        guard let key = waitersByClient[waiter.client]?.removeValue(forKey: waiter) else { return [] }
+        tasks[key]?.waiters.removeAll { $0 == waiter }
+        counts.waiters -= 1
+        return []
+    }
+
+    /// A running fetch ended. Success answers every waiter; a transient failure is retried after a backoff until
+    /// the attempts run out; a permanent failure is answered and remembered for the negative TTL.
+    public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
+        guard let task = tasks[key], task.state == .running else { return [] }
+        var actions: [Action] = []
+        switch outcome {
+        case .success:
+            remove(key, answering: .ready, into: &actions)
+        case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
+            let delay = configuration.retry.delay(after: task.attempts, retryAfter: failure.retryAfter, random: &random)
+            leaveRunning(task)
+            tasks[key]!.state = .delayed(until: now + delay)
+            counts.delayed += 1
+            delayedKeys.insert(key)
+        case .failure(let failure):
+            if !failure.isTransient {
+                let until = now + configuration.retry.negativeTTL
+                negative[key] = (failure, until)
+                actions.append(.remember(key: key, failure, until: until))
+            }
+            remove(key, answering: .failed(failure), into: &actions)
+        }
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// Time passed: due retries rejoin their lanes, expired negative entries go.
+    public mutating func advance(to now: Moment) -> [Action] {
+        for key in delayedKeys {
+            guard var task = tasks[key], case .delayed(let until) = task.state, until <= now else { continue }
+            delayedKeys.remove(key)
+            counts.delayed -= 1
+            task.state = .waiting
+            tasks[key] = task
+            enqueue(key, lane: task.lane, atFront: false)
+        }
+        negative = negative.filter { $0.value.until > now }
+        var actions: [Action] = []
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// Applies new lane widths and limits; more work may start at once.
+    public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
+        self.configuration = configuration
+        var actions: [Action] = []
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    // MARK: Internals
+
+    private mutating func takeTicket() -> UInt64 {
+        nextTicket += 1
+        return nextTicket
+    }
+
+    private mutating func insert(_ task: Task) {
+        tasks[task.key] = task
+        enqueue(task.key, lane: task.lane, atFront: false)
+    }
+
+    private mutating func enqueue(_ key: String, lane: Lane, atFront: Bool) {
+        let ticket = takeTicket()
+        tasks[key]!.ticket = ticket
+        let entry = LaneQueue.Entry(key: key, ticket: ticket)
+        switch (lane, atFront) {
+        case (.fast, _): fastQueue.pushBack(entry); counts.fastWaiting += 1
+        case (.slow, false): slowQueue.pushBack(entry); counts.slowWaiting += 1
+        case (.slow, true): slowQueue.pushFront(entry); counts.slowWaiting += 1
+        }
+    }
+
+    private mutating func promote(_ key: String, into actions: inout [Action]) {
+        guard var task = tasks[key], task.lane == .slow else { return }
+        switch task.state {
+        case .waiting:
+            counts.slowWaiting -= 1
+            task.lane = .fast
+            tasks[key] = task
+            enqueue(key, lane: .fast, atFront: false)
+        case .running:
+            counts.slowRunning -= 1
+            counts.fastRunning += 1
+            task.lane = .fast
+            tasks[key] = task
+            actions.append(.changeLane(key: key, lane: .fast))
+        case .delayed:
+            task.lane = .fast
+            tasks[key] = task
+        }
+    }
+
+    /// Removes a task in any state, answering its waiters.
+    private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action]) {
+        guard let task = tasks.removeValue(forKey: key) else { return }
+        switch task.state {
+        case .waiting:
+            if task.lane == .fast { counts.fastWaiting -= 1 } else { counts.slowWaiting -= 1 }
+        case .running:
+            leaveRunning(task)
+        case .delayed:
+            counts.delayed -= 1
+            delayedKeys.remove(key)
+        }
+        for waiter in task.waiters {
+            waitersByClient[waiter.client]?.removeValue(forKey: waiter)
+            if waitersByClient[waiter.client]?.isEmpty == true { waitersByClient.removeValue(forKey: waiter.client) }
+            counts.waiters -= 1
+            actions.append(.answer(waiter, answer))
+        }
+        actions.append(.forget(key: key))
+    }
+
+    private mutating func leaveRunning(_ task: Task) {
+        if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
+        runningPerHost[task.host, default: 1] -= 1
+        if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
+    }
+
+    /// Starts what the widths allow: fast first; slow only when the fast lane is empty.
+    private mutating func admit(now: Moment, into actions: inout [Action]) {
+        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast) {
+            start(key, into: &actions)
+        }
+        while !counts.slowSuspended, counts.slowRunning < configuration.slowWidth, let key = popStartable(lane: .slow) {
+            start(key, into: &actions)
+        }
+        if counts.slowSuspended != reportedSuspended {
+            reportedSuspended = counts.slowSuspended
+            actions.append(.slowLaneSuspended(reportedSuspended))
+        }
+        let tasks = self.tasks
+        let isLive = { (entry: LaneQueue.Entry) in tasks[entry.key].map { $0.ticket == entry.ticket && $0.state == .waiting } ?? false }
+        fastQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
+        slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
+    }
+
+    private mutating func popStartable(lane: Lane) -> String? {
+        let tasks = self.tasks
+        let isLive = { (entry: LaneQueue.Entry) in
+            tasks[entry.key].map { $0.ticket == entry.ticket && $0.state == .waiting && $0.lane == lane } ?? false
+        }
+        let limit = configuration.perHostLimit
+        let running = runningPerHost
+        let accept = { (entry: LaneQueue.Entry) in
+            guard let limit else { return true }
+            return running[tasks[entry.key]!.host, default: 0] < limit
+        }
+        let entry = lane == .fast
+            ? fastQueue.popFirst(isLive: isLive, accept: accept)
+            : slowQueue.popFirst(isLive: isLive, accept: accept)
+        return entry?.key
+    }
+
+    private mutating func start(_ key: String, into actions: inout [Action]) {
+        var task = tasks[key]!
+        task.state = .running
+        task.attempts += 1
+        tasks[key] = task
+        if task.lane == .fast {
+            counts.fastWaiting -= 1
+            counts.fastRunning += 1
+        } else {
+            counts.slowWaiting -= 1
+            counts.slowRunning += 1
+        }
+        runningPerHost[task.host, default: 0] += 1
+        actions.append(.start(key: key, lane: task.lane, revalidate: task.revalidate))
+    }
+}
