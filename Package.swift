@@ -12,12 +12,13 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CGdkPixbuf", pkgConfig: "gdk-pixbuf-2.0", providers: [.apt(["libgdk-pixbuf-2.0-dev"])]),
         .target(name: "QueueCore"),
         .target(name: "PrefetchProtocol"),
         .executableTarget(
             name: "prefetchd",
-            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf"]
+            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CSystem"]
         ),
         .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),

@@ -151,6 +151,11 @@ public struct Scheduler: Sendable {
         return actions
     }
 
+    /// Restores a permanent failure remembered before a restart.
+    public mutating func remember(_ key: String, _ failure: Failure, until: Moment) {
+        negative[key] = (failure, until)
+    }
+
     /// A client went away: its waiters leave without an answer; their fetches go on.
     public mutating func disconnect(client: UInt64) -> [Action] {
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }

@@ -1,1 +1,42 @@
-print("prefetchctl")
+import FoundationEssentials
+import Glibc
+import PrefetchProtocol
+
+func runCommand() -> Int32 {
+    do throws(CLIError) {
+        let arguments = try Arguments.parse(Array(CommandLine.arguments.dropFirst()))
+        if arguments.version {
+            print("prefetchctl \(prefetchVersion)")
+            return ExitCode.ok
+        }
+        guard let verb = arguments.verb else {
+            print(Help.general)
+            return arguments.help ? ExitCode.ok : ExitCode.usage
+        }
+        if arguments.help {
+            guard let text = Help.verb(verb) else { throw .usage("unknown verb '\(verb)' (see prefetchctl --help)") }
+            print(text)
+            return ExitCode.ok
+        }
+        guard Help.verb(verb) != nil else { throw .usage("unknown verb '\(verb)' (see prefetchctl --help)") }
+        let socket = DefaultPaths.clientSocket(flag: arguments.socket, environment: ProcessInfo.processInfo.environment)
+        let client = try Client(socketPath: socket)
+        switch verb {
+        case "get": return try GetCommand.run(arguments, client: client)
+        case "queue": return try BatchCommand.run(.queue, arguments, client: client)
+        case "demote": return try BatchCommand.run(.demote, arguments, client: client)
+        case "promote": return try BatchCommand.run(.promote, arguments, client: client)
+        case "cancel": return try BatchCommand.run(.cancel, arguments, client: client)
+        case "evict": return try BatchCommand.run(.evict, arguments, client: client)
+        case "info": return try InspectCommand.info(arguments, client: client)
+        case "status": return try InspectCommand.status(arguments, client: client)
+        case "list": return try InspectCommand.list(arguments, client: client)
+        default: return try InspectCommand.ping(arguments, client: client)
+        }
+    } catch {
+        Output.message(error.message)
+        return error.exitCode
+    }
+}
+
+exit(runCommand())

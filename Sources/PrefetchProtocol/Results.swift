@@ -1,0 +1,192 @@
+import FoundationEssentials
+
+/// A cached file, as `get` and `info` describe it.
+public struct CacheEntry: Codable, Equatable, Sendable {
+    public var url: String
+    public var path: String
+    public var bytes: Int64
+    public var sha256: String
+    public var contentType: String?
+    public var format: String?
+    public var width: Int?
+    public var height: Int?
+    /// Unix seconds.
+    public var fetchedAt: Int64
+    public var freshUntil: Int64
+    /// True when `get` answered from the cache without a fetch.
+    public var fromCache: Bool?
+
+    public init(url: String, path: String, bytes: Int64, sha256: String, contentType: String?, format: String?,
+                width: Int?, height: Int?, fetchedAt: Int64, freshUntil: Int64, fromCache: Bool? = nil) {
+        self.url = url
+        self.path = path
+        self.bytes = bytes
+        self.sha256 = sha256
+        self.contentType = contentType
+        self.format = format
+        self.width = width
+        self.height = height
+        self.fetchedAt = fetchedAt
+        self.freshUntil = freshUntil
+        self.fromCache = fromCache
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, path, bytes, sha256, format, width, height
+        case contentType = "content_type", fetchedAt = "fetched_at", freshUntil = "fresh_until", fromCache = "from_cache"
+    }
+}
+
+/// The outcome for one URL of a batch operation (`queue`, `demote`, `promote`, `cancel`, `evict`).
+public struct ItemResult: Codable, Equatable, Sendable {
+    /// The URL as given.
+    public var url: String
+    /// `queued`, `already`, `cached`, `skipped`, `demoted`, `promoted`, `cancelled`, `evicted`, `unknown`,
+    /// or `rejected` (with `error`).
+    public var status: String
+    public var error: WireError?
+
+    public init(url: String, status: String, error: WireError? = nil) {
+        self.url = url
+        self.status = status
+        self.error = error
+    }
+}
+
+/// The result of a batch operation.
+public struct BatchResult: Codable, Equatable, Sendable {
+    public var results: [ItemResult]
+    public init(results: [ItemResult]) { self.results = results }
+}
+
+/// The result of `ping`.
+public struct Pong: Codable, Equatable, Sendable {
+    public var pong: Bool
+    public var version: String
+    public init() {
+        pong = true
+        version = prefetchVersion
+    }
+}
+
+/// One task in the scheduler, as `list` and `info` show it.
+public struct TaskSummary: Codable, Equatable, Sendable {
+    public var url: String
+    /// `fast` or `slow`.
+    public var lane: String
+    /// `waiting`, `running`, `delayed` (waiting for a retry), or `backlog` (durable, not yet in memory).
+    public var state: String
+    public var attempts: Int
+    public var waiters: Int
+    /// Bytes received so far, for running tasks.
+    public var bytes: Int64?
+    /// Total size when the server announced it.
+    public var total: Int64?
+
+    public init(url: String, lane: String, state: String, attempts: Int, waiters: Int, bytes: Int64? = nil, total: Int64? = nil) {
+        self.url = url
+        self.lane = lane
+        self.state = state
+        self.attempts = attempts
+        self.waiters = waiters
+        self.bytes = bytes
+        self.total = total
+    }
+}
+
+/// The result of `list`.
+public struct TaskList: Codable, Equatable, Sendable {
+    public var tasks: [TaskSummary]
+    /// Queued URLs kept only in the durable backlog.
+    public var backlog: Int64
+    public init(tasks: [TaskSummary], backlog: Int64) {
+        self.tasks = tasks
+        self.backlog = backlog
+    }
+}
+
+/// The result of `info`.
+public struct URLInfo: Codable, Equatable, Sendable {
+    public var url: String
+    /// The canonical URL: the dedup key.
+    public var key: String
+    public var cached: CacheEntry?
+    public var task: TaskSummary?
+    /// A remembered permanent failure, until it expires.
+    public var failure: WireError?
+
+    public init(url: String, key: String, cached: CacheEntry?, task: TaskSummary?, failure: WireError?) {
+        self.url = url
+        self.key = key
+        self.cached = cached
+        self.task = task
+        self.failure = failure
+    }
+}
+
+/// The result of `status`.
+public struct StatusReport: Codable, Equatable, Sendable {
+    public struct Lane: Codable, Equatable, Sendable {
+        public var waiting: Int
+        public var running: Int
+        public var width: Int
+        public init(waiting: Int, running: Int, width: Int) {
+            self.waiting = waiting
+            self.running = running
+            self.width = width
+        }
+    }
+
+    public struct Cache: Codable, Equatable, Sendable {
+        public var entries: Int64
+        public var bytes: Int64
+        public var limit: Int64
+        public var hits: Int64
+        public var misses: Int64
+        public var directory: String
+        public init(entries: Int64, bytes: Int64, limit: Int64, hits: Int64, misses: Int64, directory: String) {
+            self.entries = entries
+            self.bytes = bytes
+            self.limit = limit
+            self.hits = hits
+            self.misses = misses
+            self.directory = directory
+        }
+    }
+
+    public var version: String
+    public var pid: Int32
+    public var uptime: Int64
+    public var fast: Lane
+    public var slow: Lane
+    public var slowSuspended: Bool
+    /// Tasks waiting for a retry.
+    public var delayed: Int
+    /// Queued URLs kept only in the durable backlog.
+    public var backlog: Int64
+    public var cache: Cache
+    public var connections: Int
+    public var fetched: Int64
+    public var failed: Int64
+
+    public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
+                backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64) {
+        self.version = version
+        self.pid = pid
+        self.uptime = uptime
+        self.fast = fast
+        self.slow = slow
+        self.slowSuspended = slowSuspended
+        self.delayed = delayed
+        self.backlog = backlog
+        self.cache = cache
+        self.connections = connections
+        self.fetched = fetched
+        self.failed = failed
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed
+        case slowSuspended = "slow_suspended"
+    }
+}

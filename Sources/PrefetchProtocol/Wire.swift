@@ -1,0 +1,139 @@
+import FoundationEssentials
+
+/// The protocol revision the greeting announces.
+public let protocolVersion = 1
+/// The version both programs report.
+public let prefetchVersion = "0.1.0"
+/// The longest request or reply line, newline excluded.
+public let maximumLineLength = 64 * 1024
+
+/// The first line the daemon sends on every connection.
+public struct Greeting: Codable, Equatable, Sendable {
+    public var hello: String
+    public var version: String
+    public var `protocol`: Int
+
+    public init(version: String = prefetchVersion) {
+        self.hello = "prefetchd"
+        self.version = version
+        self.protocol = protocolVersion
+    }
+}
+
+/// A request id as the client chose it: a number or a string, echoed in the reply.
+public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
+    case number(Int64)
+    case text(String)
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let number = try? container.decode(Int64.self) {
+            self = .number(number)
+        } else {
+            self = .text(try container.decode(String.self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .number(let n): try container.encode(n)
+        case .text(let s): try container.encode(s)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .number(let n): return String(n)
+        case .text(let s): return s
+        }
+    }
+}
+
+/// Every operation the daemon understands.
+public enum Operation: String, Codable, CaseIterable, Sendable {
+    case ping, get, queue, demote, promote, cancel, info, evict, status, list
+}
+
+/// One request line. Which fields an operation reads is documented in docs/protocol.md.
+public struct Request: Codable, Equatable, Sendable {
+    public var id: RequestID?
+    public var op: String
+    /// `get`, `info`: the one URL.
+    public var url: String?
+    /// `queue`, `demote`, `promote`, `cancel`, `evict`: the URLs, at most `maximumBatch`.
+    public var urls: [String]?
+    /// `list`: how many tasks to return at most.
+    public var limit: Int?
+
+    public static let maximumBatch = 10_000
+
+    public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil) {
+        self.id = id
+        self.op = op.rawValue
+        self.url = url
+        self.urls = urls
+        self.limit = limit
+    }
+}
+
+/// A stable, documented error code.
+public enum ErrorCode: String, Codable, CaseIterable, Sendable {
+    case badRequest = "bad_request"
+    case unknownOp = "unknown_op"
+    case lineTooLong = "line_too_long"
+    case invalidURL = "invalid_url"
+    case schemeNotAllowed = "scheme_not_allowed"
+    case httpStatus = "http_status"
+    case tooLarge = "too_large"
+    case tooManyRedirects = "too_many_redirects"
+    case timeout
+    case network
+    case tls
+    case cancelled
+    case diskFull = "disk_full"
+    case notAnImage = "not_an_image"
+    case shuttingDown = "shutting_down"
+    case `internal`
+}
+
+/// The error half of a reply.
+public struct WireError: Codable, Equatable, Sendable, Error {
+    public var code: String
+    public var message: String
+    /// The HTTP status, for `http_status`.
+    public var status: Int?
+
+    public init(_ code: ErrorCode, _ message: String, status: Int? = nil) {
+        self.init(code: code.rawValue, message: message, status: status)
+    }
+
+    public init(code: String, message: String, status: Int? = nil) {
+        self.code = code
+        self.message = message
+        self.status = status
+    }
+}
+
+/// One reply line: `{"id":…,"ok":true,"result":{…}}` or `{"id":…,"ok":false,"error":{…}}`.
+public struct Reply<Result: Codable & Sendable>: Codable, Sendable {
+    public var id: RequestID?
+    public var ok: Bool
+    public var result: Result?
+    public var error: WireError?
+
+    public init(id: RequestID?, result: Result) {
+        self.id = id
+        self.ok = true
+        self.result = result
+    }
+
+    public init(id: RequestID?, error: WireError) {
+        self.id = id
+        self.ok = false
+        self.error = error
+    }
+}
+
+/// A reply's result left undecoded, to read the envelope first.
+public struct Ignored: Codable, Sendable {}

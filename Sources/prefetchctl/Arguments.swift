@@ -1,0 +1,78 @@
+import Glibc
+
+/// The parsed command line: a verb, its operands, and flags.
+struct Arguments {
+    var verb: String?
+    var operands: [String] = []
+    var socket: String?
+    var json = false
+    var help = false
+    var version = false
+    var timeout: Double?
+    var output: String?
+    var limit: Int?
+
+    /// Flags that take a value; all others are switches.
+    static func parse(_ arguments: [String]) throws(CLIError) -> Arguments {
+        var parsed = Arguments()
+        var rest = arguments[...]
+        var onlyOperands = false
+        while let argument = rest.popFirst() {
+            if onlyOperands || argument == "-" || !argument.hasPrefix("-") {
+                if parsed.verb == nil { parsed.verb = argument } else { parsed.operands.append(argument) }
+                continue
+            }
+            var flag = argument
+            var inline: String?
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                flag = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            func value() throws(CLIError) -> String {
+                if let inline { return inline }
+                guard let next = rest.popFirst() else { throw .usage("\(flag) needs a value") }
+                return next
+            }
+            switch flag {
+            case "--": onlyOperands = true
+            case "-h", "--help": parsed.help = true
+            case "--version": parsed.version = true
+            case "--json": parsed.json = true
+            case "--socket": parsed.socket = try value()
+            case "-o", "--output": parsed.output = try value()
+            case "--timeout":
+                let text = try value()
+                guard let seconds = Double(text), seconds > 0 else { throw .usage("--timeout: '\(text)' is not a positive number of seconds") }
+                parsed.timeout = seconds
+            case "--limit":
+                let text = try value()
+                guard let limit = Int(text), limit >= 0 else { throw .usage("--limit: '\(text)' is not a count") }
+                parsed.limit = limit
+            default:
+                throw .usage("unknown option '\(argument)' (see prefetchctl --help)")
+            }
+        }
+        return parsed
+    }
+
+    /// The operands, or lines of stdin when the only operand is `-`.
+    func urls() -> AnySequence<String> {
+        guard operands == ["-"] else { return AnySequence(operands) }
+        return AnySequence(AnyIterator {
+            while let line = readLine() {
+                let trimmed = line.trimmingWhitespace()
+                if !trimmed.isEmpty && !trimmed.hasPrefix("#") { return trimmed }
+            }
+            return nil
+        })
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        var slice = Substring(self)
+        while let first = slice.first, first.isWhitespace { slice.removeFirst() }
+        while let last = slice.last, last.isWhitespace { slice.removeLast() }
+        return String(slice)
+    }
+}

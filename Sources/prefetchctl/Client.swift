@@ -1,0 +1,120 @@
+import FoundationEssentials
+import Glibc
+import PrefetchProtocol
+
+/// A connection to the daemon: send request lines, read reply lines, optionally before a deadline.
+final class Client {
+    private let fd: Int32
+    private var lines = LineBuffer(limit: 16 * 1024 * 1024)
+    private var nextID: Int64 = 0
+    private let encoder = JSONEncoder()
+    private let decoder = JSONDecoder()
+
+    /// Connects and reads the greeting; failures are `CLIError.unreachable`.
+    init(socketPath: String) throws(CLIError) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let path = Array(socketPath.utf8)
+        guard path.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw .usage("socket path too long: \(socketPath)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path)
+            raw[path.count] = 0
+        }
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw .unreachable("socket: \(String(cString: strerror(errno)))") }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw .unreachable("cannot reach prefetchd at \(socketPath): \(reason). Is it running? (start it with `prefetchd`, "
+                               + "or point --socket / PREFETCHD_SOCKET at it)")
+        }
+        guard let greeting = try readLine(deadline: monotonicNow() + 5000),
+              let hello = try? decoder.decode(Greeting.self, from: Data(greeting)), hello.hello == "prefetchd" else {
+            throw .unreachable("\(socketPath) did not greet like prefetchd")
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// Sends a request and returns the id it was given.
+    @discardableResult
+    func send(_ op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil) throws(CLIError) -> Int64 {
+        nextID += 1
+        let request = Request(id: .number(nextID), op: op, url: url, urls: urls, limit: limit)
+        guard var bytes = try? Array(encoder.encode(request)) else { throw .usage("cannot encode the request") }
+        bytes.append(0x0A)
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw .unreachable("the daemon closed the connection (\(String(cString: strerror(errno))))")
+            }
+            offset += count
+        }
+        return nextID
+    }
+
+    /// The next reply: its id and the raw line to decode; nil when the deadline passes.
+    func receive(deadline: Int64? = nil) throws(CLIError) -> (id: Int64?, line: [UInt8])? {
+        guard let line = try readLine(deadline: deadline) else { return nil }
+        guard let envelope = try? decoder.decode(Reply<Ignored>.self, from: Data(line)) else {
+            throw .unreachable("the daemon sent a line that is not a reply")
+        }
+        if case .number(let id) = envelope.id { return (id, line) }
+        if let error = envelope.error { throw .failed(error) }
+        return (nil, line)
+    }
+
+    /// Decodes a reply line as a result of type `T`, or throws its error.
+    func decode<T: Codable & Sendable>(_ type: T.Type, _ line: [UInt8]) throws(CLIError) -> T {
+        guard let reply = try? decoder.decode(Reply<T>.self, from: Data(line)) else {
+            throw .unreachable("the daemon sent a reply this prefetchctl cannot read")
+        }
+        if let result = reply.result, reply.ok { return result }
+        throw .failed(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
+    }
+
+    /// Sends one request and waits for its result.
+    func call<T: Codable & Sendable>(_ op: Operation, _ type: T.Type, url: String? = nil, urls: [String]? = nil,
+                                     limit: Int? = nil) throws(CLIError) -> T {
+        let id = try send(op, url: url, urls: urls, limit: limit)
+        while let reply = try receive() {
+            if reply.id == id { return try decode(type, reply.line) }
+        }
+        throw .unreachable("the daemon closed the connection")
+    }
+
+    private func readLine(deadline: Int64?) throws(CLIError) -> [UInt8]? {
+        while true {
+            switch lines.next() {
+            case .line(let line): return line
+            case .tooLong: throw .unreachable("the daemon sent an over-long line")
+            case nil: break
+            }
+            if let deadline {
+                var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let wait = Int32(clamping: max(0, deadline - monotonicNow()))
+                let ready = poll(&poller, 1, wait)
+                if ready == 0 { return nil }
+                if ready < 0 && errno == EINTR { continue }
+            }
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            let count = read(fd, &buffer, buffer.count)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { throw .unreachable("the daemon closed the connection") }
+            lines.append(buffer[..<count])
+        }
+    }
+}
+
+func monotonicNow() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}

@@ -1,0 +1,90 @@
+import FoundationEssentials
+import Glibc
+import PrefetchProtocol
+
+/// `get`: urgent fetches, answered in the order given.
+enum GetCommand {
+    /// Requests in flight at once.
+    static let window = 256
+
+    static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        let urls = Array(arguments.urls())
+        guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
+        if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
+        let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
+
+        var answers = [Result<CacheEntry, WireError>?](repeating: nil, count: urls.count)
+        var indexByID: [Int64: Int] = [:]
+        var sent = 0
+        var printed = 0
+        var exitCode = ExitCode.ok
+        while printed < urls.count {
+            while sent < urls.count, indexByID.count < window {
+                indexByID[try client.send(.get, url: urls[sent])] = sent
+                sent += 1
+            }
+            guard let reply = try client.receive(deadline: deadline) else {
+                for index in printed..<urls.count where answers[index] == nil {
+                    report(urls[index], .failure(WireError(.timeout, "no answer within \(arguments.timeout!) s; the fetch goes on")),
+                           arguments)
+                }
+                return ExitCode.timeout
+            }
+            guard let id = reply.id, let index = indexByID.removeValue(forKey: id) else { continue }
+            do throws(CLIError) {
+                answers[index] = .success(try client.decode(CacheEntry.self, reply.line))
+            } catch {
+                guard case .failed(let wire) = error else { throw error }
+                answers[index] = .failure(wire)
+            }
+            while printed < urls.count, let answer = answers[printed] {
+                if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error)) }
+                if let output = arguments.output, case .success(let entry) = answer {
+                    try copy(entry.path, to: output)
+                } else {
+                    report(urls[printed], answer, arguments)
+                }
+                answers[printed] = nil
+                printed += 1
+            }
+        }
+        return exitCode
+    }
+
+    private static func report(_ url: String, _ answer: Result<CacheEntry, WireError>, _ arguments: Arguments) {
+        switch (answer, arguments.json) {
+        case (.success(let entry), true): Output.json(entry)
+        case (.success(let entry), false): Output.line(entry.path)
+        case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
+        case (.failure(let error), false): Output.message("\(url): \(error.code): \(error.message)")
+        }
+    }
+
+    /// Copies the cached file to `destination` (`-` is stdout).
+    private static func copy(_ path: String, to destination: String) throws(CLIError) {
+        let input = open(path, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
+        defer { close(input) }
+        let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard output >= 0 else { throw .usage("cannot write \(destination): \(String(cString: strerror(errno)))") }
+        defer { if output != 1 { close(output) } }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = read(input, &buffer, buffer.count)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            var offset = 0
+            while offset < count {
+                let written = buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, count - offset) }
+                guard written > 0 else { throw .usage("cannot write \(destination): \(String(cString: strerror(errno)))") }
+                offset += written
+            }
+        }
+    }
+}
+
+/// A failed URL in `--json` output.
+struct FailedURL: Codable, Sendable {
+    var url: String
+    var error: WireError
+}

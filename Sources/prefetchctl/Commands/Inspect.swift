@@ -1,0 +1,58 @@
+import PrefetchProtocol
+
+/// `info`, `status`, `list`, `ping`.
+enum InspectCommand {
+    static func info(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        guard arguments.operands.count == 1 else { throw .usage("info takes exactly one URL") }
+        let info = try client.call(.info, URLInfo.self, url: arguments.operands[0])
+        if arguments.json { Output.json(info); return ExitCode.ok }
+        Output.line("key: \(info.key)")
+        if let entry = info.cached {
+            Output.line("cached: \(entry.path)")
+            Output.line("  bytes: \(entry.bytes)  sha256: \(entry.sha256)")
+            if let format = entry.format { Output.line("  image: \(format) \(entry.width ?? 0)x\(entry.height ?? 0)") }
+            if let type = entry.contentType { Output.line("  content-type: \(type)") }
+            Output.line("  fetched: \(entry.fetchedAt)  fresh until: \(entry.freshUntil)")
+        } else {
+            Output.line("cached: no")
+        }
+        if let task = info.task {
+            Output.line("task: \(task.lane) lane, \(task.state), attempt \(task.attempts), \(task.waiters) waiting")
+        }
+        if let failure = info.failure { Output.line("failed: \(failure.code): \(failure.message)") }
+        return ExitCode.ok
+    }
+
+    static func status(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        let status = try client.call(.status, StatusReport.self)
+        if arguments.json { Output.json(status); return ExitCode.ok }
+        let cache = status.cache
+        let ratio = cache.hits + cache.misses > 0 ? Double(cache.hits) / Double(cache.hits + cache.misses) * 100 : 0
+        Output.line("prefetchd \(status.version), pid \(status.pid), up \(status.uptime) s, \(status.connections) connections")
+        Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
+        Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
+                    + "\(status.backlog) more queued\(status.slowSuspended ? " (suspended: urgent work first)" : "")")
+        if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
+        Output.line("cache: \(cache.entries) entries, \(cache.bytes) of \(cache.limit) bytes, hit ratio "
+                    + "\(Int(ratio.rounded()))% (\(cache.hits) hits, \(cache.misses) misses), \(cache.directory)")
+        Output.line("fetched \(status.fetched), failed \(status.failed)")
+        return ExitCode.ok
+    }
+
+    static func list(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        let list = try client.call(.list, TaskList.self, limit: arguments.limit)
+        if arguments.json { Output.json(list); return ExitCode.ok }
+        for task in list.tasks {
+            let progress = task.bytes.map { bytes in " \(bytes)" + (task.total.map { "/\($0)" } ?? "") + " bytes" } ?? ""
+            Output.line("\(task.lane) \(task.state) \(task.url)\(progress)")
+        }
+        if list.backlog > 0 { Output.line("… and \(list.backlog) more queued") }
+        return ExitCode.ok
+    }
+
+    static func ping(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        let pong = try client.call(.ping, Pong.self)
+        if arguments.json { Output.json(pong) } else { Output.line("prefetchd \(pong.version)") }
+        return ExitCode.ok
+    }
+}

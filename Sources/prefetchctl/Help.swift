@@ -1,0 +1,97 @@
+/// `prefetchctl --help` and per-verb help.
+enum Help {
+    static let general = """
+        Usage: prefetchctl [--socket PATH] [--json] VERB [ARGS]
+
+        Talks to prefetchd, the image-prefetch daemon, over its Unix socket.
+
+        Verbs:
+          get URL...|-        fetch urgently, wait, print one cached file path per URL
+          queue URL...|-      fetch later, in the background lane (durable once acknowledged)
+          demote URL...|-     urgent work becomes background work (nothing restarts)
+          promote URL...|-    background work becomes urgent
+          cancel URL...|-     drop the task; its waiters get `cancelled`
+          evict URL...|-      delete cached files
+          info URL            what the daemon knows about a URL
+          status              lanes, cache, counters
+          list                tasks in memory (--limit N)
+          ping                is the daemon there?
+
+        Options:
+          --socket PATH       the daemon's socket (else $PREFETCHD_SOCKET, else $XDG_RUNTIME_DIR/prefetchd/ctl.sock,
+                              else /tmp/prefetchd-$UID/ctl.sock)
+          --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
+          -h, --help          this text, or `prefetchctl VERB --help`
+          --version
+
+        `-` reads URLs from stdin, one per line. Human messages go to stderr, data to stdout.
+
+        Exit codes: 0 ok, 1 a fetch failed, 2 usage error, 3 daemon unreachable, 4 request rejected
+        (invalid URL, scheme not allowed), 5 timeout.
+
+        Example:
+          feh "$(prefetchctl get https://example.com/a.jpg)"
+        """
+
+    static func verb(_ verb: String) -> String? {
+        switch verb {
+        case "get": return """
+            Usage: prefetchctl get URL...|- [--timeout SEC] [-o FILE|-] [--json]
+
+            Fetches each URL urgently (or answers from the cache at once) and prints the cached file's path, one
+            line per URL, in the order given. A URL waiting in the background lane is promoted.
+              --timeout SEC   stop waiting after SEC seconds (exit 5); the fetch goes on in the daemon
+              -o FILE         write the content of the (single) URL to FILE; `-o -` writes it to stdout
+              --json          one CacheEntry object per URL (errors as {"url":…,"error":{…}})
+
+            Example:
+              prefetchctl get --timeout 10 https://example.com/a.jpg https://example.com/b.jpg
+            """
+        case "queue": return """
+            Usage: prefetchctl queue URL...|- [--json]
+
+            Queues URLs for the background lane. Each is durable once this command reports it `queued`. Lists of
+            any length stream in batches. Prints a summary on stderr; --json prints one result per URL.
+
+            Example:
+              prefetchctl queue - < urls.txt
+            """
+        case "demote", "promote", "cancel", "evict": return """
+            Usage: prefetchctl \(verb) URL...|- [--json]
+
+            \(["demote": "Moves urgent work to the background lane; running transfers keep their bytes.",
+               "promote": "Moves background work to the urgent lane.",
+               "cancel": "Drops the URLs' tasks (and queued entries); waiting `get`s receive `cancelled`.",
+               "evict": "Deletes the URLs' cached files."][verb]!)
+            Prints `URL STATUS` per URL.
+
+            Example:
+              prefetchctl \(verb) https://example.com/a.jpg
+            """
+        case "info": return """
+            Usage: prefetchctl info URL [--json]
+
+            Shows the canonical key, the cached entry, the task and any remembered failure for URL.
+
+            Example:
+              prefetchctl info https://example.com/a.jpg
+            """
+        case "status": return """
+            Usage: prefetchctl status [--json]
+
+            Shows the lanes, the backlog, the cache and the daemon's counters.
+            """
+        case "list": return """
+            Usage: prefetchctl list [--limit N] [--json]
+
+            Lists the tasks held in memory, running ones first.
+            """
+        case "ping": return """
+            Usage: prefetchctl ping
+
+            Exits 0 and prints the daemon's version when it answers; exit 3 when it does not.
+            """
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,393 @@
+import FoundationEssentials
+import CSystem
+import Glibc
+import PrefetchProtocol
+import QueueCore
+
+/// The daemon: owns the loop, the scheduler, the fetcher, the store and the connections, all on one thread.
+final class Daemon {
+    let options: Options
+    let loop: EventLoop
+    let store: Store
+    let fetcher: CurlFetcher
+    let workers: WorkerPool
+    var scheduler: Scheduler
+    private var signals: SignalWatcher?
+    private var listenFD: Int32 = -1
+
+    var connections: [UInt64: Connection] = [:]
+    private var nextClientID: UInt64 = 0
+    private var nextRequest: UInt64 = 0
+    /// Waiting `get`s: the key and whether the cache answered it without a fetch.
+    var pendingGets: [Waiter: String] = [:]
+    /// `queue` requests of this turn, committed together at its end.
+    var queueBatch: [(connection: Connection, id: RequestID?, urls: [String])] = []
+    private var dirty: Set<UInt64> = []
+    private var backlogCursor: Int64 = 0
+    private var backlogExhausted = false
+    private var nextAccessFlush: Int64 = 0
+    var shuttingDown = false
+    let startedAt = monotonicMilliseconds()
+    var counters = (fetched: Int64(0), failed: Int64(0), hits: Int64(0), misses: Int64(0))
+
+    static let encoder = JSONEncoder()
+    static let decoder = JSONDecoder()
+
+    init(options: Options) throws {
+        self.options = options
+        Log.threshold = options.logLevel
+        loop = try EventLoop()
+        store = try Store(directory: options.cacheDirectory)
+        fetcher = CurlFetcher(loop: loop, files: store.files, settings: options.fetch)
+        workers = try WorkerPool(threads: options.workerThreads, loop: loop)
+        let seed = UInt64.random(in: .min ... .max)
+        scheduler = Scheduler(configuration: .init(fastWidth: options.fastWidth, slowWidth: options.slowWidth,
+                                                   perHostLimit: options.perHostLimit, retry: options.retry),
+                              seed: seed)
+        let now = wallClockMilliseconds()
+        for failure in try store.failures(now: now) {
+            scheduler.remember(failure.key, Failure(code: failure.code, message: failure.message, isTransient: false,
+                                                    httpStatus: failure.status),
+                               until: Moment(milliseconds: failure.until))
+        }
+        let swept = try store.recover()
+        if swept.temporaries + swept.badRows + swept.orphans > 0 {
+            Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
+        }
+        fetcher.onFinish = { [unowned self] result in self.fetchFinished(result) }
+        signals = try SignalWatcher(loop: loop) { [unowned self] signal in self.received(signal) }
+        loop.endOfTurn = { [unowned self] in self.endOfTurn() }
+        loop.nextDeadline = { [unowned self] in self.nextDeadline() }
+        loop.onDeadline = { [unowned self] in self.deadlinePassed() }
+    }
+
+    /// Binds the socket and serves until SIGTERM or SIGINT.
+    func run() throws {
+        let directory = String(options.socketPath[..<options.socketPath.lastIndex(of: "/")!])
+        if !directory.isEmpty { try makeDirectories(directory, mode: 0o700) }
+        listenFD = try UnixSocket.listen(at: options.socketPath, mode: 0o600)
+        try loop.add(listenFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
+        refillBacklog()
+        try store.commit()
+        Log.info("prefetchd \(prefetchVersion) serving \(options.socketPath), cache \(options.cacheDirectory) "
+                 + "(\(store.entryCount) entries, \(store.backlogCount) queued)")
+        loop.run()
+        Log.info("stopped")
+    }
+
+    // MARK: Loop hooks
+
+    private func endOfTurn() {
+        let now = wallClockMilliseconds()
+        commitQueueBatch(now: now)
+        refillBacklog()
+        do {
+            if monotonicMilliseconds() >= nextAccessFlush {
+                try store.flushAccesses()
+                nextAccessFlush = monotonicMilliseconds() + 5000
+            }
+            try store.commit()
+        } catch {
+            Log.error("cannot commit the index: \(error)")
+        }
+        for id in dirty { flushConnection(id) }
+        dirty.removeAll()
+    }
+
+    private func nextDeadline() -> Int64? {
+        let mono = monotonicMilliseconds()
+        var deadlines = [nextAccessFlush]
+        if let curl = fetcher.deadline { deadlines.append(curl) }
+        if let retry = scheduler.nextDeadline {
+            deadlines.append(mono + max(0, retry.milliseconds - wallClockMilliseconds()))
+        }
+        return deadlines.min()
+    }
+
+    private func deadlinePassed() {
+        if let curl = fetcher.deadline, curl <= monotonicMilliseconds() { fetcher.timerFired() }
+        apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
+    }
+
+    private func received(_ signal: Int32) {
+        switch signal {
+        case SIGHUP:
+            Log.warning("SIGHUP: live reconfiguration is not supported yet; restart to apply changes")
+        default:
+            shutdown(reason: signal == SIGTERM ? "SIGTERM" : "SIGINT")
+        }
+    }
+
+    /// Stops admitting, answers every waiter `shutting_down`, drops partial downloads (acknowledged queue entries
+    /// stay in the index), commits and leaves the loop.
+    private func shutdown(reason: String) {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        Log.info("\(reason): shutting down")
+        loop.remove(listenFD)
+        close(listenFD)
+        unlink(options.socketPath)
+        for task in scheduler.allTasks where task.state == .running { fetcher.abort(task.key) }
+        let error = WireError(.shuttingDown, "the daemon is shutting down")
+        for (waiter, _) in pendingGets {
+            guard let connection = connections[waiter.client], let id = connection.waiting.removeValue(forKey: waiter.request) else { continue }
+            send(connection, Reply<Ignored>(id: id, error: error))
+        }
+        pendingGets.removeAll()
+        commitQueueBatch(now: wallClockMilliseconds())
+        try? store.flushAccesses()
+        try? store.commit()
+        for connection in connections.values { _ = connection.flush() }
+        loop.stop()
+    }
+
+    // MARK: Connections
+
+    private func acceptClients() {
+        while true {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                if errno != EAGAIN && errno != ECONNABORTED { Log.warning("accept: \(String(cString: strerror(errno)))") }
+                return
+            }
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            nextClientID += 1
+            let connection = Connection(id: nextClientID, fd: fd)
+            do {
+                try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] events in
+                    self.connectionReady(connection, events)
+                }
+            } catch {
+                Log.warning("\(error)")
+                close(fd)
+                continue
+            }
+            connections[connection.id] = connection
+            send(connection, Greeting())
+        }
+    }
+
+    private func connectionReady(_ connection: Connection, _ events: UInt32) {
+        if events & UInt32(EPOLLOUT.rawValue) != 0 { dirty.insert(connection.id) }
+        guard events & UInt32(EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0,
+              !connection.closeAfterFlush else { return }
+        for _ in 0..<4 {
+            guard let bytes = connection.read() else { return closeConnection(connection) }
+            if bytes.isEmpty { break }
+            connection.input.append(bytes)
+            while let line = connection.input.next() {
+                switch line {
+                case .line(let text):
+                    handle(text, from: connection)
+                case .tooLong:
+                    send(connection, Reply<Ignored>(id: nil, error: WireError(
+                        .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
+                    connection.closeAfterFlush = true
+                    return
+                }
+                if connection.closeAfterFlush || connections[connection.id] == nil { return }
+            }
+        }
+    }
+
+    func closeConnection(_ connection: Connection) {
+        guard connections.removeValue(forKey: connection.id) != nil else { return }
+        loop.remove(connection.fd)
+        close(connection.fd)
+        for request in connection.waiting.keys { pendingGets.removeValue(forKey: Waiter(client: connection.id, request: request)) }
+        apply(scheduler.disconnect(client: connection.id))
+    }
+
+    private func flushConnection(_ id: UInt64) {
+        guard let connection = connections[id] else { return }
+        guard connection.flush() else { return closeConnection(connection) }
+        if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
+        var events: UInt32 = connection.closeAfterFlush || connection.isBackedUp ? 0 : UInt32(EPOLLIN.rawValue)
+        if connection.hasPendingOutput { events |= UInt32(EPOLLOUT.rawValue) }
+        loop.modify(connection.fd, events: events)
+    }
+
+    func send<T: Encodable>(_ connection: Connection, _ message: T) {
+        do {
+            connection.send(Array(try Self.encoder.encode(message)))
+        } catch {
+            Log.error("cannot encode a reply: \(error)")
+        }
+        dirty.insert(connection.id)
+    }
+
+    func reply<T: Codable & Sendable>(_ connection: Connection, _ id: RequestID?, _ result: T) {
+        send(connection, Reply(id: id, result: result))
+    }
+
+    func fail(_ connection: Connection, _ id: RequestID?, _ error: WireError) {
+        send(connection, Reply<Ignored>(id: id, error: error))
+    }
+
+    func newWaiter(for connection: Connection, id: RequestID?) -> Waiter {
+        nextRequest += 1
+        connection.waiting[nextRequest] = id
+        return Waiter(client: connection.id, request: nextRequest)
+    }
+
+    // MARK: Scheduler actions
+
+    func apply(_ actions: [Action]) {
+        for action in actions {
+            switch action {
+            case .start(let key, let lane, let revalidate):
+                startFetch(key, lane: lane, revalidate: revalidate)
+            case .changeLane(let key, let lane):
+                fetcher.setThrottled(key, lane == .slow && scheduler.counts.slowSuspended)
+            case .abort(let key):
+                fetcher.abort(key)
+            case .answer(let waiter, let answer):
+                answerWaiter(waiter, answer)
+            case .slowLaneSuspended(let suspended):
+                for task in scheduler.allTasks where task.lane == .slow && task.state == .running {
+                    fetcher.setThrottled(task.key, suspended)
+                }
+            case .forget(let key):
+                do { try store.dequeue(key) } catch { Log.error("cannot dequeue \(key): \(error)") }
+            case .remember(let key, let failure, let until):
+                do {
+                    try store.saveFailure(key: key, code: failure.code, message: failure.message, status: failure.httpStatus,
+                                          until: until.milliseconds)
+                } catch {
+                    Log.error("cannot remember the failure of \(key): \(error)")
+                }
+            }
+        }
+    }
+
+    private func startFetch(_ key: String, lane: Lane, revalidate: Bool) {
+        var conditional: (etag: String?, lastModified: String?)?
+        if revalidate, let entry = try? store.entry(key), entry.etag != nil || entry.lastModified != nil {
+            conditional = (entry.etag, entry.lastModified)
+        }
+        do {
+            try fetcher.start(key, lane: lane, conditional: conditional, throttled: lane == .slow && scheduler.counts.slowSuspended)
+            Log.debug("start \(lane) \(key)")
+        } catch {
+            let failure = Failure(code: (error as? SystemError)?.errno == ENOSPC ? "disk_full" : "internal",
+                                  message: "cannot start the transfer: \(error)", isTransient: true)
+            apply(scheduler.finish(key, .failure(failure), now: Moment(milliseconds: wallClockMilliseconds())))
+        }
+    }
+
+    private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
+        guard let key = pendingGets.removeValue(forKey: waiter),
+              let connection = connections[waiter.client],
+              let id = connection.waiting.removeValue(forKey: waiter.request) else { return }
+        switch answer {
+        case .ready:
+            do {
+                guard let entry = try store.entry(key) else {
+                    return fail(connection, id, WireError(.internal, "the entry for \(key) vanished from the cache"))
+                }
+                store.touch(key, now: wallClockMilliseconds())
+                reply(connection, id, wire(entry, fromCache: false))
+            } catch {
+                fail(connection, id, WireError(.internal, "cannot read the index: \(error)"))
+            }
+        case .failed(let failure):
+            fail(connection, id, WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
+        case .cancelled:
+            fail(connection, id, WireError(.cancelled, "the fetch was cancelled"))
+        }
+    }
+
+    func wire(_ entry: IndexEntry, fromCache: Bool) -> CacheEntry {
+        CacheEntry(url: entry.url, path: store.files.absolute(entry.file), bytes: entry.bytes, sha256: entry.sha256,
+                   contentType: entry.contentType, format: entry.format, width: entry.width, height: entry.height,
+                   fetchedAt: entry.fetchedAt / 1000, freshUntil: entry.freshUntil / 1000, fromCache: fromCache)
+    }
+
+    func cacheState(_ entry: IndexEntry?, now: Int64) -> CacheState {
+        guard let entry else { return .missing }
+        return entry.freshUntil > now ? .fresh : .stale
+    }
+
+    // MARK: Durable backlog
+
+    /// Commits this turn's `queue` requests in one transaction, then replies to each.
+    private func commitQueueBatch(now: Int64) {
+        guard !queueBatch.isEmpty else { return }
+        let batch = queueBatch
+        queueBatch.removeAll()
+        var replies: [(Connection, RequestID?, [ItemResult])] = []
+        do {
+            for request in batch {
+                var results: [ItemResult] = []
+                for text in request.urls { results.append(try enqueue(text, now: now)) }
+                replies.append((request.connection, request.id, results))
+            }
+            try store.commit()
+            if replies.contains(where: { $0.2.contains { $0.status == "queued" } }) { backlogExhausted = false }
+            for (connection, id, results) in replies { reply(connection, id, BatchResult(results: results)) }
+        } catch {
+            let full = (error as? DatabaseError)?.isDiskFull == true
+            Log.error("cannot commit queued URLs: \(error)")
+            for request in batch {
+                fail(request.connection, request.id, WireError(full ? .diskFull : .internal,
+                                                               "nothing was queued: the index could not be written (\(error))"))
+            }
+        }
+    }
+
+    private func enqueue(_ text: String, now: Int64) throws -> ItemResult {
+        let url: CanonicalURL
+        do {
+            url = try CanonicalURL(text)
+        } catch {
+            return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
+        }
+        if scheduler.task(url.key) != nil { return ItemResult(url: text, status: "already") }
+        if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
+            return ItemResult(url: text, status: "skipped",
+                              error: WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
+        }
+        if cacheState(try store.entry(url.key), now: now) == .fresh { return ItemResult(url: text, status: "cached") }
+        return ItemResult(url: text, status: try store.enqueue(key: url.key, url: url.key, now: now) ? "queued" : "already")
+    }
+
+    /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index.
+    private func refillBacklog() {
+        guard !backlogExhausted, !shuttingDown, scheduler.counts.slowWaiting < options.backlogWindow / 2 else { return }
+        do {
+            let wanted = options.backlogWindow - scheduler.counts.slowWaiting
+            let rows = try store.backlog(after: backlogCursor, limit: wanted)
+            if rows.count < wanted { backlogExhausted = true }
+            let now = wallClockMilliseconds()
+            for row in rows {
+                backlogCursor = row.seq
+                guard let url = try? CanonicalURL(row.url) else {
+                    try store.dequeue(row.key)
+                    continue
+                }
+                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.entry(url.key), now: now),
+                                                         now: Moment(milliseconds: now))
+                switch outcome {
+                case .cached, .skipped: try store.dequeue(row.key)
+                case .queued, .already: break
+                }
+                apply(actions)
+            }
+        } catch {
+            Log.error("cannot load the backlog: \(error)")
+        }
+    }
+
+    static func wireError(_ error: any Error) -> WireError {
+        switch error {
+        case CanonicalURL.ParseError.schemeNotAllowed:
+            return WireError(.schemeNotAllowed, (error as! CanonicalURL.ParseError).message)
+        case let error as CanonicalURL.ParseError:
+            return WireError(.invalidURL, error.message)
+        default:
+            return WireError(.internal, "\(error)")
+        }
+    }
+}

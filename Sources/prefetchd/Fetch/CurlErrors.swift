@@ -1,0 +1,34 @@
+import CCurl
+import QueueCore
+
+/// Maps libcurl's result codes to the protocol's error codes.
+enum CurlErrors {
+    static func failure(_ code: CURLcode, transfer: Transfer) -> Failure {
+        if let reason = transfer.stopReason { return reason }
+        if let address = transfer.refusedAddress {
+            return Failure(code: "address_not_allowed", message: "refused to connect to the link-local address \(address)",
+                           isTransient: false)
+        }
+        let text = String(cString: curl_easy_strerror(code))
+        switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            return Failure(code: "scheme_not_allowed", message: "a redirect led to a scheme other than http or https (\(text))",
+                           isTransient: false)
+        case CURLE_TOO_MANY_REDIRECTS:
+            return Failure(code: "too_many_redirects", message: "more than 5 redirects", isTransient: false)
+        case CURLE_FILESIZE_EXCEEDED:
+            return Failure(code: "too_large", message: "the server announced a body over the size limit", isTransient: false)
+        case CURLE_OPERATION_TIMEDOUT:
+            return Failure(code: "timeout", message: "the transfer stalled or timed out (\(text))", isTransient: true)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+             CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
+            return Failure(code: "tls", message: text, isTransient: false)
+        case CURLE_URL_MALFORMAT:
+            return Failure(code: "invalid_url", message: text, isTransient: false)
+        case CURLE_PARTIAL_FILE:
+            return Failure(code: "network", message: "the body was shorter than its Content-Length", isTransient: true)
+        default:
+            return Failure(code: "network", message: text, isTransient: true)
+        }
+    }
+}

@@ -1,0 +1,171 @@
+import CCurl
+import CSystem
+import Glibc
+import QueueCore
+
+/// How a transfer ended, as the daemon needs it.
+struct FetchResult {
+    enum Body {
+        /// A new body in `temporaryPath`, checked and hashed.
+        case downloaded(temporaryPath: String, bytes: Int64, sha256: String)
+        /// The server confirmed the cached copy (304).
+        case notModified
+    }
+
+    let key: String
+    let headers: ResponseHeaders
+    let outcome: Result<Body, Failure>
+}
+
+/// All transfers, driven by one curl multi handle on the event loop (socket and timer callbacks, no polling).
+final class CurlFetcher {
+    private let multi: UnsafeMutableRawPointer
+    private let loop: EventLoop
+    private let files: CacheFiles
+    var settings: FetchSettings
+    private var transfers: [String: Transfer] = [:]
+    /// When curl wants `socketAction(timeout)` (monotonic ms).
+    private(set) var deadline: Int64?
+    /// Called on the loop thread for every transfer that ends (not for aborted ones).
+    var onFinish: (FetchResult) -> Void = { _ in }
+
+    init(loop: EventLoop, files: CacheFiles, settings: FetchSettings) {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        multi = curl_multi_init()
+        self.loop = loop
+        self.files = files
+        self.settings = settings
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        pf_multi_setopt_socket_callback(multi, fetcherSocket)
+        pf_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, me)
+        pf_multi_setopt_timer_callback(multi, fetcherTimer)
+        pf_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, me)
+        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, settings.connectionsPerHost)
+        pf_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+    }
+
+    deinit {
+        for key in Array(transfers.keys) { abort(key) }
+        curl_multi_cleanup(multi)
+    }
+
+    var runningCount: Int { transfers.count }
+
+    /// Bytes received and expected for a running transfer.
+    func progress(_ key: String) -> (received: Int64, expected: Int64?)? {
+        transfers[key].map { ($0.received, $0.expectedBytes) }
+    }
+
+    func start(_ key: String, lane: Lane, conditional: (etag: String?, lastModified: String?)?, throttled: Bool) throws {
+        precondition(transfers[key] == nil, "two transfers for \(key)")
+        let transfer = try Transfer(key: key, lane: lane, conditional: conditional, files: files, settings: settings)
+        if throttled { transfer.limitRate(settings.backgroundRateWhileSuspended) }
+        transfers[key] = transfer
+        curl_multi_add_handle(multi, transfer.easy)
+    }
+
+    /// Stops a transfer and drops its partial body.
+    func abort(_ key: String) {
+        guard let transfer = transfers.removeValue(forKey: key) else { return }
+        curl_multi_remove_handle(multi, transfer.easy)
+        transfer.discardBody()
+    }
+
+    /// Holds a background transfer to a low rate while urgent work runs, or lets it run at full speed.
+    func setThrottled(_ key: String, _ throttled: Bool) {
+        transfers[key]?.limitRate(throttled ? settings.backgroundRateWhileSuspended : 0)
+    }
+
+    /// Curl's timer expired.
+    func timerFired() {
+        deadline = nil
+        var running: Int32 = 0
+        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
+        collectFinished()
+    }
+
+    fileprivate func socketChanged(_ fd: Int32, what: Int32) {
+        if what == CURL_POLL_REMOVE {
+            loop.remove(fd)
+            return
+        }
+        var events: UInt32 = 0
+        if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }
+        if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { events |= UInt32(EPOLLOUT.rawValue) }
+        if loop.isRegistered(fd) {
+            loop.modify(fd, events: events)
+        } else {
+            do {
+                try loop.add(fd, events: events) { [unowned self] ready in self.socketReady(fd, ready) }
+            } catch {
+                Log.error("cannot watch a curl socket: \(error)")
+            }
+        }
+    }
+
+    fileprivate func timerChanged(_ milliseconds: Int) {
+        deadline = milliseconds < 0 ? nil : monotonicMilliseconds() + Int64(milliseconds)
+    }
+
+    private func socketReady(_ fd: Int32, _ events: UInt32) {
+        var mask: Int32 = 0
+        if events & UInt32(EPOLLIN.rawValue) != 0 { mask |= CURL_CSELECT_IN }
+        if events & UInt32(EPOLLOUT.rawValue) != 0 { mask |= CURL_CSELECT_OUT }
+        if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
+        var running: Int32 = 0
+        curl_multi_socket_action(multi, fd, mask, &running)
+        collectFinished()
+    }
+
+    private func collectFinished() {
+        var pending: Int32 = 0
+        while let message = curl_multi_info_read(multi, &pending) {
+            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            let code = message.pointee.data.result
+            var pointer: UnsafeMutableRawPointer?
+            pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer)
+            let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
+            transfers.removeValue(forKey: transfer.key)
+            curl_multi_remove_handle(multi, easy)
+            onFinish(conclude(transfer, code: code))
+        }
+    }
+
+    private func conclude(_ transfer: Transfer, code: CURLcode) -> FetchResult {
+        let status = transfer.responseCode
+        let headers = transfer.headers
+        func failed(_ failure: Failure) -> FetchResult {
+            transfer.discardBody()
+            return FetchResult(key: transfer.key, headers: headers, outcome: .failure(failure))
+        }
+        if code != CURLE_OK {
+            return failed(CurlErrors.failure(code, transfer: transfer))
+        }
+        if status == 304 && transfer.conditional {
+            transfer.discardBody()
+            return FetchResult(key: transfer.key, headers: headers, outcome: .success(.notModified))
+        }
+        guard (200...299).contains(status) else {
+            let retryAfter = headers.retryAfterMilliseconds(now: wallClockMilliseconds())
+            return failed(Failure.httpStatus(status, retryAfter: retryAfter))
+        }
+        if let expected = transfer.expectedBytes, expected != transfer.received {
+            return failed(Failure(code: "network", message: "the body ended after \(transfer.received) of \(expected) bytes",
+                                  isTransient: true))
+        }
+        let sha256 = transfer.finishBody()
+        return FetchResult(key: transfer.key, headers: headers,
+                           outcome: .success(.downloaded(temporaryPath: transfer.temporaryPath, bytes: transfer.received,
+                                                         sha256: sha256)))
+    }
+}
+
+private let fetcherSocket: curl_socket_callback = { _, fd, what, userdata, _ in
+    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().socketChanged(fd, what: what)
+    return 0
+}
+
+private let fetcherTimer: curl_multi_timer_callback = { _, milliseconds, userdata in
+    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().timerChanged(milliseconds)
+    return 0
+}

@@ -1,0 +1,156 @@
+import CCurl
+import Glibc
+import PrefetchProtocol
+import QueueCore
+
+/// One download in progress: its easy handle, the temporary file its body streams into, and its checksum.
+final class Transfer {
+    let key: String
+    let easy: UnsafeMutableRawPointer
+    let temporaryPath: String
+    var lane: Lane
+    /// Whether a conditional request was sent (a 304 is then expected, not an error).
+    let conditional: Bool
+    private(set) var received: Int64 = 0
+    private(set) var headers = ResponseHeaders()
+    /// Set when the write callback stopped the transfer on purpose.
+    private(set) var stopReason: Failure?
+    /// Set when the prerequest callback refused the address curl connected to.
+    fileprivate(set) var refusedAddress: String?
+    private var fd: Int32
+    private let hash = SHA256()
+    private let maxBytes: Int64
+    private var requestHeaders: UnsafeMutablePointer<curl_slist>?
+
+    init(key: String, lane: Lane, conditional: (etag: String?, lastModified: String?)?, files: CacheFiles,
+         settings: FetchSettings) throws {
+        guard let easy = curl_easy_init() else { throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "") }
+        self.easy = easy
+        self.key = key
+        self.lane = lane
+        self.maxBytes = settings.maxBytes
+        self.conditional = conditional != nil
+        let temporary = try files.makeTemporary()
+        temporaryPath = temporary.path
+        fd = temporary.fd
+
+        var headerLines = ["Accept: image/*,*/*;q=0.8"]
+        if let conditional {
+            if let etag = conditional.etag { headerLines.append("If-None-Match: \(etag)") }
+            if let modified = conditional.lastModified { headerLines.append("If-Modified-Since: \(modified)") }
+        }
+        for line in headerLines { requestHeaders = curl_slist_append(requestHeaders, line) }
+
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        pf_easy_setopt_string(easy, CURLOPT_URL, key)
+        pf_easy_setopt_pointer(easy, CURLOPT_PRIVATE, me)
+        pf_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, transferWrite)
+        pf_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, me)
+        pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)
+        pf_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me)
+        pf_easy_setopt_prereq_callback(easy, transferPrerequest)
+        pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
+        pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
+        pf_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        pf_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        pf_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        pf_easy_setopt_long(easy, CURLOPT_MAXREDIRS, 5)
+        pf_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        pf_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout))
+        pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, Int(settings.lowSpeedLimit))
+        pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int(settings.lowSpeedTime))
+        pf_easy_setopt_off_t(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(settings.maxBytes))
+        pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion) (+https://github.com/prefetchd)")
+        pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
+            }
+
+    deinit {
+        curl_easy_cleanup(easy)
+        curl_slist_free_all(requestHeaders)
+        closeFile()
+    }
+
+    /// Limits the download rate (background work yielding to urgent work); 0 lifts the limit.
+    func limitRate(_ bytesPerSecond: Int64) {
+        pf_easy_setopt_off_t(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(bytesPerSecond))
+    }
+
+    var responseCode: Int {
+        var code = 0
+        pf_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
+        return code
+    }
+
+    /// The size the server announced, when it did.
+    var expectedBytes: Int64? {
+        var length: curl_off_t = -1
+        pf_easy_getinfo_off_t(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
+        return length >= 0 ? Int64(length) : nil
+    }
+
+    /// Closes the file and returns the body's SHA-256.
+    func finishBody() -> String {
+        closeFile()
+        return hash.hex()
+    }
+
+    func discardBody() {
+        closeFile()
+        unlink(temporaryPath)
+    }
+
+    private func closeFile() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+    }
+
+    fileprivate func write(_ data: UnsafeRawBufferPointer) -> Int {
+        if received + Int64(data.count) > maxBytes {
+            stopReason = Failure(code: "too_large", message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
+            return 0
+        }
+        var offset = 0
+        while offset < data.count {
+            let written = Glibc.write(fd, data.baseAddress! + offset, data.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                let full = errno == ENOSPC || errno == EDQUOT
+                stopReason = Failure(code: full ? "disk_full" : "internal",
+                                     message: "writing \(temporaryPath): \(String(cString: strerror(errno)))",
+                                     isTransient: true)
+                return 0
+            }
+            offset += written
+        }
+        hash.update(data)
+        received += Int64(data.count)
+        return data.count
+    }
+
+    fileprivate func header(_ line: Substring) { headers.take(line) }
+}
+
+private let transferWrite: pf_data_callback = { data, size, count, userdata in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    return transfer.write(UnsafeRawBufferPointer(start: data, count: size * count))
+}
+
+private let transferHeader: pf_data_callback = { data, size, count, userdata in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+    transfer.header(Substring(String(decoding: bytes, as: UTF8.self)))
+    return size * count
+}
+
+/// Refuses link-local addresses (cloud metadata endpoints), seen as the address actually connected to.
+private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    let address = remote.map { String(cString: $0) } ?? ""
+    let lowered = address.lowercased()
+    if lowered.hasPrefix("169.254.") || lowered.hasPrefix("fe80:") || lowered.hasPrefix("::ffff:169.254.") {
+        transfer.refusedAddress = address
+        return 1  // CURL_PREREQFUNC_ABORT
+    }
+    return 0  // CURL_PREREQFUNC_OK
+}

@@ -1,0 +1,60 @@
+import Glibc
+import PrefetchProtocol
+
+/// One client connection: its socket, a line reader and a write buffer.
+final class Connection {
+    let id: UInt64
+    let fd: Int32
+    var input = LineBuffer()
+    private var output: [UInt8] = []
+    private var written = 0
+    /// Close once the output is flushed (after a framing error).
+    var closeAfterFlush = false
+    /// Our request numbers for this connection's waiting `get`s → the client's ids.
+    var waiting: [UInt64: RequestID?] = [:]
+    /// Stop reading while this much output is unsent (a client that does not read its replies).
+    static let outputHighWater = 4 * 1024 * 1024
+
+    init(id: UInt64, fd: Int32) {
+        self.id = id
+        self.fd = fd
+    }
+
+    var hasPendingOutput: Bool { written < output.count }
+    var isBackedUp: Bool { output.count - written > Self.outputHighWater }
+
+    func send(_ line: [UInt8]) {
+        output.append(contentsOf: line)
+        output.append(0x0A)
+    }
+
+    /// Reads what is available; nil at end of stream or on error.
+    func read() -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = Glibc.read(fd, &buffer, buffer.count)
+            if count > 0 { return Array(buffer[..<count]) }
+            if count == 0 { return nil }
+            if errno == EINTR { continue }
+            return errno == EAGAIN ? [] : nil
+        }
+    }
+
+    /// Writes as much buffered output as the socket takes; false when the peer is gone.
+    func flush() -> Bool {
+        while written < output.count {
+            let count = output.withUnsafeBytes { raw in
+                Glibc.send(fd, raw.baseAddress! + written, output.count - written, Int32(MSG_NOSIGNAL))
+            }
+            if count > 0 {
+                written += count
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            return count < 0 && errno == EAGAIN
+        }
+        output.removeAll(keepingCapacity: output.count < 65536)
+        written = 0
+        return true
+    }
+}

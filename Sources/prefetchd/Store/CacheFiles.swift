@@ -1,0 +1,85 @@
+import Glibc
+
+/// The cache directory's files: `files/ab/cd/<sha256(key)>` for bodies, `tmp/` for downloads in progress.
+struct CacheFiles {
+    let root: String
+
+    var temporaryDirectory: String { root + "/tmp" }
+    var filesDirectory: String { root + "/files" }
+
+    /// The file name for a key: its SHA-256, never anything taken from the URL text.
+    static func name(forKey key: String) -> String { SHA256.hex(of: key) }
+
+    /// `files/ab/cd/<name>`, relative to the root.
+    static func relativePath(forName name: String) -> String {
+        let chars = Array(name)
+        return "files/\(String(chars[0..<2]))/\(String(chars[2..<4]))/\(name)"
+    }
+
+    func absolute(_ relative: String) -> String { root + "/" + relative }
+
+    func prepare() throws(SystemError) {
+        try makeDirectories(root, mode: 0o700)
+        try makeDirectories(temporaryDirectory, mode: 0o700)
+        try makeDirectories(filesDirectory, mode: 0o700)
+    }
+
+    /// Creates an empty temporary file for a download; returns its path and an open descriptor.
+    func makeTemporary() throws(SystemError) -> (path: String, fd: Int32) {
+        var template = Array((temporaryDirectory + "/dl-XXXXXX").utf8CString)
+        let fd = try syscall("mkstemp", "in \(temporaryDirectory)") { mkstemp(&template) }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        return (String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self), fd)
+    }
+
+    /// Moves a finished download into place under `relative`, creating its directories.
+    func install(temporary: String, as relative: String) throws(SystemError) {
+        let target = absolute(relative)
+        let directory = String(target[..<target.lastIndex(of: "/")!])
+        try makeDirectories(directory, mode: 0o700)
+        try syscall("rename", "\(temporary) to \(target)") { rename(temporary, target) }
+    }
+
+    /// The size of a file, or nil when it does not exist.
+    func size(of relative: String) -> Int64? {
+        var info = stat()
+        guard stat(absolute(relative), &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(info.st_size)
+    }
+
+    func remove(_ relative: String) { unlink(absolute(relative)) }
+
+    /// Deletes every leftover temporary file; returns how many there were.
+    func clearTemporaries() -> Int {
+        var removed = 0
+        forEachFile(in: temporaryDirectory) { path in
+            unlink(path)
+            removed += 1
+        }
+        return removed
+    }
+
+    /// Calls `body` with the name and path of every file under `files/`.
+    func forEachCachedFile(_ body: (_ name: String, _ path: String) -> Void) {
+        forEachFile(in: filesDirectory, depth: 2) { path in
+            body(String(path[path.index(after: path.lastIndex(of: "/")!)...]), path)
+        }
+    }
+
+    private func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
+        guard let dir = opendir(directory) else { return }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+            }
+            if name == "." || name == ".." { continue }
+            let path = directory + "/" + name
+            if depth > 0 {
+                forEachFile(in: path, depth: depth - 1, body)
+            } else {
+                body(path)
+            }
+        }
+    }
+}

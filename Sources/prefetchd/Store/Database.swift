@@ -1,0 +1,129 @@
+import CSQLite
+
+/// A failed SQLite call, with SQLite's own message.
+struct DatabaseError: Error, CustomStringConvertible {
+    let call: String
+    let code: Int32
+    let message: String
+    var description: String { "sqlite \(call): \(message) (code \(code))" }
+    /// The disk or its quota is full.
+    var isDiskFull: Bool { code & 0xFF == SQLITE_FULL || code & 0xFF == SQLITE_IOERR }
+}
+
+/// One SQLite connection, confined to the loop thread.
+final class Database {
+    fileprivate let handle: OpaquePointer
+    private var statements: [String: Statement] = [:]
+
+    init(path: String) throws(DatabaseError) {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close(db)
+            throw DatabaseError(call: "open \(path)", code: rc, message: message)
+        }
+        handle = db
+        sqlite3_busy_timeout(db, 5000)
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close(handle)
+    }
+
+    /// Runs one or more statements without results.
+    func execute(_ sql: String) throws(DatabaseError) {
+        var error: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &error)
+        guard rc == SQLITE_OK else {
+            let message = error.map { String(cString: $0) } ?? "error"
+            sqlite3_free(error)
+            throw DatabaseError(call: "exec", code: rc, message: message)
+        }
+    }
+
+    /// A prepared statement for `sql`, cached for reuse.
+    func statement(_ sql: String) throws(DatabaseError) -> Statement {
+        if let cached = statements[sql] {
+            cached.reset()
+            return cached
+        }
+        let prepared = try Statement(database: self, sql: sql)
+        statements[sql] = prepared
+        return prepared
+    }
+
+    /// Rows changed by the last statement.
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
+    fileprivate func error(_ call: String, _ code: Int32) -> DatabaseError {
+        DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)))
+    }
+}
+
+/// A prepared statement: bind, step, read columns.
+final class Statement {
+    private let database: Database
+    private let handle: OpaquePointer
+
+    fileprivate init(database: Database, sql: String) throws(DatabaseError) {
+        var statement: OpaquePointer?
+        let rc = sqlite3_prepare_v3(database.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard rc == SQLITE_OK, let statement else { throw database.error("prepare \(sql)", rc) }
+        self.database = database
+        self.handle = statement
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    fileprivate func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Binds values to `?1`, `?2`, … in order.
+    @discardableResult
+    func bind(_ values: (any SQLValue)?...) -> Statement {
+        for (index, value) in values.enumerated() {
+            let position = Int32(index + 1)
+            switch value {
+            case nil: sqlite3_bind_null(handle, position)
+            case let int as Int64: sqlite3_bind_int64(handle, position, int)
+            case let int as Int: sqlite3_bind_int64(handle, position, Int64(int))
+            case let text as String: pf_sqlite3_bind_text_copy(handle, position, text)
+            default: preconditionFailure("unsupported SQL value \(String(describing: value))")
+            }
+        }
+        return self
+    }
+
+    /// Steps once; true while a row is available.
+    func step() throws(DatabaseError) -> Bool {
+        let rc = sqlite3_step(handle)
+        switch rc {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw database.error("step \(String(cString: sqlite3_sql(handle)))", rc)
+        }
+    }
+
+    /// Runs a statement that returns no rows.
+    func run() throws(DatabaseError) {
+        while try step() {}
+    }
+
+    func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    func optionalInt(_ column: Int32) -> Int64? { isNull(column) ? nil : int(column) }
+    func text(_ column: Int32) -> String { sqlite3_column_text(handle, column).map { String(cString: $0) } ?? "" }
+    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+    private func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+}
+
+/// Values `Statement.bind` accepts.
+protocol SQLValue {}
+extension Int64: SQLValue {}
+extension Int: SQLValue {}
+extension String: SQLValue {}

@@ -1,0 +1,232 @@
+import Glibc
+
+/// The SQLite index, the durable slow-lane backlog and the negative cache, plus the files they describe.
+///
+/// Writes made during one loop turn share one transaction: `commit()` ends it (callers reply after it).
+final class Store {
+    let files: CacheFiles
+    private let db: Database
+    private var inTransaction = false
+    /// Last accesses not yet written: key → Unix ms.
+    private var touched: [String: Int64] = [:]
+    private(set) var totalBytes: Int64 = 0
+    private(set) var entryCount: Int64 = 0
+    private(set) var backlogCount: Int64 = 0
+
+    static let migrations = [
+        """
+        CREATE TABLE entries(
+            key TEXT PRIMARY KEY, url TEXT NOT NULL, file TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,
+            sha256 TEXT NOT NULL, content_type TEXT, format TEXT, width INTEGER, height INTEGER,
+            etag TEXT, last_modified TEXT, fresh_until INTEGER NOT NULL, fetched_at INTEGER NOT NULL,
+            last_access INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX entries_lru ON entries(last_access);
+        CREATE TABLE queue(seq INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, url TEXT NOT NULL, queued_at INTEGER NOT NULL);
+        CREATE TABLE failures(key TEXT PRIMARY KEY, code TEXT NOT NULL, message TEXT NOT NULL, status INTEGER,
+            until INTEGER NOT NULL);
+        """,
+    ]
+
+    init(directory: String) throws {
+        files = CacheFiles(root: directory)
+        try files.prepare()
+        db = try Database(path: directory + "/index.sqlite")
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        try migrate()
+        let totals = try db.statement("SELECT count(*), coalesce(sum(bytes), 0) FROM entries")
+        _ = try totals.step()
+        entryCount = totals.int(0)
+        totalBytes = totals.int(1)
+        let backlog = try db.statement("SELECT count(*) FROM queue")
+        _ = try backlog.step()
+        backlogCount = backlog.int(0)
+    }
+
+    private func migrate() throws {
+        let version = try db.statement("PRAGMA user_version")
+        _ = try version.step()
+        let current = Int(version.int(0))
+        guard current < Self.migrations.count else { return }
+        for (index, sql) in Self.migrations.enumerated().dropFirst(current) {
+            try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
+        }
+    }
+
+    // MARK: Transactions
+
+    private func write() throws(DatabaseError) {
+        guard !inTransaction else { return }
+        try db.execute("BEGIN IMMEDIATE")
+        inTransaction = true
+    }
+
+    /// Ends the turn's transaction, if one is open.
+    func commit() throws(DatabaseError) {
+        guard inTransaction else { return }
+        do {
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+            inTransaction = false
+            throw error
+        }
+        inTransaction = false
+    }
+
+    // MARK: Index
+
+    func entry(_ key: String) throws(DatabaseError) -> IndexEntry? {
+        let select = try db.statement("""
+            SELECT key, url, file, bytes, sha256, content_type, format, width, height, etag, last_modified,
+                   fresh_until, fetched_at, last_access, hits FROM entries WHERE key = ?1
+            """).bind(key)
+        guard try select.step() else { return nil }
+        return IndexEntry(
+            key: select.text(0), url: select.text(1), file: select.text(2), bytes: select.int(3),
+            sha256: select.text(4), contentType: select.optionalText(5), format: select.optionalText(6),
+            width: select.optionalInt(7).map(Int.init), height: select.optionalInt(8).map(Int.init),
+            etag: select.optionalText(9), lastModified: select.optionalText(10), freshUntil: select.int(11),
+            fetchedAt: select.int(12), lastAccess: touched[key] ?? select.int(13), hits: select.int(14))
+    }
+
+    /// Records a newly installed file; replaces any earlier row for the key.
+    func put(_ entry: IndexEntry) throws(DatabaseError) {
+        try write()
+        if let old = try self.entry(entry.key) {
+            totalBytes -= old.bytes
+            entryCount -= 1
+            if old.file != entry.file { files.remove(old.file) }
+        }
+        try db.statement("""
+            INSERT OR REPLACE INTO entries(key, url, file, bytes, sha256, content_type, format, width, height, etag,
+                last_modified, fresh_until, fetched_at, last_access, hits)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+            """).bind(entry.key, entry.url, entry.file, entry.bytes, entry.sha256, entry.contentType, entry.format,
+                      entry.width, entry.height, entry.etag, entry.lastModified, entry.freshUntil, entry.fetchedAt,
+                      entry.lastAccess, entry.hits).run()
+        totalBytes += entry.bytes
+        entryCount += 1
+    }
+
+    /// A 304 confirmed the cached copy: new freshness and validators.
+    func refresh(_ key: String, freshUntil: Int64, etag: String?, lastModified: String?, now: Int64) throws(DatabaseError) {
+        try write()
+        try db.statement("""
+            UPDATE entries SET fresh_until = ?2, etag = coalesce(?3, etag), last_modified = coalesce(?4, last_modified),
+                fetched_at = ?5 WHERE key = ?1
+            """).bind(key, freshUntil, etag, lastModified, now).run()
+    }
+
+    /// Notes a cache hit; written in batches by `flushAccesses`.
+    func touch(_ key: String, now: Int64) { touched[key] = now }
+
+    func flushAccesses() throws(DatabaseError) {
+        guard !touched.isEmpty else { return }
+        try write()
+        let update = "UPDATE entries SET last_access = ?2, hits = hits + 1 WHERE key = ?1"
+        for (key, time) in touched { try db.statement(update).bind(key, time).run() }
+        touched.removeAll()
+    }
+
+    /// Deletes the row and its file; true when there was one.
+    @discardableResult
+    func remove(_ key: String) throws(DatabaseError) -> Bool {
+        guard let old = try entry(key) else { return false }
+        try write()
+        try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
+        files.remove(old.file)
+        touched.removeValue(forKey: key)
+        totalBytes -= old.bytes
+        entryCount -= 1
+        return true
+    }
+
+    /// Evicts least recently used entries until the total is at most `target` bytes, sparing `protected` keys.
+    func evict(downTo target: Int64, protecting protected: Set<String>) throws(DatabaseError) -> Int {
+        try flushAccesses()
+        var evicted = 0
+        while totalBytes > target {
+            let oldest = try db.statement("SELECT key FROM entries ORDER BY last_access LIMIT 64")
+            var keys: [String] = []
+            while try oldest.step() { keys.append(oldest.text(0)) }
+            let victims = keys.filter { !protected.contains($0) }
+            if victims.isEmpty { break }
+            for key in victims where totalBytes > target {
+                try remove(key)
+                evicted += 1
+            }
+        }
+        return evicted
+    }
+
+    // MARK: Durable backlog
+
+    /// Adds a queued URL; false when the key was queued already.
+    func enqueue(key: String, url: String, now: Int64) throws(DatabaseError) -> Bool {
+        try write()
+        try db.statement("INSERT OR IGNORE INTO queue(key, url, queued_at) VALUES (?1, ?2, ?3)").bind(key, url, now).run()
+        let inserted = db.changes > 0
+        if inserted { backlogCount += 1 }
+        return inserted
+    }
+
+    func dequeue(_ key: String) throws(DatabaseError) {
+        try write()
+        try db.statement("DELETE FROM queue WHERE key = ?1").bind(key).run()
+        backlogCount -= Int64(db.changes)
+    }
+
+    func isQueued(_ key: String) throws(DatabaseError) -> Bool {
+        try db.statement("SELECT 1 FROM queue WHERE key = ?1").bind(key).step()
+    }
+
+    /// Queued URLs after `seq`, oldest first.
+    func backlog(after seq: Int64, limit: Int) throws(DatabaseError) -> [(seq: Int64, key: String, url: String)] {
+        let select = try db.statement("SELECT seq, key, url FROM queue WHERE seq > ?1 ORDER BY seq LIMIT ?2").bind(seq, limit)
+        var rows: [(Int64, String, String)] = []
+        while try select.step() { rows.append((select.int(0), select.text(1), select.text(2))) }
+        return rows
+    }
+
+    // MARK: Negative cache
+
+    func saveFailure(key: String, code: String, message: String, status: Int?, until: Int64) throws(DatabaseError) {
+        try write()
+        try db.statement("INSERT OR REPLACE INTO failures(key, code, message, status, until) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .bind(key, code, message, status, until).run()
+    }
+
+    /// Unexpired failures; expired ones are deleted.
+    func failures(now: Int64) throws(DatabaseError) -> [(key: String, code: String, message: String, status: Int?, until: Int64)] {
+        try write()
+        try db.statement("DELETE FROM failures WHERE until <= ?1").bind(now).run()
+        let select = try db.statement("SELECT key, code, message, status, until FROM failures")
+        var rows: [(String, String, String, Int?, Int64)] = []
+        while try select.step() {
+            rows.append((select.text(0), select.text(1), select.text(2), select.optionalInt(3).map(Int.init), select.int(4)))
+        }
+        return rows
+    }
+
+    // MARK: Recovery
+
+    /// Start-up sweep: drops temporary files, rows whose file is missing or the wrong size, and files no row names.
+    func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
+        let temporaries = files.clearTemporaries()
+        var bad: [String] = []
+        let rows = try db.statement("SELECT key, file, bytes FROM entries")
+        while try rows.step() {
+            if files.size(of: rows.text(1)) != rows.int(2) { bad.append(rows.text(0)) }
+        }
+        for key in bad { try remove(key) }
+        var orphans: [String] = []
+        files.forEachCachedFile { name, path in
+            let relative = CacheFiles.relativePath(forName: name)
+            let known = (try? db.statement("SELECT 1 FROM entries WHERE file = ?1").bind(relative).step()) ?? true
+            if !known || path != files.absolute(relative) { orphans.append(path) }
+        }
+        for path in orphans { _ = path.withCString { unlink($0) } }
+        try commit()
+        return (temporaries, bad.count, orphans.count)
+    }
+}

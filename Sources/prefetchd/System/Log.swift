@@ -1,0 +1,51 @@
+import Glibc
+
+/// Lines on stderr: with a syslog priority prefix under journald (`JOURNAL_STREAM`), else timestamped.
+enum Log {
+    enum Level: Int, Comparable {
+        case error = 3, warning = 4, info = 6, debug = 7
+        static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
+    }
+
+    nonisolated(unsafe) static var threshold: Level = .info
+    nonisolated(unsafe) static var journal = getenv("JOURNAL_STREAM") != nil
+
+    static func error(_ message: String) { write(.error, message) }
+    static func warning(_ message: String) { write(.warning, message) }
+    static func info(_ message: String) { write(.info, message) }
+    static func debug(_ message: String) { if threshold >= .debug { write(.debug, message) } }
+
+    private static func write(_ level: Level, _ message: String) {
+        guard level <= threshold else { return }
+        let line: String
+        if journal {
+            line = "<\(level.rawValue)>\(message)\n"
+        } else {
+            var now = time(nil)
+            var parts = tm()
+            localtime_r(&now, &parts)
+            var buffer = [CChar](repeating: 0, count: 32)
+            strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S", &parts)
+            let stamp = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            line = "\(stamp) prefetchd[\(getpid())] \(level.name): \(message)\n"
+        }
+        writeStandardError(line)
+    }
+}
+
+/// Writes `text` to stderr, unbuffered.
+func writeStandardError(_ text: String) {
+    var bytes = Array(text.utf8)
+    _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+private extension Log.Level {
+    var name: String {
+        switch self {
+        case .error: return "error"
+        case .warning: return "warning"
+        case .info: return "info"
+        case .debug: return "debug"
+        }
+    }
+}

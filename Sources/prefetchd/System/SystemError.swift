@@ -1,0 +1,52 @@
+import Glibc
+
+/// A failed system call, naming the call and what it was doing.
+struct SystemError: Error, CustomStringConvertible {
+    let call: String
+    let errno: Int32
+    let detail: String
+
+    var description: String {
+        let reason = String(cString: strerror(errno))
+        return detail.isEmpty ? "\(call): \(reason)" : "\(call) \(detail): \(reason)"
+    }
+}
+
+/// Runs a system call, retrying on EINTR; a negative result becomes a `SystemError` naming `call`.
+/// EBADF and EFAULT are programmer errors and stop the process.
+@discardableResult
+func syscall<T: BinaryInteger>(_ call: String, _ detail: @autoclosure () -> String = "", _ body: () -> T) throws(SystemError) -> T {
+    while true {
+        let result = body()
+        if result >= 0 { return result }
+        let code = Glibc.errno
+        if code == EINTR { continue }
+        precondition(code != EBADF && code != EFAULT, "\(call) \(detail()): programmer error, errno \(code)")
+        throw SystemError(call: call, errno: code, detail: detail())
+    }
+}
+
+/// Wall-clock time in milliseconds since the Unix epoch.
+func wallClockMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}
+
+/// Monotonic time in milliseconds.
+func monotonicMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}
+
+/// Creates `path` and its missing parents with `mode`.
+func makeDirectories(_ path: String, mode: mode_t) throws(SystemError) {
+    var prefix = ""
+    for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+        prefix += "/" + part
+        if mkdir(prefix, mode) != 0, Glibc.errno != EEXIST {
+            throw SystemError(call: "mkdir", errno: Glibc.errno, detail: prefix)
+        }
+    }
+}
