@@ -26,7 +26,7 @@ let package = Package(
         .testTarget(
             name: "prefetchdTests",
             dependencies: ["PrefetchProtocol"],
-            resources: [.copy("Fixtures")]
+            exclude: ["Fixtures"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -123,8 +123,9 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         }
         let host = String(decoding: hostBytes.map(lowercased), as: UTF8.self)
         guard !portBytes.isEmpty else { return (host, nil) }
-        guard portBytes.count <= 5, portBytes.allSatisfy(isDigit),
-              let port = Int(String(decoding: portBytes, as: UTF8.self)), (1...65535).contains(port) else {
+        let digits = portBytes.drop { $0 == UInt8(ascii: "0") }   // RFC 3986: port = *DIGIT, leading zeros allowed
+        guard digits.count <= 5, portBytes.allSatisfy(isDigit),
+              let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port) else {
             throw .invalid("the port must be a number from 1 to 65535")
         }
         return (host, defaultPorts[scheme] == port ? nil : port)

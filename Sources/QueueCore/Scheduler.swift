@@ -202,8 +202,13 @@ public struct Scheduler: Sendable {
 
     /// Time passed: due retries rejoin their lanes, expired negative entries go.
     public mutating func advance(to now: Moment) -> [Action] {
-        for key in delayedKeys {
-            guard var task = tasks[key], case .delayed(let until) = task.state, until <= now else { continue }
+        // Earliest deadline first (then by key): a Set's order changes from run to run, the actions must not.
+        let due = delayedKeys.compactMap { key -> (Moment, String)? in
+            guard case .delayed(let until)? = tasks[key]?.state, until <= now else { return nil }
+            return (until, key)
+        }.sorted { $0 < $1 }
+        for (_, key) in due {
+            guard var task = tasks[key] else { continue }
             delayedKeys.remove(key)
             counts.delayed -= 1
             task.state = .waiting

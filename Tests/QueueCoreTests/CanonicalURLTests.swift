@@ -1,0 +1,293 @@
+import Testing
+@testable import QueueCore
+
+/// A `ParseError` without the free-text reason of `.invalid`, so expectations stay readable.
+enum ErrorKind: Equatable, CustomStringConvertible {
+    case empty, tooLong, noScheme, schemeNotAllowed(String), invalid
+
+    init(_ error: CanonicalURL.ParseError) {
+        switch error {
+        case .empty: self = .empty
+        case .tooLong: self = .tooLong
+        case .noScheme: self = .noScheme
+        case .schemeNotAllowed(let scheme): self = .schemeNotAllowed(scheme)
+        case .invalid: self = .invalid
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .empty: "empty"
+        case .tooLong: "tooLong"
+        case .noScheme: "noScheme"
+        case .schemeNotAllowed(let scheme): "schemeNotAllowed(\(scheme))"
+        case .invalid: "invalid"
+        }
+    }
+}
+
+/// The key for `text`, or the kind of error it gave.
+func parse(_ text: String) -> Result<String, CanonicalURL.ParseError> {
+    do { return .success(try CanonicalURL(text).key) } catch { return .failure(error) }
+}
+
+@Suite("CanonicalURL")
+struct CanonicalURLTests {
+    @Test("scheme and host are lowercased, path case is preserved", arguments: [
+        ("HTTP://Example.COM/Path/To/File.JPG", "http://example.com/Path/To/File.JPG"),
+        ("hTtPs://EXAMPLE.com", "https://example.com/"),
+        ("http://Sub-Domain_1.Example.org/A?B=C", "http://sub-domain_1.example.org/A?B=C"),
+    ])
+    func caseNormalisation(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("ports: defaults dropped, others kept, leading zeros and empty ports normalised", arguments: [
+        ("http://example.com:80/x", "http://example.com/x"),
+        ("https://example.com:443/x", "https://example.com/x"),
+        ("http://example.com:443/x", "http://example.com:443/x"),
+        ("https://example.com:80/x", "https://example.com:80/x"),
+        ("http://example.com:8080/x", "http://example.com:8080/x"),
+        ("http://example.com:65535/", "http://example.com:65535/"),
+        ("http://example.com:1/", "http://example.com:1/"),
+        ("http://example.com:0080/x", "http://example.com/x"),
+        ("http://example.com:08080/x", "http://example.com:8080/x"),
+        ("http://example.com:0000000443/x", "http://example.com:443/x"),
+        ("https://example.com:000000000443/x", "https://example.com/x"),
+        ("http://example.com:/x", "http://example.com/x"),
+        ("http://a:/", "http://a/"),
+        ("http://a:", "http://a/"),
+    ])
+    func ports(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("fragments are dropped, queries kept", arguments: [
+        ("http://example.com/x#frag", "http://example.com/x"),
+        ("http://example.com#frag", "http://example.com/"),
+        ("http://example.com/x?q=1#frag", "http://example.com/x?q=1"),
+        ("http://example.com/a?b#c?d", "http://example.com/a?b"),
+        ("http://example.com/a#b/../c", "http://example.com/a"),
+        ("http://example.com/x?", "http://example.com/x?"),
+        ("http://example.com?q", "http://example.com/?q"),
+        ("http://example.com/x?a=1&b=2&a=0", "http://example.com/x?a=1&b=2&a=0"),
+        ("http://example.com/x?next=/a/../b?c:d@e", "http://example.com/x?next=/a/../b?c:d@e"),
+    ])
+    func fragmentsAndQueries(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("percent-encoding is normalised", arguments: [
+        ("http://example.com/%7e", "http://example.com/~"),
+        ("http://example.com/%7Euser/", "http://example.com/~user/"),
+        ("http://example.com/%41%42%63", "http://example.com/ABc"),
+        ("http://example.com/%2D%2e%5F%7E%30", "http://example.com/-._~0"),
+        ("http://example.com/a%2fb", "http://example.com/a%2Fb"),
+        ("http://example.com/a%2Fb", "http://example.com/a%2Fb"),
+        ("http://example.com/%3d%3F%23", "http://example.com/%3D%3F%23"),
+        ("http://example.com/%c3%a9", "http://example.com/%C3%A9"),
+        ("http://example.com/é", "http://example.com/%C3%A9"),
+        ("http://example.com/日本", "http://example.com/%E6%97%A5%E6%9C%AC"),
+        ("http://example.com/a b", "http://example.com/a%20b"),
+        ("http://example.com/a%20b", "http://example.com/a%20b"),
+        ("http://example.com/%zz", "http://example.com/%25zz"),
+        ("http://example.com/%", "http://example.com/%25"),
+        ("http://example.com/%4", "http://example.com/%254"),
+        ("http://example.com/100%", "http://example.com/100%25"),
+        ("http://example.com/%%41", "http://example.com/%25A"),
+        ("http://example.com/%25", "http://example.com/%25"),
+        ("http://example.com/%2541", "http://example.com/%2541"),
+        ("http://example.com/a\"<>\\^`{|}", "http://example.com/a%22%3C%3E%5C%5E%60%7B%7C%7D"),
+        ("http://example.com/!$&'()*+,;=:@", "http://example.com/!$&'()*+,;=:@"),
+        ("http://example.com/x?q=a b&r=%7e&s=%2f&t=é", "http://example.com/x?q=a%20b&r=~&s=%2F&t=%C3%A9"),
+    ])
+    func percentEncoding(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("empty path becomes /, dot segments are removed (RFC 3986 5.2.4)", arguments: [
+        ("http://example.com", "http://example.com/"),
+        ("http://example.com/", "http://example.com/"),
+        ("http://example.com/a/./b/../c", "http://example.com/a/c"),
+        ("http://example.com/a/b/c/./../../g", "http://example.com/a/g"),
+        ("http://example.com/../a", "http://example.com/a"),
+        ("http://example.com/../../a/../../b", "http://example.com/b"),
+        ("http://example.com/a/..", "http://example.com/"),
+        ("http://example.com/a/b/..", "http://example.com/a/"),
+        ("http://example.com/a/.", "http://example.com/a/"),
+        ("http://example.com/.", "http://example.com/"),
+        ("http://example.com/./a", "http://example.com/a"),
+        ("http://example.com/a/%2e%2E/b", "http://example.com/b"),
+        ("http://example.com/a/%2e/b", "http://example.com/a/b"),
+        ("http://example.com/a/.../b", "http://example.com/a/.../b"),
+        ("http://example.com/a/..b/.c", "http://example.com/a/..b/.c"),
+        ("http://example.com/a//b/../c", "http://example.com/a//c"),
+        ("http://example.com/a/b/../", "http://example.com/a/"),
+        ("http://example.com/a.b/c/", "http://example.com/a.b/c/"),
+        ("http://example.com/a%2F..%2Fb", "http://example.com/a%2F..%2Fb"),
+    ])
+    func paths(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("userinfo is kept (case and all), percent-normalised", arguments: [
+        ("http://user:pass@Example.com/", "http://user:pass@example.com/"),
+        ("http://User@example.com:80/", "http://User@example.com/"),
+        ("http://us%65r:p%7ess@example.com/", "http://user:p~ss@example.com/"),
+        ("http://a@b@example.com/", "http://a%40b@example.com/"),
+        ("http://@example.com/", "http://@example.com/"),
+    ])
+    func userinfo(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("IPv6 and IPv4 literals", arguments: [
+        ("http://[::1]:8080/x", "http://[::1]:8080/x"),
+        ("http://[FE80::1]/", "http://[fe80::1]/"),
+        ("http://[::1]:80/", "http://[::1]/"),
+        ("https://[2001:DB8::A]:443", "https://[2001:db8::a]/"),
+        ("http://[::FFFF:192.0.2.1]/", "http://[::ffff:192.0.2.1]/"),
+        ("http://[::1]:/", "http://[::1]/"),
+        ("http://127.0.0.1:8080/x", "http://127.0.0.1:8080/x"),
+    ])
+    func ipLiterals(input: String, key: String) throws {
+        #expect(try CanonicalURL(input).key == key)
+    }
+
+    @Test("surrounding whitespace is trimmed")
+    func trimming() throws {
+        #expect(try CanonicalURL("  http://example.com/x \n").key == "http://example.com/x")
+        #expect(try CanonicalURL("\t\r\nhttp://example.com/x\r\n").key == "http://example.com/x")
+    }
+
+    @Test("the parts: scheme, host, port, authority")
+    func parts() throws {
+        let u = try CanonicalURL("HTTP://Example.com:8080/x")
+        #expect(u.scheme == "http" && u.host == "example.com" && u.port == 8080)
+        #expect(u.authority == "example.com:8080" && u.description == "http://example.com:8080/x")
+        let d = try CanonicalURL("https://example.com:443/")
+        #expect(d.port == nil && d.authority == "example.com")
+        let v6 = try CanonicalURL("http://[::1]:8080/")
+        #expect(v6.host == "[::1]" && v6.authority == "[::1]:8080")
+        let withUser = try CanonicalURL("http://u:p@h.example/")
+        #expect(withUser.host == "h.example" && withUser.authority == "h.example")
+    }
+
+    @Test("equivalent spellings give one key (and equal values)", arguments: [
+        ["http://example.com/~a", "HTTP://EXAMPLE.COM:80/%7Ea", "http://example.com/b/../%7ea#x", "http://example.com/./~a"],
+        ["https://example.com/", "https://example.com", "https://Example.com:443", "https://example.com:0443/#"],
+        ["http://example.com/a%2Fb", "http://example.com/a%2fb"],
+        ["http://example.com/é", "http://example.com/%c3%a9", "http://example.com/%C3%A9"],
+    ])
+    func equivalentSpellings(spellings: [String]) throws {
+        let urls = try spellings.map { try CanonicalURL($0) }
+        #expect(Set(urls.map(\.key)).count == 1, "\(urls.map(\.key))")
+        #expect(Set(urls).count == 1)
+    }
+
+    @Test("different resources keep different keys", arguments: [
+        ("http://example.com/a", "https://example.com/a"),
+        ("http://example.com/a", "http://example.com/A"),
+        ("http://example.com/a", "http://example.com:8080/a"),
+        ("http://example.com/a/b", "http://example.com/a%2Fb"),
+        ("http://example.com/a", "http://example.com/a?"),
+        ("http://example.com/a?x=1", "http://example.com/a?X=1"),
+        ("http://u@example.com/a", "http://example.com/a"),
+        ("http://example.com/a=b", "http://example.com/a%3Db"),
+    ])
+    func distinct(a: String, b: String) throws {
+        #expect(try CanonicalURL(a).key != CanonicalURL(b).key)
+    }
+
+    @Test("canonicalising a key again changes nothing", arguments: [
+        "HTTP://Example.COM:80/a/./b/../%7e%2f?q=%7e#f", "http://[FE80::1]:8080", "http://u%7e@h.example/é?x y",
+        "https://example.com:0443/%zz/..", "http://example.com/a%2F..%2Fb",
+    ])
+    func idempotent(input: String) throws {
+        let once = try CanonicalURL(input)
+        #expect(try CanonicalURL(once.key) == once)
+    }
+
+    static let longPath = String(repeating: "a", count: CanonicalURL.maximumLength - "http://x/".utf8.count)
+
+    @Test("garbage is refused with the right error", arguments: [
+        ("", ErrorKind.empty),
+        ("   ", .empty),
+        ("\n\t\r ", .empty),
+        ("not a url", .noScheme),
+        ("example.com/x", .noScheme),
+        ("//example.com/x", .noScheme),
+        ("://example.com/", .noScheme),
+        ("1http://example.com/", .noScheme),
+        ("ht tp://example.com/", .noScheme),
+        ("http:example.com", .invalid),
+        ("http:/example.com/", .invalid),
+        ("http://", .invalid),
+        ("http:///x", .invalid),
+        ("http://?q", .invalid),
+        ("http://#f", .invalid),
+        ("http://:80/", .invalid),
+        ("http://user@/x", .invalid),
+        ("http://exa mple.com/", .invalid),
+        ("http://exämple.com/", .invalid),
+        ("http://exa%6Dple.com/", .invalid),
+        ("http://a:b:c/", .invalid),
+        ("http://example.com:0/", .invalid),
+        ("http://example.com:00/", .invalid),
+        ("http://example.com:70000/", .invalid),
+        ("http://example.com:65536/", .invalid),
+        ("http://example.com:99999999999999999999999/", .invalid),
+        ("http://example.com:abc/", .invalid),
+        ("http://example.com:8o/", .invalid),
+        ("http://example.com:-1/", .invalid),
+        ("http://example.com:+80/", .invalid),
+        ("http://example.com: 80/", .invalid),
+        ("http://[::1/", .invalid),
+        ("http://[::1]x/", .invalid),
+        ("http://[::1]:x/", .invalid),
+        ("http://[]/", .invalid),
+        ("http://[zz::1]/", .invalid),
+        ("http://[127.0.0.1]/", .invalid),
+        ("http://exa\u{0}mple.com/", .invalid),
+        ("http://example.com/a\tb", .invalid),
+        ("http://example.com/a\nb", .invalid),
+        ("http://example.com/\u{7F}", .invalid),
+        ("http://example.com/\u{1B}[31m", .invalid),
+        ("file:///etc/passwd", .schemeNotAllowed("file")),
+        ("ftp://x/", .schemeNotAllowed("ftp")),
+        ("FTP://x/", .schemeNotAllowed("ftp")),
+        ("javascript:alert(1)", .schemeNotAllowed("javascript")),
+        ("data:image/png;base64,AAAA", .schemeNotAllowed("data")),
+        ("gopher://x/", .schemeNotAllowed("gopher")),
+        ("http://x/" + longPath + "a", .tooLong),
+        (String(repeating: "x", count: 100_000), .tooLong),
+    ])
+    func garbage(input: String, expected: ErrorKind) {
+        switch parse(input) {
+        case .success(let key):
+            Issue.record("\(input.debugDescription.prefix(80)) parsed as \(key.prefix(80)), expected \(expected)")
+        case .failure(let error):
+            #expect(ErrorKind(error) == expected, "\(input.debugDescription.prefix(80)): \(error.message)")
+            #expect(!error.message.isEmpty)
+        }
+    }
+
+    @Test("exactly maximumLength bytes is accepted, one more is not")
+    func lengthLimit() throws {
+        let atLimit = "http://x/" + Self.longPath
+        #expect(atLimit.utf8.count == CanonicalURL.maximumLength)
+        #expect(try CanonicalURL(atLimit).key == atLimit)
+        #expect(throws: CanonicalURL.ParseError.tooLong) { try CanonicalURL(atLimit + "b") }
+        // Surrounding whitespace does not count.
+        #expect(try CanonicalURL("  " + atLimit + "\n").key == atLimit)
+    }
+
+    @Test("allowedSchemes widens or narrows what is accepted")
+    func allowedSchemes() throws {
+        #expect(try CanonicalURL("FTP://Files.example/x", allowedSchemes: ["ftp"]).key == "ftp://files.example/x")
+        #expect(try CanonicalURL("ftp://files.example:21/x", allowedSchemes: ["ftp"]).port == 21)
+        #expect(throws: CanonicalURL.ParseError.schemeNotAllowed("http")) {
+            try CanonicalURL("http://example.com/", allowedSchemes: ["https"])
+        }
+    }
+}

@@ -1,0 +1,431 @@
+import Testing
+@testable import QueueCore
+
+@Suite("Lanes: suspension, widths, per-host limit, reconfigure")
+struct LaneTests {
+    @Test("slow lane is suspended while fast work is pending or running, and resumes after")
+    func slowLaneSuspension() {
+        var s = makeScheduler(fast: 1)
+        #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, [start(U.s1, .slow)]))
+        #expect(s.queue(U.s2, cache: .missing, now: t(0)) == (.queued, []))
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.counts.slowSuspended)
+        #expect(s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(1)) == [])   // pending fast work
+        // A slow task ends while urgent work runs: nothing slow is admitted.
+        #expect(s.finish(U.s1.key, .success, now: t(2)) == [.forget(key: U.s1.key)])
+        // a ends, b (pending) starts: still suspended, no report.
+        #expect(s.finish(U.a.key, .success, now: t(3)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
+        #expect(s.queue(U.s3, cache: .missing, now: t(3)) == (.queued, []))
+        // The fast lane empties: the slow lane resumes, s2 first.
+        #expect(s.finish(U.b.key, .success, now: t(4))
+                == [.answer(w(1, 2), .ready), .forget(key: U.b.key), start(U.s2, .slow), .slowLaneSuspended(false)])
+        #expect(!s.counts.slowSuspended)
+        #expect(s.finish(U.s2.key, .success, now: t(5)) == [.forget(key: U.s2.key), start(U.s3, .slow)])
+    }
+
+    @Test("slow lane stays suspended while fast work waits only because of the per-host limit")
+    func suspendedByBlockedFastWork() {
+        var s = makeScheduler(fast: 4, perHost: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        #expect(s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0)) == [])
+        #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, []))
+        #expect(s.counts.fastWaiting == 1 && s.counts.slowSuspended)
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.a2, .fast)])
+        #expect(s.finish(U.a2.key, .success, now: t(2))
+                == [.answer(w(1, 2), .ready), .forget(key: U.a2.key), start(U.s1, .slow), .slowLaneSuspended(false)])
+    }
+
+    @Test("fast width: at most fastWidth fast tasks run, the rest wait in order")
+    func fastWidth() {
+        var s = makeScheduler(fast: 2)
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0)) == [start(U.b, .fast)])
+        #expect(s.get(U.c, waiter: w(1, 3), cache: .missing, now: t(0)) == [])
+        #expect(s.get(U.a2, waiter: w(1, 4), cache: .missing, now: t(0)) == [])
+        #expect(s.counts.fastRunning == 2 && s.counts.fastWaiting == 2)
+        #expect(s.finish(U.b.key, .success, now: t(1)) == [.answer(w(1, 2), .ready), .forget(key: U.b.key), start(U.c, .fast)])
+        #expect(s.cancel(U.a.key, now: t(2)) == [.abort(key: U.a.key), .answer(w(1, 1), .cancelled), .forget(key: U.a.key),
+                                                 start(U.a2, .fast)])
+    }
+
+    @Test("slow width: at most slowWidth slow tasks run, in queue order")
+    func slowWidth() {
+        var s = makeScheduler(slow: 2)
+        #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, [start(U.s1, .slow)]))
+        #expect(s.queue(U.s2, cache: .missing, now: t(0)) == (.queued, [start(U.s2, .slow)]))
+        #expect(s.queue(U.s3, cache: .missing, now: t(0)) == (.queued, []))
+        #expect(s.queue(U.a, cache: .missing, now: t(0)) == (.queued, []))
+        #expect(s.counts.slowRunning == 2 && s.counts.slowWaiting == 2)
+        #expect(s.finish(U.s2.key, .success, now: t(1)) == [.forget(key: U.s2.key), start(U.s3, .slow)])
+        #expect(s.finish(U.s1.key, .success, now: t(1)) == [.forget(key: U.s1.key), start(U.a, .slow)])
+    }
+
+    @Test("per-host limit: a blocked task keeps its place, other hosts go ahead")
+    func perHostLimit() {
+        var s = makeScheduler(fast: 4, perHost: 1)
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0)) == [])
+        #expect(s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0)) == [])
+        #expect(s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0)) == [start(U.b, .fast)])
+        #expect(s.counts.fastRunning == 2 && s.counts.fastWaiting == 2)
+        // a2 was queued before a3 and still goes first.
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.a2, .fast)])
+        #expect(s.finish(U.a2.key, .success, now: t(2)) == [.answer(w(1, 2), .ready), .forget(key: U.a2.key), start(U.a3, .fast)])
+    }
+
+    @Test("per-host limit counts host:port, and slow and fast tasks together")
+    func perHostLimitAuthority() {
+        var s = makeScheduler(fast: 4, slow: 2, perHost: 1)
+        let p1 = url("http://a.example:8080/1")
+        #expect(s.queue(U.a, cache: .missing, now: t(0)) == (.queued, [start(U.a, .slow)]))
+        #expect(s.queue(p1, cache: .missing, now: t(0)) == (.queued, [start(p1, .slow)]))   // other port, other host
+        #expect(s.get(U.a2, waiter: w(1, 1), cache: .missing, now: t(0)) == [.slowLaneSuspended(true)])
+        #expect(s.counts.fastWaiting == 1)
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key), start(U.a2, .fast)])
+    }
+
+    @Test("reconfigure: widening the fast lane starts more work at once")
+    func reconfigureFast() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))
+        _ = s.get(U.c, waiter: w(1, 3), cache: .missing, now: t(0))
+        #expect(s.counts.fastWaiting == 2)
+        var config = s.configuration
+        config.fastWidth = 3
+        #expect(s.reconfigure(config, now: t(1)) == [start(U.b, .fast), start(U.c, .fast)])
+        #expect(s.configuration.fastWidth == 3 && s.counts.fastRunning == 3)
+    }
+
+    @Test("reconfigure: widening the slow lane and lifting the per-host limit start more work")
+    func reconfigureSlow() {
+        var s = makeScheduler(slow: 1, perHost: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.queue(U.s2, cache: .missing, now: t(0))
+        _ = s.queue(U.b, cache: .missing, now: t(0))
+        #expect(s.reconfigure(.init(fastWidth: 8, slowWidth: 3, perHostLimit: 1, retry: testRetry), now: t(1))
+                == [start(U.b, .slow)])
+        #expect(s.reconfigure(.init(fastWidth: 8, slowWidth: 3, perHostLimit: nil, retry: testRetry), now: t(2))
+                == [start(U.s2, .slow)])
+        #expect(s.counts.slowRunning == 3)
+    }
+
+    @Test("configuration clamps widths and limits to at least 1")
+    func configurationClamps() {
+        let config = Scheduler.Configuration(fastWidth: 0, slowWidth: -3, perHostLimit: 0)
+        #expect(config.fastWidth == 1 && config.slowWidth == 1 && config.perHostLimit == 1)
+    }
+}
+
+@Suite("Cancel, disconnect, withdraw")
+struct CancelDisconnectWithdrawTests {
+    @Test("cancel a running task: abort, every waiter answered cancelled, forget")
+    func cancelRunning() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.cancel(U.a.key, now: t(1)) == [.abort(key: U.a.key), .answer(w(1, 1), .cancelled),
+                                                 .answer(w(2, 1), .cancelled), .forget(key: U.a.key),
+                                                 .slowLaneSuspended(false)])
+        #expect(s.allTasks.isEmpty && s.counts == LaneCounts())
+        // No finish is expected for an aborted fetch; a late one is ignored.
+        #expect(s.finish(U.a.key, .success, now: t(2)) == [])
+    }
+
+    @Test("cancel a waiting slow task: no abort, and no waiters to answer")
+    func cancelWaiting() {
+        var s = makeScheduler()
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.queue(U.s2, cache: .missing, now: t(0))
+        #expect(s.cancel(U.s2.key, now: t(1)) == [.forget(key: U.s2.key)])
+        #expect(s.finish(U.s1.key, .success, now: t(2)) == [.forget(key: U.s1.key)])
+        #expect(s.allTasks.isEmpty)
+    }
+
+    @Test("cancel a running slow task frees its slot for the next slow task")
+    func cancelRunningSlow() {
+        var s = makeScheduler()
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.queue(U.s2, cache: .missing, now: t(0))
+        #expect(s.cancel(U.s1.key, now: t(1)) == [.abort(key: U.s1.key), .forget(key: U.s1.key), start(U.s2, .slow)])
+    }
+
+    @Test("cancel a delayed task: waiters answered cancelled, no retry deadline left")
+    func cancelDelayed() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(.httpStatus(503)), now: t(0))
+        #expect(s.state(U.a)?.delayedUntil != nil && s.nextDeadline != nil)
+        #expect(s.cancel(U.a.key, now: t(1)) == [.answer(w(1, 1), .cancelled), .forget(key: U.a.key)])
+        #expect(s.nextDeadline == nil && s.counts == LaneCounts())
+        #expect(s.advance(to: t(100_000)) == [])
+    }
+
+    @Test("disconnect removes the client's waiters without answering them; the fetch goes on")
+    func disconnect() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))
+        #expect(s.disconnect(client: 1) == [])
+        #expect(s.waiters(U.a) == [w(2, 1)] && s.waiters(U.b) == [])
+        #expect(s.state(U.a) == .running && s.state(U.b) == .running)
+        #expect(s.counts.waiters == 1 && s.counts == s.recomputedCounts)
+        #expect(s.finish(U.b.key, .success, now: t(1)) == [.forget(key: U.b.key)])
+        #expect(s.finish(U.a.key, .success, now: t(1))
+                == [.answer(w(2, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+        #expect(s.disconnect(client: 1) == [])
+        #expect(s.disconnect(client: 99) == [])
+    }
+
+    @Test("disconnect of the only waiter of a waiting fast task: the task stays and still runs")
+    func disconnectWaitingTask() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.disconnect(client: 2) == [])
+        #expect(s.state(U.b) == .waiting && s.lane(U.b) == .fast)
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
+    }
+
+    @Test("withdraw removes one waiter without an answer; the others and the fetch go on")
+    func withdraw() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(0))
+        #expect(s.withdraw(w(1, 1)) == [])
+        #expect(s.withdraw(w(1, 1)) == [])     // twice: nothing more
+        #expect(s.withdraw(w(7, 7)) == [])     // unknown
+        #expect(s.waiters(U.a) == [w(1, 2)] && s.counts.waiters == 1)
+        #expect(s.finish(U.a.key, .success, now: t(1))
+                == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+        // The client's other waiters are unaffected by the earlier withdraw.
+        _ = s.get(U.b, waiter: w(1, 3), cache: .missing, now: t(2))
+        #expect(s.disconnect(client: 1) == [])
+        #expect(s.counts.waiters == 0 && s.counts == s.recomputedCounts)
+    }
+}
+
+@Suite("Retries and failures")
+struct RetryTests {
+    static let unavailable = Failure.httpStatus(503)
+
+    @Test("transient failure: delayed, then restarted after advance(to:) reaches nextDeadline")
+    func transientRetry() throws {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .stale, now: t(0))
+        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(100)) == [.slowLaneSuspended(false)])
+        let until = try #require(s.state(U.a)?.delayedUntil)
+        #expect((600...1_100).contains(until.milliseconds))   // attempt 1: [base/2, base] after now
+        #expect(s.nextDeadline == until)
+        #expect(s.counts.delayed == 1 && s.counts.waiters == 1 && s.counts == s.recomputedCounts)
+        #expect(s.advance(to: until + -1) == [])
+        #expect(s.state(U.a)?.delayedUntil == until)
+        #expect(s.advance(to: until) == [start(U.a, .fast, revalidate: true), .slowLaneSuspended(true)])
+        #expect(s.nextDeadline == nil)
+        let task = try #require(s.task(U.a.key))
+        #expect(task.attempts == 2 && task.waiters == [w(1, 1)] && task.state == .running)
+        #expect(s.finish(U.a.key, .success, now: until + 5)
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+    }
+
+    @Test("transient failure: the second backoff is twice the first (exponential)")
+    func exponentialBetweenAttempts() throws {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(Self.unavailable), now: t(0))
+        let first = try #require(s.state(U.a)?.delayedUntil)
+        _ = s.advance(to: first)
+        _ = s.finish(U.a.key, .failure(Self.unavailable), now: first)
+        let second = try #require(s.state(U.a)?.delayedUntil)
+        #expect((500...1_000).contains(first.milliseconds))
+        #expect((1_000...2_000).contains(second.milliseconds - first.milliseconds))
+    }
+
+    @Test("Retry-After is honoured when longer than the backoff")
+    func retryAfterHonoured() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(.httpStatus(429, retryAfter: 30_000)), now: t(1_000))
+        #expect(s.nextDeadline == t(31_000))
+        #expect(s.advance(to: t(30_999)) == [])
+        #expect(s.advance(to: t(31_000)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+    }
+
+    @Test("Retry-After is capped at retryAfterCap")
+    func retryAfterCapped() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 86_400_000)), now: t(0))
+        #expect(s.nextDeadline == t(60_000))
+    }
+
+    @Test("a transient failure of a slow task retries in the slow lane; a get promotes the delayed task")
+    func delayedSlowTaskPromoted() throws {
+        var s = makeScheduler()
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        #expect(s.finish(U.s1.key, .failure(Self.unavailable), now: t(0)) == [])
+        #expect(s.lane(U.s1) == .slow)
+        #expect(s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(1)) == [])   // attached, still delayed
+        #expect(s.lane(U.s1) == .fast && s.state(U.s1)?.delayedUntil != nil && !s.counts.slowSuspended)
+        let until = try #require(s.nextDeadline)
+        #expect(s.advance(to: until) == [start(U.s1, .fast), .slowLaneSuspended(true)])
+    }
+
+    @Test("retries that fall due together restart in deadline order, whatever the hash seed")
+    func dueRetriesInDeadlineOrder() {
+        // Different key pairs hash differently; each must restart the earlier deadline first.
+        for i in 0..<20 {
+            let early = url("http://r.example/early/\(i)"), late = url("http://r.example/late/\(i)")
+            var s = makeScheduler(fast: 1)
+            _ = s.get(late, waiter: w(1, 1), cache: .missing, now: t(0))
+            _ = s.get(early, waiter: w(1, 2), cache: .missing, now: t(0))
+            #expect(s.finish(late.key, .failure(.httpStatus(503, retryAfter: 5_000)), now: t(0)) == [start(early, .fast)])
+            #expect(s.finish(early.key, .failure(.httpStatus(503, retryAfter: 3_000)), now: t(0)) == [.slowLaneSuspended(false)])
+            #expect(s.advance(to: t(10_000)) == [start(early, .fast), .slowLaneSuspended(true)])
+            #expect(s.state(late) == .waiting)
+        }
+    }
+
+    @Test("maxAttempts exhausted: waiters get the failure, and a transient failure is not remembered")
+    func attemptsExhausted() {
+        var s = makeScheduler(retry: RetryPolicy(maxAttempts: 2, baseDelay: 100, maxDelay: 1_000))
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(0)) == [.slowLaneSuspended(false)])
+        #expect(s.advance(to: t(1_000)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(1_000)) == [
+            .answer(w(1, 1), .failed(Self.unavailable)), .answer(w(2, 1), .failed(Self.unavailable)),
+            .forget(key: U.a.key), .slowLaneSuspended(false),
+        ])
+        #expect(s.rememberedFailure(U.a.key, now: t(1_000)) == nil)
+        #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(1_001)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+    }
+
+    @Test("maxAttempts 1: a transient failure is answered at once")
+    func singleAttempt() {
+        var s = makeScheduler(retry: RetryPolicy(maxAttempts: 1))
+        let network = Failure(code: "network", message: "connection reset", isTransient: true)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(0))
+        #expect(s.finish(U.s1.key, .failure(network), now: t(5))
+                == [.answer(w(1, 1), .failed(network)), .forget(key: U.s1.key), .slowLaneSuspended(false)])
+        #expect(s.nextDeadline == nil)
+    }
+
+    @Test("a permanent failure is never retried, whatever maxAttempts says")
+    func permanentNotRetried() {
+        var s = makeScheduler(retry: RetryPolicy(maxAttempts: 10, negativeTTL: 1_000))
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        let gone = Failure.httpStatus(410)
+        #expect(s.finish(U.s1.key, .failure(gone), now: t(5)) == [.remember(key: U.s1.key, gone, until: t(1_005)),
+                                                                    .forget(key: U.s1.key)])
+        #expect(s.nextDeadline == nil && s.allTasks.isEmpty)
+    }
+
+    @Test("Failure.httpStatus: 404 and other 4xx are permanent", arguments: [400, 401, 403, 404, 410, 451, 499])
+    func permanentStatus(status: Int) {
+        let failure = Failure.httpStatus(status)
+        #expect(!failure.isTransient)
+        #expect(failure.code == "http_status")
+        #expect(failure.message.contains("\(status)"))
+    }
+
+    @Test("Failure.httpStatus: 408, 429 and 5xx are transient", arguments: [408, 429, 500, 502, 503, 504, 599])
+    func transientStatus(status: Int) {
+        let failure = Failure.httpStatus(status, retryAfter: 1_234)
+        #expect(failure.isTransient)
+        #expect(failure.code == "http_status")
+        #expect(failure.retryAfter == 1_234)
+    }
+
+    @Test("Failure.httpStatus: statuses outside 4xx/5xx are not transient", arguments: [200, 204, 301, 304, 600])
+    func otherStatus(status: Int) {
+        #expect(!Failure.httpStatus(status).isTransient)
+    }
+}
+
+@Suite("RetryPolicy.delay")
+struct RetryDelayTests {
+    static let policy = RetryPolicy(maxAttempts: 10, baseDelay: 500, maxDelay: 60_000, retryAfterCap: 300_000)
+
+    static func backoff(_ attempt: Int) -> Int64 { min(60_000, 500 << Int64(max(attempt - 1, 0))) }
+
+    @Test("delay stays within [backoff/2, backoff], backoff doubling per attempt and capped at maxDelay",
+          arguments: 1...12)
+    func bounds(attempt: Int) {
+        var random = SplitMix64(seed: UInt64(attempt) &* 7_919)
+        let backoff = Self.backoff(attempt)
+        var seen = Set<Int64>()
+        for _ in 0..<500 {
+            let d = Self.policy.delay(after: attempt, retryAfter: nil, random: &random)
+            #expect(d >= backoff / 2 && d <= backoff, "attempt \(attempt): \(d) outside [\(backoff / 2), \(backoff)]")
+            seen.insert(d)
+        }
+        #expect(seen.count > 1, "the delay is jittered")
+    }
+
+    @Test("backoff is exponential until maxDelay")
+    func exponential() {
+        #expect((1...8).map(Self.backoff) == [500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000])
+        var random = SplitMix64(seed: 1)
+        // Upper bounds of consecutive attempts double: the smallest delay of attempt n+1 is at least the
+        // largest possible delay of attempt n.
+        for attempt in 1...6 {
+            let next = Self.policy.delay(after: attempt + 1, retryAfter: nil, random: &random)
+            #expect(next >= Self.backoff(attempt))
+        }
+    }
+
+    @Test("very large attempts and huge base delays do not overflow: capped at maxDelay")
+    func noOverflow() {
+        var random = SplitMix64(seed: 3)
+        for attempt in [30, 41, 64, 1_000, Int.max] {
+            let d = Self.policy.delay(after: attempt, retryAfter: nil, random: &random)
+            #expect(d >= 30_000 && d <= 60_000)
+        }
+        let huge = RetryPolicy(baseDelay: Int64.max / 2, maxDelay: 10_000)
+        let d = huge.delay(after: 5, retryAfter: nil, random: &random)
+        #expect(d >= 5_000 && d <= 10_000)
+    }
+
+    @Test("attempt 0 or below behaves like attempt 1")
+    func attemptZero() {
+        var random = SplitMix64(seed: 5)
+        for attempt in [0, -1, -1_000] {
+            let d = Self.policy.delay(after: attempt, retryAfter: nil, random: &random)
+            #expect(d >= 250 && d <= 500)
+        }
+    }
+
+    @Test("deterministic for a given seed")
+    func deterministic() {
+        var r1 = SplitMix64(seed: 0xDEAD_BEEF), r2 = SplitMix64(seed: 0xDEAD_BEEF), r3 = SplitMix64(seed: 0xDEAD_BEF0)
+        let a = (1...20).map { Self.policy.delay(after: $0 % 7 + 1, retryAfter: nil, random: &r1) }
+        let b = (1...20).map { Self.policy.delay(after: $0 % 7 + 1, retryAfter: nil, random: &r2) }
+        let c = (1...20).map { Self.policy.delay(after: $0 % 7 + 1, retryAfter: nil, random: &r3) }
+        #expect(a == b)
+        #expect(a != c)
+    }
+
+    @Test("Retry-After: honoured above the backoff, capped at retryAfterCap, ignored below the backoff or negative")
+    func retryAfter() {
+        var random = SplitMix64(seed: 9)
+        #expect(Self.policy.delay(after: 1, retryAfter: 120_000, random: &random) == 120_000)   // above maxDelay too
+        #expect(Self.policy.delay(after: 1, retryAfter: 300_000, random: &random) == 300_000)
+        #expect(Self.policy.delay(after: 1, retryAfter: 300_001, random: &random) == 300_000)
+        #expect(Self.policy.delay(after: 1, retryAfter: Int64.max, random: &random) == 300_000)
+        for retryAfter: Int64 in [0, 1, 249, -5, Int64.min] {
+            let d = Self.policy.delay(after: 1, retryAfter: retryAfter, random: &random)
+            #expect(d >= 250 && d <= 500)
+        }
+    }
+
+    @Test("SplitMix64 reproduces its reference sequence")
+    func splitMixReference() {
+        // Reference values for seed 1234567 from the published SplitMix64 algorithm.
+        var r = SplitMix64(seed: 1_234_567)
+        #expect([r.next(), r.next(), r.next()]
+                == [6_457_827_717_110_365_317, 3_203_168_211_198_807_973, 9_817_491_932_198_370_423])
+    }
+}

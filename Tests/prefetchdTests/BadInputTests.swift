@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+
+/// Each bad input gets its documented error code, and the daemon keeps serving.
+@Suite(.serialized)
+struct BadInputTests {
+    static let origin = try! Origin()
+
+    /// A URL, the error code `get` must answer with, and daemon flags the case needs.
+    static let cases: [(url: String, code: String, flags: [String])] = [
+        ("file:///etc/passwd", "scheme_not_allowed", []),
+        ("ftp://127.0.0.1/x.jpg", "scheme_not_allowed", []),
+        ("http://exa mple.com/x.jpg", "invalid_url", []),
+        (origin.url("/r.jpg?redirect=file:///etc/passwd"), "scheme_not_allowed", []),
+        (origin.url("/missing.jpg?status=404"), "http_status", []),
+        (origin.url("/big.jpg?no_length=1&size=5000000"), "too_large", ["--max-bytes", "1M"]),
+        (origin.url("/drip.jpg?drip=1&size=100"), "timeout", ["--low-speed-time", "2", "--max-attempts", "1"]),
+        (origin.url("/short.jpg?short=100&size=5000"), "network", ["--max-attempts", "1"]),
+        (origin.url("/loop.jpg?redirect_loop=1"), "too_many_redirects", []),
+    ]
+
+    @Test("a bad URL or a hostile origin gets its error code; the daemon keeps serving", arguments: 0..<cases.count)
+    func badFetch(index: Int) throws {
+        let (url, code, flags) = Self.cases[index]
+        let daemon = try DaemonUnderTest(flags)
+        let result = daemon.ctl("get", "--json", "--timeout", "20", url)
+        #expect(result.status != 0)
+        #expect(errorCode(result.stdout) == code, "\(url): \(result.stdout) \(result.stderr)")
+        #expect(daemon.ctl("get", Self.origin.url("/after-\(index).jpg")).status == 0, "the daemon keeps serving")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")
+        #expect(leftovers.isEmpty, "no temporary file is left after a failed fetch")
+    }
+
+    @Test("a permanent failure is remembered: the second get does not reach the origin")
+    func negativeCache() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/gone.jpg?status=410")
+        #expect(errorCode(daemon.ctl("get", "--json", url).stdout) == "http_status")
+        #expect(errorCode(daemon.ctl("get", "--json", url).stdout) == "http_status")
+        #expect(try Self.origin.count("/gone.jpg") == 1)
+    }
+
+    @Test("protocol abuse: not JSON, unknown op, missing field, a 1 MiB line without newline")
+    func protocolAbuse() throws {
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        #expect(connection.receive()?["hello"] as? String == "prefetchd")
+
+        connection.send("this is not json\n")
+        #expect((connection.receive()?["error"] as? [String: Any])?["code"] as? String == "bad_request")
+        connection.send("{\"id\":7,\"op\":\"fly\"}\n")
+        let unknown = connection.receive()
+        #expect(unknown?["id"] as? Int == 7)
+        #expect((unknown?["error"] as? [String: Any])?["code"] as? String == "unknown_op")
+        connection.send("{\"id\":\"x\",\"op\":\"get\"}\n")
+        let missing = connection.receive()
+        #expect(missing?["id"] as? String == "x")
+        #expect((missing?["error"] as? [String: Any])?["code"] as? String == "bad_request")
+        connection.send("{\"id\":8,\"op\":\"ping\"}\n")
+        #expect(connection.receive()?["ok"] as? Bool == true, "the connection survives bad requests")
+
+        let flood = try RawConnection(socket: daemon.socket)
+        _ = flood.receive()
+        flood.send(String(repeating: "x", count: 1 << 20))
+        #expect((flood.receive()?["error"] as? [String: Any])?["code"] as? String == "line_too_long")
+        #expect(flood.receive() == nil, "the daemon closes a connection it cannot resynchronise")
+        #expect(daemon.ctl("ping").status == 0, "the daemon keeps serving")
+    }
+
+    @Test("prefetchctl exit codes: usage 2, unreachable 3, rejected 4")
+    func exitCodes() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("frobnicate").status == 2)
+        #expect(daemon.ctl("get").status == 2)
+        #expect(run(Paths.prefetchctl, ["--socket", daemon.directory.path + "/nothing.sock", "ping"]).status == 3)
+        #expect(daemon.ctl("get", "gopher://x/").status == 4)
+        #expect(daemon.ctl("--help").status == 0)
+        #expect(daemon.ctl("get", "--help").stdout.contains("Example"))
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+
+/// The daemon, the CLI and a real origin on 127.0.0.1, end to end.
+@Suite(.serialized)
+struct EndToEndTests {
+    @Test("get prints a path whose bytes are the origin's; a second get is a cache hit with no origin request")
+    func getThenHit() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let first = daemon.ctl("get", origin.url("/a.jpg"))
+        #expect(first.status == 0, "\(first.stderr)")
+        let path = first.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(FileManager.default.contents(atPath: path) == (try origin.body("/a.jpg")))
+        #expect(try origin.count("/a.jpg") == 2)  // ours and the comparison fetch above
+
+        let second = daemon.ctl("get", "--json", origin.url("/a.jpg"))
+        #expect(second.status == 0)
+        #expect(second.stdout.contains("\"from_cache\":true"))
+        #expect(try origin.count("/a.jpg") == 2)
+    }
+
+    @Test("50 concurrent gets of one uncached URL: one origin request, 50 identical answers")
+    func concurrentGetsCoalesce() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/same.jpg?delay=1")
+        nonisolated(unsafe) var results = [CommandResult?](repeating: nil, count: 50)
+        DispatchQueue.concurrentPerform(iterations: 50) { index in
+            results[index] = daemon.ctl("get", url)
+        }
+        let answers = results.compactMap { $0 }
+        #expect(answers.count == 50)
+        #expect(answers.allSatisfy { $0.status == 0 }, "\(answers.map(\.stderr).filter { !$0.isEmpty }.prefix(3))")
+        #expect(Set(answers.map(\.stdout)).count == 1)
+        #expect(try origin.count("/same.jpg") == 1)
+    }
+
+    @Test("an urgent get overtakes the slow lane, and a get of a queued URL promotes it")
+    func urgentOvertakesBackground() throws {
+        let origin = try Origin()
+        try origin.setDelay(1)
+        let daemon = try DaemonUnderTest()
+        let queued = (1...20).map { origin.url("/q\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue"] + queued).status == 0)
+        usleep(200_000)
+        #expect(daemon.ctl("get", origin.url("/urgent.jpg")).status == 0)
+        #expect(daemon.ctl("get", origin.url("/q15.jpg")).status == 0)
+
+        let log = try origin.stats().log
+        func start(_ path: String) -> Double? { log.first { $0.path == path }?.start }
+        let urgentEnd = try #require(log.first { $0.path == "/urgent.jpg" }?.end)
+        let q2Start = try #require(start("/q2.jpg"))
+        #expect(urgentEnd <= q2Start, "the urgent get must finish before the second queued URL starts")
+        let q15 = try #require(start("/q15.jpg"))
+        for n in 3...14 {
+            if let other = start("/q\(n).jpg") { #expect(q15 < other, "q15 was promoted ahead of q\(n)") }
+        }
+    }
+
+    @Test("kill -9 right after queue of 1,000 URLs: after a restart all are queued or cached, the index is sound")
+    func crashAfterQueue() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (1...1000).map { origin.url("/bulk/\($0).jpg") }
+        let queued = daemon.ctl(arguments: ["queue", "--json", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(queued.status == 0)
+        #expect(queued.lines.count == 1000)
+        daemon.kill9()
+        try daemon.start()
+
+        let infos = daemon.ctl(arguments: ["get", "--timeout", "120", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(infos.status == 0, "\(infos.stderr.prefix(500))")
+        #expect(infos.lines.count == 1000)
+        let counts = try origin.stats().counts.filter { $0.key.hasPrefix("/bulk/") }
+        #expect(counts.count == 1000)
+        // Only what was in flight at the kill (the slow lane's one transfer, one uncommitted install) is fetched again.
+        #expect(counts.values.filter { $0 > 1 }.count <= 2)
+        let check = run("/usr/bin/env", ["python3", Paths.fixtures + "/check_index.py", daemon.cache])
+        #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+    }
+
+    @Test("the Python example in docs/protocol.md works against a live daemon")
+    func pythonExample() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let result = run("/usr/bin/env", ["python3", Paths.repository + "/examples/client.py", "--socket", daemon.socket,
+                                          origin.url("/py1.jpg"), origin.url("/py2.jpg")])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("/py1.jpg"))
+        #expect(result.stdout.contains("/py2.jpg"))
+    }
+
+    @Test("get --timeout reports timeout (exit 5) while the fetch goes on")
+    func getTimeout() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/slow.jpg?delay=2")
+        let result = daemon.ctl("get", "--timeout", "0.5", url)
+        #expect(result.status == 5)
+        #expect(result.stderr.contains("timeout"))
+        usleep(2_500_000)
+        #expect(daemon.ctl("get", "--json", url).stdout.contains("\"from_cache\":true"))
+        #expect(try origin.count("/slow.jpg") == 1)
+    }
+
+    @Test("a second daemon on a live socket refuses to start; a stale socket file is replaced")
+    func socketOwnership() throws {
+        let daemon = try DaemonUnderTest()
+        let second = run(Paths.prefetchd, ["--socket", daemon.socket, "--cache-dir", daemon.directory.path + "/other"])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("already serving"))
+        daemon.kill9()  // leaves the socket file behind
+        #expect(FileManager.default.fileExists(atPath: daemon.socket))
+        try daemon.start()
+        #expect(daemon.ctl("ping").status == 0)
+    }
+
+    @Test("SIGTERM keeps acknowledged queue entries for the next start")
+    func termKeepsQueue() throws {
+        let origin = try Origin()
+        try origin.setDelay(5)
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl(arguments: ["queue"] + (1...5).map { origin.url("/t\($0).jpg") }).status == 0)
+        daemon.child?.stop(SIGTERM)
+        #expect(daemon.child?.process.terminationStatus == 0)
+        try origin.setDelay(0)
+        try daemon.start()
+        let result = daemon.ctl(arguments: ["get", "--timeout", "30"] + (1...5).map { origin.url("/t\($0).jpg") })
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+}

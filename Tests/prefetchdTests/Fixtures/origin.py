@@ -1,0 +1,771 @@
+#!/usr/bin/env python3
+"""Scriptable test HTTP origin server for prefetchd integration tests and benchmarks.
+
+Standard library only (Python 3.11+).
+
+Usage:
+    python3 origin.py [--port 0] [--root DIR]
+
+Binds 127.0.0.1 (port 0 = ephemeral), prints exactly one line ``PORT <n>`` to
+stdout, flushes, and serves until SIGTERM / SIGINT (exit status 0).  Nothing is
+logged per request.
+
+Control endpoints (not counted, not delayed):
+    GET  /__stats   -> {"counts": {path: n}, "log": [...], "config": {...}}
+    POST /__reset   -> clears counts and log (GET is accepted too)
+    POST /__config  -> JSON body {"delay": seconds}: default delay before every
+                       non-control response (a ``delay=`` query overrides it)
+
+Every other request is counted per path (path without query, as sent on the
+wire) and appended to the log as
+    {"path", "method", "query", "status", "start", "end", "headers"}
+where start/end are time.monotonic() seconds (end is null while in flight) and
+headers is the subset Range, If-Range, If-None-Match, If-Modified-Since,
+User-Agent, Accept that the request carried.
+
+Bodies: DIR/<path> when --root is given and the file exists (Content-Type by
+extension), otherwise deterministic bytes derived from the path via sha256
+chaining (a 64 KiB pattern block repeated, so any size is cheap).  Paths ending
+in .jpg/.jpeg get FF D8 FF E0 ... FF D9 and image/jpeg (minimum 6 bytes),
+others application/octet-stream.  ``size=N`` (default 2048) sets the size of
+generated bodies.
+
+Query parameters (combine freely):
+    delay=S            sleep S seconds (float) before responding
+    status=N           answer status N (!= 200) with a short text/plain body
+    retry_after=S      add Retry-After: S to error / status responses
+    fail_first=K       first K requests for this path answer 500, then normal
+    drip=BPS           send the body at BPS bytes/second (correct Content-Length)
+    redirect=URL       302 to URL (URL-decoded), e.g. file:///etc/passwd
+    redirect_status=N  status to use for redirects (default 302)
+    redirect_loop=1    redirect to itself forever (adds incrementing hop=N)
+    redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
+    no_length=1        no Content-Length, Connection: close, stream then close
+    short=K            full Content-Length but only K bytes sent, then close
+    reset_after=K      headers + K bytes, then TCP RST (SO_LINGER 0)
+    html=1             HTML body served as image/jpeg
+    ctype=TYPE         override Content-Type
+    cc=VALUE           Cache-Control (default max-age=3600)
+    ranges=0           disable Range support (Accept-Ranges: none)
+    size=N             body size for generated bodies (underscores allowed)
+
+Conditional / range requests: single ``Range: bytes=A-``, ``A-B`` or ``-N``
+-> 206 + Content-Range (unsatisfiable -> 416); If-Range (ETag or date) that
+does not match -> full 200; If-None-Match matching the ETag -> 304;
+If-Modified-Since >= Last-Modified (and no If-None-Match) -> 304.
+HEAD behaves like GET without a body.
+"""
+
+import argparse
+import email.utils
+import functools
+import hashlib
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+BLOCK_SIZE = 64 * 1024
+CHUNK_SIZE = 64 * 1024
+DEFAULT_SIZE = 2048
+JPEG_HEADER = b"\xff\xd8\xff\xe0"
+JPEG_TRAILER = b"\xff\xd9"
+LAST_MODIFIED_TS = 1577836800  # Wed, 01 Jan 2020 00:00:00 GMT
+LAST_MODIFIED = email.utils.formatdate(LAST_MODIFIED_TS, usegmt=True)
+DEFAULT_CACHE_CONTROL = "max-age=3600"
+LOGGED_HEADERS = ("Range", "If-Range", "If-None-Match", "If-Modified-Since",
+                  "User-Agent", "Accept")
+CONTROL_PATHS = ("/__stats", "/__reset", "/__config")
+EXT_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".svg": "image/svg+xml",
+}
+HTML_BODY = (b"<!DOCTYPE html>\n<html><head><title>Not an image</title></head>"
+             b"<body><h1>This is HTML, not a JPEG</h1>"
+             b"<p>Served with Content-Type image/jpeg on purpose.</p>"
+             b"</body></html>\n")
+CONNECTION_ERRORS = (ConnectionError, TimeoutError)  # BrokenPipe/Reset/Aborted
+
+
+class BadRequest(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------
+# Shared state
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts = {}
+        self.log = []
+        self.delay = 0.0
+
+    def begin(self, path, method, query, headers):
+        entry = {
+            "path": path,
+            "method": method,
+            "query": query,
+            "status": None,
+            "start": time.monotonic(),
+            "end": None,
+            "headers": {h: headers[h] for h in LOGGED_HEADERS if headers.get(h) is not None},
+        }
+        with self.lock:
+            n = self.counts.get(path, 0) + 1
+            self.counts[path] = n
+            self.log.append(entry)
+        return entry, n
+
+    def end(self, entry, status):
+        with self.lock:
+            entry["status"] = status
+            entry["end"] = time.monotonic()
+
+    def snapshot(self):
+        with self.lock:
+            return {
+                "counts": dict(self.counts),
+                "log": [dict(e, headers=dict(e["headers"])) for e in self.log],
+                "config": {"delay": self.delay},
+            }
+
+    def reset(self):
+        with self.lock:
+            self.counts.clear()
+            self.log.clear()
+
+
+STATE = State()
+ROOT = None  # set from --root
+
+
+# --------------------------------------------------------------------------
+# Bodies
+
+
+@functools.lru_cache(maxsize=1024)
+def pattern_block(seed, length):
+    """`length` (multiple of 32, <= 64 KiB) deterministic bytes: sha256 chaining
+    seeded by the path.  Shorter blocks are prefixes of longer ones."""
+    h = hashlib.sha256(seed.encode("utf-8", "surrogateescape")).digest()
+    parts = []
+    for _ in range(length // 32):
+        h = hashlib.sha256(h).digest()
+        parts.append(h)
+    return b"".join(parts)
+
+
+class BytesBody:
+    def __init__(self, data):
+        self.data = data
+        self.size = len(data)
+
+    def iter_range(self, start, end):
+        for pos in range(start, end, CHUNK_SIZE):
+            yield self.data[pos:min(end, pos + CHUNK_SIZE)]
+
+    def cache_key(self):
+        return None
+
+
+class GeneratedBody:
+    def __init__(self, seed, size, jpeg):
+        self.seed = seed
+        self.jpeg = jpeg
+        self.size = max(size, len(JPEG_HEADER) + len(JPEG_TRAILER)) if jpeg else size
+        # Only generate as much of the pattern as the body needs (cheap for
+        # small bodies); bodies over 64 KiB repeat the 64 KiB block.
+        self.block_len = min(BLOCK_SIZE, max(32, (self.size + 31) // 32 * 32))
+
+    def iter_range(self, start, end):
+        block_len = self.block_len
+        block = pattern_block(self.seed, block_len)
+        pos = start
+        tail = self.size - len(JPEG_TRAILER)
+        while pos < end:
+            n = min(CHUNK_SIZE, end - pos)
+            off = pos % block_len
+            if off + n <= block_len:
+                piece = block[off:off + n]
+            else:
+                piece = block[off:] + block[:n - (block_len - off)]
+            if self.jpeg and (pos < len(JPEG_HEADER) or pos + n > tail):
+                piece = bytearray(piece)
+                for i in range(pos, min(pos + n, len(JPEG_HEADER))):
+                    piece[i - pos] = JPEG_HEADER[i]
+                for i in range(max(pos, tail), pos + n):
+                    piece[i - pos] = JPEG_TRAILER[i - tail]
+                piece = bytes(piece)
+            yield piece
+            pos += n
+
+    def cache_key(self):
+        return ("gen", self.seed, self.size, self.jpeg)
+
+
+class FileBody:
+    def __init__(self, path, st):
+        self.path = path
+        self.size = st.st_size
+        self.mtime = st.st_mtime_ns
+
+    def iter_range(self, start, end):
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            remaining = end - start
+            while remaining > 0:
+                data = f.read(min(CHUNK_SIZE, remaining))
+                if not data:
+                    break
+                remaining -= len(data)
+                yield data
+
+    def cache_key(self):
+        return ("file", self.path, self.size, self.mtime)
+
+
+_etag_cache = {}
+_etag_lock = threading.Lock()
+
+
+def etag_for(body):
+    key = body.cache_key()
+    if key is not None:
+        with _etag_lock:
+            cached = _etag_cache.get(key)
+        if cached is not None:
+            return cached
+    h = hashlib.sha256()
+    for chunk in body.iter_range(0, body.size):
+        h.update(chunk)
+    tag = '"%s"' % h.hexdigest()[:16]
+    if key is not None:
+        with _etag_lock:
+            if len(_etag_cache) > 4096:
+                _etag_cache.clear()
+            _etag_cache[key] = tag
+    return tag
+
+
+def root_file(raw_path):
+    """Return (abs_path, stat) for DIR/<path> if it is a regular file inside ROOT."""
+    if ROOT is None:
+        return None
+    rel = unquote(raw_path).lstrip("/")
+    if not rel:
+        return None
+    candidate = os.path.realpath(os.path.join(ROOT, rel))
+    if candidate != ROOT and not candidate.startswith(ROOT + os.sep):
+        return None
+    try:
+        st = os.stat(candidate)
+    except OSError:
+        return None
+    if not os.path.isfile(candidate):
+        return None
+    return candidate, st
+
+
+def ext_of(path):
+    return os.path.splitext(path.lower())[1]
+
+
+# --------------------------------------------------------------------------
+# Helpers
+
+
+def parse_int(q, name, default=None, minimum=0):
+    if name not in q:
+        return default
+    try:
+        v = int(q[name])
+    except ValueError:
+        raise BadRequest("bad integer for %s: %r" % (name, q[name]))
+    if v < minimum:
+        raise BadRequest("%s must be >= %d" % (name, minimum))
+    return v
+
+
+def parse_float(q, name, default=None):
+    if name not in q:
+        return default
+    try:
+        v = float(q[name])
+    except ValueError:
+        raise BadRequest("bad number for %s: %r" % (name, q[name]))
+    if v < 0 or v != v:
+        raise BadRequest("%s must be >= 0" % name)
+    return v
+
+
+def truthy(q, name):
+    return q.get(name, "0") not in ("", "0", "false", "no")
+
+
+def parse_range(value, size):
+    """Return (start, end_exclusive), 'unsatisfiable', or None (ignore header)."""
+    if not value:
+        return None
+    value = value.strip()
+    if not value.lower().startswith("bytes="):
+        return None
+    spec = value[6:].strip()
+    if "," in spec or "-" not in spec:
+        return None
+    first, last = (s.strip() for s in spec.split("-", 1))
+    try:
+        if first == "":
+            if not last.isdigit():
+                return None
+            n = int(last)
+            if n == 0:
+                return "unsatisfiable"
+            return (max(0, size - n), size)
+        if not first.isdigit() or (last and not last.isdigit()):
+            return None
+        a = int(first)
+        b = int(last) if last else size - 1
+    except ValueError:
+        return None
+    if last and b < a:
+        return None
+    if a >= size:
+        return "unsatisfiable"
+    return (a, min(b, size - 1) + 1)
+
+
+def etag_matches(header, etag, weak=True):
+    if header is None:
+        return False
+    header = header.strip()
+    if header == "*":
+        return True
+    bare = etag[2:] if etag.startswith("W/") else etag
+    for cand in header.split(","):
+        cand = cand.strip()
+        if weak and cand.startswith("W/"):
+            cand = cand[2:]
+        if cand == bare:
+            return True
+    return False
+
+
+def parse_http_date(value):
+    try:
+        dt = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt is None:
+        return None
+    return dt.timestamp()
+
+
+# --------------------------------------------------------------------------
+# Handler
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "prefetchd-test-origin/1.0"
+    # Headers and body are separate writes; without TCP_NODELAY, Nagle plus
+    # delayed ACK adds ~40 ms to every keep-alive response.
+    disable_nagle_algorithm = True
+
+    def version_string(self):
+        return self.server_version
+
+    # ---- quiet & robust plumbing -------------------------------------
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+    def handle(self):
+        try:
+            super().handle()
+        except CONNECTION_ERRORS:
+            self.close_connection = True
+
+    def finish(self):
+        try:
+            super().finish()
+        except (OSError, ValueError):
+            pass
+
+    def send_response(self, code, message=None):
+        self._status = code
+        super().send_response(code, message)
+
+    # ---- methods ----------------------------------------------------------
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_HEAD(self):
+        self._dispatch("HEAD")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def do_OPTIONS(self):
+        self._dispatch("OPTIONS")
+
+    def _read_request_body(self):
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return b""
+        try:
+            n = int(length)
+        except ValueError:
+            self.close_connection = True
+            return b""
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _dispatch(self, method):
+        self._status = None
+        try:
+            parts = urlsplit(self.path)
+            raw_path = parts.path or "/"
+            query = parts.query
+            if raw_path in CONTROL_PATHS:
+                self._control(method, raw_path)
+                return
+            entry, count = STATE.begin(raw_path, method, query, self.headers)
+            try:
+                self._read_request_body()
+                self._serve(method, raw_path, query, count)
+            finally:
+                STATE.end(entry, self._status)
+        except CONNECTION_ERRORS:
+            self.close_connection = True
+
+    # ---- control endpoints ---------------------------------------------
+    def _control(self, method, path):
+        body = self._read_request_body()
+        if path == "/__stats" and method in ("GET", "HEAD"):
+            self._send_json(200, STATE.snapshot(), head=(method == "HEAD"))
+        elif path == "/__reset" and method in ("POST", "GET"):
+            STATE.reset()
+            self._send_json(200, {"ok": True})
+        elif path == "/__config" and method == "POST":
+            try:
+                cfg = json.loads(body.decode("utf-8") or "{}")
+                if not isinstance(cfg, dict):
+                    raise ValueError("config must be an object")
+                if "delay" in cfg:
+                    d = float(cfg["delay"] or 0)
+                    if d < 0:
+                        raise ValueError("delay must be >= 0")
+                    STATE.delay = d
+            except (ValueError, TypeError, UnicodeDecodeError) as e:
+                self._send_json(400, {"error": str(e)})
+                return
+            self._send_json(200, {"ok": True, "config": {"delay": STATE.delay}})
+        else:
+            self._send_json(405, {"error": "method not allowed"})
+
+    def _send_json(self, code, obj, head=False):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+
+    # ---- simple responses -------------------------------------------------
+    def _send_text(self, code, text, head=False, extra=()):
+        data = text.encode()
+        self.send_response(code)
+        no_body = code in (204, 304) or 100 <= code < 200
+        for k, v in extra:
+            self.send_header(k, v)
+        if not no_body:
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if not head and not no_body:
+            self.wfile.write(data)
+
+    def _redirect(self, location, code, head, extra=()):
+        self._send_text(code, "Redirecting to %s\n" % location, head,
+                        extra=[("Location", location)] + list(extra))
+
+    def _self_url(self, raw_path, params):
+        host = self.headers.get("Host") or "127.0.0.1:%d" % self.server.server_address[1]
+        qs = urlencode(params)
+        return "http://%s%s%s" % (host, raw_path, "?" + qs if qs else "")
+
+    # ---- main logic --------------------------------------------------------
+    def _serve(self, method, raw_path, query, count):
+        head = method == "HEAD"
+        pairs = parse_qsl(query, keep_blank_values=True)
+        q = {}
+        for k, v in pairs:
+            q.setdefault(k, v)
+        try:
+            self._serve_inner(method, head, raw_path, pairs, q, count)
+        except BadRequest as e:
+            self.close_connection = True
+            self._send_text(400, "bad request: %s\n" % e, head)
+
+    def _serve_inner(self, method, head, raw_path, pairs, q, count):
+        delay = parse_float(q, "delay", STATE.delay)
+        if delay:
+            time.sleep(delay)
+
+        extra = []
+        if "retry_after" in q:
+            extra.append(("Retry-After", q["retry_after"]))
+
+        if method not in ("GET", "HEAD"):
+            self._send_text(405, "method not allowed\n", extra=[("Allow", "GET, HEAD")])
+            return
+
+        redirect_status = parse_int(q, "redirect_status", 302)
+
+        # --- redirects ---
+        if truthy(q, "redirect_loop"):
+            hop = parse_int(q, "hop", 0)
+            params = [(k, v) for k, v in pairs if k != "hop"] + [("hop", str(hop + 1))]
+            self._redirect(self._self_url(raw_path, params), redirect_status, head)
+            return
+        chain = parse_int(q, "redirect_chain", 0)
+        if chain > 0:
+            params = [(k, (str(chain - 1) if k == "redirect_chain" else v)) for k, v in pairs]
+            self._redirect(self._self_url(raw_path, params), redirect_status, head)
+            return
+        if "redirect" in q:
+            self._redirect(q["redirect"], redirect_status, head)
+            return
+
+        # --- failures ---
+        fail_first = parse_int(q, "fail_first", 0)
+        if count <= fail_first:
+            self._send_text(500, "500 Internal Server Error (fail_first %d/%d)\n"
+                            % (count, fail_first), head, extra)
+            return
+        status = parse_int(q, "status", None, minimum=100)
+        if status is not None and status != 200:
+            if status > 999:
+                raise BadRequest("status must be < 1000")
+            try:
+                phrase = HTTPStatus(status).phrase
+            except ValueError:
+                phrase = "Status"
+            self._send_text(status, "%d %s\n" % (status, phrase), head, extra)
+            return
+
+        # --- body selection ---
+        found = root_file(raw_path)
+        if truthy(q, "html"):
+            body = BytesBody(HTML_BODY)
+            ctype = "image/jpeg"
+        elif found is not None:
+            body = FileBody(*found)
+            ctype = EXT_TYPES.get(ext_of(found[0]), "application/octet-stream")
+        else:
+            size = parse_int(q, "size", DEFAULT_SIZE)
+            jpeg = ext_of(raw_path) in (".jpg", ".jpeg")
+            body = GeneratedBody(raw_path, size, jpeg)
+            ctype = "image/jpeg" if jpeg else "application/octet-stream"
+        if "ctype" in q:
+            ctype = q["ctype"]
+
+        etag = etag_for(body)
+        ranges_on = q.get("ranges", "1") != "0"
+        common = [
+            ("ETag", etag),
+            ("Last-Modified", LAST_MODIFIED),
+            ("Cache-Control", q["cc"] if "cc" in q else DEFAULT_CACHE_CONTROL),
+            ("Accept-Ranges", "bytes" if ranges_on else "none"),
+        ]
+
+        # --- conditionals ---
+        inm = self.headers.get("If-None-Match")
+        if inm is not None:
+            not_modified = etag_matches(inm, etag)
+        else:
+            ims = self.headers.get("If-Modified-Since")
+            ts = parse_http_date(ims) if ims else None
+            not_modified = ts is not None and ts >= LAST_MODIFIED_TS
+        if not_modified:
+            self.send_response(304)
+            for k, v in common:
+                self.send_header(k, v)
+            self.end_headers()
+            return
+
+        # --- range ---
+        start, end, code = 0, body.size, 200
+        content_range = None
+        if ranges_on and self.headers.get("Range"):
+            r = parse_range(self.headers.get("Range"), body.size)
+            if_range = self.headers.get("If-Range")
+            if r is not None and if_range is not None:
+                if_range = if_range.strip()
+                if if_range.startswith('"') or if_range.startswith("W/"):
+                    ok = if_range == etag  # strong comparison
+                else:
+                    ok = if_range == LAST_MODIFIED
+                if not ok:
+                    r = None
+            if r == "unsatisfiable":
+                self._send_text(416, "416 Range Not Satisfiable\n", head,
+                                extra=[("Content-Range", "bytes */%d" % body.size)]
+                                + [kv for kv in common if kv[0] != "Cache-Control"])
+                return
+            if r is not None:
+                start, end = r
+                code = 206
+                content_range = "bytes %d-%d/%d" % (start, end - 1, body.size)
+
+        length = end - start
+        no_length = truthy(q, "no_length")
+        short = parse_int(q, "short", None)
+        reset_after = parse_int(q, "reset_after", None)
+        drip = parse_float(q, "drip", None)
+
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        for k, v in common:
+            self.send_header(k, v)
+        if content_range:
+            self.send_header("Content-Range", content_range)
+        if no_length:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if head:
+            return
+
+        limit = None
+        if short is not None:
+            limit = min(short, length)
+        if reset_after is not None:
+            limit = reset_after if limit is None else min(limit, reset_after)
+            limit = min(limit, length)
+        self._write_body(body, start, end, limit, drip)
+
+        if reset_after is not None:
+            time.sleep(0.05)  # let the client read the bytes before the RST
+            self._reset_connection()
+        elif short is not None and short < length:
+            self.close_connection = True
+
+    def _write_body(self, body, start, end, limit, bps):
+        sent = 0
+        t0 = time.monotonic()
+        if bps is not None and bps > 0:
+            step = max(1, int(bps / 20))  # ~20 writes per second (1 byte if slow)
+        else:
+            step = None
+        for chunk in body.iter_range(start, end):
+            if limit is not None:
+                if sent >= limit:
+                    break
+                chunk = chunk[:limit - sent]
+            if step is None:
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                continue
+            for i in range(0, len(chunk), step):
+                piece = chunk[i:i + step]
+                self.wfile.write(piece)
+                self.wfile.flush()
+                sent += len(piece)
+                wait = t0 + sent / bps - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+        try:
+            self.wfile.flush()
+        except ValueError:
+            pass
+
+    def _reset_connection(self):
+        self.close_connection = True
+        conn = self.connection
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        for f in (self.wfile, self.rfile):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
+        try:
+            conn.close()  # makefile refs are gone, so this really closes -> RST
+        except OSError:
+            pass
+        # Harmless stand-ins so the base class' flush/close calls are no-ops.
+        self.wfile = io.BytesIO()
+        self.rfile = io.BytesIO()
+
+
+# --------------------------------------------------------------------------
+# Server
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, CONNECTION_ERRORS):
+            return
+        super().handle_error(request, client_address)
+
+
+def main(argv=None):
+    global ROOT
+    ap = argparse.ArgumentParser(description="prefetchd test origin server")
+    ap.add_argument("--port", type=int, default=0, help="port (0 = ephemeral)")
+    ap.add_argument("--root", default=None, help="serve existing files from DIR")
+    args = ap.parse_args(argv)
+    if args.root is not None:
+        ROOT = os.path.realpath(args.root)
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    server = Server(("127.0.0.1", args.port), Handler)
+    try:
+        sys.stdout.write("PORT %d\n" % server.server_address[1])
+        sys.stdout.flush()
+        server.serve_forever(poll_interval=0.2)
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
