@@ -12,12 +12,13 @@ enum RandomWorld {
         url("http://h2.example/c"), url("http://h2.example/d"),
         url("https://h3.example:8443/e"), url("https://h3.example:8443/f"),
     ]
-    /// Spellings of the keys above, as a client might send them.
-    static let spellings: [CanonicalURL] = keys + [
-        url("HTTP://H1.Example:80/a#frag"), url("http://h2.example/x/../c"), url("https://H3.EXAMPLE:8443/%66"),
+    /// The keys above and other spellings of them, as a client might send them.
+    static let spellingTexts = keys.map(\.key) + [
+        "HTTP://H1.Example:80/a#frag", "http://h2.example/x/../c", "https://H3.EXAMPLE:8443/%66",
     ]
+    static let spellings = spellingTexts.map(url)
     static let keyIndex: [String: Int] = Dictionary(uniqueKeysWithValues: keys.enumerated().map { ($1.key, $0) })
-    static let clients: ClosedRange<UInt64> = 1...3
+    static let clients = 1...3
     static let sequencesPerBatch = 1_000
     static let batches = 10
 }
@@ -64,8 +65,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     var description: String {
         func k(_ i: Int) -> String { RandomWorld.keys[i].key }
         func s(_ i: Int) -> String {
-            let u = RandomWorld.spellings[i]
-            return i < RandomWorld.keys.count ? u.key : "\(u.key) (spelling #\(i))"
+            let text = RandomWorld.spellingTexts[i], key = RandomWorld.spellings[i].key
+            return text == key ? key : "\(text) (= \(key))"
         }
         switch self {
         case .get(let spelling, let waiter, let cache): return "get \(s(spelling)) as \(waiter), cache \(cache)"
@@ -86,6 +87,23 @@ struct Violation: Error, CustomStringConvertible {
     var op: String
     var message: String
     var description: String { "step \(step + 1) (\(op)): \(message)" }
+}
+
+/// The situations a good random run must reach, counted so a change of weights cannot quietly stop exercising them.
+enum Situation: String, CaseIterable {
+    case promotedInPlace = "promoted in place", demotedInPlace = "demoted in place"
+    case demotedWhileWaiting = "demoted while waiting in the fast lane", aborted = "aborted"
+    case slowStarted = "slow start", suspended = "slow lane suspended", hostLimited = "waiting on the per-host limit"
+    case retryScheduled = "retry scheduled", retryStarted = "retry started", attemptsExhausted = "attempts exhausted"
+    case answeredFromNegativeCache = "answered from the negative cache", queueSkipped = "queue skipped"
+    case answeredReady = "answered ready", answeredFailed = "answered failed", answeredCancelled = "answered cancelled"
+    case waiterLeft = "waiter left (disconnect or withdraw)"
+}
+
+struct Coverage {
+    var counts: [Situation: Int] = [:]
+    mutating func note(_ situation: Situation) { counts[situation, default: 0] += 1 }
+    mutating func add(_ other: Coverage) { counts.merge(other.counts, uniquingKeysWith: +) }
 }
 
 /// The scheduler plus a model of what it must be doing, checked after every step.
@@ -121,17 +139,18 @@ struct Runner {
     var negative: [String: (failure: Failure, until: Moment)] = [:]
     var reportedSuspended = false
     var step = 0
-    var currentOp = ""
+    var currentOp: Op?
+    /// Counted by hand (cheaper than summing `pending` every step).
+    var pendingCount = 0
+    var coverage = Coverage()
 
     init(configuration: Scheduler.Configuration, seed: UInt64) {
         self.configuration = configuration
         scheduler = Scheduler(configuration: configuration, seed: seed)
     }
 
-    func fail(_ message: String) -> Violation { Violation(step: step, op: currentOp, message: message) }
-
-    func check(_ condition: Bool, _ message: @autoclosure () -> String) throws(Violation) {
-        if !condition { throw fail(message()) }
+    func fail(_ message: String) -> Violation {
+        Violation(step: step, op: currentOp?.description ?? "drain", message: message)
     }
 
     /// Runs every operation, then drains, checking the model all along.
@@ -147,7 +166,7 @@ struct Runner {
     // MARK: Steps
 
     mutating func apply(_ op: Op) throws(Violation) {
-        currentOp = op.description
+        currentOp = op
         defer { step += 1 }
         switch op {
         case .get(let spelling, let waiter, let cache):
@@ -155,40 +174,49 @@ struct Runner {
             let existed = scheduler.task(key) != nil
             let actions = scheduler.get(u, waiter: waiter, cache: cache, now: now)
             if !existed, cache == .fresh {
-                try check(actions == [.answer(waiter, .ready)], "fresh get answered \(actions)")
+                guard actions == [.answer(waiter, .ready)] else { throw fail("fresh get answered \(actions)") }
                 waiters[waiter] = .answered
             } else if !existed, let remembered = negative[key], remembered.until > now {
-                try check(actions == [.answer(waiter, .failed(remembered.failure))],
-                          "get of a recently failed key gave \(actions)")
+                guard actions == [.answer(waiter, .failed(remembered.failure))] else {
+                    throw fail("get of a recently failed key gave \(actions)")
+                }
                 waiters[waiter] = .answered
+                coverage.note(.answeredFromNegativeCache)
             } else {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
+                pendingCount += 1
                 let changeLane = running[key]?.lane == .slow ? (key, Lane.fast) : nil
                 try process(actions, Allowed(changeLane: changeLane))
                 let task = scheduler.task(key)
-                try check(task?.lane == .fast, "after get the task is \(String(describing: task))")
-                if !existed { try check(task?.revalidate == (cache == .stale), "new task has the wrong revalidate flag") }
+                guard task?.lane == .fast else { throw fail("after get the task is \(String(describing: task))") }
+                guard existed || task?.revalidate == (cache == .stale) else { throw fail("new task, wrong revalidate flag") }
             }
 
         case .queue(let spelling, let cache):
             let u = RandomWorld.spellings[spelling], key = u.key
             let before = scheduler.task(key)
             let (outcome, actions) = scheduler.queue(u, cache: cache, now: now)
+            let expected: QueueOutcome
             if before != nil {
-                try check(outcome == .already && actions == [], "queue of a known key gave \(outcome), \(actions)")
-                try check(scheduler.task(key) == before, "queue changed a known task")
+                expected = .already
             } else if cache == .fresh {
-                try check(outcome == .cached && actions == [], "queue of a fresh key gave \(outcome), \(actions)")
+                expected = .cached
             } else if let remembered = negative[key], remembered.until > now {
-                try check(outcome == .skipped(remembered.failure) && actions == [],
-                          "queue of a recently failed key gave \(outcome), \(actions)")
+                expected = .skipped(remembered.failure)
             } else {
-                try check(outcome == .queued, "queue of an unknown key gave \(outcome)")
+                expected = .queued
+            }
+            guard outcome == expected else { throw fail("queue gave \(outcome), expected \(expected)") }
+            if case .skipped = outcome { coverage.note(.queueSkipped) }
+            if expected == .queued {
                 try process(actions, Allowed())
                 let task = scheduler.task(key)
-                try check(task?.lane == .slow && task?.revalidate == (cache == .stale) && task?.waiters == [],
-                          "queued task is \(String(describing: task))")
+                guard task?.lane == .slow && task?.revalidate == (cache == .stale) && task?.waiters == [] else {
+                    throw fail("queued task is \(String(describing: task))")
+                }
+            } else {
+                guard actions == [] && scheduler.task(key) == before else { throw fail("\(outcome) but \(actions)") }
             }
 
         case .demote(let index):
@@ -199,24 +227,25 @@ struct Runner {
             try process(actions, Allowed(changeLane: changeLane))
             if let before {
                 let after = scheduler.task(key)
-                try check(after?.lane == .slow, "after demote the task is \(String(describing: after))")
-                try check(after?.waiters == before.waiters && after?.attempts == before.attempts,
-                          "demote changed waiters or attempts")
-                if before.lane == .slow { try check(after == before, "demote of a slow task changed it") }
+                guard after?.lane == .slow, after?.waiters == before.waiters, after?.attempts == before.attempts else {
+                    throw fail("after demote the task is \(String(describing: after)), before \(before)")
+                }
+                guard before.lane == .fast || (after == before && actions == []) else {
+                    throw fail("demote of a slow task changed it or acted: \(actions)")
+                }
+                if before.lane == .fast, before.state == .waiting { coverage.note(.demotedWhileWaiting) }
             } else {
-                try check(actions == [], "demote of an unknown key gave \(actions)")
+                guard actions == [] else { throw fail("demote of an unknown key gave \(actions)") }
             }
 
         case .promote(let index):
             let key = RandomWorld.keys[index].key
-            let before = scheduler.task(key)
+            let existed = scheduler.task(key) != nil
             let actions = scheduler.promote(key, now: now)
             let changeLane = running[key]?.lane == .slow ? (key, Lane.fast) : nil
             try process(actions, Allowed(changeLane: changeLane))
-            if before != nil {
-                try check(scheduler.task(key)?.lane == .fast, "after promote the task is not fast")
-            } else {
-                try check(actions == [], "promote of an unknown key gave \(actions)")
+            guard existed ? scheduler.task(key)?.lane == .fast : actions == [] else {
+                throw fail("promote gave \(actions), the task is \(String(describing: scheduler.task(key)))")
             }
 
         case .cancel(let index):
@@ -225,28 +254,22 @@ struct Runner {
             let wasRunning = running[key] != nil
             let actions = scheduler.cancel(key, now: now)
             try process(actions, Allowed(abort: key, answers: (key, .cancelled), forget: key))
-            try check(scheduler.task(key) == nil, "the task is still there after cancel")
-            try check(running[key] == nil, "a running task was cancelled without an abort")
-            try check(existed == actions.contains(.forget(key: key)), "forget missing or unexpected in \(actions)")
-            try check(wasRunning == actions.contains(.abort(key: key)), "abort missing or unexpected in \(actions)")
+            guard scheduler.task(key) == nil, running[key] == nil else { throw fail("the task is still there after cancel") }
+            guard existed == actions.contains(.forget(key: key)), wasRunning == actions.contains(.abort(key: key)) else {
+                throw fail("cancel gave \(actions)")
+            }
 
         case .disconnect(let client):
             let actions = scheduler.disconnect(client: client)
-            try check(actions == [], "disconnect gave \(actions)")
+            guard actions == [] else { throw fail("disconnect gave \(actions)") }
             for (waiter, state) in waiters where waiter.client == client {
-                if case .pending(let key) = state {
-                    waiters[waiter] = .gone
-                    pending[key]?.remove(waiter)
-                }
+                if case .pending(let key) = state { leave(waiter, key: key) }
             }
 
         case .withdraw(let waiter):
             let actions = scheduler.withdraw(waiter)
-            try check(actions == [], "withdraw gave \(actions)")
-            if case .pending(let key)? = waiters[waiter] {
-                waiters[waiter] = .gone
-                pending[key]?.remove(waiter)
-            }
+            guard actions == [] else { throw fail("withdraw gave \(actions)") }
+            if case .pending(let key)? = waiters[waiter] { leave(waiter, key: key) }
 
         case .finish(let index, let kind):
             let key = RandomWorld.keys[index].key
@@ -260,32 +283,33 @@ struct Runner {
             switch kind.outcome {
             case .success:
                 try process(actions, Allowed(answers: (key, .ready), forget: key))
-                try check(scheduler.task(key) == nil && actions.contains(.forget(key: key)), "success left the task")
+                guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else { throw fail("success left the task") }
             case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
                 try process(actions, Allowed())
                 let after = scheduler.task(key)
-                guard let until = after?.state.delayedUntil else {
+                guard let until = after?.state.delayedUntil, after?.waiters == task.waiters, after?.lane == task.lane else {
                     throw fail("a retryable failure left the task \(String(describing: after))")
                 }
                 let policy = configuration.retry
                 let backoff = min(policy.maxDelay, policy.baseDelay << Int64(task.attempts - 1))
                 let honoured = min(max(failure.retryAfter ?? 0, 0), policy.retryAfterCap)
                 let delay = until.milliseconds - now.milliseconds
-                try check(delay >= max(backoff / 2, honoured) && delay <= max(backoff, honoured),
-                          "retry delay \(delay)ms after attempt \(task.attempts) (backoff \(backoff), Retry-After \(honoured))")
-                try check(after?.waiters == task.waiters && after?.lane == task.lane, "the retry changed the task")
+                guard delay >= max(backoff / 2, honoured), delay <= max(backoff, honoured) else {
+                    throw fail("retry delay \(delay)ms after attempt \(task.attempts) (backoff \(backoff), Retry-After \(honoured))")
+                }
+                coverage.note(.retryScheduled)
             case .failure(let failure):
                 var allowed = Allowed(answers: (key, .failed(failure)), forget: key)
+                if failure.isTransient { coverage.note(.attemptsExhausted) }
                 if !failure.isTransient {
-                    allowed.remember = (key, failure, now + configuration.retry.negativeTTL)
-                    try check(actions.first == .remember(key: key, failure, until: now + configuration.retry.negativeTTL),
-                              "a permanent failure was not remembered first: \(actions)")
-                } else {
-                    try check(!actions.contains { if case .remember = $0 { true } else { false } },
-                              "a transient failure was remembered")
+                    let until = now + configuration.retry.negativeTTL
+                    allowed.remember = (key, failure, until)
+                    guard actions.first == .remember(key: key, failure, until: until) else {
+                        throw fail("a permanent failure was not remembered first: \(actions)")
+                    }
                 }
                 try process(actions, allowed)
-                try check(scheduler.task(key) == nil && actions.contains(.forget(key: key)), "failure left the task")
+                guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else { throw fail("failure left the task") }
             }
 
         case .advance(let by):
@@ -296,125 +320,190 @@ struct Runner {
         try checkInvariants()
     }
 
+    /// A waiter disconnects or withdraws: it must never be answered now.
+    mutating func leave(_ waiter: Waiter, key: String) {
+        waiters[waiter] = .gone
+        pending[key]?.remove(waiter)
+        pendingCount -= 1
+        coverage.note(.waiterLeft)
+    }
+
     /// Walks one step's actions in order, updating the model.
     mutating func process(_ actions: [Action], _ allowed: Allowed) throws(Violation) {
         var slowStarted = false
         for (position, action) in actions.enumerated() {
             switch action {
             case .start(let key, let lane, let revalidate):
-                try check(running[key] == nil, "start for \(key), which is already running")
-                try check(!(lane == .fast && slowStarted), "a fast start after a slow start in one step: \(actions)")
-                let host = scheduler.task(key)?.host ?? "?"
+                guard running[key] == nil else { throw fail("start for \(key), which is already running") }
+                guard lane == .slow || !slowStarted else { throw fail("a fast start after a slow start: \(actions)") }
+                let task = scheduler.task(key)
+                guard let task, task.state == .running, task.lane == lane, task.revalidate == revalidate else {
+                    throw fail("\(action) but the task is \(String(describing: task))")
+                }
                 let laneRunning = running.values.count { $0.lane == lane }
                 let width = lane == .fast ? configuration.fastWidth : configuration.slowWidth
-                try check(laneRunning < width, "start(\(lane)) of \(key) with \(laneRunning) already running (width \(width))")
-                if let limit = configuration.perHostLimit {
-                    let onHost = running.values.count { $0.host == host }
-                    try check(onHost < limit, "start of \(key) with \(onHost) running on \(host) (limit \(limit))")
+                guard laneRunning < width else {
+                    throw fail("start(\(lane)) of \(key) with \(laneRunning) already running (width \(width))")
                 }
-                let task = scheduler.task(key)
-                try check(task?.state == .running && task?.lane == lane && task?.revalidate == revalidate,
-                          "start \(action) but the task is \(String(describing: task))")
-                running[key] = Running(lane: lane, host: host, inPlace: false)
-                if lane == .slow { slowStarted = true }
+                if let limit = configuration.perHostLimit {
+                    let onHost = running.values.count { $0.host == task.host }
+                    guard onHost < limit else { throw fail("start of \(key) with \(onHost) on \(task.host) (limit \(limit))") }
+                }
+                running[key] = Running(lane: lane, host: task.host, inPlace: false)
+                if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
+                if task.attempts > 1 { coverage.note(.retryStarted) }
 
             case .changeLane(let key, let lane):
-                try check(allowed.changeLane.map { $0.key == key && $0.lane == lane } ?? false, "unexpected \(action)")
-                try check(running[key] != nil && running[key]?.lane != lane, "\(action) but the model has \(String(describing: running[key]))")
+                guard let change = allowed.changeLane, change.key == key, change.lane == lane else {
+                    throw fail("unexpected \(action)")
+                }
                 running[key]?.lane = lane
                 running[key]?.inPlace = true
+                if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
             case .abort(let key):
-                try check(allowed.abort == key, "unexpected \(action)")
-                try check(running.removeValue(forKey: key) != nil, "abort of \(key), which is not running")
+                guard allowed.abort == key else { throw fail("unexpected \(action)") }
+                guard running.removeValue(forKey: key) != nil else { throw fail("abort of \(key), which is not running") }
+                coverage.note(.aborted)
 
             case .answer(let waiter, let answer):
                 guard let expected = allowed.answers else { throw fail("unexpected \(action)") }
                 switch waiters[waiter] {
                 case .pending(let key)?:
-                    try check(key == expected.key, "\(waiter) waits for \(key) but was answered for \(expected.key)")
+                    guard key == expected.key else { throw fail("\(waiter) waits for \(key), answered for \(expected.key)") }
                 case .answered?: throw fail("\(waiter) answered a second time (\(answer))")
                 case .gone?: throw fail("\(waiter) answered after it disconnected or withdrew")
                 case nil: throw fail("\(waiter) answered but never asked")
                 }
-                try check(answer == expected.answer, "\(waiter) answered \(answer), expected \(expected.answer)")
+                guard answer == expected.answer else { throw fail("\(waiter) answered \(answer), expected \(expected.answer)") }
                 waiters[waiter] = .answered
                 pending[expected.key]?.remove(waiter)
+                pendingCount -= 1
+                switch answer {
+                case .ready: coverage.note(.answeredReady)
+                case .failed: coverage.note(.answeredFailed)
+                case .cancelled: coverage.note(.answeredCancelled)
+                }
 
             case .slowLaneSuspended(let suspended):
-                try check(suspended != reportedSuspended, "\(action) repeats the last report")
-                try check(position == actions.count - 1, "\(action) is not the last action: \(actions)")
+                guard suspended != reportedSuspended else { throw fail("\(action) repeats the last report") }
+                guard position == actions.count - 1 else { throw fail("\(action) is not the last action: \(actions)") }
                 reportedSuspended = suspended
+                if suspended { coverage.note(.suspended) }
 
             case .forget(let key):
-                try check(allowed.forget == key, "unexpected \(action)")
-                try check(pending[key]?.isEmpty ?? true, "forget(\(key)) with waiters unanswered: \(pending[key]!)")
-                try check(running[key] == nil, "forget(\(key)) while the model has it running")
+                guard allowed.forget == key else { throw fail("unexpected \(action)") }
+                guard pending[key]?.isEmpty ?? true else { throw fail("\(action) with waiters unanswered: \(pending[key]!)") }
+                guard running[key] == nil else { throw fail("\(action) while the model has it running") }
 
             case .remember(let key, let failure, let until):
-                try check(allowed.remember.map { $0.key == key && $0.failure == failure && $0.until == until } ?? false,
-                          "unexpected \(action)")
+                guard let remember = allowed.remember, remember.key == key, remember.failure == failure,
+                      remember.until == until else { throw fail("unexpected \(action)") }
                 negative[key] = (failure, until)
             }
         }
-        if slowStarted {
-            try check(scheduler.counts.fastWaiting + scheduler.counts.fastRunning == 0,
-                      "a slow task started while fast work waits or runs: \(actions), counts \(scheduler.counts)")
+        let counts = scheduler.counts
+        guard !slowStarted || counts.fastWaiting + counts.fastRunning == 0 else {
+            throw fail("a slow task started while fast work waits or runs: \(actions), counts \(counts)")
         }
     }
 
     /// What must hold between any two steps.
-    func checkInvariants() throws(Violation) {
+    mutating func checkInvariants() throws(Violation) {
         let tasks = scheduler.allTasks
         let counts = scheduler.counts
-        try check(Set(tasks.map(\.key)).count == tasks.count, "two tasks for one key")
-        try check(counts == scheduler.recomputedCounts, "counts \(counts) but the tasks say \(scheduler.recomputedCounts)")
-
-        var runningLanes: [String: Lane] = [:]
-        var totalWaiters = 0
-        var deadlines: [Moment] = []
-        for task in tasks {
-            if task.state == .running { runningLanes[task.key] = task.lane }
-            try check(Set(task.waiters).count == task.waiters.count, "\(task.key) has a waiter twice")
-            try check(Set(task.waiters) == pending[task.key] ?? [],
-                      "\(task.key) has waiters \(task.waiters), the model \(pending[task.key] ?? [])")
-            totalWaiters += task.waiters.count
-            if let until = task.state.delayedUntil {
-                try check(until > now, "\(task.key) is still delayed until \(until) at \(now)")
-                deadlines.append(until)
+        var recomputed = LaneCounts()
+        var earliest: Moment?
+        var runningCount = 0
+        var waitingTasks = 0
+        for (i, task) in tasks.enumerated() {
+            for j in 0..<i where tasks[j].key == task.key { throw fail("two tasks for \(task.key)") }
+            switch (task.state, task.lane) {
+            case (.waiting, .fast): recomputed.fastWaiting += 1; waitingTasks += 1
+            case (.waiting, .slow): recomputed.slowWaiting += 1; waitingTasks += 1
+            case (.running, let lane):
+                if lane == .fast { recomputed.fastRunning += 1 } else { recomputed.slowRunning += 1 }
+                runningCount += 1
+                guard running[task.key]?.lane == lane else {
+                    throw fail("\(task.key) runs in the \(lane) lane, the model has \(String(describing: running[task.key]))")
+                }
+            case (.delayed(let until), _):
+                recomputed.delayed += 1
+                guard until > now else { throw fail("\(task.key) is still delayed until \(until) at \(now)") }
+                earliest = min(earliest ?? until, until)
+            }
+            recomputed.waiters += task.waiters.count
+            // Same waiters as the model: same count, all known, none twice. (Plain loops: this runs every step.)
+            let expected = pending[task.key]
+            guard task.waiters.count == expected?.count ?? 0 else {
+                throw fail("\(task.key) has waiters \(task.waiters), the model \(expected ?? [])")
+            }
+            if let expected, !expected.isEmpty {
+                for (j, waiter) in task.waiters.enumerated() {
+                    var twice = false
+                    for k in 0..<j where task.waiters[k] == waiter { twice = true }
+                    guard expected.contains(waiter), !twice else {
+                        throw fail("\(task.key) has waiters \(task.waiters), the model \(expected)")
+                    }
+                }
             }
         }
-        try check(runningLanes == running.mapValues(\.lane), "running \(runningLanes), the model \(running.mapValues(\.lane))")
-        let modelPending = pending.values.reduce(0) { $0 + $1.count }
-        try check(totalWaiters == modelPending && counts.waiters == modelPending,
-                  "\(counts.waiters) waiters counted, \(modelPending) in the model")
-        try check(reportedSuspended == counts.slowSuspended, "last report \(reportedSuspended), counts \(counts)")
-        try check(scheduler.nextDeadline == deadlines.min(), "nextDeadline \(String(describing: scheduler.nextDeadline))")
+        guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
+        guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
+        guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
+        guard reportedSuspended == counts.slowSuspended else { throw fail("last report \(reportedSuspended), counts \(counts)") }
+        // nextDeadline only looks at delayed tasks: with none (recomputed above) it is nil by construction.
+        guard recomputed.delayed == 0 || scheduler.nextDeadline == earliest else {
+            throw fail("nextDeadline \(String(describing: scheduler.nextDeadline)), earliest retry \(String(describing: earliest))")
+        }
 
         // Widths: tasks that changed lane in place are exempt; everything admitted respects the width.
-        let slowAdmitted = running.values.count { $0.lane == .slow && !$0.inPlace }
-        let slowInPlace = running.values.count { $0.lane == .slow && $0.inPlace }
-        let fastAdmitted = running.values.count { $0.lane == .fast && !$0.inPlace }
-        try check(slowAdmitted <= configuration.slowWidth, "\(slowAdmitted) slow tasks admitted (width \(configuration.slowWidth))")
-        try check(counts.slowRunning <= configuration.slowWidth + slowInPlace,
-                  "slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth) + \(slowInPlace) demoted in place")
-        try check(fastAdmitted <= configuration.fastWidth, "\(fastAdmitted) fast tasks admitted (width \(configuration.fastWidth))")
-        var perHost: [String: Int] = [:]
-        for task in tasks where task.state == .running { perHost[task.host, default: 0] += 1 }
+        var slowAdmitted = 0, slowInPlace = 0, fastAdmitted = 0
+        var perHost: [(host: String, running: Int)] = []
+        for task in running.values {
+            switch (task.lane, task.inPlace) {
+            case (.slow, false): slowAdmitted += 1
+            case (.slow, true): slowInPlace += 1
+            case (.fast, false): fastAdmitted += 1
+            case (.fast, true): break
+            }
+            if configuration.perHostLimit != nil {
+                if let i = perHost.firstIndex(where: { $0.host == task.host }) { perHost[i].running += 1 }
+                else { perHost.append((task.host, 1)) }
+            }
+        }
+        guard slowAdmitted <= configuration.slowWidth else {
+            throw fail("\(slowAdmitted) slow tasks admitted (width \(configuration.slowWidth))")
+        }
+        guard counts.slowRunning <= configuration.slowWidth + slowInPlace else {
+            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth) + \(slowInPlace) demoted in place")
+        }
+        guard fastAdmitted <= configuration.fastWidth else {
+            throw fail("\(fastAdmitted) fast tasks admitted (width \(configuration.fastWidth))")
+        }
         if let limit = configuration.perHostLimit {
-            try check(perHost.values.allSatisfy { $0 <= limit }, "per-host limit \(limit) exceeded: \(perHost)")
+            for (host, count) in perHost where count > limit {
+                throw fail("per-host limit \(limit) exceeded on \(host): \(running)")
+            }
         }
 
         // Work-conserving: a waiting task has a reason to wait.
+        guard waitingTasks > 0 else { return }
         for task in tasks where task.state == .waiting {
-            let hostFull = configuration.perHostLimit.map { perHost[task.host, default: 0] >= $0 } ?? false
+            var hostFull = false
+            if let limit = configuration.perHostLimit {
+                for (host, count) in perHost where host == task.host { hostFull = count >= limit }
+            }
+            if hostFull { coverage.note(.hostLimited) }
             switch task.lane {
             case .fast:
-                try check(hostFull || counts.fastRunning >= configuration.fastWidth,
-                          "\(task.key) waits in the fast lane with room to run (counts \(counts))")
+                guard hostFull || counts.fastRunning >= configuration.fastWidth else {
+                    throw fail("\(task.key) waits in the fast lane with room to run (counts \(counts))")
+                }
             case .slow:
-                try check(hostFull || counts.slowSuspended || counts.slowRunning >= configuration.slowWidth,
-                          "\(task.key) waits in the slow lane with room to run (counts \(counts))")
+                guard hostFull || counts.slowSuspended || counts.slowRunning >= configuration.slowWidth else {
+                    throw fail("\(task.key) waits in the slow lane with room to run (counts \(counts))")
+                }
             }
         }
     }
@@ -425,19 +514,19 @@ struct Runner {
         var rounds = 0
         while !scheduler.allTasks.isEmpty {
             rounds += 1
-            try check(rounds < 1_000, "drain does not end")
+            guard rounds < 1_000 else { throw fail("drain does not end") }
             if !running.isEmpty {
                 for key in running.keys.sorted() { try apply(.finish(key: RandomWorld.keyIndex[key]!, .ok)) }
             } else if let deadline = scheduler.nextDeadline {
                 try apply(.advance(by: max(0, deadline.milliseconds - now.milliseconds)))
             } else {
-                currentOp = "drain"
+                currentOp = nil
                 throw fail("stuck: tasks remain, none runs and no retry is due: \(scheduler.allTasks)")
             }
         }
-        currentOp = "end of drain"
+        currentOp = nil
         let unanswered = waiters.filter { if case .pending = $0.value { true } else { false } }.keys
-        try check(unanswered.isEmpty, "never answered: \(unanswered.sorted { "\($0)" < "\($1)" })")
+        guard unanswered.isEmpty else { throw fail("never answered: \(unanswered.sorted { "\($0)" < "\($1)" })") }
     }
 }
 
@@ -448,65 +537,80 @@ struct Scenario {
     var schedulerSeed: UInt64
     var ops: [Op]
 
-    /// Generates a sequence from `seed` while running it; returns it with the first violation, if any.
-    static func generate(seed: UInt64) -> (Scenario, Violation?) {
+    /// Generates a sequence from `seed` while running it; returns it with the first violation, if any, and what it
+    /// covered.
+    static func generate(seed: UInt64) -> (Scenario, Violation?, Coverage) {
         var rng = SplitMix64(seed: seed)
-        let retry = RetryPolicy(maxAttempts: Int.random(in: 1...3, using: &rng), baseDelay: 100, maxDelay: 800,
-                                retryAfterCap: 1_500, negativeTTL: Int64.random(in: 500...4_000, using: &rng))
+        /// A number in `range` (plain modulo: the bias is irrelevant here, and the generic `random(in:using:)` is
+        /// slow in debug builds, which is how tests run).
+        func below(_ n: Int) -> Int { Int(rng.next() % UInt64(n)) }
+        func roll(_ range: ClosedRange<Int>) -> Int { range.lowerBound + below(range.count) }
+        func coin() -> Bool { rng.next() & 1 == 0 }
+        func element<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[below(items.count)] }
+        let retry = RetryPolicy(maxAttempts: roll(1...3), baseDelay: 100, maxDelay: 800,
+                                retryAfterCap: 1_500, negativeTTL: Int64(roll(500...4_000)))
         let configuration = Scheduler.Configuration(
-            fastWidth: Int.random(in: 1...4, using: &rng), slowWidth: Int.random(in: 1...2, using: &rng),
-            perHostLimit: Bool.random(using: &rng) ? Int.random(in: 1...2, using: &rng) : nil, retry: retry)
+            fastWidth: roll(1...4), slowWidth: roll(1...2),
+            perHostLimit: coin() ? roll(1...2) : nil, retry: retry)
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []
         var nextRequest: UInt64 = 1
 
         func cache() -> CacheState {
-            switch Int.random(in: 0..<20, using: &rng) {
+            switch below(20) {
             case 0..<12: .missing
             case 12..<17: .stale
             default: .fresh
             }
         }
-        let count = Int.random(in: 40...120, using: &rng)
+        /// Half the time, a key whose task is in `lane` (any lane when nil), waiting ones first, so that lane
+        /// changes of waiting and running tasks are both common.
+        func pick(lane: Lane?) -> Int? {
+            guard coin() else { return nil }
+            let tasks = runner.scheduler.allTasks.filter { lane == nil || $0.lane == lane }
+            let waiting = tasks.filter { $0.state == .waiting }
+            let keys = (waiting.isEmpty || coin() ? tasks : waiting).map(\.key).sorted()
+            return element(keys).flatMap { RandomWorld.keyIndex[$0] }
+        }
+        let count = roll(40...120)
         do {
             for _ in 0..<count {
                 let op: Op
-                let key = Int.random(in: 0..<RandomWorld.keys.count, using: &rng)
-                let spelling = Int.random(in: 0..<RandomWorld.spellings.count, using: &rng)
-                let roll = Int.random(in: 0..<100, using: &rng)
-                switch roll {
+                let key = below(RandomWorld.keys.count)
+                let spelling = below(RandomWorld.spellings.count)
+                switch below(100) {
                 case 0..<22:
-                    let waiter = Waiter(client: UInt64.random(in: RandomWorld.clients, using: &rng), request: nextRequest)
+                    let waiter = Waiter(client: UInt64(roll(RandomWorld.clients)), request: nextRequest)
                     nextRequest += 1
                     issued.append(waiter)
                     op = .get(spelling: spelling, waiter: waiter, cache: cache())
                 case 22..<34: op = .queue(spelling: spelling, cache: cache())
-                case 34..<40: op = .demote(key: key)
-                case 40..<44: op = .promote(key: key)
-                case 44..<48: op = .cancel(key: key)
-                case 48..<51: op = .disconnect(client: UInt64.random(in: RandomWorld.clients, using: &rng))
+                case 34..<40: op = .demote(key: pick(lane: .fast) ?? key)
+                case 40..<44: op = .promote(key: pick(lane: .slow) ?? key)
+                case 44..<48: op = .cancel(key: pick(lane: nil) ?? key)
+                case 48..<51: op = .disconnect(client: UInt64(roll(RandomWorld.clients)))
                 case 51..<55:
-                    op = .withdraw(issued.randomElement(using: &rng) ?? Waiter(client: 1, request: 999))
+                    op = .withdraw(element(issued) ?? Waiter(client: 1, request: 999))
                 case 55..<85 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
-                    let finishKey = RandomWorld.keyIndex[running.randomElement(using: &rng)!]!
+                    let finishKey = RandomWorld.keyIndex[element(running)!]!
                     let kind: FinishKind
-                    switch Int.random(in: 0..<8, using: &rng) {
+                    switch below(8) {
                     case 0..<4: kind = .ok
                     case 4: kind = .serverError(retryAfter: nil)
-                    case 5: kind = .serverError(retryAfter: Int64.random(in: 0...3_000, using: &rng))
+                    case 5: kind = .serverError(retryAfter: Int64(roll(0...3_000)))
                     case 6: kind = .network
                     default: kind = .notFound
                     }
                     op = .finish(key: finishKey, kind)
                 default:
-                    switch Int.random(in: 0..<10, using: &rng) {
-                    case 0..<4: op = .advance(by: Int64.random(in: 0...300, using: &rng))
+                    switch below(10) {
+                    case 0..<4: op = .advance(by: Int64(roll(0...300)))
                     case 4..<7:
                         let deadline = runner.scheduler.nextDeadline?.milliseconds ?? runner.now.milliseconds + 100
                         op = .advance(by: max(0, deadline - runner.now.milliseconds))
-                    default: op = .advance(by: Int64.random(in: 0...5_000, using: &rng))
+                    default: op = .advance(by: Int64(roll(0...5_000)))
                     }
                 }
                 scenario.ops.append(op)
@@ -514,9 +618,9 @@ struct Scenario {
             }
             try runner.drain()
         } catch {
-            return (scenario, error)
+            return (scenario, error, runner.coverage)
         }
-        return (scenario, nil)
+        return (scenario, nil, runner.coverage)
     }
 
     func run(_ ops: [Op]) -> Violation? { Runner.run(ops, configuration: configuration, seed: schedulerSeed) }
@@ -524,7 +628,7 @@ struct Scenario {
     func report(shortest: [Op], violation: Violation) -> String {
         let c = configuration
         var lines = [
-            "random sequence \(String(seed, radix: 16)) violates the scheduler's contract",
+            "random sequence with seed 0x\(String(seed, radix: 16)) violates the scheduler's contract",
             "configuration: fastWidth \(c.fastWidth), slowWidth \(c.slowWidth), perHostLimit "
                 + "\(c.perHostLimit.map(String.init) ?? "none"), maxAttempts \(c.retry.maxAttempts), negativeTTL "
                 + "\(c.retry.negativeTTL)ms, scheduler seed 0x\(String(schedulerSeed, radix: 16))",
@@ -565,7 +669,7 @@ struct RandomOperationTests {
         var total = 0
         for i in 0..<RandomWorld.sequencesPerBatch {
             let seed = 0x5EED_0000 &+ UInt64(batch * RandomWorld.sequencesPerBatch + i) &* 0x9E37_79B9
-            let (scenario, violation) = Scenario.generate(seed: seed)
+            let (scenario, violation, _) = Scenario.generate(seed: seed)
             total += scenario.ops.count
             guard violation != nil else { continue }
             let shortest = shrink(scenario.ops) { scenario.run($0) != nil }
@@ -577,10 +681,24 @@ struct RandomOperationTests {
 
     @Test("the same seed generates the same sequence")
     func deterministic() {
-        let (a, _) = Scenario.generate(seed: 7)
-        let (b, _) = Scenario.generate(seed: 7)
+        let (a, _, _) = Scenario.generate(seed: 7)
+        let (b, _, _) = Scenario.generate(seed: 7)
         #expect(a.ops == b.ops && a.configuration == b.configuration && a.schedulerSeed == b.schedulerSeed)
         #expect(a.run(a.ops) == nil)
+    }
+
+    @Test("the random sequences reach every interesting situation")
+    func coverage() {
+        var total = Coverage()
+        for i in 0..<300 {
+            let (_, violation, coverage) = Scenario.generate(seed: 0xC0DE &+ UInt64(i))
+            #expect(violation == nil)
+            total.add(coverage)
+        }
+        for situation in Situation.allCases {
+            let count = total.counts[situation, default: 0]
+            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 300 sequences")
+        }
     }
 
     @Test("shrink finds the shortest failing sequence, one removal at a time")
@@ -605,9 +723,9 @@ struct RandomOperationTests {
                                 schedulerSeed: 0xCD, ops: [.queue(spelling: 6, cache: .stale), .advance(by: 5)])
         let text = scenario.report(shortest: [.queue(spelling: 6, cache: .stale)],
                                    violation: Violation(step: 0, op: "queue", message: "boom"))
-        #expect(text.contains("sequence ab"))
+        #expect(text.contains("seed 0xab violates"))
         #expect(text.contains("fastWidth 2, slowWidth 1, perHostLimit 1"))
-        #expect(text.contains("1. queue http://h1.example/a (spelling #6), cache stale"))
+        #expect(text.contains("1. queue HTTP://H1.Example:80/a#frag (= http://h1.example/a), cache stale"))
         #expect(text.contains("violation: step 1 (queue): boom"))
     }
 }
