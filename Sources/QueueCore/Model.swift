@@ -51,8 +51,10 @@ public enum Action: Equatable, Sendable {
     case start(key: String, lane: Lane, revalidate: Bool)
     /// A running fetch changed lane in place (promote or demote): keep its bytes, change its priority.
     case changeLane(key: String, lane: Lane)
-    /// Stop a running fetch; no `finish` is expected for it.
+    /// Stop a running fetch and drop its bytes; no `finish` is expected for it.
     case abort(key: String)
+    /// Stop a running fetch but keep its bytes: it waits again and resumes where it stopped when it next starts.
+    case park(key: String)
     case answer(Waiter, Answer)
     /// The slow lane stopped (true) or resumed (false) admitting; running slow fetches should yield or resume.
     case slowLaneSuspended(Bool)
@@ -60,6 +62,8 @@ public enum Action: Equatable, Sendable {
     case forget(key: String)
     /// A permanent failure to remember (and persist) until `until`.
     case remember(key: String, Failure, until: Moment)
+    /// A host failed too often in a row: it gets no new work until `until` (persist it; show it in status).
+    case pauseHost(host: String, until: Moment)
 }
 
 /// Where a task stands.

@@ -10,12 +10,19 @@ public struct Scheduler: Sendable {
         /// At most this many running tasks per host (`host:port`), when set.
         public var perHostLimit: Int?
         public var retry: RetryPolicy
+        /// Consecutive transient failures on one host that pause it (circuit breaker); nil never pauses.
+        public var hostFailureThreshold: Int?
+        /// How long a paused host gets no new work (ms).
+        public var hostPause: Int64
 
-        public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy()) {
+        public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy(),
+                    hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000) {
             self.fastWidth = max(1, fastWidth)
             self.slowWidth = max(1, slowWidth)
             self.perHostLimit = perHostLimit.map { max(1, $0) }
             self.retry = retry
+            self.hostFailureThreshold = hostFailureThreshold.map { max(1, $0) }
+            self.hostPause = max(0, hostPause)
         }
     }
 
@@ -27,6 +34,8 @@ public struct Scheduler: Sendable {
         var waiters: [Waiter] = []
         var attempts = 0
         var revalidate: Bool
+        /// Stopped by a demote with its bytes kept: its next start resumes the same attempt.
+        var parked = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
     }
@@ -40,6 +49,8 @@ public struct Scheduler: Sendable {
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
     private var negative: [String: (failure: Failure, until: Moment)] = [:]
+    private var hostFailures: [String: Int] = [:]
+    private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
     private var reportedSuspended = false
     private var random: SplitMix64
@@ -67,12 +78,18 @@ public struct Scheduler: Sendable {
         return entry.failure
     }
 
-    /// When `advance(to:)` next has something to do (a retry becoming due), if ever.
+    /// Hosts the circuit breaker paused, with the end of each pause (expired pauses go in `advance(to:)`).
+    public var paused: [(host: String, until: Moment)] {
+        pausedHosts.map { ($0.key, $0.value) }.sorted { $0.host < $1.host }
+    }
+
+    /// When `advance(to:)` next has something to do (a retry becoming due, a host pause ending), if ever.
     public var nextDeadline: Moment? {
-        delayedKeys.lazy.compactMap { key -> Moment? in
+        let retries = delayedKeys.lazy.compactMap { key -> Moment? in
             if case .delayed(let until) = self.tasks[key]?.state { return until }
             return nil
-        }.min()
+        }
+        return [retries.min(), pausedHosts.values.min()].compactMap { $0 }.min()
     }
 
     // MARK: Events
@@ -83,6 +100,12 @@ public struct Scheduler: Sendable {
         let key = url.key
         if cache == .fresh, tasks[key] == nil { return [.answer(waiter, .ready)] }
         if tasks[key] == nil, let failure = rememberedFailure(key, now: now) { return [.answer(waiter, .failed(failure))] }
+        if tasks[key]?.state != .running, let until = pausedHosts[url.authority], until > now {
+            let seconds = (until.milliseconds - now.milliseconds + 999) / 1000
+            return [.answer(waiter, .failed(Failure(
+                code: "host_paused", message: "\(url.authority) failed too often in a row; paused for \(seconds) s more",
+                isTransient: true, retryAfter: until.milliseconds - now.milliseconds)))]
+        }
         var actions: [Action] = []
         if tasks[key] == nil {
             insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale))
@@ -116,8 +139,9 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// Makes `key` background work: a waiting fast task goes to the front of the slow lane, a running one
-    /// changes lane in place; its waiters stay attached.
+    /// Makes `key` background work: a waiting fast task goes to the front of the slow lane; a running one changes
+    /// lane in place, or, when the slow lane is full, is parked (stopped with its bytes kept) at the front of the
+    /// slow lane to resume from where it stopped. Its waiters stay attached.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
         guard var task = tasks[key], task.lane == .fast else { return [] }
         var actions: [Action] = []
@@ -128,11 +152,21 @@ public struct Scheduler: Sendable {
             task.lane = .slow
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
-        case .running:
+        case .running where counts.slowRunning < configuration.slowWidth:
             counts.fastRunning -= 1
             counts.slowRunning += 1
             task.lane = .slow
             actions.append(.changeLane(key: key, lane: .slow))
+        case .running:
+            // The slow lane is full: stop the transfer, keeping its bytes, and let it resume first in line.
+            leaveRunning(task)
+            task.lane = .slow
+            task.state = .waiting
+            task.parked = true
+            task.ticket = takeTicket()
+            slowQueue.pushFront(.init(key: key, ticket: task.ticket))
+            counts.slowWaiting += 1
+            actions.append(.park(key: key))
         case .delayed:
             task.lane = .slow
         }
@@ -149,6 +183,11 @@ public struct Scheduler: Sendable {
         remove(key, answering: .cancelled, into: &actions)
         admit(now: now, into: &actions)
         return actions
+    }
+
+    /// Restores a host pause from before a restart.
+    public mutating func pause(host: String, until: Moment) {
+        pausedHosts[host] = until
     }
 
     /// Restores a permanent failure remembered before a restart.
@@ -179,6 +218,7 @@ public struct Scheduler: Sendable {
     public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
         guard let task = tasks[key], task.state == .running else { return [] }
         var actions: [Action] = []
+        noteHostOutcome(task.host, outcome, now: now, into: &actions)
         switch outcome {
         case .success:
             remove(key, answering: .ready, into: &actions)
@@ -216,6 +256,7 @@ public struct Scheduler: Sendable {
             enqueue(key, lane: task.lane, atFront: false)
         }
         negative = negative.filter { $0.value.until > now }
+        pausedHosts = pausedHosts.filter { $0.value > now }
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -293,6 +334,26 @@ public struct Scheduler: Sendable {
         actions.append(.forget(key: key))
     }
 
+    /// Counts consecutive transient failures per host; at the threshold the host is paused.
+    private mutating func noteHostOutcome(_ host: String, _ outcome: FetchOutcome, now: Moment, into actions: inout [Action]) {
+        switch outcome {
+        case .success:
+            hostFailures.removeValue(forKey: host)
+        case .failure(let failure) where failure.isTransient:
+            let failures = hostFailures[host, default: 0] + 1
+            guard let threshold = configuration.hostFailureThreshold, failures >= threshold else {
+                hostFailures[host] = failures
+                return
+            }
+            hostFailures.removeValue(forKey: host)
+            let until = now + configuration.hostPause
+            pausedHosts[host] = until
+            actions.append(.pauseHost(host: host, until: until))
+        case .failure:
+            break
+        }
+    }
+
     private mutating func leaveRunning(_ task: Task) {
         if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
         runningPerHost[task.host, default: 1] -= 1
@@ -301,10 +362,11 @@ public struct Scheduler: Sendable {
 
     /// Starts what the widths allow: fast first; slow only when the fast lane is empty.
     private mutating func admit(now: Moment, into actions: inout [Action]) {
-        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast) {
+        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
             start(key, into: &actions)
         }
-        while !counts.slowSuspended, counts.slowRunning < configuration.slowWidth, let key = popStartable(lane: .slow) {
+        while !counts.slowSuspended, counts.slowRunning < configuration.slowWidth,
+              let key = popStartable(lane: .slow, now: now) {
             start(key, into: &actions)
         }
         if counts.slowSuspended != reportedSuspended {
@@ -317,16 +379,19 @@ public struct Scheduler: Sendable {
         slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
     }
 
-    private mutating func popStartable(lane: Lane) -> String? {
+    private mutating func popStartable(lane: Lane, now: Moment) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map { $0.ticket == entry.ticket && $0.state == .waiting && $0.lane == lane } ?? false
         }
         let limit = configuration.perHostLimit
         let running = runningPerHost
+        let paused = pausedHosts
         let accept = { (entry: LaneQueue.Entry) in
+            let host = tasks[entry.key]!.host
+            if let until = paused[host], until > now { return false }
             guard let limit else { return true }
-            return running[tasks[entry.key]!.host, default: 0] < limit
+            return running[host, default: 0] < limit
         }
         let entry = lane == .fast
             ? fastQueue.popFirst(isLive: isLive, accept: accept)
@@ -337,7 +402,7 @@ public struct Scheduler: Sendable {
     private mutating func start(_ key: String, into actions: inout [Action]) {
         var task = tasks[key]!
         task.state = .running
-        task.attempts += 1
+        if task.parked { task.parked = false } else { task.attempts += 1 }
         tasks[key] = task
         if task.lane == .fast {
             counts.fastWaiting -= 1

@@ -93,11 +93,13 @@ struct Violation: Error, CustomStringConvertible {
 enum Situation: String, CaseIterable {
     case promotedInPlace = "promoted in place", demotedInPlace = "demoted in place"
     case demotedWhileWaiting = "demoted while waiting in the fast lane", aborted = "aborted"
+    case parked = "parked by a demote while the slow lane was full"
     case slowStarted = "slow start", suspended = "slow lane suspended", hostLimited = "waiting on the per-host limit"
     case retryScheduled = "retry scheduled", retryStarted = "retry started", attemptsExhausted = "attempts exhausted"
     case answeredFromNegativeCache = "answered from the negative cache", queueSkipped = "queue skipped"
     case answeredReady = "answered ready", answeredFailed = "answered failed", answeredCancelled = "answered cancelled"
     case waiterLeft = "waiter left (disconnect or withdraw)"
+    case hostPaused = "host paused by the circuit breaker"
 }
 
 struct Coverage {
@@ -125,9 +127,11 @@ struct Runner {
     struct Allowed {
         var changeLane: (key: String, lane: Lane)?
         var abort: String?
+        var park: String?
         var answers: (key: String, answer: Answer)?
         var forget: String?
         var remember: (key: String, failure: Failure, until: Moment)?
+        var pauseHost: String?
     }
 
     let configuration: Scheduler.Configuration
@@ -137,6 +141,8 @@ struct Runner {
     var waiters: [Waiter: WaiterState] = [:]
     var pending: [String: Set<Waiter>] = [:]
     var negative: [String: (failure: Failure, until: Moment)] = [:]
+    var hostFailures: [String: Int] = [:]
+    var pausedHosts: [String: Moment] = [:]
     var reportedSuspended = false
     var step = 0
     var currentOp: Op?
@@ -182,6 +188,12 @@ struct Runner {
                 }
                 waiters[waiter] = .answered
                 coverage.note(.answeredFromNegativeCache)
+            } else if running[key] == nil, let until = pausedHosts[u.authority], until > now {
+                guard actions.count == 1, case .answer(waiter, .failed(let failure)) = actions[0], failure.code == "host_paused" else {
+                    throw fail("get for the paused host \(u.authority) gave \(actions)")
+                }
+                waiters[waiter] = .answered
+                coverage.note(.hostPaused)
             } else {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
@@ -223,8 +235,10 @@ struct Runner {
             let key = RandomWorld.keys[index].key
             let before = scheduler.task(key)
             let actions = scheduler.demote(key, now: now)
-            let changeLane = running[key]?.lane == .fast ? (key, Lane.slow) : nil
-            try process(actions, Allowed(changeLane: changeLane))
+            let runningFast = running[key]?.lane == .fast
+            let slowFull = running.values.count { $0.lane == .slow } >= configuration.slowWidth
+            try process(actions, Allowed(changeLane: runningFast && !slowFull ? (key, Lane.slow) : nil,
+                                         park: runningFast && slowFull ? key : nil))
             if let before {
                 let after = scheduler.task(key)
                 guard after?.lane == .slow, after?.waiters == before.waiters, after?.attempts == before.attempts else {
@@ -280,12 +294,28 @@ struct Runner {
             }
             running[key] = nil
             let actions = scheduler.finish(key, kind.outcome, now: now)
+            var pauseHost: String?
             switch kind.outcome {
             case .success:
-                try process(actions, Allowed(answers: (key, .ready), forget: key))
+                hostFailures[task.host] = nil
+            case .failure(let failure) where failure.isTransient:
+                hostFailures[task.host, default: 0] += 1
+                if let threshold = configuration.hostFailureThreshold, hostFailures[task.host]! >= threshold {
+                    hostFailures[task.host] = nil
+                    pauseHost = task.host
+                    guard actions.contains(.pauseHost(host: task.host, until: now + configuration.hostPause)) else {
+                        throw fail("\(task.host) failed \(threshold) times in a row but was not paused: \(actions)")
+                    }
+                }
+            case .failure:
+                break
+            }
+            switch kind.outcome {
+            case .success:
+                try process(actions, Allowed(answers: (key, .ready), forget: key, pauseHost: pauseHost))
                 guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else { throw fail("success left the task") }
             case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
-                try process(actions, Allowed())
+                try process(actions, Allowed(pauseHost: pauseHost))
                 let after = scheduler.task(key)
                 guard let until = after?.state.delayedUntil, after?.waiters == task.waiters, after?.lane == task.lane else {
                     throw fail("a retryable failure left the task \(String(describing: after))")
@@ -299,7 +329,7 @@ struct Runner {
                 }
                 coverage.note(.retryScheduled)
             case .failure(let failure):
-                var allowed = Allowed(answers: (key, .failed(failure)), forget: key)
+                var allowed = Allowed(answers: (key, .failed(failure)), forget: key, pauseHost: pauseHost)
                 if failure.isTransient { coverage.note(.attemptsExhausted) }
                 if !failure.isTransient {
                     let until = now + configuration.retry.negativeTTL
@@ -314,6 +344,7 @@ struct Runner {
 
         case .advance(let by):
             now = now + by
+            pausedHosts = pausedHosts.filter { $0.value > now }
             let actions = scheduler.advance(to: now)
             try process(actions, Allowed())
         }
@@ -366,6 +397,14 @@ struct Runner {
                 guard running.removeValue(forKey: key) != nil else { throw fail("abort of \(key), which is not running") }
                 coverage.note(.aborted)
 
+            case .park(let key):
+                guard allowed.park == key else { throw fail("unexpected \(action)") }
+                guard running.removeValue(forKey: key) != nil else { throw fail("park of \(key), which is not running") }
+                guard scheduler.task(key)?.state == .waiting, scheduler.task(key)?.lane == .slow else {
+                    throw fail("parked \(key) is not waiting in the slow lane")
+                }
+                coverage.note(.parked)
+
             case .answer(let waiter, let answer):
                 guard let expected = allowed.answers else { throw fail("unexpected \(action)") }
                 switch waiters[waiter] {
@@ -400,6 +439,11 @@ struct Runner {
                 guard let remember = allowed.remember, remember.key == key, remember.failure == failure,
                       remember.until == until else { throw fail("unexpected \(action)") }
                 negative[key] = (failure, until)
+
+            case .pauseHost(let host, let until):
+                guard allowed.pauseHost == host, until == now + configuration.hostPause else { throw fail("unexpected \(action)") }
+                pausedHosts[host] = until
+                coverage.note(.hostPaused)
             }
         }
         let counts = scheduler.counts
@@ -452,9 +496,11 @@ struct Runner {
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         guard reportedSuspended == counts.slowSuspended else { throw fail("last report \(reportedSuspended), counts \(counts)") }
-        // nextDeadline only looks at delayed tasks: with none (recomputed above) it is nil by construction.
-        guard recomputed.delayed == 0 || scheduler.nextDeadline == earliest else {
-            throw fail("nextDeadline \(String(describing: scheduler.nextDeadline)), earliest retry \(String(describing: earliest))")
+        // nextDeadline is the earliest retry or end of a host pause.
+        let expectedDeadline = [earliest, pausedHosts.values.min()].compactMap { $0 }.min()
+        guard scheduler.nextDeadline == expectedDeadline else {
+            throw fail("nextDeadline \(String(describing: scheduler.nextDeadline)), earliest retry \(String(describing: earliest)), "
+                       + "pauses \(pausedHosts)")
         }
 
         // Widths: tasks that changed lane in place are exempt; everything admitted respects the width.
@@ -475,8 +521,8 @@ struct Runner {
         guard slowAdmitted <= configuration.slowWidth else {
             throw fail("\(slowAdmitted) slow tasks admitted (width \(configuration.slowWidth))")
         }
-        guard counts.slowRunning <= configuration.slowWidth + slowInPlace else {
-            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth) + \(slowInPlace) demoted in place")
+        guard counts.slowRunning <= configuration.slowWidth else {
+            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth)")
         }
         guard fastAdmitted <= configuration.fastWidth else {
             throw fail("\(fastAdmitted) fast tasks admitted (width \(configuration.fastWidth))")
@@ -495,6 +541,7 @@ struct Runner {
                 for (host, count) in perHost where host == task.host { hostFull = count >= limit }
             }
             if hostFull { coverage.note(.hostLimited) }
+            if let until = pausedHosts[task.host], until > now { hostFull = true }
             switch task.lane {
             case .fast:
                 guard hostFull || counts.fastRunning >= configuration.fastWidth else {
@@ -551,7 +598,8 @@ struct Scenario {
                                 retryAfterCap: 1_500, negativeTTL: Int64(roll(500...4_000)))
         let configuration = Scheduler.Configuration(
             fastWidth: roll(1...4), slowWidth: roll(1...2),
-            perHostLimit: coin() ? roll(1...2) : nil, retry: retry)
+            perHostLimit: coin() ? roll(1...2) : nil, retry: retry,
+            hostFailureThreshold: coin() ? roll(1...3) : nil, hostPause: Int64(roll(100...2_000)))
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []

@@ -276,6 +276,21 @@ struct RunningAsFastTests {
                 == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow)])
     }
 
+    @Test("running as fast × demote with the slow lane full: parked with its bytes, resumes first in the slow lane")
+    func demoteWhenSlowLaneFull() throws {
+        var s = setUp()
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
+        #expect(s.queue(U.s1, cache: .missing, now: t(2)) == (.queued, []))
+        #expect(s.demote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .slow)])
+        #expect(s.demote(U.b.key, now: t(4)) == [.park(key: U.b.key), .slowLaneSuspended(false)])
+        let parked = try #require(s.task(U.b.key))
+        #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1 && parked.waiters == [w(2, 1)])
+        #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 2)
+        // When the slot frees, the parked task goes before s1, and resuming is not a new attempt.
+        #expect(s.finish(U.a.key, .success, now: t(5)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .slow)])
+        #expect(s.task(U.b.key)?.attempts == 1)
+    }
+
     @Test("running as fast × demote: yields to other urgent work (slow lane suspended again)")
     func demoteThenUrgent() {
         var s = setUp()
