@@ -1,17 +1,19 @@
 # prefetchd: `make run` builds and starts the daemon; `make test` runs every check. Both install what they need.
 
 SWIFT ?= swift
-APT_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config python3 sqlite3
+# What building and running need, and what the tests need besides.
+BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config
+TEST_PACKAGES := python3 sqlite3 squid tmux
 RELEASE_FLAGS := -c release --static-swift-stdlib
 
-.PHONY: all deps build release test check-core run clean
+.PHONY: all deps test-deps build release test check-core run clean
 
 all: build
 
-## deps: install the Debian packages the build and the tests need (apt-get as root; otherwise print the command)
-deps:
+# Installs the Debian packages in $(1) that are missing (apt-get as root; otherwise prints the command and fails).
+define apt_install
 	@missing=""; \
-	for package in $(APT_PACKAGES); do \
+	for package in $(1); do \
 		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$package"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -24,6 +26,16 @@ deps:
 			exit 1; \
 		fi; \
 	fi
+endef
+
+## deps: the Debian packages the build needs
+deps:
+	$(call apt_install,$(BUILD_PACKAGES))
+
+## test-deps: what the tests use besides (squid, tmux, sqlite3, Python's prometheus_client)
+test-deps: deps
+	$(call apt_install,$(TEST_PACKAGES))
+	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus_client
 
 build: deps
 	$(SWIFT) build
@@ -32,7 +44,7 @@ release: deps
 	$(SWIFT) build $(RELEASE_FLAGS)
 
 ## test: the whole suite plus the project's static checks
-test: deps check-core
+test: test-deps check-core
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --no-parallel
 

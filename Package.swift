@@ -23,6 +23,7 @@ let package = Package(
         .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),
         .testTarget(name: "PrefetchProtocolTests", dependencies: ["PrefetchProtocol"]),
+        .testTarget(name: "ImagesTests", dependencies: ["prefetchd"], exclude: ["Fixtures"]),
         .testTarget(
             name: "prefetchdTests",
             dependencies: ["PrefetchProtocol"],

@@ -1,7 +1,8 @@
 #ifndef PREFETCHD_CSYSTEM_SHIM_H
 #define PREFETCHD_CSYSTEM_SHIM_H
-/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd. */
+/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd. */
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #endif

@@ -21,9 +21,16 @@ public enum DefaultPaths {
         return home + "/.cache/prefetchd"
     }
 
-    /// The socket `prefetchctl` talks to: `--socket`, else `$PREFETCHD_SOCKET`, else the default.
+    /// The system service's socket (systemd/prefetchd.socket).
+    public static let systemSocket = "/run/prefetchd/ctl.sock"
+
+    /// The socket `prefetchctl` talks to: `--socket`, else `$PREFETCHD_SOCKET`, else the user daemon's socket when
+    /// it exists, else the system service's when that exists, else the user default.
     public static func clientSocket(flag: String?, environment: [String: String]) -> String {
-        flag ?? environment["PREFETCHD_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? socket(environment: environment)
+        if let path = flag ?? environment["PREFETCHD_SOCKET"].flatMap({ $0.isEmpty ? nil : $0 }) { return path }
+        let user = socket(environment: environment)
+        if access(user, F_OK) != 0, access(systemSocket, F_OK) == 0 { return systemSocket }
+        return user
     }
 
     private static func homeFromPasswd() -> String? {

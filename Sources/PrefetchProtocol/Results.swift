@@ -15,9 +15,14 @@ public struct CacheEntry: Codable, Equatable, Sendable {
     public var freshUntil: Int64
     /// True when `get` answered from the cache without a fetch.
     public var fromCache: Bool?
+    /// The variant's spec (e.g. `256x256-cover-jpeg-q85`) when this is a resized variant, not the original.
+    public var variant: String?
+    /// True when the entry is past its freshness and was served anyway (`max_stale`, `offline`, or the
+    /// revalidation failed with a network error).
+    public var stale: Bool?
 
     public init(url: String, path: String, bytes: Int64, sha256: String, contentType: String?, format: String?,
-                width: Int?, height: Int?, fetchedAt: Int64, freshUntil: Int64, fromCache: Bool? = nil) {
+                width: Int?, height: Int?, fetchedAt: Int64, freshUntil: Int64, fromCache: Bool? = nil, stale: Bool? = nil) {
         self.url = url
         self.path = path
         self.bytes = bytes
@@ -29,10 +34,11 @@ public struct CacheEntry: Codable, Equatable, Sendable {
         self.fetchedAt = fetchedAt
         self.freshUntil = freshUntil
         self.fromCache = fromCache
+        self.stale = stale
     }
 
     enum CodingKeys: String, CodingKey {
-        case url, path, bytes, sha256, format, width, height
+        case url, path, bytes, sha256, format, width, height, stale, variant
         case contentType = "content_type", fetchedAt = "fetched_at", freshUntil = "fresh_until", fromCache = "from_cache"
     }
 }
@@ -41,13 +47,16 @@ public struct CacheEntry: Codable, Equatable, Sendable {
 public struct ItemResult: Codable, Equatable, Sendable {
     /// The URL as given.
     public var url: String
+    /// Its canonical form (the dedup key, and the `url` of `watch` events), when it parsed.
+    public var key: String?
     /// `queued`, `already`, `cached`, `skipped`, `demoted`, `promoted`, `cancelled`, `evicted`, `unknown`,
     /// or `rejected` (with `error`).
     public var status: String
     public var error: WireError?
 
-    public init(url: String, status: String, error: WireError? = nil) {
+    public init(url: String, key: String? = nil, status: String, error: WireError? = nil) {
         self.url = url
+        self.key = key
         self.status = status
         self.error = error
     }
@@ -56,7 +65,13 @@ public struct ItemResult: Codable, Equatable, Sendable {
 /// The result of a batch operation.
 public struct BatchResult: Codable, Equatable, Sendable {
     public var results: [ItemResult]
-    public init(results: [ItemResult]) { self.results = results }
+    /// `evict` with `all`: how many entries went.
+    public var evicted: Int?
+
+    public init(results: [ItemResult], evicted: Int? = nil) {
+        self.results = results
+        self.evicted = evicted
+    }
 }
 
 /// The result of `ping`.
@@ -168,9 +183,20 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var connections: Int
     public var fetched: Int64
     public var failed: Int64
+    /// Hosts the circuit breaker paused, and until when (Unix seconds).
+    public var pausedHosts: [PausedHost]
+
+    public struct PausedHost: Codable, Equatable, Sendable {
+        public var host: String
+        public var until: Int64
+        public init(host: String, until: Int64) {
+            self.host = host
+            self.until = until
+        }
+    }
 
     public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
-                backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64) {
+                backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost]) {
         self.version = version
         self.pid = pid
         self.uptime = uptime
@@ -183,10 +209,44 @@ public struct StatusReport: Codable, Equatable, Sendable {
         self.connections = connections
         self.fetched = fetched
         self.failed = failed
+        self.pausedHosts = pausedHosts
     }
 
     enum CodingKeys: String, CodingKey {
         case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed
-        case slowSuspended = "slow_suspended"
+        case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts"
+    }
+}
+
+/// The result of `formats`: the image loaders gdk-pixbuf has, and which the policy allows.
+public struct FormatList: Codable, Equatable, Sendable {
+    public struct Format: Codable, Equatable, Sendable {
+        public var name: String
+        public var description: String
+        public var mimeTypes: [String]
+        public var extensions: [String]
+        public var allowed: Bool
+
+        public init(name: String, description: String, mimeTypes: [String], extensions: [String], allowed: Bool) {
+            self.name = name
+            self.description = description
+            self.mimeTypes = mimeTypes
+            self.extensions = extensions
+            self.allowed = allowed
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case name, description, extensions, allowed
+            case mimeTypes = "mime_types"
+        }
+    }
+
+    public var formats: [Format]
+    /// Allowed formats no loader is installed for.
+    public var missing: [String]
+
+    public init(formats: [Format], missing: [String]) {
+        self.formats = formats
+        self.missing = missing
     }
 }

@@ -52,7 +52,7 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
 
 /// Every operation the daemon understands.
 public enum Operation: String, Codable, CaseIterable, Sendable {
-    case ping, get, queue, demote, promote, cancel, info, evict, status, list
+    case ping, get, queue, demote, promote, cancel, info, evict, status, list, watch, metrics, formats
 }
 
 /// One request line. Which fields an operation reads is documented in docs/protocol.md.
@@ -65,15 +65,46 @@ public struct Request: Codable, Equatable, Sendable {
     public var urls: [String]?
     /// `list`: how many tasks to return at most.
     public var limit: Int?
+    /// `get`: answer at once from an entry stale by at most this many seconds (and revalidate in the background).
+    public var maxStale: Int64?
+    /// `get`: answer only from the cache, never fetch.
+    public var offline: Bool?
+    /// `evict`: every entry.
+    public var all: Bool?
+    /// `get`: a resized variant, `WxH`, instead of the original.
+    public var size: String?
+    /// `get` with `size`: `contain` (default), `cover` or `fill`.
+    public var fit: String?
+    /// `get` with `size`: `jpeg` or `png` (default: JPEG for JPEG originals, PNG otherwise).
+    public var format: String?
+    /// `get` with `size`: JPEG quality 1–100 (default 85).
+    public var quality: Int?
+    /// `get` with `size`: enlarge originals smaller than the box.
+    public var upscale: Bool?
 
     public static let maximumBatch = 10_000
 
-    public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil) {
+    public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil,
+                maxStale: Int64? = nil, offline: Bool? = nil, all: Bool? = nil, size: String? = nil, fit: String? = nil,
+                format: String? = nil, quality: Int? = nil, upscale: Bool? = nil) {
         self.id = id
         self.op = op.rawValue
         self.url = url
         self.urls = urls
         self.limit = limit
+        self.maxStale = maxStale
+        self.offline = offline
+        self.all = all
+        self.size = size
+        self.fit = fit
+        self.format = format
+        self.quality = quality
+        self.upscale = upscale
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale
+        case maxStale = "max_stale"
     }
 }
 
@@ -93,6 +124,12 @@ public enum ErrorCode: String, Codable, CaseIterable, Sendable {
     case cancelled
     case diskFull = "disk_full"
     case notAnImage = "not_an_image"
+    case formatNotAllowed = "format_not_allowed"
+    case pixelLimit = "pixel_limit"
+    case hostPaused = "host_paused"
+    case notCached = "not_cached"
+    case addressNotAllowed = "address_not_allowed"
+    case unauthorized
     case shuttingDown = "shutting_down"
     case `internal`
 }
@@ -132,6 +169,15 @@ public struct Reply<Result: Codable & Sendable>: Codable, Sendable {
         self.id = id
         self.ok = false
         self.error = error
+    }
+
+    /// Always writes `id` (null when the request had none or could not be read).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(ok, forKey: .ok)
+        try container.encodeIfPresent(result, forKey: .result)
+        try container.encodeIfPresent(error, forKey: .error)
     }
 }
 

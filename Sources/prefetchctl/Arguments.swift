@@ -11,6 +11,11 @@ struct Arguments {
     var timeout: Double?
     var output: String?
     var limit: Int?
+    var maxStale: Int64?
+    var offline = false
+    var all = false
+    /// `queue --wait`: wait until every queued URL finished or failed.
+    var wait = false
 
     /// Flags that take a value; all others are switches.
     static func parse(_ arguments: [String]) throws(CLIError) -> Arguments {
@@ -44,6 +49,13 @@ struct Arguments {
                 let text = try value()
                 guard let seconds = Double(text), seconds > 0 else { throw .usage("--timeout: '\(text)' is not a positive number of seconds") }
                 parsed.timeout = seconds
+            case "--offline": parsed.offline = true
+            case "--all": parsed.all = true
+            case "--wait": parsed.wait = true
+            case "--max-stale":
+                let text = try value()
+                guard let seconds = Int64(text), seconds >= 0 else { throw .usage("--max-stale: '\(text)' is not a number of seconds") }
+                parsed.maxStale = seconds
             case "--limit":
                 let text = try value()
                 guard let limit = Int(text), limit >= 0 else { throw .usage("--limit: '\(text)' is not a count") }

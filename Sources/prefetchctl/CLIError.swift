@@ -7,7 +7,7 @@ enum CLIError: Error {
     case failed(WireError)
     case timeout(String)
 
-    /// Documented in `prefetchctl --help` and docs/cli.md.
+    /// Documented in `prefetchctl --help` and docs/protocol.md.
     var exitCode: Int32 {
         switch self {
         case .usage: return ExitCode.usage
@@ -36,7 +36,7 @@ enum ExitCode {
     /// Rejections (the request itself was wrong) versus failures (the fetch went wrong).
     static func of(_ error: WireError) -> Int32 {
         switch error.code {
-        case "invalid_url", "scheme_not_allowed", "bad_request", "unknown_op", "line_too_long": return rejected
+        case "invalid_url", "scheme_not_allowed", "bad_request", "unknown_op", "line_too_long", "unauthorized": return rejected
         case "shutting_down": return unreachable
         default: return failed
         }

@@ -33,8 +33,13 @@ final class Client {
             throw .unreachable("cannot reach prefetchd at \(socketPath): \(reason). Is it running? (start it with `prefetchd`, "
                                + "or point --socket / PREFETCHD_SOCKET at it)")
         }
-        guard let greeting = try readLine(deadline: monotonicNow() + 5000),
-              let hello = try? decoder.decode(Greeting.self, from: Data(greeting)), hello.hello == "prefetchd" else {
+        guard let greeting = try readLine(deadline: monotonicNow() + 5000) else {
+            throw .unreachable("\(socketPath) did not greet like prefetchd")
+        }
+        if let refusal = try? decoder.decode(Reply<Ignored>.self, from: Data(greeting)), let error = refusal.error {
+            throw .failed(error)
+        }
+        guard let hello = try? decoder.decode(Greeting.self, from: Data(greeting)), hello.hello == "prefetchd" else {
             throw .unreachable("\(socketPath) did not greet like prefetchd")
         }
     }
@@ -43,9 +48,16 @@ final class Client {
 
     /// Sends a request and returns the id it was given.
     @discardableResult
-    func send(_ op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil) throws(CLIError) -> Int64 {
+    func send(_ op: Operation, url: String? = nil, urls: [String]? = nil) throws(CLIError) -> Int64 {
+        try send(Request(id: nil, op: op, url: url, urls: urls))
+    }
+
+    /// Sends a request, numbering it; returns its id.
+    @discardableResult
+    func send(_ request: Request) throws(CLIError) -> Int64 {
         nextID += 1
-        let request = Request(id: .number(nextID), op: op, url: url, urls: urls, limit: limit)
+        var request = request
+        request.id = .number(nextID)
         guard var bytes = try? Array(encoder.encode(request)) else { throw .usage("cannot encode the request") }
         bytes.append(0x0A)
         var offset = 0
@@ -71,6 +83,11 @@ final class Client {
         return (nil, line)
     }
 
+    /// The next raw line (a reply, or after `watch` an event, which has no id); nil when the deadline passes.
+    func nextLine(deadline: Int64?) throws(CLIError) -> [UInt8]? {
+        try readLine(deadline: deadline)
+    }
+
     /// Decodes a reply line as a result of type `T`, or throws its error.
     func decode<T: Codable & Sendable>(_ type: T.Type, _ line: [UInt8]) throws(CLIError) -> T {
         guard let reply = try? decoder.decode(Reply<T>.self, from: Data(line)) else {
@@ -81,9 +98,8 @@ final class Client {
     }
 
     /// Sends one request and waits for its result.
-    func call<T: Codable & Sendable>(_ op: Operation, _ type: T.Type, url: String? = nil, urls: [String]? = nil,
-                                     limit: Int? = nil) throws(CLIError) -> T {
-        let id = try send(op, url: url, urls: urls, limit: limit)
+    func call<T: Codable & Sendable>(_ request: Request, _ type: T.Type) throws(CLIError) -> T {
+        let id = try send(request)
         while let reply = try receive() {
             if reply.id == id { return try decode(type, reply.line) }
         }

@@ -15,6 +15,8 @@ enum Help {
           info URL            what the daemon knows about a URL
           status              lanes, cache, counters
           list                tasks in memory (--limit N)
+          metrics             counters, gauges and histograms in Prometheus text format
+          watch               live view of the lanes, transfers and recent fetches (q quits)
           ping                is the daemon there?
 
         Options:
@@ -36,28 +38,53 @@ enum Help {
     static func verb(_ verb: String) -> String? {
         switch verb {
         case "get": return """
-            Usage: prefetchctl get URL...|- [--timeout SEC] [-o FILE|-] [--json]
+            Usage: prefetchctl get URL...|- [--timeout SEC] [--max-stale SEC] [--offline] [-o FILE|-] [--json]
 
             Fetches each URL urgently (or answers from the cache at once) and prints the cached file's path, one
             line per URL, in the order given. A URL waiting in the background lane is promoted.
               --timeout SEC   stop waiting after SEC seconds (exit 5); the fetch goes on in the daemon
+              --max-stale SEC answer at once from an entry stale by at most SEC seconds, revalidate in the background
+              --offline       answer only from the cache (fresh or stale); `not_cached` otherwise
+            A stale answer says so: `"stale":true` with --json, a note on stderr otherwise.
               -o FILE         write the content of the (single) URL to FILE; `-o -` writes it to stdout
               --json          one CacheEntry object per URL (errors as {"url":…,"error":{…}})
+            With one URL and stderr on a terminal, an answer that takes over half a second shows a progress bar there.
 
             Example:
               prefetchctl get --timeout 10 https://example.com/a.jpg https://example.com/b.jpg
             """
         case "queue": return """
-            Usage: prefetchctl queue URL...|- [--json]
+            Usage: prefetchctl queue URL...|- [--wait [--timeout SEC]] [--json]
 
             Queues URLs for the background lane. Each is durable once this command reports it `queued`. Lists of
             any length stream in batches. Prints a summary on stderr; --json prints one result per URL.
+              --wait          then wait until every URL is fetched or failed: one progress bar on stderr when it is
+                              a terminal (done/failed/total, rate, ETA); failed URLs are named on stderr, exit 1.
+                              --json adds a second line per URL when it ends, status `finished` or `failed`
+              --timeout SEC   with --wait: stop waiting after SEC seconds (exit 5); the fetches go on
 
             Example:
               prefetchctl queue - < urls.txt
+              prefetchctl queue --wait https://example.com/a.jpg https://example.com/b.jpg
+            """
+        case "watch": return """
+            Usage: prefetchctl watch [--json]
+
+            Follows the daemon. On a terminal: a live view redrawn in place — lane counts (running/width, waiting,
+            whether the slow lane is suspended, the backlog), one line per running transfer with a progress bar (a
+            spinner when the size is unknown), bytes, rate, lane and URL, and the last finished and failed fetches.
+            `q` or Ctrl-C quits. Colour only on a terminal and when NO_COLOR is unset.
+            Otherwise one line per event: `HH:MM:SS started LANE URL`, `HH:MM:SS finished LANE URL N bytes in S s`,
+            `HH:MM:SS failed URL CODE: MESSAGE`, and `HH:MM:SS lanes …` when the lane counts change.
+              --json          the raw event lines as the daemon sends them (docs/protocol.md, "watch events")
+            Exits 3 when the daemon goes away.
+
+            Example:
+              prefetchctl watch
+              prefetchctl watch --json | jq -c 'select(.event == "failed")'
             """
         case "demote", "promote", "cancel", "evict": return """
-            Usage: prefetchctl \(verb) URL...|- [--json]
+            Usage: prefetchctl \(verb) URL...|-\(verb == "evict" ? "|--all" : "") [--json]
 
             \(["demote": "Moves urgent work to the background lane; running transfers keep their bytes.",
                "promote": "Moves background work to the urgent lane.",
@@ -85,6 +112,16 @@ enum Help {
             Usage: prefetchctl list [--limit N] [--json]
 
             Lists the tasks held in memory, running ones first.
+            """
+        case "metrics": return """
+            Usage: prefetchctl metrics [--json]
+
+            Prints the daemon's metrics in the Prometheus text format (0.0.4): fetches by lane and result,
+            downloaded bytes, cache hits and misses, lane lengths, cache size, fetch duration, queue wait and get
+            latency histograms. Labels never carry a URL or a host.
+
+            Example:
+              prefetchctl metrics | grep prefetchd_fetches_total
             """
         case "ping": return """
             Usage: prefetchctl ping

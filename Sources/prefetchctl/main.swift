@@ -31,6 +31,8 @@ func runCommand() -> Int32 {
         case "info": return try InspectCommand.info(arguments, client: client)
         case "status": return try InspectCommand.status(arguments, client: client)
         case "list": return try InspectCommand.list(arguments, client: client)
+        case "metrics": return try MetricsCommand.run(arguments, client: client)
+        case "watch": return try WatchCommand.run(arguments, client: client)
         default: return try InspectCommand.ping(arguments, client: client)
         }
     } catch {

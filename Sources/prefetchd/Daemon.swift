@@ -6,7 +6,7 @@ import QueueCore
 
 /// The daemon: owns the loop, the scheduler, the fetcher, the store and the connections, all on one thread.
 final class Daemon {
-    let options: Options
+    var options: Options
     let loop: EventLoop
     let store: Store
     let fetcher: CurlFetcher
@@ -14,12 +14,26 @@ final class Daemon {
     var scheduler: Scheduler
     private var signals: SignalWatcher?
     private var listenFD: Int32 = -1
+    /// The socket systemd passed, if any (then its path is not ours to unlink).
+    var activation: SocketActivation?
+    var access: AccessPolicy
+    let notifier: SystemdNotifier
 
     var connections: [UInt64: Connection] = [:]
     private var nextClientID: UInt64 = 0
     private var nextRequest: UInt64 = 0
-    /// Waiting `get`s: the key and whether the cache answered it without a fetch.
-    var pendingGets: [Waiter: String] = [:]
+    /// A waiting `get`: the key it waits for, and the variant it wants made of it, if any.
+    struct PendingGet {
+        var key: String
+        var variant: VariantSpec?
+    }
+
+    var pendingGets: [Waiter: PendingGet] = [:]
+    /// Variants being made, and who waits for each.
+    var variantJobs: [VariantJob: [(client: UInt64, id: RequestID?)]] = [:]
+    var imagePolicy = ImagePolicy()
+    /// Keys the scheduler holds because they were loaded from the durable backlog.
+    var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
     var queueBatch: [(connection: Connection, id: RequestID?, urls: [String])] = []
     private var dirty: Set<UInt64> = []
@@ -28,23 +42,41 @@ final class Daemon {
     private var nextAccessFlush: Int64 = 0
     var shuttingDown = false
     let startedAt = monotonicMilliseconds()
-    var counters = (fetched: Int64(0), failed: Int64(0), hits: Int64(0), misses: Int64(0))
+    var metrics = Metrics()
+    /// Connections that asked for `watch`.
+    var watchers: Set<UInt64> = []
+    var snapshotTicker: Ticker!
+    /// Per running transfer: bytes and time at the last snapshot, for rates.
+    var rateSamples: [String: (bytes: Int64, time: Int64)] = [:]
+    /// Monotonic ms: when each task was created, each transfer started, each waiting get arrived.
+    var taskCreatedAt: [String: Int64] = [:]
+    var transferStartedAt: [String: Int64] = [:]
+    var getStartedAt: [Waiter: Int64] = [:]
 
-    static let encoder = JSONEncoder()
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
     static let decoder = JSONDecoder()
 
     init(options: Options) throws {
         self.options = options
         Log.threshold = options.logLevel
+        access = AccessPolicy(options: options)
+        notifier = SystemdNotifier(environment: options.environment)
         loop = try EventLoop()
         store = try Store(directory: options.cacheDirectory)
-        fetcher = CurlFetcher(loop: loop, files: store.files, settings: options.fetch)
+        fetcher = CurlFetcher(loop: loop, settings: options.fetch)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: .init(fastWidth: options.fastWidth, slowWidth: options.slowWidth,
                                                    perHostLimit: options.perHostLimit, retry: options.retry),
                               seed: seed)
         let now = wallClockMilliseconds()
+        for pause in try store.pausedHosts(now: now) {
+            scheduler.pause(host: pause.host, until: Moment(milliseconds: pause.until))
+        }
         for failure in try store.failures(now: now) {
             scheduler.remember(failure.key, Failure(code: failure.code, message: failure.message, isTransient: false,
                                                     httpStatus: failure.status),
@@ -55,6 +87,8 @@ final class Daemon {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
         }
         fetcher.onFinish = { [unowned self] result in self.fetchFinished(result) }
+        fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
+        snapshotTicker = try Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         signals = try SignalWatcher(loop: loop) { [unowned self] signal in self.received(signal) }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         loop.nextDeadline = { [unowned self] in self.nextDeadline() }
@@ -63,14 +97,16 @@ final class Daemon {
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
     func run() throws {
-        let directory = String(options.socketPath[..<options.socketPath.lastIndex(of: "/")!])
-        if !directory.isEmpty { try makeDirectories(directory, mode: 0o700) }
-        listenFD = try UnixSocket.listen(at: options.socketPath, mode: 0o600)
+        let (fd, path, activation) = try openListeningSocket()
+        listenFD = fd
+        self.activation = activation
+        access = AccessPolicy(options: options, socketGroup: activation?.group)
         try loop.add(listenFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
         refillBacklog()
         try store.commit()
-        Log.info("prefetchd \(prefetchVersion) serving \(options.socketPath), cache \(options.cacheDirectory) "
-                 + "(\(store.entryCount) entries, \(store.backlogCount) queued)")
+        Log.info("prefetchd \(prefetchVersion) serving \(path)\(activation == nil ? "" : " (from systemd)"), "
+                 + "cache \(options.cacheDirectory) (\(store.entryCount) entries, \(store.backlogCount) queued)")
+        notifier.ready(status: serviceStatus())
         loop.run()
         Log.info("stopped")
     }
@@ -92,12 +128,14 @@ final class Daemon {
         }
         for id in dirty { flushConnection(id) }
         dirty.removeAll()
+        if notifier.isEnabled { notifier.update(status: serviceStatus()) }
     }
 
     private func nextDeadline() -> Int64? {
         let mono = monotonicMilliseconds()
         var deadlines = [nextAccessFlush]
         if let curl = fetcher.deadline { deadlines.append(curl) }
+        if let service = notifier.deadline { deadlines.append(service) }
         if let retry = scheduler.nextDeadline {
             deadlines.append(mono + max(0, retry.milliseconds - wallClockMilliseconds()))
         }
@@ -106,13 +144,14 @@ final class Daemon {
 
     private func deadlinePassed() {
         if let curl = fetcher.deadline, curl <= monotonicMilliseconds() { fetcher.timerFired() }
+        notifier.timerFired(now: monotonicMilliseconds())
         apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
     }
 
     private func received(_ signal: Int32) {
         switch signal {
         case SIGHUP:
-            Log.warning("SIGHUP: live reconfiguration is not supported yet; restart to apply changes")
+            reload()
         default:
             shutdown(reason: signal == SIGTERM ? "SIGTERM" : "SIGINT")
         }
@@ -124,10 +163,11 @@ final class Daemon {
         guard !shuttingDown else { return }
         shuttingDown = true
         Log.info("\(reason): shutting down")
+        notifier.stopping(reason: reason)
         loop.remove(listenFD)
         close(listenFD)
-        unlink(options.socketPath)
-        for task in scheduler.allTasks where task.state == .running { fetcher.abort(task.key) }
+        if activation == nil { unlink(options.socketPath) }
+        for task in scheduler.allTasks where task.state == .running { fetcher.stop(task.key, keepingBody: true) }
         let error = WireError(.shuttingDown, "the daemon is shutting down")
         for (waiter, _) in pendingGets {
             guard let connection = connections[waiter.client], let id = connection.waiting.removeValue(forKey: waiter.request) else { continue }
@@ -153,6 +193,18 @@ final class Daemon {
             }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            do {
+                let peer = try AccessPolicy.peer(of: fd)
+                guard access.admits(peer, on: fd) else {
+                    AccessPolicy.refuse(fd: fd, peer: peer, reason: access.refusal(peer))
+                    close(fd)
+                    continue
+                }
+            } catch {
+                AccessPolicy.refuse(fd: fd, peer: nil, reason: "cannot check the peer: \(error)")
+                close(fd)
+                continue
+            }
             nextClientID += 1
             let connection = Connection(id: nextClientID, fd: fd)
             do {
@@ -196,7 +248,12 @@ final class Daemon {
         guard connections.removeValue(forKey: connection.id) != nil else { return }
         loop.remove(connection.fd)
         close(connection.fd)
-        for request in connection.waiting.keys { pendingGets.removeValue(forKey: Waiter(client: connection.id, request: request)) }
+        for request in connection.waiting.keys {
+            let waiter = Waiter(client: connection.id, request: request)
+            pendingGets.removeValue(forKey: waiter)
+            getStartedAt.removeValue(forKey: waiter)
+        }
+        watchers.remove(connection.id)
         apply(scheduler.disconnect(client: connection.id))
     }
 
@@ -238,11 +295,17 @@ final class Daemon {
         for action in actions {
             switch action {
             case .start(let key, let lane, let revalidate):
+                transferStarted(key, lane: lane)
                 startFetch(key, lane: lane, revalidate: revalidate)
             case .changeLane(let key, let lane):
                 fetcher.setThrottled(key, lane == .slow && scheduler.counts.slowSuspended)
+            case .park(let key):
+                fetcher.stop(key, keepingBody: true)
+            case .pauseHost(let host, let until):
+                Log.warning("pausing \(host) until \(until.milliseconds / 1000) (Unix time): it failed too often in a row")
+                do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
             case .abort(let key):
-                fetcher.abort(key)
+                fetcher.stop(key, keepingBody: false)
             case .answer(let waiter, let answer):
                 answerWaiter(waiter, answer)
             case .slowLaneSuspended(let suspended):
@@ -250,7 +313,15 @@ final class Daemon {
                     fetcher.setThrottled(task.key, suspended)
                 }
             case .forget(let key):
-                do { try store.dequeue(key) } catch { Log.error("cannot dequeue \(key): \(error)") }
+                loadedFromBacklog.remove(key)
+                taskCreatedAt.removeValue(forKey: key)
+                transferStartedAt.removeValue(forKey: key)
+                do {
+                    try store.dequeue(key)
+                    try store.removePartial(key)
+                } catch {
+                    Log.error("cannot forget \(key): \(error)")
+                }
             case .remember(let key, let failure, let until):
                 do {
                     try store.saveFailure(key: key, code: failure.code, message: failure.message, status: failure.httpStatus,
@@ -263,12 +334,15 @@ final class Daemon {
     }
 
     private func startFetch(_ key: String, lane: Lane, revalidate: Bool) {
-        var conditional: (etag: String?, lastModified: String?)?
-        if revalidate, let entry = try? store.entry(key), entry.etag != nil || entry.lastModified != nil {
-            conditional = (entry.etag, entry.lastModified)
-        }
+        var request = TransferRequest(key: key, lane: lane,
+                                      bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         do {
-            try fetcher.start(key, lane: lane, conditional: conditional, throttled: lane == .slow && scheduler.counts.slowSuspended)
+            if revalidate, let entry = try store.entry(key), entry.etag != nil || entry.lastModified != nil {
+                request.conditional = (entry.etag, entry.lastModified)
+            } else {
+                request.resumeValidator = try store.partialValidator(key)
+            }
+            try fetcher.start(request, throttled: lane == .slow && scheduler.counts.slowSuspended)
             Log.debug("start \(lane) \(key)")
         } catch {
             let failure = Failure(code: (error as? SystemError)?.errno == ENOSPC ? "disk_full" : "internal",
@@ -278,9 +352,13 @@ final class Daemon {
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
-        guard let key = pendingGets.removeValue(forKey: waiter),
+        if let started = getStartedAt.removeValue(forKey: waiter) {
+            metrics.getLatency.observe(Double(monotonicMilliseconds() - started) / 1000)
+        }
+        guard let pending = pendingGets.removeValue(forKey: waiter),
               let connection = connections[waiter.client],
               let id = connection.waiting.removeValue(forKey: waiter.request) else { return }
+        let key = pending.key
         switch answer {
         case .ready:
             do {
@@ -288,26 +366,46 @@ final class Daemon {
                     return fail(connection, id, WireError(.internal, "the entry for \(key) vanished from the cache"))
                 }
                 store.touch(key, now: wallClockMilliseconds())
+                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, id: id) }
                 reply(connection, id, wire(entry, fromCache: false))
             } catch {
                 fail(connection, id, WireError(.internal, "cannot read the index: \(error)"))
             }
         case .failed(let failure):
+            if Self.allowsStaleIfError(failure), let entry = try? store.entry(key), !entry.mustRevalidate, !entry.noStore {
+                Log.info("serving \(key) stale: revalidation failed with \(failure.code)")
+                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, id: id) }
+                return reply(connection, id, wire(entry, fromCache: true, stale: true))
+            }
             fail(connection, id, WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
         case .cancelled:
             fail(connection, id, WireError(.cancelled, "the fetch was cancelled"))
         }
     }
 
-    func wire(_ entry: IndexEntry, fromCache: Bool) -> CacheEntry {
+    /// Keys whose files must stay: waited for, or the originals of variants being made.
+    var protectedKeys: Set<String> { Set(pendingGets.values.map(\.key)).union(variantJobs.keys.map(\.key)) }
+
+    func wire(_ entry: IndexEntry, fromCache: Bool, stale: Bool = false) -> CacheEntry {
         CacheEntry(url: entry.url, path: store.files.absolute(entry.file), bytes: entry.bytes, sha256: entry.sha256,
                    contentType: entry.contentType, format: entry.format, width: entry.width, height: entry.height,
-                   fetchedAt: entry.fetchedAt / 1000, freshUntil: entry.freshUntil / 1000, fromCache: fromCache)
+                   fetchedAt: entry.fetchedAt / 1000, freshUntil: entry.freshUntil / 1000, fromCache: fromCache,
+                   stale: stale ? true : nil)
     }
 
+    /// What the scheduler needs to know of a cached entry; a `no-store` entry is never reused.
     func cacheState(_ entry: IndexEntry?, now: Int64) -> CacheState {
-        guard let entry else { return .missing }
+        guard let entry, !entry.noStore else { return .missing }
         return entry.freshUntil > now ? .fresh : .stale
+    }
+
+    /// Failures that let a stale copy be served instead (stale-if-error): the origin could not be reached or failed.
+    static func allowsStaleIfError(_ failure: Failure) -> Bool {
+        switch failure.code {
+        case "network", "timeout": return true
+        case "http_status": return (500...599).contains(failure.httpStatus ?? 0)
+        default: return false
+        }
     }
 
     // MARK: Durable backlog
@@ -325,9 +423,12 @@ final class Daemon {
                 replies.append((request.connection, request.id, results))
             }
             try store.commit()
-            if replies.contains(where: { $0.2.contains { $0.status == "queued" } }) { backlogExhausted = false }
+            let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
+            metrics.queued += Int64(queued)
+            if queued > 0 { backlogExhausted = false }
             for (connection, id, results) in replies { reply(connection, id, BatchResult(results: results)) }
         } catch {
+            store.rollback()
             let full = (error as? DatabaseError)?.isDiskFull == true
             Log.error("cannot commit queued URLs: \(error)")
             for request in batch {
@@ -344,13 +445,14 @@ final class Daemon {
         } catch {
             return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
         }
-        if scheduler.task(url.key) != nil { return ItemResult(url: text, status: "already") }
+        if scheduler.task(url.key) != nil { return ItemResult(url: text, key: url.key, status: "already") }
         if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
-            return ItemResult(url: text, status: "skipped",
+            return ItemResult(url: text, key: url.key, status: "skipped",
                               error: WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
         }
-        if cacheState(try store.entry(url.key), now: now) == .fresh { return ItemResult(url: text, status: "cached") }
-        return ItemResult(url: text, status: try store.enqueue(key: url.key, url: url.key, now: now) ? "queued" : "already")
+        if cacheState(try store.entry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: "cached") }
+        let inserted = try store.enqueue(key: url.key, url: url.key, now: now)
+        return ItemResult(url: text, key: url.key, status: inserted ? "queued" : "already")
     }
 
     /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index.
@@ -371,7 +473,11 @@ final class Daemon {
                                                          now: Moment(milliseconds: now))
                 switch outcome {
                 case .cached, .skipped: try store.dequeue(row.key)
-                case .queued, .already: break
+                case .queued:
+                    loadedFromBacklog.insert(row.key)
+                    taskCreated(row.key)
+                case .already:
+                    loadedFromBacklog.insert(row.key)
                 }
                 apply(actions)
             }

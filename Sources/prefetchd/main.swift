@@ -9,6 +9,10 @@ do {
         print(Options.usage)
     case .version:
         print("prefetchd \(prefetchVersion)")
+    case .check(let options):
+        print("# prefetchd \(prefetchVersion): the configuration is valid; the effective settings, read from "
+              + (options.configPath.map { "\($0) and the command line" } ?? "the command line (no configuration file)"))
+        print(options.description)
     case .run(let options):
         try Daemon(options: options).run()
     }

@@ -46,10 +46,13 @@ final class ChildProcess {
     var pid: Int32 { process.processIdentifier }
     var stderrText: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Sends `signal` and waits for the exit.
+    /// Sends `signal` and waits for the exit; after 2 s, SIGKILL. (Children of the test runner may start with
+    /// signals blocked, inherited from the spawning thread.)
     func stop(_ signal: Int32 = SIGTERM) {
         guard process.isRunning else { return }
         kill(pid, signal)
+        waitUntil(seconds: 2) { !process.isRunning }
+        if process.isRunning { kill(pid, SIGKILL) }
         process.waitUntilExit()
     }
 
@@ -82,6 +85,9 @@ final class Origin: @unchecked Sendable {
             var status: Int?
             var start: Double
             var end: Double?
+            var headers: [String: String]?
+            var range: String? { headers?["Range"] }
+            var ifNoneMatch: String? { headers?["If-None-Match"] }
         }
         var counts: [String: Int]
         var log: [Entry]
@@ -115,19 +121,21 @@ final class Origin: @unchecked Sendable {
 final class DaemonUnderTest: @unchecked Sendable {
     let directory: TemporaryDirectory
     let arguments: [String]
+    let environment: [String: String]?
     private(set) var child: ChildProcess?
     var socket: String { directory.path + "/ctl.sock" }
     var cache: String { directory.path + "/cache" }
 
-    init(_ extra: [String] = []) throws {
+    init(_ extra: [String] = [], environment: [String: String]? = nil) throws {
         directory = try TemporaryDirectory()
         arguments = extra
+        self.environment = environment
         try start()
     }
 
     func start() throws {
         child = try ChildProcess(Paths.prefetchd, ["--socket", socket, "--cache-dir", cache] + arguments,
-                                 stderrPath: directory.path + "/daemon.log")
+                                 stderrPath: directory.path + "/daemon.log", environment: environment)
         for _ in 0..<200 {
             if ctl("ping").status == 0 { return }
             guard child!.process.isRunning else { throw HarnessError("prefetchd exited: \(child!.stderrText)") }
@@ -161,7 +169,7 @@ struct CommandResult {
 }
 
 /// Runs a program to completion.
-func run(_ executable: String, _ arguments: [String], stdin: String? = nil) -> CommandResult {
+func run(_ executable: String, _ arguments: [String], stdin: String? = nil, stdinData: Data? = nil) -> CommandResult {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
@@ -170,8 +178,11 @@ func run(_ executable: String, _ arguments: [String], stdin: String? = nil) -> C
     process.standardError = err
     process.standardInput = input
     do { try process.run() } catch { return CommandResult(status: -1, stdoutData: Data(), stderr: "\(error)") }
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? input.fileHandleForWriting.close()
+    let feed = stdinData ?? stdin.map { Data($0.utf8) }
+    DispatchQueue.global().async {
+        if let feed { input.fileHandleForWriting.write(feed) }
+        try? input.fileHandleForWriting.close()
+    }
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
     DispatchQueue.global().async(group: group) { outData = out.fileHandleForReading.readDataToEndOfFile() }
@@ -253,4 +264,15 @@ func errorCode(_ line: String) -> String? {
     guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
           let error = object["error"] as? [String: Any] else { return nil }
     return error["code"] as? String
+}
+
+/// Polls `condition` every 20 ms until it holds or `seconds` pass; returns whether it held.
+@discardableResult
+func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(20_000)
+    }
+    return try condition()
 }

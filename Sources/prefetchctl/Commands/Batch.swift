@@ -6,6 +6,15 @@ enum BatchCommand {
     static let inFlight = 8
 
     static func run(_ op: Operation, _ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        if op == .evict, arguments.all {
+            guard arguments.operands.isEmpty else { throw .usage("evict --all takes no URLs") }
+            let result = try client.call(Request(id: nil, op: .evict, all: true), BatchResult.self)
+            if arguments.json { Output.json(result) } else { Output.message("evicted \(result.evicted ?? 0) entries") }
+            return ExitCode.ok
+        }
+        guard !arguments.wait || op == .queue else { throw .usage("--wait goes with queue only") }
+        // Watching starts before the first `queue` request, so no event about these URLs can be missed.
+        let waiter = arguments.wait ? try QueueWait(arguments) : nil
         let urls = arguments.urls().makeIterator()
         var pending: [Int64] = []
         var tally: [String: Int] = [:]
@@ -22,11 +31,14 @@ enum BatchCommand {
                 pending.append(try client.send(op, urls: batch))
             }
             guard !pending.isEmpty else { break }
-            guard let reply = try client.receive() else { continue }
+            let received: (id: Int64?, line: [UInt8])?
+            if let waiter { received = try waiter.receive(client) } else { received = try client.receive() }
+            guard let reply = received else { continue }
             guard let id = reply.id, let position = pending.firstIndex(of: id) else { continue }
             pending.remove(at: position)
             for item in try client.decode(BatchResult.self, reply.line).results {
                 tally[item.status, default: 0] += 1
+                waiter?.track(item)
                 if let error = item.error, item.status == "rejected" {
                     exitCode = max(exitCode, ExitCode.rejected)
                     if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
@@ -39,10 +51,207 @@ enum BatchCommand {
             }
         }
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
+        if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
         if op == .queue, !arguments.json {
             let order = ["queued", "already", "cached", "skipped", "rejected"]
-            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status)" } }.joined(separator: ", "))
+            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status)" } }.joined(separator: ", ")
+                           + (waiter?.summary ?? ""))
         }
         return exitCode
+    }
+}
+
+/// `queue --wait`: a `watch` connection, opened before the first `queue` request, follows every queued URL until it
+/// finished or failed; one bar on stderr when that is a terminal. `failed` events are checked with `info` (a task that
+/// is still there will retry), and so is everything still awaited when the daemon looks idle or nothing moved for
+/// ten seconds (a watcher that falls behind misses events).
+final class QueueWait {
+    private enum Ending {
+        case finished
+        case failed
+    }
+
+    private let stream: EventStream
+    private let json: Bool
+    private let timeout: Double?
+    private let deadline: Int64?
+    private let line: StatusLine?
+    private let glyphs = ProgressBar()
+    private let started = monotonicNow()
+
+    /// Keys still awaited → the URLs as given.
+    private var awaited: [String: [String]] = [:]
+    /// Endings seen for keys whose `queue` reply had not come yet.
+    private var early: [String: Ending] = [:]
+    private var lastError: [String: WireError] = [:]
+    private var failures: [(url: String, error: WireError)] = []
+    private var total = 0
+    /// Finished and failed fetches seen while waiting.
+    private var finished = 0
+    private var failed = 0
+    /// Answered at once by the queue reply: `cached`, or `skipped` (failed recently).
+    private var cached = 0
+    private var skipped = 0
+    private var rate: Int64 = 0
+    private var idle = false
+    private var movedAt = monotonicNow()
+    private var checkedAt: Int64 = 0
+    private var toCheck: [String] = []
+    private var listed: Set<String> = []
+    private var checking: [Int64: String] = [:]
+
+    init(_ arguments: Arguments) throws(CLIError) {
+        stream = try EventStream(Client(socketPath: arguments.socketPath))
+        json = arguments.json
+        timeout = arguments.timeout
+        deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
+        line = StatusLine.isAvailable ? StatusLine() : nil
+        if line != nil { StopSignal.install() }
+    }
+
+    /// `; 3 finished, 1 failed` for the summary line.
+    var summary: String { "; \(finished) finished, \(failed) failed" }
+
+    /// A `queue` result: what to wait for.
+    func track(_ item: ItemResult) {
+        guard let key = item.key else { return }
+        switch item.status {
+        case "queued", "already":
+            total += 1
+            awaited[key, default: []].append(item.url)
+            if early.removeValue(forKey: key) != nil { check(key) }
+        case "cached":
+            total += 1
+            cached += 1
+        case "skipped":
+            total += 1
+            skipped += 1
+            failures.append((item.url, item.error ?? WireError(code: "skipped", message: "failed recently")))
+        default:
+            break
+        }
+    }
+
+    /// The next reply on `client` that is not one of ours, following the events meanwhile.
+    func receive(_ client: Client) throws(CLIError) -> (id: Int64?, line: [UInt8]) {
+        while true {
+            try follow(client)
+            guard let reply = try client.receive(deadline: monotonicNow() + 100) else { continue }
+            if let id = reply.id, let key = checking.removeValue(forKey: id) {
+                checked(key, reply.line, client)
+                continue
+            }
+            return reply
+        }
+    }
+
+    /// Waits until nothing is awaited; names the failures; exit 1 when there were any.
+    func wait(_ client: Client) throws(CLIError) -> Int32 {
+        while !awaited.isEmpty {
+            try follow(client)
+            guard let reply = try client.receive(deadline: monotonicNow() + 100) else { continue }
+            if let id = reply.id, let key = checking.removeValue(forKey: id) { checked(key, reply.line, client) }
+        }
+        line?.clear()
+        if line != nil { StopSignal.uninstall() }
+        if !json {
+            for failure in failures { Output.message("\(failure.url): \(failure.error.code): \(failure.error.message)") }
+        }
+        return failed + skipped > 0 ? ExitCode.failed : ExitCode.ok
+    }
+
+    private func follow(_ client: Client) throws(CLIError) {
+        line?.stopIfAsked()
+        if let deadline, monotonicNow() >= deadline {
+            line?.clear()
+            throw .timeout("\(awaited.values.reduce(0) { $0 + $1.count }) URLs still not fetched after \(timeout!) s; "
+                           + "they stay queued")
+        }
+        while let next = try stream.next(deadline: monotonicNow()) {
+            if let event = next.event { handle(event) }
+        }
+        let now = monotonicNow()
+        if !awaited.isEmpty, toCheck.isEmpty, checking.isEmpty,
+           (idle && now - checkedAt >= 1000) || now - movedAt >= 10_000 {
+            checkedAt = now
+            movedAt = now
+            for key in awaited.keys { check(key) }
+        }
+        while checking.count < 32, let key = toCheck.popLast() {
+            listed.remove(key)
+            guard awaited[key] != nil else { continue }
+            checking[try client.send(Request(id: nil, op: .info, url: key))] = key
+        }
+        draw()
+    }
+
+    private func handle(_ event: Event) {
+        switch event.event {
+        case "snapshot":
+            let ours = (event.transfers ?? []).filter { awaited[$0.url] != nil }
+            rate = ours.reduce(0) { $0 + $1.rate }
+            if !ours.isEmpty { movedAt = monotonicNow() }
+            idle = (event.fast.map { $0.running + $0.waiting } ?? 1) == 0 && (event.slow.map { $0.running + $0.waiting } ?? 1) == 0
+                && event.backlog == 0
+        case "started":
+            if let url = event.url, awaited[url] != nil { movedAt = monotonicNow() }
+        case "finished":
+            guard let url = event.url else { return }
+            lastError[url] = nil
+            if awaited[url] != nil { end(url, nil) } else { early[url] = .finished }
+        case "failed":
+            guard let url = event.url else { return }
+            lastError[url] = event.error ?? WireError(.internal, "failed")
+            if awaited[url] != nil { check(url) } else { early[url] = .failed }
+        default:
+            break
+        }
+    }
+
+    /// Asks `info` about `key`: a task means it is still to come.
+    private func check(_ key: String) {
+        guard !listed.contains(key) else { return }
+        listed.insert(key)
+        toCheck.append(key)
+    }
+
+    private func checked(_ key: String, _ reply: [UInt8], _ client: Client) {
+        guard awaited[key] != nil, let info = try? client.decode(URLInfo.self, reply), info.task == nil else { return }
+        if let error = info.failure ?? lastError[key] {
+            end(key, error)
+        } else if info.cached != nil {
+            end(key, nil)
+        } else {
+            end(key, WireError(.cancelled, "no longer queued and not cached (cancelled?)"))
+        }
+    }
+
+    private func end(_ key: String, _ error: WireError?) {
+        guard let urls = awaited.removeValue(forKey: key) else { return }
+        movedAt = monotonicNow()
+        lastError[key] = nil
+        for url in urls {
+            if let error {
+                failed += 1
+                failures.append((url, error))
+            } else {
+                finished += 1
+            }
+            if json { Output.json(ItemResult(url: url, key: key, status: error == nil ? "finished" : "failed", error: error)) }
+        }
+    }
+
+    private func draw() {
+        guard let line else { return }
+        let now = monotonicNow()
+        guard now - started >= GetProgress.delay else { return }
+        let done = finished + cached
+        let bad = failed + skipped
+        let ended = done + bad
+        let eta = ended > 0 && ended < total ? Units.duration((now - started) * Int64(total - ended) / Int64(ended) / 1000) : "--"
+        let width = max(10, min(30, line.width - 50))
+        line.show(glyphs.bar(total > 0 ? Double(ended) / Double(total) : 0, width: width)
+                  + [Styled("  \(done)/\(total) done"), Styled(bad > 0 ? ", \(bad) failed" : "", "31"),
+                     Styled("  " + Units.rate(rate) + "  ETA " + eta, "2")])
     }
 }

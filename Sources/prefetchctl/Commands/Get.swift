@@ -12,6 +12,8 @@ enum GetCommand {
         guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
         if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
         let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
+        // One URL and stderr on a terminal: a progress bar when the answer takes a while.
+        let progress = GetProgress(urls: urls, arguments: arguments)
 
         var answers = [Result<CacheEntry, WireError>?](repeating: nil, count: urls.count)
         var indexByID: [Int64: Int] = [:]
@@ -20,10 +22,14 @@ enum GetCommand {
         var exitCode = ExitCode.ok
         while printed < urls.count {
             while sent < urls.count, indexByID.count < window {
-                indexByID[try client.send(.get, url: urls[sent])] = sent
+                let request = Request(id: nil, op: .get, url: urls[sent], maxStale: arguments.maxStale,
+                                      offline: arguments.offline ? true : nil)
+                indexByID[try client.send(request)] = sent
                 sent += 1
             }
-            guard let reply = try client.receive(deadline: deadline) else {
+            let received: (id: Int64?, line: [UInt8])?
+            if let progress { received = try progress.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
+            guard let reply = received else {
                 for index in printed..<urls.count where answers[index] == nil {
                     report(urls[index], .failure(WireError(.timeout, "no answer within \(arguments.timeout!) s; the fetch goes on")),
                            arguments)
@@ -54,7 +60,9 @@ enum GetCommand {
     private static func report(_ url: String, _ answer: Result<CacheEntry, WireError>, _ arguments: Arguments) {
         switch (answer, arguments.json) {
         case (.success(let entry), true): Output.json(entry)
-        case (.success(let entry), false): Output.line(entry.path)
+        case (.success(let entry), false):
+            if entry.stale == true { Output.message("\(url): served stale (past its freshness)") }
+            Output.line(entry.path)
         case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
         case (.failure(let error), false): Output.message("\(url): \(error.code): \(error.message)")
         }

@@ -4,7 +4,7 @@ import PrefetchProtocol
 enum InspectCommand {
     static func info(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         guard arguments.operands.count == 1 else { throw .usage("info takes exactly one URL") }
-        let info = try client.call(.info, URLInfo.self, url: arguments.operands[0])
+        let info = try client.call(Request(id: nil, op: .info, url: arguments.operands[0]), URLInfo.self)
         if arguments.json { Output.json(info); return ExitCode.ok }
         Output.line("key: \(info.key)")
         if let entry = info.cached {
@@ -24,7 +24,7 @@ enum InspectCommand {
     }
 
     static func status(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        let status = try client.call(.status, StatusReport.self)
+        let status = try client.call(Request(id: nil, op: .status), StatusReport.self)
         if arguments.json { Output.json(status); return ExitCode.ok }
         let cache = status.cache
         let ratio = cache.hits + cache.misses > 0 ? Double(cache.hits) / Double(cache.hits + cache.misses) * 100 : 0
@@ -36,11 +36,14 @@ enum InspectCommand {
         Output.line("cache: \(cache.entries) entries, \(cache.bytes) of \(cache.limit) bytes, hit ratio "
                     + "\(Int(ratio.rounded()))% (\(cache.hits) hits, \(cache.misses) misses), \(cache.directory)")
         Output.line("fetched \(status.fetched), failed \(status.failed)")
+        for paused in status.pausedHosts {
+            Output.line("paused host: \(paused.host) until \(paused.until) (failed too often in a row)")
+        }
         return ExitCode.ok
     }
 
     static func list(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        let list = try client.call(.list, TaskList.self, limit: arguments.limit)
+        let list = try client.call(Request(id: nil, op: .list, limit: arguments.limit), TaskList.self)
         if arguments.json { Output.json(list); return ExitCode.ok }
         for task in list.tasks {
             let progress = task.bytes.map { bytes in " \(bytes)" + (task.total.map { "/\($0)" } ?? "") + " bytes" } ?? ""
@@ -51,7 +54,7 @@ enum InspectCommand {
     }
 
     static func ping(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        let pong = try client.call(.ping, Pong.self)
+        let pong = try client.call(Request(id: nil, op: .ping), Pong.self)
         if arguments.json { Output.json(pong) } else { Output.line("prefetchd \(pong.version)") }
         return ExitCode.ok
     }

@@ -6,8 +6,8 @@ import QueueCore
 /// How a transfer ended, as the daemon needs it.
 struct FetchResult {
     enum Body {
-        /// A new body in `temporaryPath`, checked and hashed.
-        case downloaded(temporaryPath: String, bytes: Int64, sha256: String)
+        /// A complete new body in `path`, checked and hashed.
+        case downloaded(path: String, bytes: Int64, sha256: String)
         /// The server confirmed the cached copy (304).
         case notModified
     }
@@ -21,19 +21,19 @@ struct FetchResult {
 final class CurlFetcher {
     private let multi: UnsafeMutableRawPointer
     private let loop: EventLoop
-    private let files: CacheFiles
     var settings: FetchSettings
     private var transfers: [String: Transfer] = [:]
     /// When curl wants `socketAction(timeout)` (monotonic ms).
     private(set) var deadline: Int64?
-    /// Called on the loop thread for every transfer that ends (not for aborted ones).
+    /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
+    /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
+    var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
-    init(loop: EventLoop, files: CacheFiles, settings: FetchSettings) {
+    init(loop: EventLoop, settings: FetchSettings) {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
         multi = curl_multi_init()
         self.loop = loop
-        self.files = files
         self.settings = settings
         let me = Unmanaged.passUnretained(self).toOpaque()
         pf_multi_setopt_socket_callback(multi, fetcherSocket)
@@ -45,7 +45,7 @@ final class CurlFetcher {
     }
 
     deinit {
-        for key in Array(transfers.keys) { abort(key) }
+        for key in Array(transfers.keys) { stop(key, keepingBody: true) }
         curl_multi_cleanup(multi)
     }
 
@@ -56,19 +56,20 @@ final class CurlFetcher {
         transfers[key].map { ($0.received, $0.expectedBytes) }
     }
 
-    func start(_ key: String, lane: Lane, conditional: (etag: String?, lastModified: String?)?, throttled: Bool) throws {
-        precondition(transfers[key] == nil, "two transfers for \(key)")
-        let transfer = try Transfer(key: key, lane: lane, conditional: conditional, files: files, settings: settings)
+    func start(_ request: TransferRequest, throttled: Bool) throws {
+        precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
+        let transfer = try Transfer(request, settings: settings)
+        transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
         if throttled { transfer.limitRate(settings.backgroundRateWhileSuspended) }
-        transfers[key] = transfer
+        transfers[request.key] = transfer
         curl_multi_add_handle(multi, transfer.easy)
     }
 
-    /// Stops a transfer and drops its partial body.
-    func abort(_ key: String) {
+    /// Stops a transfer; its partial body is deleted, or kept on disk to resume from when `keepingBody`.
+    func stop(_ key: String, keepingBody: Bool) {
         guard let transfer = transfers.removeValue(forKey: key) else { return }
         curl_multi_remove_handle(multi, transfer.easy)
-        transfer.discardBody()
+        if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
     }
 
     /// Holds a background transfer to a low rate while urgent work runs, or lets it run at full speed.
@@ -135,7 +136,7 @@ final class CurlFetcher {
         let status = transfer.responseCode
         let headers = transfer.headers
         func failed(_ failure: Failure) -> FetchResult {
-            transfer.discardBody()
+            transfer.closeFile()
             return FetchResult(key: transfer.key, headers: headers, outcome: .failure(failure))
         }
         if code != CURLE_OK {
@@ -145,18 +146,22 @@ final class CurlFetcher {
             transfer.discardBody()
             return FetchResult(key: transfer.key, headers: headers, outcome: .success(.notModified))
         }
+        if status == 416 {
+            transfer.discardBody()
+            return failed(Failure(code: "http_status", message: "the server refused to resume (HTTP 416); starting over",
+                                  isTransient: true, httpStatus: 416))
+        }
         guard (200...299).contains(status) else {
             let retryAfter = headers.retryAfterMilliseconds(now: wallClockMilliseconds())
             return failed(Failure.httpStatus(status, retryAfter: retryAfter))
         }
-        if let expected = transfer.expectedBytes, expected != transfer.received {
-            return failed(Failure(code: "network", message: "the body ended after \(transfer.received) of \(expected) bytes",
-                                  isTransient: true))
+        if let expected = transfer.expectedBytes, expected != transfer.received - transfer.resumedFrom {
+            return failed(Failure(code: "network", message: "the body ended after \(transfer.received - transfer.resumedFrom) "
+                                  + "of \(expected) bytes", isTransient: true))
         }
         let sha256 = transfer.finishBody()
         return FetchResult(key: transfer.key, headers: headers,
-                           outcome: .success(.downloaded(temporaryPath: transfer.temporaryPath, bytes: transfer.received,
-                                                         sha256: sha256)))
+                           outcome: .success(.downloaded(path: transfer.bodyPath, bytes: transfer.received, sha256: sha256)))
     }
 }
 

@@ -2,31 +2,59 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// What happens when a transfer ends: probe and install the body, index it, answer the waiters.
+/// What happens when a transfer ends: inspect and install the body, index it, answer the waiters.
 extension Daemon {
+    /// A body started arriving: record how to resume it should the transfer stop before the end.
+    func bodyStarted(_ key: String, validator: String?) {
+        do {
+            if let validator {
+                try store.savePartial(key, validator: validator)
+            } else {
+                try store.removePartial(key, deletingBody: false)
+            }
+        } catch {
+            Log.error("cannot record the download of \(key): \(error)")
+        }
+    }
+
     func fetchFinished(_ result: FetchResult) {
         let now = wallClockMilliseconds()
         switch result.outcome {
         case .failure(let failure):
-            counters.failed += 1
-            Log.info("failed \(result.key): \(failure.code): \(failure.message)")
+            fetchEnded(result.key, result: "error", failure: failure)
+            do {
+                let hasValidator = try store.partialValidator(result.key) != nil
+                if !(failure.isTransient && failure.httpStatus != 416 && hasValidator) { try store.removePartial(result.key) }
+            } catch {
+                Log.error("cannot forget the download of \(result.key): \(error)")
+            }
             apply(scheduler.finish(result.key, .failure(failure), now: Moment(milliseconds: now)))
         case .success(.notModified):
             let freshUntil = result.headers.freshUntil(now: now, defaultTTL: options.defaultTTL)
             do {
                 try store.refresh(result.key, freshUntil: freshUntil, etag: result.headers.etag,
-                                  lastModified: result.headers.lastModified, now: now)
+                                  lastModified: result.headers.lastModified, mustRevalidate: result.headers.mustRevalidate,
+                                  now: now)
             } catch {
                 Log.error("cannot refresh \(result.key): \(error)")
             }
-            Log.info("revalidated \(result.key)")
+            fetchEnded(result.key, result: "not_modified")
             apply(scheduler.finish(result.key, .success, now: Moment(milliseconds: now)))
         case .success(.downloaded(let temporary, let bytes, let sha256)):
+            do { try store.removePartial(result.key, deletingBody: false) } catch { Log.error("\(error)") }
             let name = CacheFiles.name(forKey: result.key)
             let relative = CacheFiles.relativePath(forName: name)
             let files = store.files
+            let policy = imagePolicy
             workers.run({ () -> Result<ImageInfo?, Failure> in
-                let info = ImageProbe.probe(temporary)
+                let info: ImageInfo?
+                switch ImageInspector.inspect(temporary, policy: policy) {
+                case .image(let image): info = image
+                case .nonImage: info = nil
+                case .rejected(let failure):
+                    unlink(temporary)
+                    return .failure(failure)
+                }
                 do {
                     try files.install(temporary: temporary, as: relative)
                 } catch {
@@ -48,8 +76,7 @@ extension Daemon {
         let info: ImageInfo?
         switch outcome {
         case .failure(let failure):
-            counters.failed += 1
-            Log.error("\(result.key): \(failure.message)")
+            fetchEnded(result.key, result: "error", failure: failure)
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         case .success(let probed):
             info = probed
@@ -59,25 +86,25 @@ extension Daemon {
             contentType: result.headers.contentType, format: info?.format, width: info?.width, height: info?.height,
             etag: result.headers.etag, lastModified: result.headers.lastModified,
             freshUntil: result.headers.freshUntil(now: now, defaultTTL: options.defaultTTL),
-            fetchedAt: now, lastAccess: now, hits: 0)
+            fetchedAt: now, lastAccess: now, hits: 0, mustRevalidate: result.headers.mustRevalidate,
+            noStore: result.headers.noStore)
         do {
             try store.put(entry)
             if store.totalBytes > options.maxCacheBytes {
-                let protected = Set(pendingGets.values).union([result.key])
+                let protected = protectedKeys.union([result.key])
                 let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9, protecting: protected)
+                metrics.evictions += Int64(evicted)
                 Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
             }
         } catch {
             store.files.remove(relative)
-            counters.failed += 1
             let full = error.isDiskFull
             let failure = Failure(code: full ? "disk_full" : "internal", message: "cannot index the file: \(error)",
                                   isTransient: true)
+            fetchEnded(result.key, result: "error", failure: failure)
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         }
-        counters.fetched += 1
-        let shape = info.map { " \($0.format) \($0.width)x\($0.height)" } ?? ""
-        Log.info("fetched \(result.key) (\(bytes) bytes\(shape))")
+        fetchEnded(result.key, result: "ok", bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? "")
         apply(scheduler.finish(result.key, .success, now: moment))
     }
 }

@@ -9,4 +9,6 @@ struct FetchSettings {
     var connectionsPerHost: Int = 6
     /// The rate a running background transfer is held to while urgent work runs (bytes/s).
     var backgroundRateWhileSuspended: Int64 = 32 * 1024
+    /// An upstream proxy URL; without one curl honours `http_proxy`, `https_proxy` and `no_proxy`.
+    var proxy: String?
 }

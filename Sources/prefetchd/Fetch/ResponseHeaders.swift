@@ -59,20 +59,31 @@ struct ResponseHeaders: Equatable {
         }
     }
 
-    /// When the response stops being fresh (Unix ms): `no-store`/`no-cache` → now, `max-age`, `Expires`,
-    /// 10% of the Last-Modified age (at most a day), else `defaultTTL`.
-    func freshUntil(now: Int64, defaultTTL: Int64) -> Int64 {
+    /// When the response stops being fresh (Unix ms), per RFC 9111 section 4.2: the freshness lifetime from
+    /// `max-age` (`s-maxage` is for shared caches and ignored), else `Expires` − `Date`, else 10% of the time since
+    /// `Last-Modified` (at most `heuristicCap`), else `defaultTTL`; minus the response's current age (`Age`, `Date`).
+    /// `no-cache` and `no-store` make it stale at once.
+    func freshUntil(now: Int64, defaultTTL: Int64, heuristicCap: Int64 = 86_400_000) -> Int64 {
         if has("no-store") || has("no-cache") { return now }
-        if let maxAge { return now + max(0, maxAge - (age ?? 0)) * 1000 }
-        if let expires, let expiry = Self.parseDate(expires) {
-            let serverNow = date.flatMap(Self.parseDate) ?? now
-            return now + max(0, expiry - serverNow)
+        let dateValue = date.flatMap(Self.parseDate) ?? now
+        let currentAge = max(max(0, now - dateValue), (age ?? 0) * 1000)
+        let lifetime: Int64
+        if let maxAge {
+            lifetime = maxAge * 1000
+        } else if let expires {
+            lifetime = Self.parseDate(expires).map { $0 - dateValue } ?? 0  // an invalid Expires means already expired
+        } else if let lastModified, let modified = Self.parseDate(lastModified), modified < dateValue {
+            lifetime = min((dateValue - modified) / 10, heuristicCap)
+        } else {
+            lifetime = defaultTTL
         }
-        if let lastModified, let modified = Self.parseDate(lastModified), modified < now {
-            return now + min((now - modified) / 10, 86_400_000)
-        }
-        return now + defaultTTL
+        return now + max(0, lifetime - currentAge)
     }
+
+    /// The response may be delivered but not kept for later hits.
+    var noStore: Bool { has("no-store") }
+    /// A stale copy must never be served, not even when revalidation fails.
+    var mustRevalidate: Bool { has("must-revalidate") || has("proxy-revalidate") }
 
     /// An HTTP date as Unix ms (curl's date parser).
     static func parseDate(_ text: String) -> Int64? {

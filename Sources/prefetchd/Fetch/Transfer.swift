@@ -3,42 +3,63 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// One download in progress: its easy handle, the temporary file its body streams into, and its checksum.
+/// What to fetch and where its body goes.
+struct TransferRequest {
+    var key: String
+    var lane: Lane
+    /// Validators of the cached copy, for a conditional request (a 304 then confirms it).
+    var conditional: (etag: String?, lastModified: String?)?
+    /// The body file; when it already holds bytes and `resumeValidator` is set, the transfer asks for the rest.
+    var bodyPath: String
+    var resumeValidator: String?
+}
+
+/// One download in progress: its easy handle, the body file it streams into (resuming what is there), its checksum.
 final class Transfer {
     let key: String
     let easy: UnsafeMutableRawPointer
-    let temporaryPath: String
+    let bodyPath: String
     var lane: Lane
     /// Whether a conditional request was sent (a 304 is then expected, not an error).
     let conditional: Bool
+    /// Bytes in the body file, resumed ones included.
     private(set) var received: Int64 = 0
+    /// Bytes that were already on disk when this transfer started (0 when it started over).
+    private(set) var resumedFrom: Int64 = 0
     private(set) var headers = ResponseHeaders()
     /// Set when the write callback stopped the transfer on purpose.
     private(set) var stopReason: Failure?
     /// Set when the prerequest callback refused the address curl connected to.
     fileprivate(set) var refusedAddress: String?
+    /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
+    var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
+    private var bodyStarted = false
     private var fd: Int32
-    private let hash = SHA256()
+    private var hash = SHA256()
     private let maxBytes: Int64
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
 
-    init(key: String, lane: Lane, conditional: (etag: String?, lastModified: String?)?, files: CacheFiles,
-         settings: FetchSettings) throws {
+    init(_ request: TransferRequest, settings: FetchSettings) throws {
         guard let easy = curl_easy_init() else { throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "") }
         self.easy = easy
-        self.key = key
-        self.lane = lane
-        self.maxBytes = settings.maxBytes
-        self.conditional = conditional != nil
-        let temporary = try files.makeTemporary()
-        temporaryPath = temporary.path
-        fd = temporary.fd
+        key = request.key
+        lane = request.lane
+        maxBytes = settings.maxBytes
+        conditional = request.conditional != nil
+        bodyPath = request.bodyPath
+        let truncate = request.resumeValidator == nil ? O_TRUNC : 0
+        fd = try syscall("open", request.bodyPath) { open(request.bodyPath, O_WRONLY | O_CREAT | O_CLOEXEC | truncate, 0o600) }
 
         var headerLines = ["Accept: image/*,*/*;q=0.8"]
-        if let conditional {
+        if let conditional = request.conditional {
             if let etag = conditional.etag { headerLines.append("If-None-Match: \(etag)") }
             if let modified = conditional.lastModified { headerLines.append("If-Modified-Since: \(modified)") }
         }
+        if let validator = request.resumeValidator {
+            resumedFrom = try hashExisting()
+            if resumedFrom > 0 { headerLines.append("If-Range: \(validator)") }
+        }
+        received = resumedFrom
         for line in headerLines { requestHeaders = curl_slist_append(requestHeaders, line) }
 
         let me = Unmanaged.passUnretained(self).toOpaque()
@@ -51,6 +72,7 @@ final class Transfer {
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
         pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
         pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
+        if resumedFrom > 0 { pf_easy_setopt_string(easy, CURLOPT_RANGE, "\(resumedFrom)-") }
         pf_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
         pf_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         pf_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
@@ -60,10 +82,11 @@ final class Transfer {
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, Int(settings.lowSpeedLimit))
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int(settings.lowSpeedTime))
         pf_easy_setopt_off_t(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(settings.maxBytes))
-        pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion) (+https://github.com/prefetchd)")
+        pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion)")
         pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
-            }
+        if let proxy = settings.proxy { pf_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
+    }
 
     deinit {
         curl_easy_cleanup(easy)
@@ -82,7 +105,7 @@ final class Transfer {
         return code
     }
 
-    /// The size the server announced, when it did.
+    /// The size of this response's body, when the server announced it.
     var expectedBytes: Int64? {
         var length: curl_off_t = -1
         pf_easy_getinfo_off_t(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
@@ -95,17 +118,51 @@ final class Transfer {
         return hash.hex()
     }
 
+    /// Closes the file and deletes it.
     func discardBody() {
         closeFile()
-        unlink(temporaryPath)
+        unlink(bodyPath)
     }
 
-    private func closeFile() {
+    func closeFile() {
         if fd >= 0 { close(fd) }
         fd = -1
     }
 
+    /// Feeds the bytes already in the body file to the checksum; returns their count.
+    private func hashExisting() throws(SystemError) -> Int64 {
+        let reader = try syscall("open", bodyPath) { open(bodyPath, O_RDONLY | O_CLOEXEC) }
+        defer { close(reader) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var total: Int64 = 0
+        while true {
+            let count = try syscall("read", bodyPath) { read(reader, &buffer, buffer.count) }
+            if count == 0 { break }
+            buffer.withUnsafeBytes { hash.update(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            total += Int64(count)
+        }
+        _ = lseek(fd, off_t(total), SEEK_SET)
+        return total
+    }
+
+    /// Drops what a resume had kept: the server sent the whole body again.
+    private func startOver() {
+        _ = ftruncate(fd, 0)
+        _ = lseek(fd, 0, SEEK_SET)
+        hash = SHA256()
+        received = 0
+        resumedFrom = 0
+    }
+
     fileprivate func write(_ data: UnsafeRawBufferPointer) -> Int {
+        let status = responseCode
+        guard (200...299).contains(status) else { return data.count }  // an error page: not kept
+        if !bodyStarted {
+            bodyStarted = true
+            if resumedFrom > 0 && status != 206 { startOver() }
+            let validator = headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
+            onBodyStart(self, validator)
+        }
         if received + Int64(data.count) > maxBytes {
             stopReason = Failure(code: "too_large", message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
             return 0
@@ -117,8 +174,7 @@ final class Transfer {
                 if errno == EINTR { continue }
                 let full = errno == ENOSPC || errno == EDQUOT
                 stopReason = Failure(code: full ? "disk_full" : "internal",
-                                     message: "writing \(temporaryPath): \(String(cString: strerror(errno)))",
-                                     isTransient: true)
+                                     message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
                 return 0
             }
             offset += written

@@ -25,16 +25,24 @@ extension Daemon {
             reply(connection, request.id, Pong())
         case .get:
             guard let text = request.url else { return missing("url", op, connection, request.id) }
-            get(text, id: request.id, connection: connection, now: now)
+            get(text, request, connection: connection, now: now)
         case .queue:
             guard let urls = batch(request, op, connection) else { return }
             queueBatch.append((connection, request.id, urls))
+        case .evict where request.all == true:
+            do {
+                let evicted = try store.removeAll(protecting: protectedKeys)
+                metrics.evictions += Int64(evicted)
+                reply(connection, request.id, BatchResult(results: [], evicted: evicted))
+            } catch {
+                fail(connection, request.id, Self.wireError(error))
+            }
         case .demote, .promote, .cancel, .evict:
             guard let urls = batch(request, op, connection) else { return }
             let results = urls.map { text -> ItemResult in
                 do {
                     let url = try CanonicalURL(text)
-                    return ItemResult(url: text, status: try change(op, url, now: now))
+                    return ItemResult(url: text, key: url.key, status: try change(op, url, now: now))
                 } catch {
                     return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
                 }
@@ -59,33 +67,73 @@ extension Daemon {
             }
         case .status:
             reply(connection, request.id, status())
+        case .watch:
+            reply(connection, request.id, Watching())
+            startWatching(connection)
+        case .metrics:
+            reply(connection, request.id, MetricsText(text: metricsText()))
+        case .formats:
+            let formats = ImageFormats.available(policy: imagePolicy).map {
+                FormatList.Format(name: $0.name, description: $0.description, mimeTypes: $0.mimeTypes,
+                                  extensions: $0.extensions, allowed: $0.isAllowed)
+            }
+            reply(connection, request.id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: imagePolicy)))
         case .list:
             let limit = max(0, request.limit ?? 1000)
             let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
-            let inMemorySlow = Int64(scheduler.counts.slowWaiting + scheduler.counts.slowRunning)
-            reply(connection, request.id, TaskList(tasks: tasks.prefix(limit).map(summary),
-                                                   backlog: max(0, store.backlogCount - inMemorySlow)))
+            reply(connection, request.id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
         }
     }
 
-    private func get(_ text: String, id: RequestID?, connection: Connection, now: Int64) {
+    private func get(_ text: String, _ request: Request, connection: Connection, now: Int64) {
+        let id = request.id
         let url: CanonicalURL
         let entry: IndexEntry?
+        var variant: VariantSpec?
         do {
             url = try CanonicalURL(text)
             entry = try store.entry(url.key)
+            if let size = request.size {
+                variant = try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
+                                          upscale: request.upscale ?? false)
+            } else if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
+                return fail(connection, id, WireError(.badRequest, "fit, format, quality and upscale need size"))
+            }
+        } catch let invalid as VariantSpec.Invalid {
+            return fail(connection, id, WireError(.badRequest, invalid.message))
         } catch {
             return fail(connection, id, Self.wireError(error))
         }
+        /// Answers from the cached entry: the original, or its variant.
+        func answer(_ entry: IndexEntry, stale: Bool) {
+            metrics.cacheHits += 1
+            store.touch(url.key, now: now)
+            if let variant { return deliverVariant(of: entry, variant, client: connection.id, id: id) }
+            metrics.getLatency.observe(0)
+            reply(connection, id, wire(entry, fromCache: true, stale: stale))
+        }
         let state = cacheState(entry, now: now)
         if state == .fresh, let entry, scheduler.task(url.key) == nil {
-            counters.hits += 1
-            store.touch(url.key, now: now)
-            return reply(connection, id, wire(entry, fromCache: true))
+            return answer(entry, stale: false)
         }
-        counters.misses += 1
+        if request.offline == true {
+            guard state != .missing, let entry else {
+                return fail(connection, id, WireError(.notCached, "\(url.key) is not in the cache (offline: no fetch)"))
+            }
+            return answer(entry, stale: state == .stale)
+        }
+        if state == .stale, let entry, !entry.mustRevalidate, let maxStale = request.maxStale,
+           now - entry.freshUntil <= maxStale * 1000 {
+            answer(entry, stale: true)
+            taskCreated(url.key)
+            let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
+            return apply(actions)
+        }
+        metrics.cacheMisses += 1
         let waiter = newWaiter(for: connection, id: id)
-        pendingGets[waiter] = url.key
+        pendingGets[waiter] = PendingGet(key: url.key, variant: variant)
+        getStartedAt[waiter] = monotonicMilliseconds()
+        if scheduler.task(url.key) == nil { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
     }
 
@@ -104,8 +152,18 @@ extension Daemon {
                 guard task.lane == .slow else { return "already" }
             } else {
                 guard try store.isQueued(url.key) else { return "unknown" }
-                let (_, actions) = scheduler.queue(url, cache: cacheState(try store.entry(url.key), now: now), now: moment)
+                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.entry(url.key), now: now), now: moment)
                 apply(actions)
+                switch outcome {
+                case .cached:
+                    try store.dequeue(url.key)
+                    return "cached"
+                case .skipped:
+                    try store.dequeue(url.key)
+                    return "skipped"
+                case .queued, .already:
+                    loadedFromBacklog.insert(url.key)
+                }
             }
             apply(scheduler.promote(url.key, now: moment))
             return "promoted"
@@ -138,6 +196,9 @@ extension Daemon {
         fail(connection, id, WireError(.badRequest, "\(op.rawValue) needs the field \"\(field)\""))
     }
 
+    /// Queued URLs that only the durable backlog holds.
+    var backlogOnly: Int64 { max(0, store.backlogCount - Int64(loadedFromBacklog.count)) }
+
     func summary(_ task: TaskInfo) -> TaskSummary {
         let progress = fetcher.progress(task.key)
         let state: String
@@ -152,16 +213,16 @@ extension Daemon {
 
     private func status() -> StatusReport {
         let counts = scheduler.counts
-        let inMemorySlow = Int64(counts.slowWaiting + counts.slowRunning)
         return StatusReport(
             version: prefetchVersion, pid: getpid(), uptime: (monotonicMilliseconds() - startedAt) / 1000,
             fast: .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth),
             slow: .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth),
             slowSuspended: counts.slowSuspended, delayed: counts.delayed,
-            backlog: max(0, store.backlogCount - inMemorySlow),
+            backlog: backlogOnly,
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
-                         hits: counters.hits, misses: counters.misses, directory: options.cacheDirectory),
-            connections: connections.count, fetched: counters.fetched, failed: counters.failed)
+                         hits: metrics.cacheHits, misses: metrics.cacheMisses, directory: options.cacheDirectory),
+            connections: connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
+            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) })
     }
 
     static func describe(_ error: any Error) -> String {

@@ -1,6 +1,7 @@
 import Glibc
 
-/// The cache directory's files: `files/ab/cd/<sha256(key)>` for bodies, `tmp/` for downloads in progress.
+/// The cache directory's files: `files/ab/cd/<sha256(key)>` for bodies, `tmp/<sha256(key)>` for downloads in
+/// progress (kept across restarts when the index records a validator to resume them with).
 struct CacheFiles {
     let root: String
 
@@ -24,13 +25,8 @@ struct CacheFiles {
         try makeDirectories(filesDirectory, mode: 0o700)
     }
 
-    /// Creates an empty temporary file for a download; returns its path and an open descriptor.
-    func makeTemporary() throws(SystemError) -> (path: String, fd: Int32) {
-        var template = Array((temporaryDirectory + "/dl-XXXXXX").utf8CString)
-        let fd = try syscall("mkstemp", "in \(temporaryDirectory)") { mkstemp(&template) }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        return (String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self), fd)
-    }
+    /// Where the body of a download in progress for `name` is written.
+    func downloadPath(forName name: String) -> String { temporaryDirectory + "/" + name }
 
     /// Moves a finished download into place under `relative`, creating its directories.
     func install(temporary: String, as relative: String) throws(SystemError) {
@@ -49,10 +45,11 @@ struct CacheFiles {
 
     func remove(_ relative: String) { unlink(absolute(relative)) }
 
-    /// Deletes every leftover temporary file; returns how many there were.
-    func clearTemporaries() -> Int {
+    /// Deletes every temporary file but the resumable downloads named in `keeping`; returns how many went.
+    func clearTemporaries(keeping: Set<String>) -> Int {
         var removed = 0
         forEachFile(in: temporaryDirectory) { path in
+            guard !keeping.contains(path) else { return }
             unlink(path)
             removed += 1
         }

@@ -21,9 +21,20 @@ final class Store {
             etag TEXT, last_modified TEXT, fresh_until INTEGER NOT NULL, fetched_at INTEGER NOT NULL,
             last_access INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0);
         CREATE INDEX entries_lru ON entries(last_access);
-        CREATE TABLE queue(seq INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, url TEXT NOT NULL, queued_at INTEGER NOT NULL);
+        CREATE TABLE queue(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, url TEXT NOT NULL, queued_at INTEGER NOT NULL);
         CREATE TABLE failures(key TEXT PRIMARY KEY, code TEXT NOT NULL, message TEXT NOT NULL, status INTEGER,
             until INTEGER NOT NULL);
+        """,
+        """
+        ALTER TABLE entries ADD COLUMN must_revalidate INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE entries ADD COLUMN no_store INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE partials(key TEXT PRIMARY KEY, validator TEXT NOT NULL);
+        CREATE TABLE hosts(host TEXT PRIMARY KEY, paused_until INTEGER NOT NULL, failures INTEGER NOT NULL);
+        """,
+        """
+        CREATE TABLE variants(key TEXT NOT NULL, spec TEXT NOT NULL, file TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,
+            sha256 TEXT NOT NULL, format TEXT NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,
+            PRIMARY KEY(key, spec));
         """,
     ]
 
@@ -33,7 +44,10 @@ final class Store {
         db = try Database(path: directory + "/index.sqlite")
         try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
         try migrate()
-        let totals = try db.statement("SELECT count(*), coalesce(sum(bytes), 0) FROM entries")
+        let totals = try db.statement("""
+            SELECT (SELECT count(*) FROM entries),
+                   (SELECT coalesce(sum(bytes), 0) FROM entries) + (SELECT coalesce(sum(bytes), 0) FROM variants)
+            """)
         _ = try totals.step()
         entryCount = totals.int(0)
         totalBytes = totals.int(1)
@@ -60,6 +74,13 @@ final class Store {
         inTransaction = true
     }
 
+    /// Abandons the turn's writes.
+    func rollback() {
+        guard inTransaction else { return }
+        try? db.execute("ROLLBACK")
+        inTransaction = false
+    }
+
     /// Ends the turn's transaction, if one is open.
     func commit() throws(DatabaseError) {
         guard inTransaction else { return }
@@ -78,7 +99,7 @@ final class Store {
     func entry(_ key: String) throws(DatabaseError) -> IndexEntry? {
         let select = try db.statement("""
             SELECT key, url, file, bytes, sha256, content_type, format, width, height, etag, last_modified,
-                   fresh_until, fetched_at, last_access, hits FROM entries WHERE key = ?1
+                   fresh_until, fetched_at, last_access, hits, must_revalidate, no_store FROM entries WHERE key = ?1
             """).bind(key)
         guard try select.step() else { return nil }
         return IndexEntry(
@@ -86,7 +107,8 @@ final class Store {
             sha256: select.text(4), contentType: select.optionalText(5), format: select.optionalText(6),
             width: select.optionalInt(7).map(Int.init), height: select.optionalInt(8).map(Int.init),
             etag: select.optionalText(9), lastModified: select.optionalText(10), freshUntil: select.int(11),
-            fetchedAt: select.int(12), lastAccess: touched[key] ?? select.int(13), hits: select.int(14))
+            fetchedAt: select.int(12), lastAccess: touched[key] ?? select.int(13), hits: select.int(14),
+            mustRevalidate: select.int(15) != 0, noStore: select.int(16) != 0)
     }
 
     /// Records a newly installed file; replaces any earlier row for the key.
@@ -99,22 +121,23 @@ final class Store {
         }
         try db.statement("""
             INSERT OR REPLACE INTO entries(key, url, file, bytes, sha256, content_type, format, width, height, etag,
-                last_modified, fresh_until, fetched_at, last_access, hits)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                last_modified, fresh_until, fetched_at, last_access, hits, must_revalidate, no_store)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
             """).bind(entry.key, entry.url, entry.file, entry.bytes, entry.sha256, entry.contentType, entry.format,
                       entry.width, entry.height, entry.etag, entry.lastModified, entry.freshUntil, entry.fetchedAt,
-                      entry.lastAccess, entry.hits).run()
+                      entry.lastAccess, entry.hits, entry.mustRevalidate ? 1 : 0, entry.noStore ? 1 : 0).run()
         totalBytes += entry.bytes
         entryCount += 1
     }
 
     /// A 304 confirmed the cached copy: new freshness and validators.
-    func refresh(_ key: String, freshUntil: Int64, etag: String?, lastModified: String?, now: Int64) throws(DatabaseError) {
+    func refresh(_ key: String, freshUntil: Int64, etag: String?, lastModified: String?, mustRevalidate: Bool,
+                 now: Int64) throws(DatabaseError) {
         try write()
         try db.statement("""
             UPDATE entries SET fresh_until = ?2, etag = coalesce(?3, etag), last_modified = coalesce(?4, last_modified),
-                fetched_at = ?5 WHERE key = ?1
-            """).bind(key, freshUntil, etag, lastModified, now).run()
+                fetched_at = ?5, must_revalidate = ?6 WHERE key = ?1
+            """).bind(key, freshUntil, etag, lastModified, now, mustRevalidate ? 1 : 0).run()
     }
 
     /// Notes a cache hit; written in batches by `flushAccesses`.
@@ -128,11 +151,19 @@ final class Store {
         touched.removeAll()
     }
 
-    /// Deletes the row and its file; true when there was one.
+    /// Deletes the row, its file and its variants; true when there was one.
     @discardableResult
     func remove(_ key: String) throws(DatabaseError) -> Bool {
         guard let old = try entry(key) else { return false }
         try write()
+        let variants = try db.statement("SELECT file, bytes FROM variants WHERE key = ?1").bind(key)
+        var variantFiles: [(String, Int64)] = []
+        while try variants.step() { variantFiles.append((variants.text(0), variants.int(1))) }
+        for (file, bytes) in variantFiles {
+            files.remove(file)
+            totalBytes -= bytes
+        }
+        try db.statement("DELETE FROM variants WHERE key = ?1").bind(key).run()
         try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
         files.remove(old.file)
         touched.removeValue(forKey: key)
@@ -157,6 +188,51 @@ final class Store {
             }
         }
         return evicted
+    }
+
+    /// Evicts every entry but the `protected` ones; returns how many went.
+    func removeAll(protecting protected: Set<String>) throws(DatabaseError) -> Int {
+        var keys: [String] = []
+        let select = try db.statement("SELECT key FROM entries")
+        while try select.step() { keys.append(select.text(0)) }
+        var removed = 0
+        for key in keys where !protected.contains(key) {
+            try remove(key)
+            removed += 1
+        }
+        return removed
+    }
+
+    // MARK: Variants
+
+    /// A resized variant: where it is and what it is.
+    struct Variant: Equatable {
+        var file: String
+        var bytes: Int64
+        var sha256: String
+        var format: String
+        var width: Int
+        var height: Int
+    }
+
+    func variant(_ key: String, spec: String) throws(DatabaseError) -> Variant? {
+        let select = try db.statement("""
+            SELECT file, bytes, sha256, format, width, height FROM variants WHERE key = ?1 AND spec = ?2
+            """).bind(key, spec)
+        guard try select.step() else { return nil }
+        return Variant(file: select.text(0), bytes: select.int(1), sha256: select.text(2), format: select.text(3),
+                       width: Int(select.int(4)), height: Int(select.int(5)))
+    }
+
+    /// Records a variant of a cached entry (its original must have a row).
+    func putVariant(_ key: String, spec: String, _ variant: Variant) throws(DatabaseError) {
+        try write()
+        if let old = try self.variant(key, spec: spec) { totalBytes -= old.bytes }
+        try db.statement("""
+            INSERT OR REPLACE INTO variants(key, spec, file, bytes, sha256, format, width, height)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            """).bind(key, spec, variant.file, variant.bytes, variant.sha256, variant.format, variant.width, variant.height).run()
+        totalBytes += variant.bytes
     }
 
     // MARK: Durable backlog
@@ -188,6 +264,26 @@ final class Store {
         return rows
     }
 
+    // MARK: Resumable downloads
+
+    /// The validator recorded for `key`'s download in progress, if it can be resumed.
+    func partialValidator(_ key: String) throws(DatabaseError) -> String? {
+        let select = try db.statement("SELECT validator FROM partials WHERE key = ?1").bind(key)
+        return try select.step() ? select.text(0) : nil
+    }
+
+    func savePartial(_ key: String, validator: String) throws(DatabaseError) {
+        try write()
+        try db.statement("INSERT OR REPLACE INTO partials(key, validator) VALUES (?1, ?2)").bind(key, validator).run()
+    }
+
+    /// Forgets a download in progress, deleting its body unless it is still being written.
+    func removePartial(_ key: String, deletingBody: Bool = true) throws(DatabaseError) {
+        if deletingBody { unlink(files.downloadPath(forName: CacheFiles.name(forKey: key))) }
+        try write()
+        try db.statement("DELETE FROM partials WHERE key = ?1").bind(key).run()
+    }
+
     // MARK: Negative cache
 
     func saveFailure(key: String, code: String, message: String, status: Int?, until: Int64) throws(DatabaseError) {
@@ -208,25 +304,64 @@ final class Store {
         return rows
     }
 
+    // MARK: Circuit breaker
+
+    func savePause(host: String, until: Int64) throws(DatabaseError) {
+        try write()
+        try db.statement("INSERT OR REPLACE INTO hosts(host, paused_until, failures) VALUES (?1, ?2, 0)").bind(host, until).run()
+    }
+
+    /// Hosts still paused at `now`; expired pauses are deleted.
+    func pausedHosts(now: Int64) throws(DatabaseError) -> [(host: String, until: Int64)] {
+        try write()
+        try db.statement("DELETE FROM hosts WHERE paused_until <= ?1").bind(now).run()
+        let select = try db.statement("SELECT host, paused_until FROM hosts")
+        var rows: [(String, Int64)] = []
+        while try select.step() { rows.append((select.text(0), select.int(1))) }
+        return rows
+    }
+
     // MARK: Recovery
 
-    /// Start-up sweep: drops temporary files, rows whose file is missing or the wrong size, and files no row names.
+    /// Start-up sweep: drops temporary files (but resumable downloads), rows whose file is missing or the wrong size,
+    /// and files no row names.
     func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
-        let temporaries = files.clearTemporaries()
+        try write()
+        try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
+        var resumable: [String: String] = [:]
+        let partials = try db.statement("SELECT key FROM partials")
+        while try partials.step() {
+            resumable[files.downloadPath(forName: CacheFiles.name(forKey: partials.text(0)))] = partials.text(0)
+        }
+        for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
+        let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
         var bad: [String] = []
         let rows = try db.statement("SELECT key, file, bytes FROM entries")
         while try rows.step() {
             if files.size(of: rows.text(1)) != rows.int(2) { bad.append(rows.text(0)) }
         }
         for key in bad { try remove(key) }
+        var badVariants: [(String, String, Int64)] = []
+        let variantRows = try db.statement("SELECT key, spec, file, bytes FROM variants")
+        while try variantRows.step() {
+            if files.size(of: variantRows.text(2)) != variantRows.int(3) {
+                badVariants.append((variantRows.text(0), variantRows.text(1), variantRows.int(3)))
+            }
+        }
+        for (key, spec, bytes) in badVariants {
+            try db.statement("DELETE FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec).run()
+            totalBytes -= bytes
+        }
         var orphans: [String] = []
         files.forEachCachedFile { name, path in
+            guard name.utf8.count == 64 else { return orphans.append(path) }
             let relative = CacheFiles.relativePath(forName: name)
-            let known = (try? db.statement("SELECT 1 FROM entries WHERE file = ?1").bind(relative).step()) ?? true
+            let known = (try? db.statement("SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1")
+                .bind(relative).step()) ?? true
             if !known || path != files.absolute(relative) { orphans.append(path) }
         }
         for path in orphans { _ = path.withCString { unlink($0) } }
         try commit()
-        return (temporaries, bad.count, orphans.count)
+        return (temporaries, bad.count + badVariants.count, orphans.count)
     }
 }

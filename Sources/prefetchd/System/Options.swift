@@ -2,9 +2,14 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// Everything the daemon can be told on its command line; the defaults need no configuration at all.
+/// Everything the daemon can be told, by its configuration file or its command line; the defaults need neither.
+///
+/// `Options.settings` is the one table of settings: it drives the flag parser, the configuration file parser,
+/// `--help`, `--check-config` and what SIGHUP may change live.
 struct Options {
     var socketPath: String
+    /// Permissions of a socket the daemon binds itself (a socket-activated one keeps the unit's `SocketMode=`).
+    var socketMode: mode_t = 0o600
     var cacheDirectory: String
     var maxCacheBytes: Int64 = 1 << 30
     var fastWidth = 8
@@ -18,95 +23,281 @@ struct Options {
     var backlogWindow = 1024
     var workerThreads = 2
     var logLevel = Log.Level.info
+    /// Users and groups allowed to connect besides root and the daemon's own user.
+    var allowedUsers: [uid_t] = []
+    var allowedGroups: [gid_t] = []
 
-    static let usage = """
-        Usage: prefetchd [OPTIONS]
+    /// The configuration file that was read, if any.
+    var configPath: String?
+    /// The command line and environment these options came from, read again on SIGHUP.
+    var arguments: [String] = []
+    var environment: [String: String] = [:]
 
-        The image-prefetch daemon: fetches URLs into a local cache through an urgent (parallel) lane and a
-        background (serial) lane that waits while urgent work runs. Drive it with prefetchctl.
+    /// Read when it exists and no `--config` names another file.
+    static let defaultConfigPath = "/etc/prefetchd/prefetchd.conf"
 
-        Options (every one has a sane default; none is needed):
-          --socket PATH           control socket (default $XDG_RUNTIME_DIR/prefetchd/ctl.sock,
-                                  else /tmp/prefetchd-$UID/ctl.sock)
-          --cache-dir DIR         cache and index (default $XDG_CACHE_HOME/prefetchd, else ~/.cache/prefetchd)
-          --max-cache-bytes SIZE  cache size limit, LRU eviction beyond it (default 1G)
-          --fast-width N          parallel urgent fetches (default 8)
-          --slow-width N          parallel background fetches (default 1)
-          --per-host N            running fetches per host at most (default: no limit)
-          --max-bytes SIZE        largest body accepted (default 50M)
-          --connect-timeout SEC   connect timeout (default 10)
-          --low-speed-time SEC    abort a transfer slower than 1 KiB/s for this long (default 30)
-          --max-attempts N        attempts per URL for transient failures (default 3)
-          --negative-ttl SEC      how long a permanent failure is remembered (default 300)
-          --default-ttl SEC       freshness when the server gives none (default 86400)
-          --log-level LEVEL       error, warning, info or debug (default info)
-          --help, --version
-
-        Example:
-          prefetchd --cache-dir /var/tmp/thumbs --max-cache-bytes 500M &
-          prefetchctl get https://example.com/a.jpg
-        """
-
+    /// The defaults: the socket and cache directory follow systemd's `$RUNTIME_DIRECTORY` and `$CACHE_DIRECTORY`
+    /// under a unit, else the XDG locations of the user.
     init(environment: [String: String]) {
-        socketPath = DefaultPaths.socket(environment: environment)
-        cacheDirectory = DefaultPaths.cacheDirectory(environment: environment)
+        self.environment = environment
+        if let runtime = Self.firstDirectory(environment["RUNTIME_DIRECTORY"]) {
+            socketPath = runtime + "/ctl.sock"
+        } else {
+            socketPath = DefaultPaths.socket(environment: environment)
+        }
+        cacheDirectory = Self.firstDirectory(environment["CACHE_DIRECTORY"])
+            ?? DefaultPaths.cacheDirectory(environment: environment)
     }
+
+    /// The first absolute path of a colon-separated systemd directory list.
+    private static func firstDirectory(_ list: String?) -> String? {
+        guard let first = list?.split(separator: ":").first, first.hasPrefix("/") else { return nil }
+        return String(first)
+    }
+
+    // MARK: The table of settings
+
+    /// One setting: its configuration key (the flag is the key with dashes), how to read and print its value.
+    struct Setting: Sendable {
+        /// The configuration file key, e.g. `fast_width`.
+        let key: String
+        /// The placeholder in `--help`, e.g. `N`.
+        let placeholder: String
+        let summary: String
+        /// The default as `--help` says it, when printing the default value would not say it well.
+        var defaultText: String? = nil
+        /// Whether SIGHUP applies a change; the others need a restart.
+        var live = true
+        /// Parses `value` into `options`; throws a message that does not name where the value came from.
+        let read: @Sendable (inout Options, String) throws(BadValue) -> Void
+        /// The value as a configuration file would say it.
+        let show: @Sendable (Options) -> String
+
+        /// `--fast-width` for `fast_width`.
+        var flag: String { "--" + String(key.map { $0 == "_" ? "-" : $0 }) }
+    }
+
+    /// A value a setting cannot take.
+    struct BadValue: Error, Sendable {
+        let message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    static let settings: [Setting] = [
+        Setting(key: "socket", placeholder: "PATH", summary: "control socket, unless systemd passes one",
+                defaultText: "$RUNTIME_DIRECTORY/ctl.sock under systemd, else $XDG_RUNTIME_DIR/prefetchd/ctl.sock, "
+                    + "else /tmp/prefetchd-$UID/ctl.sock", live: false,
+                read: { options, value throws(BadValue) in options.socketPath = try absolutePath(value) },
+                show: { $0.socketPath }),
+        Setting(key: "socket_mode", placeholder: "MODE", summary: "permissions of a socket prefetchd binds itself",
+                live: false,
+                read: { options, value throws(BadValue) in options.socketMode = try fileMode(value) },
+                show: { "0" + String($0.socketMode, radix: 8) }),
+        Setting(key: "cache_dir", placeholder: "DIR", summary: "cache files and index",
+                defaultText: "$CACHE_DIRECTORY under systemd, else $XDG_CACHE_HOME/prefetchd, else ~/.cache/prefetchd",
+                live: false,
+                read: { options, value throws(BadValue) in options.cacheDirectory = try absolutePath(value) },
+                show: { $0.cacheDirectory }),
+        Setting(key: "max_cache_bytes", placeholder: "SIZE", summary: "cache size limit, LRU eviction beyond it",
+                read: { options, value throws(BadValue) in options.maxCacheBytes = try size(value) },
+                show: { showSize($0.maxCacheBytes) }),
+        Setting(key: "fast_width", placeholder: "N", summary: "parallel urgent fetches",
+                read: { options, value throws(BadValue) in options.fastWidth = Int(try number(value, 1...1024)) },
+                show: { String($0.fastWidth) }),
+        Setting(key: "slow_width", placeholder: "N", summary: "parallel background fetches",
+                read: { options, value throws(BadValue) in options.slowWidth = Int(try number(value, 1...1024)) },
+                show: { String($0.slowWidth) }),
+        Setting(key: "per_host", placeholder: "N", summary: "running fetches per host at most, 0 for no limit",
+                read: { options, value throws(BadValue) in
+                    let limit = Int(try number(value, 0...1024))
+                    options.perHostLimit = limit == 0 ? nil : limit
+                },
+                show: { String($0.perHostLimit ?? 0) }),
+        Setting(key: "max_bytes", placeholder: "SIZE", summary: "largest body accepted",
+                read: { options, value throws(BadValue) in options.fetch.maxBytes = try size(value) },
+                show: { showSize($0.fetch.maxBytes) }),
+        Setting(key: "connect_timeout", placeholder: "SEC", summary: "connect timeout",
+                read: { options, value throws(BadValue) in options.fetch.connectTimeout = try number(value, 1...3600) * 1000 },
+                show: { String($0.fetch.connectTimeout / 1000) }),
+        Setting(key: "low_speed_time", placeholder: "SEC",
+                summary: "abort a transfer slower than 1 KiB/s for this long",
+                read: { options, value throws(BadValue) in options.fetch.lowSpeedTime = try number(value, 1...3600) },
+                show: { String($0.fetch.lowSpeedTime) }),
+        Setting(key: "max_attempts", placeholder: "N", summary: "attempts per URL for transient failures",
+                read: { options, value throws(BadValue) in options.retry.maxAttempts = Int(try number(value, 1...100)) },
+                show: { String($0.retry.maxAttempts) }),
+        Setting(key: "negative_ttl", placeholder: "SEC", summary: "how long a permanent failure is remembered",
+                read: { options, value throws(BadValue) in
+                    options.retry.negativeTTL = try number(value, 0...31_536_000) * 1000
+                },
+                show: { String($0.retry.negativeTTL / 1000) }),
+        Setting(key: "default_ttl", placeholder: "SEC", summary: "freshness when the server gives none",
+                read: { options, value throws(BadValue) in options.defaultTTL = try number(value, 0...31_536_000) * 1000 },
+                show: { String($0.defaultTTL / 1000) }),
+        Setting(key: "proxy", placeholder: "URL",
+                summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
+                read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : value },
+                show: { $0.fetch.proxy ?? "" }),
+        Setting(key: "log_level", placeholder: "LEVEL", summary: "error, warning, info or debug",
+                read: { options, value throws(BadValue) in
+                    guard let level = Log.Level(name: value) else {
+                        throw BadValue("'\(value)' is not one of error, warning, info, debug")
+                    }
+                    options.logLevel = level
+                },
+                show: { $0.logLevel.configName }),
+        Setting(key: "allowed_users", placeholder: "LIST",
+                summary: "users (names or uids, comma-separated) who may connect besides root and the daemon's user",
+                defaultText: "none",
+                read: { options, value throws(BadValue) in options.allowedUsers = try users(value) },
+                show: { $0.allowedUsers.map(userName).joined(separator: ",") }),
+        Setting(key: "allowed_groups", placeholder: "LIST",
+                summary: "groups (names or gids, comma-separated) whose members may connect; a socket from systemd "
+                    + "also admits its own group (SocketGroup=)",
+                defaultText: "none",
+                read: { options, value throws(BadValue) in options.allowedGroups = try groups(value) },
+                show: { $0.allowedGroups.map(groupName).joined(separator: ",") }),
+    ]
+
+    static func setting(key: String) -> Setting? { settings.first { $0.key == key } }
+    static func setting(flag: String) -> Setting? { settings.first { $0.flag == flag } }
+
+    // MARK: Parsing
 
     enum Parsed {
         case run(Options)
+        /// `--check-config`: print the effective settings and exit.
+        case check(Options)
         case help
         case version
     }
 
-    /// Parses the command line; a bad flag or value throws a message that names it.
+    /// Reads the configuration file, then the command line over it; a bad flag, key or value throws a message that
+    /// names the flag, or the file and line.
     static func parse(_ arguments: [String], environment: [String: String]) throws -> Parsed {
-        var options = Options(environment: environment)
         var rest = arguments[...]
-        func value(_ flag: String) throws -> String {
-            guard let next = rest.popFirst() else { throw DaemonError("\(flag) needs a value") }
-            return next
-        }
-        func number(_ flag: String, _ text: String, range: ClosedRange<Int64> = 1...Int64.max) throws -> Int64 {
-            guard let n = parseSize(text), range.contains(n) else {
-                throw DaemonError("\(flag): '\(text)' is not a number in \(range.lowerBound)...\(range.upperBound)")
-            }
-            return n
-        }
+        var flags: [(flag: String, setting: Setting, value: String)] = []
+        var configPath: String?
+        var check = false
         while let argument = rest.popFirst() {
             var flag = argument
+            var inline: String?
             if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
                 flag = String(argument[..<equals])
-                rest.insert(String(argument[argument.index(after: equals)...]), at: rest.startIndex)
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            func value() throws -> String {
+                if let inline { return inline }
+                guard let next = rest.popFirst() else { throw DaemonError("\(flag) needs a value") }
+                return next
             }
             switch flag {
             case "-h", "--help": return .help
             case "--version": return .version
-            case "--socket": options.socketPath = try value(flag)
-            case "--cache-dir": options.cacheDirectory = try value(flag)
-            case "--max-cache-bytes": options.maxCacheBytes = try number(flag, value(flag))
-            case "--fast-width": options.fastWidth = Int(try number(flag, value(flag), range: 1...1024))
-            case "--slow-width": options.slowWidth = Int(try number(flag, value(flag), range: 1...1024))
-            case "--per-host": options.perHostLimit = Int(try number(flag, value(flag), range: 1...1024))
-            case "--max-bytes": options.fetch.maxBytes = try number(flag, value(flag))
-            case "--connect-timeout": options.fetch.connectTimeout = try number(flag, value(flag), range: 1...3600) * 1000
-            case "--low-speed-time": options.fetch.lowSpeedTime = try number(flag, value(flag), range: 1...3600)
-            case "--max-attempts": options.retry.maxAttempts = Int(try number(flag, value(flag), range: 1...100))
-            case "--negative-ttl": options.retry.negativeTTL = try number(flag, value(flag), range: 0...31_536_000) * 1000
-            case "--default-ttl": options.defaultTTL = try number(flag, value(flag), range: 0...31_536_000) * 1000
-            case "--log-level":
-                let level = try value(flag)
-                guard let parsed = ["error": Log.Level.error, "warning": .warning, "info": .info, "debug": .debug][level] else {
-                    throw DaemonError("--log-level: '\(level)' is not one of error, warning, info, debug")
-                }
-                options.logLevel = parsed
+            case "--check-config": check = true
+            case "--config": configPath = try value()
             default:
-                throw DaemonError("unknown option '\(argument)' (see prefetchd --help)")
+                guard let setting = setting(flag: flag) else {
+                    throw DaemonError("unknown option '\(argument)' (see prefetchd --help)")
+                }
+                flags.append((flag, setting, try value()))
             }
         }
-        guard options.socketPath.hasPrefix("/") else { throw DaemonError("--socket must be an absolute path") }
-        guard options.cacheDirectory.hasPrefix("/") else { throw DaemonError("--cache-dir must be an absolute path") }
-        return .run(options)
+
+        var options = Options(environment: environment)
+        options.arguments = arguments
+        if configPath == nil, access(defaultConfigPath, F_OK) == 0 { configPath = defaultConfigPath }
+        if let configPath {
+            let file = try ConfigFile(path: configPath)
+            for entry in file.entries {
+                let location = "\(configPath):\(entry.line)"
+                guard let setting = setting(key: entry.key) else {
+                    throw DaemonError("\(location): unknown key '\(entry.key)' (see prefetchd.conf(5))")
+                }
+                do {
+                    try setting.read(&options, entry.value)
+                } catch {
+                    throw DaemonError("\(location): \(entry.key): \(error.message)")
+                }
+            }
+            options.configPath = configPath
+        }
+        for (flag, setting, value) in flags {
+            do {
+                try setting.read(&options, value)
+            } catch {
+                throw DaemonError("\(flag): \(error.message)")
+            }
+        }
+        return check ? .check(options) : .run(options)
     }
+
+    /// The effective settings as a configuration file, as `--check-config` prints them.
+    var description: String {
+        Self.settings.map { setting in
+            let value = setting.show(self)
+            return value.isEmpty ? "\(setting.key) =" : "\(setting.key) = \(value)"
+        }.joined(separator: "\n")
+    }
+
+    /// What reloading `next` over these options does: the result keeps the settings that need a restart, and lists
+    /// each change applied (`key: old -> new`) and each one left for the next start.
+    func reloaded(_ next: Options) -> (options: Options, applied: [String], needRestart: [String]) {
+        var result = next
+        var applied: [String] = [], needRestart: [String] = []
+        for setting in Self.settings {
+            let old = setting.show(self), new = setting.show(next)
+            guard old != new else { continue }
+            if setting.live {
+                applied.append("\(setting.key): \(old) -> \(new)")
+            } else {
+                needRestart.append("\(setting.key): \(old) -> \(new)")
+                try? setting.read(&result, old)
+            }
+        }
+        return (result, applied, needRestart)
+    }
+
+    static var usage: String {
+        var lines = [
+            "Usage: prefetchd [--config FILE] [--check-config] [OPTIONS]",
+            "",
+            "The image-prefetch daemon: fetches URLs into a local cache through an urgent (parallel) lane and a",
+            "background (serial) lane that waits while urgent work runs. Drive it with prefetchctl.",
+            "",
+            "Every option is also a key of the configuration file (--fast-width N is `fast_width = N`); the",
+            "command line wins over the file. None is needed.",
+            "  --config FILE           read FILE (default \(defaultConfigPath), when it exists)",
+            "  --check-config          validate the configuration, print the effective settings, exit 0 or 1",
+        ]
+        let defaults = Options(environment: [:])
+        for setting in settings {
+            let left = "  \(setting.flag) \(setting.placeholder)"
+            let padded = left.count < 26 ? left + String(repeating: " ", count: 26 - left.count) : left + "  "
+            let fallback = setting.defaultText ?? setting.show(defaults)
+            var line = padded
+            for word in "\(setting.summary) (default \(fallback.isEmpty ? "none" : fallback))".split(separator: " ") {
+                if line.count + word.count > 112 && line.count > 26 {
+                    lines.append(line)
+                    line = String(repeating: " ", count: 26)
+                }
+                line += (line.last == " " ? "" : " ") + word
+            }
+            lines.append(line)
+        }
+        lines += [
+            "  --help, --version",
+            "",
+            "Signals: SIGHUP reloads the configuration; SIGTERM and SIGINT stop, keeping every queued URL.",
+            "",
+            "Example:",
+            "  prefetchd --cache-dir /var/tmp/thumbs --max-cache-bytes 500M &",
+            "  prefetchctl get https://example.com/a.jpg",
+        ]
+        return lines.joined(separator: "\n")
+    }
+
+    // MARK: Values
 
     /// `123`, `64K`, `50M`, `1G` (powers of 1024).
     static func parseSize(_ text: String) -> Int64? {
@@ -116,4 +307,92 @@ struct Options {
         }
         return Int64(text)
     }
+
+    private static func number(_ text: String, _ range: ClosedRange<Int64>) throws(BadValue) -> Int64 {
+        guard let n = Int64(text), range.contains(n) else {
+            throw BadValue("'\(text)' is not a number in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return n
+    }
+
+    private static func size(_ text: String) throws(BadValue) -> Int64 {
+        guard let n = parseSize(text), n >= 1 else {
+            throw BadValue("'\(text)' is not a size (a positive number of bytes, or with K, M, G or T)")
+        }
+        return n
+    }
+
+    private static func showSize(_ bytes: Int64) -> String {
+        for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] where bytes % (1 << shift) == 0 {
+            return "\(bytes >> shift)\(suffix)"
+        }
+        return String(bytes)
+    }
+
+    private static func absolutePath(_ text: String) throws(BadValue) -> String {
+        guard text.hasPrefix("/") else { throw BadValue("'\(text)' is not an absolute path") }
+        return text
+    }
+
+    private static func fileMode(_ text: String) throws(BadValue) -> mode_t {
+        guard let mode = mode_t(text, radix: 8), mode <= 0o777, mode & 0o600 == 0o600 else {
+            throw BadValue("'\(text)' is not an octal mode between 0600 and 0777 that the owner can read and write")
+        }
+        return mode
+    }
+
+    private static func list(_ text: String) -> [String] {
+        text.split { $0 == "," || $0 == " " || $0 == "\t" }.map(String.init)
+    }
+
+    private static func users(_ text: String) throws(BadValue) -> [uid_t] {
+        var ids: [uid_t] = []
+        for name in list(text) {
+            if let id = uid_t(name) {
+                ids.append(id)
+            } else if let entry = getpwnam(name) {
+                ids.append(entry.pointee.pw_uid)
+            } else {
+                throw BadValue("no user '\(name)' (getpwnam)")
+            }
+        }
+        return ids
+    }
+
+    private static func groups(_ text: String) throws(BadValue) -> [gid_t] {
+        var ids: [gid_t] = []
+        for name in list(text) {
+            if let id = gid_t(name) {
+                ids.append(id)
+            } else if let entry = getgrnam(name) {
+                ids.append(entry.pointee.gr_gid)
+            } else {
+                throw BadValue("no group '\(name)' (getgrnam)")
+            }
+        }
+        return ids
+    }
+
+    static func userName(_ id: uid_t) -> String {
+        guard let entry = getpwuid(id), let name = entry.pointee.pw_name else { return String(id) }
+        return String(cString: name)
+    }
+
+    static func groupName(_ id: gid_t) -> String {
+        guard let entry = getgrgid(id), let name = entry.pointee.gr_name else { return String(id) }
+        return String(cString: name)
+    }
+}
+
+extension Log.Level {
+    private static let names: [(String, Log.Level)] = [("error", .error), ("warning", .warning), ("info", .info),
+                                                        ("debug", .debug)]
+
+    init?(name: String) {
+        guard let level = Self.names.first(where: { $0.0 == name })?.1 else { return nil }
+        self = level
+    }
+
+    /// The level as `log_level` spells it.
+    var configName: String { Self.names.first { $0.1 == self }!.0 }
 }

@@ -35,6 +35,7 @@ Query parameters (combine freely):
     status=N           answer status N (!= 200) with a short text/plain body
     retry_after=S      add Retry-After: S to error / status responses
     fail_first=K       first K requests for this path answer 500, then normal
+    fail_status=N      the status fail_first answers with (default 500), e.g. 429
     drip=BPS           send the body at BPS bytes/second (correct Content-Length)
     redirect=URL       302 to URL (URL-decoded), e.g. file:///etc/passwd
     redirect_status=N  status to use for redirects (default 302)
@@ -45,7 +46,8 @@ Query parameters (combine freely):
     reset_after=K      headers + K bytes, then TCP RST (SO_LINGER 0)
     html=1             HTML body served as image/jpeg
     ctype=TYPE         override Content-Type
-    cc=VALUE           Cache-Control (default max-age=3600)
+    cc=VALUE           Cache-Control (default max-age=3600; empty: none)
+    expires=S          Expires: S seconds from now
     ranges=0           disable Range support (Accept-Ranges: none)
     size=N             body size for generated bodies (underscores allowed)
 
@@ -57,6 +59,7 @@ HEAD behaves like GET without a body.
 """
 
 import argparse
+import bisect
 import email.utils
 import functools
 import hashlib
@@ -76,8 +79,18 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 BLOCK_SIZE = 64 * 1024
 CHUNK_SIZE = 64 * 1024
 DEFAULT_SIZE = 2048
-JPEG_HEADER = b"\xff\xd8\xff\xe0"
-JPEG_TRAILER = b"\xff\xd9"
+# A real 8x8 baseline JPEG. Generated .jpg bodies are this image with comment (COM) segments of
+# path-derived bytes between its SOI marker and the rest, so any size is a valid, decodable JPEG.
+TINY_JPEG = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb0043000302020302020303030304030304050805050404050a07070608"
+    "0c0a0c0c0b0a0b0b0d0e12100d0e110e0b0b1016101113141515150c0f171816141812141514ffdb004301030404050405090505"
+    "09140d0b0d1414141414141414141414141414141414141414141414141414141414141414141414141414141414141414141414"
+    "141414ffc00011080008000803011100021101031101ffc40014000100000000000000000000000000000007ffc4001410010000"
+    "0000000000000000000000000000ffc4001501010100000000000000000000000000000708ffc40014110100000000000000000000"
+    "000000000000ffda000c03010002110311003f002f540247ffd9")
+JPEG_HEADER = TINY_JPEG[:2]
+JPEG_TRAILER = TINY_JPEG[2:]
+COM_SEGMENT = 65536  # bytes per comment segment: FF FE, a 2-byte length, 65532 bytes of payload
 LAST_MODIFIED_TS = 1577836800  # Wed, 01 Jan 2020 00:00:00 GMT
 LAST_MODIFIED = email.utils.formatdate(LAST_MODIFIED_TS, usegmt=True)
 DEFAULT_CACHE_CONTROL = "max-age=3600"
@@ -186,7 +199,23 @@ class GeneratedBody:
     def __init__(self, seed, size, jpeg):
         self.seed = seed
         self.jpeg = jpeg
-        self.size = max(size, len(JPEG_HEADER) + len(JPEG_TRAILER)) if jpeg else size
+        self.headers = []  # (offset, 4 header bytes) of each comment segment
+        if jpeg:
+            minimum = len(JPEG_HEADER) + len(JPEG_TRAILER)
+            filler = max(0, size - minimum)
+            if 0 < filler < 4:
+                filler = 4
+            self.size = minimum + filler
+            offset = len(JPEG_HEADER)
+            while filler > 0:
+                take = min(COM_SEGMENT, filler)
+                if 0 < filler - take < 4:
+                    take -= 4
+                self.headers.append((offset, b"\xff\xfe" + struct.pack(">H", take - 2)))
+                offset += take
+                filler -= take
+        else:
+            self.size = size
         # Only generate as much of the pattern as the body needs (cheap for
         # small bodies); bodies over 64 KiB repeat the 64 KiB block.
         self.block_len = min(BLOCK_SIZE, max(32, (self.size + 31) // 32 * 32))
@@ -203,10 +232,16 @@ class GeneratedBody:
                 piece = block[off:off + n]
             else:
                 piece = block[off:] + block[:n - (block_len - off)]
-            if self.jpeg and (pos < len(JPEG_HEADER) or pos + n > tail):
+            if self.jpeg:
                 piece = bytearray(piece)
                 for i in range(pos, min(pos + n, len(JPEG_HEADER))):
                     piece[i - pos] = JPEG_HEADER[i]
+                first = max(0, bisect.bisect_right(self.headers, (pos, b"\xff" * 4)) - 1)
+                for offset, header in self.headers[first:]:
+                    if offset >= pos + n:
+                        break
+                    for i in range(max(pos, offset), min(pos + n, offset + 4)):
+                        piece[i - pos] = header[i - offset]
                 for i in range(max(pos, tail), pos + n):
                     piece[i - pos] = JPEG_TRAILER[i - tail]
                 piece = bytes(piece)
@@ -561,8 +596,9 @@ class Handler(BaseHTTPRequestHandler):
         # --- failures ---
         fail_first = parse_int(q, "fail_first", 0)
         if count <= fail_first:
-            self._send_text(500, "500 Internal Server Error (fail_first %d/%d)\n"
-                            % (count, fail_first), head, extra)
+            fail_status = parse_int(q, "fail_status", 500, minimum=100)
+            self._send_text(fail_status, "%d (fail_first %d/%d)\n"
+                            % (fail_status, count, fail_first), head, extra)
             return
         status = parse_int(q, "status", None, minimum=100)
         if status is not None and status != 200:
@@ -596,9 +632,13 @@ class Handler(BaseHTTPRequestHandler):
         common = [
             ("ETag", etag),
             ("Last-Modified", LAST_MODIFIED),
-            ("Cache-Control", q["cc"] if "cc" in q else DEFAULT_CACHE_CONTROL),
             ("Accept-Ranges", "bytes" if ranges_on else "none"),
         ]
+        cache_control = q["cc"] if "cc" in q else DEFAULT_CACHE_CONTROL
+        if cache_control:
+            common.append(("Cache-Control", cache_control))
+        if "expires" in q:
+            common.append(("Expires", email.utils.formatdate(time.time() + float(q["expires"]), usegmt=True)))
 
         # --- conditionals ---
         inm = self.headers.get("If-None-Match")
@@ -754,6 +794,8 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # A parent may have spawned us with these blocked (its thread's mask is inherited).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
     server = Server(("127.0.0.1", args.port), Handler)
     try:

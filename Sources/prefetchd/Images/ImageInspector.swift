@@ -1,0 +1,97 @@
+import CGdkPixbuf
+import QueueCore
+
+/// Decides whether a fetched body is kept, from its header alone: the format by magic number, then width and
+/// height from gdk-pixbuf's header probe (from the container for AVIF), then a walk of the container to see that
+/// the file is whole. No pixel is decoded, so it is cheap, but it reads the file: call it on a worker thread.
+///
+/// The order matters for safety: a format outside the allow-list is refused from its magic number before any
+/// gdk-pixbuf loader sees it (SVG never reaches librsvg unless allowed), and a declared size over the pixel limit
+/// is refused before gdk-pixbuf is asked (a PNG declaring 100000×100000 is refused from its IHDR).
+enum ImageInspector {
+    /// The verdict on the file at `path` under `policy`.
+    ///
+    /// - `.image` when it is a whole image of an allowed format within the pixel limit (upright size);
+    /// - `.nonImage` when it is no image and the policy allows non-images;
+    /// - `.rejected` with `not_an_image` (no image: HTML, an empty or garbage body, an image whose header
+    ///   gdk-pixbuf cannot read, a truncated image), `format_not_allowed` (an image in another format, named in
+    ///   the message, even when non-images are allowed), `pixel_limit`, or a transient `internal` when the file
+    ///   cannot be read.
+    static func inspect(_ path: String, policy: ImagePolicy) -> ImageVerdict {
+        do {
+            return try judge(path, policy: policy)
+        } catch {
+            return .rejected(.imageIO("cannot inspect \(path): \(error)"))
+        }
+    }
+
+    private static func judge(_ path: String, policy: ImagePolicy) throws(SystemError) -> ImageVerdict {
+        let header = try ImageHeader.read(path)
+        let sniffed: String
+        switch header.kind {
+        case .empty:
+            return notAnImage("the body is empty", policy)
+        case .markup(let language):
+            return notAnImage("the body is \(language.uppercased()), not an image", policy)
+        case .unknown:
+            // Formats the sniffer does not know may still be allowed by configuration: ask gdk-pixbuf about them.
+            guard !policy.allowedFormats.isSubset(of: ImageHeader.recognisedFormats),
+                  let probed = gdkFileInfo(path) else {
+                return notAnImage("the body is not an image of a known format", policy)
+            }
+            sniffed = probed.format
+        case .image(let format):
+            sniffed = format
+        }
+        guard policy.allows(sniffed) else { return .rejected(.formatNotAllowed(sniffed)) }
+        if let width = header.width, let height = header.height,
+           Int64(width) * Int64(height) > policy.maxPixels {
+            return .rejected(.pixelLimit(width: width, height: height, limit: policy.maxPixels))
+        }
+        let probed: ImageInfo
+        if Self.decodingProbes.contains(sniffed) {
+            guard let width = header.width, let height = header.height else {
+                return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
+            }
+            probed = ImageInfo(format: sniffed, width: width, height: height)
+        } else if let info = gdkFileInfo(path) {
+            probed = info
+        } else {
+            return .rejected(.notAnImage("gdk-pixbuf cannot read the \(sniffed) header (corrupt or truncated)"))
+        }
+        guard policy.allows(probed.format) else { return .rejected(.formatNotAllowed(probed.format)) }
+        guard probed.width > 0, probed.height > 0 else {
+            return .rejected(.notAnImage("the \(probed.format) header declares \(probed.width)x\(probed.height)"))
+        }
+        if probed.pixels > policy.maxPixels {
+            return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
+        }
+        if let problem = try ImageIntegrity.problem(path, format: probed.format) {
+            return .rejected(.notAnImage(problem))
+        }
+        let upright = header.swapsAxes
+            ? ImageInfo(format: probed.format, width: probed.height, height: probed.width)
+            : probed
+        return .image(upright)
+    }
+
+    /// Formats whose gdk-pixbuf loader decodes the whole image before it reports the size (libavif's loader takes
+    /// 1.3 s for 6000×4000), so `gdk_pixbuf_get_file_info` is no header probe for them: `ImageHeader` reads their
+    /// size from the container instead.
+    static let decodingProbes: Set<String> = ["avif", "heif"]
+
+    /// gdk-pixbuf's header-only probe (`gdk_pixbuf_get_file_info`): the normalised format and the stored size, or
+    /// nil when no loader recognises the file or its header cannot be read.
+    static func gdkFileInfo(_ path: String) -> ImageInfo? {
+        var width: Int32 = 0
+        var height: Int32 = 0
+        guard let format = gdk_pixbuf_get_file_info(path, &width, &height),
+              let name = gdk_pixbuf_format_get_name(format) else { return nil }
+        defer { g_free(name) }
+        return ImageInfo(format: ImageFormats.normalise(String(cString: name)), width: Int(width), height: Int(height))
+    }
+
+    private static func notAnImage(_ message: String, _ policy: ImagePolicy) -> ImageVerdict {
+        policy.allowNonImages ? .nonImage : .rejected(.notAnImage(message))
+    }
+}

@@ -1,0 +1,228 @@
+import Glibc
+
+/// Whether an image file is whole, judged from its structure alone: no pixel is decoded.
+///
+/// gdk-pixbuf decodes a JPEG cut short without an error (libjpeg only warns and paints the rest grey), so a
+/// truncated body would otherwise be cached and served as if it were whole. Each check walks the container the way
+/// a decoder would skip through it — JPEG markers to the end-of-image marker, PNG chunks to IEND, GIF blocks,
+/// the RIFF length of WebP, the top-level boxes of AVIF — reading the file once and seeking over what it can.
+/// Data after the end (a JPEG's appended motion-photo video) is ignored. Other formats are not checked.
+enum ImageIntegrity {
+    /// Why `path` is not a whole image of `format`, or nil when it is whole (or `format` is not checked).
+    static func problem(_ path: String, format: String) throws(SystemError) -> String? {
+        let reader = try FileByteReader(path)
+        switch format {
+        case "jpeg": return try jpeg(reader)
+        case "png": return try png(reader)
+        case "gif": return try gif(reader)
+        case "webp": return try webp(reader)
+        case "avif": return try isoBoxes(reader, format: "AVIF")
+        default: return nil
+        }
+    }
+
+    private static func jpeg(_ reader: FileByteReader) throws(SystemError) -> String? {
+        let truncated = "the JPEG ends before its end-of-image marker (truncated)"
+        guard try reader.bytes(2) == [0xFF, 0xD8] else { return "the JPEG has no start-of-image marker" }
+        var pending: UInt8?
+        while true {
+            let marker: UInt8
+            if let next = pending {
+                marker = next
+                pending = nil
+            } else {
+                guard let next = try reader.nextMarker() else { return truncated }
+                marker = next
+            }
+            switch marker {
+            case 0xD9:
+                return nil
+            case 0x00, 0x01, 0xD0...0xD8:
+                continue
+            default:
+                guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }) else { return truncated }
+                guard length >= 2 else { return "the JPEG has a segment of length \(length)" }
+                guard try reader.skip(Int64(length - 2)) else { return truncated }
+                if marker == 0xDA {
+                    // Entropy-coded data runs to the next marker; FF 00 is a stuffed byte, FF D0…D7 a restart.
+                    while true {
+                        guard let next = try reader.nextMarker() else { return truncated }
+                        if next == 0x00 || (0xD0...0xD7).contains(next) { continue }
+                        pending = next
+                        break
+                    }
+                }
+            }
+        }
+    }
+
+    private static func png(_ reader: FileByteReader) throws(SystemError) -> String? {
+        let truncated = "the PNG ends before its IEND chunk (truncated)"
+        guard try reader.skip(8) else { return truncated }
+        while true {
+            guard let header = try reader.bytes(8) else { return truncated }
+            let length = header.bigEndian32(at: 0)
+            guard length <= 0x7FFF_FFFF else { return "the PNG has a chunk of length \(length)" }
+            guard try reader.skip(Int64(length) + 4) else { return truncated }
+            if header[4...7].elementsEqual("IEND".utf8) { return nil }
+        }
+    }
+
+    /// Lenient where browsers are: a GIF that stops between blocks after an image, without the trailer, is whole.
+    private static func gif(_ reader: FileByteReader) throws(SystemError) -> String? {
+        let truncated = "the GIF ends inside a block (truncated)"
+        guard let screen = try reader.bytes(13) else { return truncated }
+        if screen[10] & 0x80 != 0 { guard try reader.skip(3 << (Int64(screen[10] & 7) + 1)) else { return truncated } }
+        var images = 0
+        func subBlocks() throws(SystemError) -> Bool {
+            while true {
+                guard let size = try reader.byte() else { return false }
+                if size == 0 { return true }
+                guard try reader.skip(Int64(size)) else { return false }
+            }
+        }
+        while true {
+            guard let block = try reader.byte() else { return images > 0 ? nil : "the GIF has no image (truncated)" }
+            switch block {
+            case 0x3B:
+                return images > 0 ? nil : "the GIF has no image"
+            case 0x21:
+                guard try reader.byte() != nil, try subBlocks() else { return truncated }
+            case 0x2C:
+                guard let descriptor = try reader.bytes(9) else { return truncated }
+                if descriptor[8] & 0x80 != 0 {
+                    guard try reader.skip(3 << (Int64(descriptor[8] & 7) + 1)) else { return truncated }
+                }
+                guard try reader.byte() != nil, try subBlocks() else { return truncated }
+                images += 1
+            default:
+                return images > 0 ? nil : "the GIF has an unknown block 0x\(String(block, radix: 16))"
+            }
+        }
+    }
+
+    private static func webp(_ reader: FileByteReader) throws(SystemError) -> String? {
+        guard let header = try reader.bytes(12) else { return "the WebP ends inside its header (truncated)" }
+        let declared = Int64(header.littleEndian32(at: 4)) + 8
+        return reader.size < declared ? "the WebP has \(reader.size) of its \(declared) bytes (truncated)" : nil
+    }
+
+    /// ISO base media (AVIF, HEIF): every top-level box fits in the file, and there is a `meta` box.
+    private static func isoBoxes(_ reader: FileByteReader, format: String) throws(SystemError) -> String? {
+        let truncated = "the \(format) ends inside a box (truncated)"
+        var sawMeta = false
+        while reader.offset < reader.size {
+            guard let header = try reader.bytes(8) else { return truncated }
+            var size = Int64(header.bigEndian32(at: 0))
+            var headerLength: Int64 = 8
+            if size == 1 {
+                guard let large = try reader.bytes(8) else { return truncated }
+                size = Int64(bitPattern: UInt64(large.bigEndian32(at: 0)) << 32 | UInt64(large.bigEndian32(at: 4)))
+                headerLength = 16
+            }
+            if header[4...7].elementsEqual("meta".utf8) { sawMeta = true }
+            if size == 0 { break }
+            guard size >= headerLength else { return "the \(format) has a box of size \(size)" }
+            guard try reader.skip(size - headerLength) else { return truncated }
+        }
+        return sawMeta ? nil : "the \(format) has no meta box (truncated)"
+    }
+}
+
+/// A file read front to back through a 64 KiB buffer, seeking over what is skipped.
+private final class FileByteReader {
+    let path: String
+    let size: Int64
+    private let fd: Int32
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var start = 0
+    private var end = 0
+    /// The file offset of `buffer[end]`.
+    private var bufferEndOffset: Int64 = 0
+
+    init(_ path: String) throws(SystemError) {
+        self.path = path
+        let descriptor = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+        var info = stat()
+        do throws(SystemError) {
+            try syscall("fstat", path) { fstat(descriptor, &info) }
+        } catch {
+            close(descriptor)
+            throw error
+        }
+        fd = descriptor
+        size = Int64(info.st_size)
+        buffer = .allocate(byteCount: 64 * 1024, alignment: 1)
+    }
+
+    deinit {
+        close(fd)
+        buffer.deallocate()
+    }
+
+    /// The file offset of the next byte.
+    var offset: Int64 { bufferEndOffset - Int64(end - start) }
+
+    /// Refills an empty buffer; false at the end of the file.
+    private func fill() throws(SystemError) -> Bool {
+        if start < end { return true }
+        let count = try syscall("read", path) { read(fd, buffer.baseAddress!, buffer.count) }
+        start = 0
+        end = count
+        bufferEndOffset += Int64(count)
+        return count > 0
+    }
+
+    func byte() throws(SystemError) -> UInt8? {
+        guard try fill() else { return nil }
+        defer { start += 1 }
+        return buffer[start]
+    }
+
+    /// Exactly `count` bytes, or nil when the file ends first.
+    func bytes(_ count: Int) throws(SystemError) -> [UInt8]? {
+        var result: [UInt8] = []
+        result.reserveCapacity(count)
+        while result.count < count {
+            guard try fill() else { return nil }
+            let take = min(count - result.count, end - start)
+            result.append(contentsOf: buffer[start..<start + take])
+            start += take
+        }
+        return result
+    }
+
+    /// Moves `count` bytes on; false when that is past the end of the file.
+    func skip(_ count: Int64) throws(SystemError) -> Bool {
+        guard count >= 0, count <= size - offset else { return false }
+        let target = offset + count
+        if count <= Int64(end - start) {
+            start += Int(count)
+            return true
+        }
+        try syscall("lseek", path) { lseek(fd, off_t(target), SEEK_SET) }
+        start = 0
+        end = 0
+        bufferEndOffset = target
+        return true
+    }
+
+    /// Reads up to and past the next 0xFF and any fill bytes after it, returning the byte that follows them; nil at
+    /// the end of the file.
+    func nextMarker() throws(SystemError) -> UInt8? {
+        while true {
+            guard try fill() else { return nil }
+            let found = memchr(buffer.baseAddress! + start, 0xFF, end - start)
+                .map { UnsafeRawPointer(buffer.baseAddress!).distance(to: UnsafeRawPointer($0)) }
+            if let index = found {
+                start = index + 1
+                break
+            }
+            start = end
+        }
+        while let next = try byte() {
+            if next != 0xFF { return next }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,107 @@
+import CGdkPixbuf
+
+/// One reference to a GdkPixbuf, dropped in `deinit`; confined to the thread that made it.
+final class Pixbuf {
+    let handle: OpaquePointer
+
+    /// Takes over a reference the caller owns, as returned by `gdk_pixbuf_new` or `gdk_pixbuf_scale_simple`.
+    init(owning handle: OpaquePointer) {
+        self.handle = handle
+    }
+
+    /// Adds a reference to a pixbuf that something else owns, such as the one a loader returns.
+    init(borrowing handle: OpaquePointer) {
+        g_object_ref(UnsafeMutableRawPointer(handle))
+        self.handle = handle
+    }
+
+    /// A new 8-bit RGB or RGBA pixbuf with undefined contents.
+    convenience init(width: Int, height: Int, hasAlpha: Bool) throws(GLibError) {
+        guard let handle = gdk_pixbuf_new(GDK_COLORSPACE_RGB, hasAlpha ? 1 : 0, 8, Int32(width), Int32(height)) else {
+            throw GLibError("gdk_pixbuf_new \(width)x\(height)", taking: nil)
+        }
+        self.init(owning: handle)
+    }
+
+    deinit { g_object_unref(UnsafeMutableRawPointer(handle)) }
+
+    var width: Int { Int(gdk_pixbuf_get_width(handle)) }
+    var height: Int { Int(gdk_pixbuf_get_height(handle)) }
+    var hasAlpha: Bool { gdk_pixbuf_get_has_alpha(handle) != 0 }
+    var channels: Int { Int(gdk_pixbuf_get_n_channels(handle)) }
+    var rowstride: Int { Int(gdk_pixbuf_get_rowstride(handle)) }
+
+    /// An option the loader attached, such as `orientation`.
+    func option(_ key: String) -> String? {
+        gdk_pixbuf_get_option(handle, key).map { String(cString: $0) }
+    }
+
+    /// The EXIF orientation (1…8) the loader found, 1 when there was none.
+    var orientation: Int {
+        option("orientation").flatMap { Int($0) }.flatMap { (1...8).contains($0) ? $0 : nil } ?? 1
+    }
+
+    /// The pixbuf turned and flipped as its orientation option says (itself when there is nothing to do).
+    func upright() throws(GLibError) -> Pixbuf {
+        guard let turned = gdk_pixbuf_apply_embedded_orientation(handle) else {
+            throw GLibError("gdk_pixbuf_apply_embedded_orientation", taking: nil)
+        }
+        return Pixbuf(owning: turned)
+    }
+
+    /// A view of a rectangle of this pixbuf, sharing its pixels.
+    func cropped(x: Int, y: Int, width: Int, height: Int) throws(GLibError) -> Pixbuf {
+        precondition(x >= 0 && y >= 0 && width > 0 && height > 0 && x + width <= self.width && y + height <= self.height)
+        guard let part = gdk_pixbuf_new_subpixbuf(handle, Int32(x), Int32(y), Int32(width), Int32(height)) else {
+            throw GLibError("gdk_pixbuf_new_subpixbuf", taking: nil)
+        }
+        return Pixbuf(owning: part)
+    }
+
+    /// A new `width` × `height` pixbuf showing the rectangle at (`x`, `y`) of size `regionWidth` × `regionHeight`
+    /// (fractions allowed) of this one, scaled to fill it (box filtering when shrinking, bilinear when growing).
+    /// With a `background` (0xRRGGBB) the result has no alpha: a picture with alpha is laid over that colour.
+    /// Returns itself when there is nothing to do.
+    func rendered(x: Double, y: Double, regionWidth: Double, regionHeight: Double, width: Int, height: Int,
+                  background: UInt32? = nil) throws(GLibError) -> Pixbuf {
+        let whole = x == 0 && y == 0 && regionWidth == Double(self.width) && regionHeight == Double(self.height)
+        if whole && width == self.width && height == self.height && (background == nil || !hasAlpha) { return self }
+        let scaleX = Double(width) / regionWidth
+        let scaleY = Double(height) / regionHeight
+        if let background, hasAlpha {
+            let result = try Pixbuf(width: width, height: height, hasAlpha: false)
+            result.fill(background << 8 | 0xFF)
+            gdk_pixbuf_composite(handle, result.handle, 0, 0, Int32(width), Int32(height), -x * scaleX, -y * scaleY,
+                                 scaleX, scaleY, GDK_INTERP_BILINEAR, 255)
+            return result
+        }
+        let result = try Pixbuf(width: width, height: height, hasAlpha: hasAlpha)
+        gdk_pixbuf_scale(handle, result.handle, 0, 0, Int32(width), Int32(height), -x * scaleX, -y * scaleY,
+                         scaleX, scaleY, GDK_INTERP_BILINEAR)
+        return result
+    }
+
+    /// Sets every pixel to `rgba` (0xRRGGBBAA).
+    func fill(_ rgba: UInt32) { gdk_pixbuf_fill(handle, rgba) }
+
+    /// The red, green, blue (and alpha) bytes of one pixel.
+    func pixel(x: Int, y: Int) -> [UInt8] {
+        precondition(x >= 0 && y >= 0 && x < width && y < height)
+        let base = gdk_pixbuf_read_pixels(handle)! + y * rowstride + x * channels
+        return (0..<channels).map { base[$0] }
+    }
+
+    /// Encodes to `path` with a gdk-pixbuf saver (`jpeg`, `png`, …) and its options (`quality` for JPEG).
+    func save(to path: String, type: String, options: [(key: String, value: String)] = []) throws(GLibError) {
+        var keys: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.key) } + [nil]
+        var values: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.value) } + [nil]
+        defer { (keys + values).forEach { free($0) } }
+        var error: UnsafeMutablePointer<GError>?
+        let saved = keys.withUnsafeMutableBufferPointer { keys in
+            values.withUnsafeMutableBufferPointer { values in
+                gdk_pixbuf_savev(handle, path, type, keys.baseAddress, values.baseAddress, &error)
+            }
+        }
+        guard saved != 0 else { throw GLibError("gdk_pixbuf_savev \(type) \(path)", taking: error) }
+    }
+}

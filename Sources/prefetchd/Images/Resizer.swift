@@ -1,0 +1,153 @@
+import Glibc
+import QueueCore
+
+/// Makes variants: decodes an original at the smallest scale the spec needs, turns it upright, crops and scales it,
+/// and writes the result atomically.
+///
+/// A pure function of files with no shared state: call it on a worker thread, never on the loop thread (decoding
+/// a large image takes a while). Several calls may run at once on different threads.
+enum Resizer {
+    /// Writes the variant of `source` described by `spec` to `destination` (through a temporary file in the same
+    /// directory, then `rename`) and returns the variant's format and size.
+    ///
+    /// Throws a `Failure`: `not_an_image` when the original is not an image gdk-pixbuf can decode, or is corrupt or
+    /// truncated; `pixel_limit` when its stored size is over `maxPixels` (checked from the header and again when
+    /// the loader reports the size, before it allocates); `disk_full` or `internal` (both transient) when a file
+    /// cannot be read or written. Nothing is left at `destination` or beside it on failure.
+    static func makeVariant(source: String, spec: VariantSpec, destination: String,
+                            maxPixels: Int64 = ImagePolicy.defaultMaxPixels) throws(Failure) -> ImageInfo {
+        let header: ImageHeader
+        do throws(SystemError) { header = try ImageHeader.read(source) } catch { throw .imageIO(error) }
+        let sniffed: String?
+        switch header.kind {
+        case .image(let format): sniffed = format
+        case .unknown: sniffed = nil  // A format allowed by configuration that only gdk-pixbuf recognises.
+        case .empty, .markup: throw .notAnImage("the original is not an image")
+        }
+        if let width = header.width, let height = header.height, Int64(width) * Int64(height) > maxPixels {
+            throw .pixelLimit(width: width, height: height, limit: maxPixels)
+        }
+        if let sniffed {
+            let problem: String?
+            do throws(SystemError) {
+                problem = try ImageIntegrity.problem(source, format: sniffed)
+            } catch {
+                throw .imageIO(error)
+            }
+            if let problem { throw .notAnImage(problem) }
+        }
+
+        let (decoded, stored, sourceFormat) = try decode(source, format: sniffed, spec: spec,
+                                                         orientation: header.orientation, maxPixels: maxPixels)
+        let outputFormat = spec.outputFormat(forSource: sourceFormat)
+        let image: Pixbuf
+        let geometry: VariantGeometry
+        do throws(GLibError) {
+            (image, geometry) = try shape(decoded, stored: stored, spec: spec, flatten: outputFormat == .jpeg)
+        } catch {
+            throw .imageIO("cannot resize \(source): \(error)")
+        }
+        try write(image, format: outputFormat, quality: spec.quality, to: destination)
+        return ImageInfo(format: outputFormat.rawValue, width: geometry.outputWidth, height: geometry.outputHeight)
+    }
+
+    /// Formats whose loader decodes at a smaller size directly: libjpeg at 1/2, 1/4 or 1/8, librsvg at any size.
+    /// Other loaders decode at full size and scale afterwards, so they are left at full size and `shape` scales
+    /// once, from the upright picture.
+    static let scalingLoaders: Set<String> = ["jpeg", "svg"]
+
+    /// Feeds the file to a loader, asking scaling loaders for the size the spec needs; returns the picture, the
+    /// stored size of the original and its format (as the loader named it when the header did not).
+    private static func decode(_ source: String, format sniffed: String?, spec: VariantSpec, orientation: Int,
+                               maxPixels: Int64) throws(Failure)
+        -> (Pixbuf, stored: (width: Int, height: Int), format: String) {
+        var overLimit: (width: Int, height: Int)?
+        let loader = PixbufLoader { width, height in
+            if Int64(width) * Int64(height) > maxPixels {
+                overLimit = (width, height)
+                return (0, 0)
+            }
+            guard let sniffed, scalingLoaders.contains(sniffed) else { return nil }
+            // The spec applies to the upright picture; an EXIF turn by 90° swaps the sides it is measured on.
+            let swapped = (5...8).contains(orientation)
+            let geometry = VariantGeometry(sourceWidth: swapped ? height : width, sourceHeight: swapped ? width : height,
+                                           spec: spec)
+            return geometry.decodeSize(storedWidth: width, storedHeight: height)
+        }
+        let format = sniffed ?? "unrecognised"
+        var failure: Failure?
+        do throws(ImageReadError) {
+            try loader.feed(path: source, stop: { overLimit != nil })
+            do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
+        } catch {
+            switch error {
+            case .io(let error): failure = .imageIO(error)
+            case .decode(let error): failure = .notAnImage("cannot decode the \(format) original: \(error)")
+            }
+        }
+        if let overLimit { throw .pixelLimit(width: overLimit.width, height: overLimit.height, limit: maxPixels) }
+        if let failure { throw failure }
+        guard let pixbuf = loader.pixbuf, let stored = loader.storedSize else {
+            throw .notAnImage("gdk-pixbuf decoded no picture from the \(format) original")
+        }
+        // libpng only warns when the pixel data inside whole chunks is broken; the rows it never wrote show it.
+        let decodedFormat = sniffed ?? loader.formatName ?? format
+        if decodedFormat == "png" && loader.updatedRowsEnd < pixbuf.height {
+            throw .notAnImage("the png original's pixel data is broken: \(loader.updatedRowsEnd) of \(pixbuf.height) rows decoded")
+        }
+        return (pixbuf, stored, decodedFormat)
+    }
+
+    /// Turns the decoded picture upright, then crops and scales it to the spec's geometry; JPEG output is laid
+    /// over white when the picture has alpha.
+    private static func shape(_ decoded: Pixbuf, stored: (width: Int, height: Int), spec: VariantSpec,
+                              flatten: Bool) throws(GLibError) -> (Pixbuf, VariantGeometry) {
+        // The orientation the loader found is the one applied, whatever the header parse guessed.
+        let swapped = (5...8).contains(decoded.orientation)
+        let sourceWidth = swapped ? stored.height : stored.width
+        let sourceHeight = swapped ? stored.width : stored.height
+        let geometry = VariantGeometry(sourceWidth: sourceWidth, sourceHeight: sourceHeight, spec: spec)
+        let upright = try decoded.upright()
+
+        // The decoded picture may be smaller than the original: map the crop onto its pixels.
+        let scaleX = Double(upright.width) / Double(sourceWidth)
+        let scaleY = Double(upright.height) / Double(sourceHeight)
+        let crop = geometry.crop
+        let image = try upright.rendered(x: crop.x * scaleX, y: crop.y * scaleY, regionWidth: crop.width * scaleX,
+                                         regionHeight: crop.height * scaleY, width: geometry.outputWidth,
+                                         height: geometry.outputHeight, background: flatten ? 0xFFFFFF : nil)
+        return (image, geometry)
+    }
+
+    /// Encodes to a temporary file beside `destination`, then renames it into place.
+    private static func write(_ image: Pixbuf, format: VariantSpec.Format, quality: Int,
+                              to destination: String) throws(Failure) {
+        let slash = destination.lastIndex(of: "/")
+        let directory = slash.map { String(destination[..<$0]) } ?? "."
+        let name = slash.map { String(destination[destination.index(after: $0)...]) } ?? destination
+        var template = Array("\(directory.isEmpty ? "" : directory)/.\(name).XXXXXX".utf8CString)
+        let temporary: String
+        do throws(SystemError) {
+            let fd = try syscall("mkstemp", "in \(directory)") {
+                template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            }
+            close(fd)
+            temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        } catch {
+            throw .imageIO(error)
+        }
+        do throws(GLibError) {
+            let options: [(key: String, value: String)] = format == .jpeg ? [("quality", String(quality))] : []
+            try image.save(to: temporary, type: format.rawValue, options: options)
+        } catch {
+            unlink(temporary)
+            throw .imageIO("cannot write the variant: \(error)", noSpace: error.isNoSpace)
+        }
+        do throws(SystemError) {
+            try syscall("rename", "\(temporary) to \(destination)") { rename(temporary, destination) }
+        } catch {
+            unlink(temporary)
+            throw .imageIO(error)
+        }
+    }
+}

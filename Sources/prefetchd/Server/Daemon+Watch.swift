@@ -1,0 +1,138 @@
+import CSystem
+import FoundationEssentials
+import Glibc
+import PrefetchProtocol
+import QueueCore
+
+/// Observability: `watch` event streams, `metrics`, and the bookkeeping behind them.
+extension Daemon {
+    /// Turns `connection` into an event stream; the first snapshot follows at once.
+    func startWatching(_ connection: Connection) {
+        watchers.insert(connection.id)
+        snapshotTicker.arm(intervalMilliseconds: 500)
+        sendSnapshot()
+    }
+
+    /// Sends `event` to every watcher that keeps up (a watcher with a backlog of unsent output misses events).
+    func broadcast(_ event: Event) {
+        for id in watchers {
+            guard let connection = connections[id] else {
+                watchers.remove(id)
+                continue
+            }
+            if !connection.isBackedUp { send(connection, event) }
+        }
+        if watchers.isEmpty { snapshotTicker.disarm() }
+    }
+
+    func sendSnapshot() {
+        guard !watchers.isEmpty else { return snapshotTicker.disarm() }
+        let now = monotonicMilliseconds()
+        let counts = scheduler.counts
+        var event = Event(event: "snapshot", time: wallClockMilliseconds())
+        event.fast = .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth)
+        event.slow = .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth)
+        event.slowSuspended = counts.slowSuspended
+        event.backlog = backlogOnly
+        var samples: [String: (bytes: Int64, time: Int64)] = [:]
+        event.transfers = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }.compactMap { task in
+            guard let progress = fetcher.progress(task.key) else { return nil }
+            samples[task.key] = (progress.received, now)
+            var rate: Int64 = 0
+            if let last = rateSamples[task.key], now > last.time {
+                rate = max(0, (progress.received - last.bytes) * 1000 / (now - last.time))
+            }
+            return .init(url: task.key, lane: task.lane.rawValue, bytes: progress.received, total: progress.expected, rate: rate)
+        }
+        rateSamples = samples
+        broadcast(event)
+    }
+
+    /// A task was created (its queue wait starts now).
+    func taskCreated(_ key: String) {
+        if taskCreatedAt[key] == nil { taskCreatedAt[key] = monotonicMilliseconds() }
+    }
+
+    /// A transfer started: note its queue wait and tell the watchers.
+    func transferStarted(_ key: String, lane: Lane) {
+        let now = monotonicMilliseconds()
+        if let created = taskCreatedAt.removeValue(forKey: key) {
+            metrics.queueWait[lane.rawValue, default: Metrics.Histogram()].observe(Double(now - created) / 1000)
+        }
+        transferStartedAt[key] = now
+        var event = Event(event: "started", time: wallClockMilliseconds())
+        event.url = key
+        event.lane = lane.rawValue
+        broadcast(event)
+    }
+
+    /// A fetch ended: one log line, the metrics, and an event. `result` is `ok`, `not_modified` or `error`.
+    func fetchEnded(_ key: String, result: String, bytes: Int64 = 0, failure: Failure? = nil, detail: String = "") {
+        let lane = scheduler.task(key)?.lane.rawValue ?? "fast"
+        let duration = transferStartedAt.removeValue(forKey: key).map { monotonicMilliseconds() - $0 }
+        let seconds = duration.map { Double($0) / 1000 }
+        var event = Event(event: failure == nil ? "finished" : "failed", time: wallClockMilliseconds())
+        event.url = key
+        event.lane = lane
+        event.duration = duration
+        if let failure {
+            metrics.failed(lane: lane, code: failure.code, seconds: seconds)
+            event.error = WireError(code: failure.code, message: failure.message, status: failure.httpStatus)
+            Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
+        } else {
+            metrics.fetched(lane: lane, result: result, bytes: bytes, seconds: seconds)
+            event.bytes = bytes
+            Log.info(result == "ok" ? "fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))" : "revalidated \(key) (\(lane) lane)")
+        }
+        broadcast(event)
+    }
+
+    func metricsText() -> String {
+        let counts = scheduler.counts
+        return metrics.render(.init(
+            waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
+            running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
+            backlog: backlogOnly, slowSuspended: counts.slowSuspended, cacheBytes: store.totalBytes,
+            cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
+            pausedHosts: scheduler.paused.count))
+    }
+
+    /// Fetches that ended well and badly, for `status`.
+    var fetchTotals: (ok: Int64, failed: Int64) {
+        metrics.fetches.reduce(into: (Int64(0), Int64(0))) { totals, item in
+            if item.key.hasSuffix(",error") { totals.1 += item.value } else { totals.0 += item.value }
+        }
+    }
+}
+
+/// A periodic timer on the loop (timerfd), armed only while someone watches.
+final class Ticker {
+    private let fd: Int32
+    private var armed = false
+
+    init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
+        fd = try syscall("timerfd_create") { timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
+        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [fd] _ in
+            var expirations: UInt64 = 0
+            _ = read(fd, &expirations, 8)
+            handler()
+        }
+    }
+
+    deinit { close(fd) }
+
+    func arm(intervalMilliseconds: Int) {
+        guard !armed else { return }
+        armed = true
+        let interval = timespec(tv_sec: intervalMilliseconds / 1000, tv_nsec: (intervalMilliseconds % 1000) * 1_000_000)
+        var spec = itimerspec(it_interval: interval, it_value: interval)
+        timerfd_settime(fd, 0, &spec, nil)
+    }
+
+    func disarm() {
+        guard armed else { return }
+        armed = false
+        var spec = itimerspec()
+        timerfd_settime(fd, 0, &spec, nil)
+    }
+}

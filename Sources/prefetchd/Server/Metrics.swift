@@ -1,0 +1,128 @@
+/// The daemon's counters and histograms, rendered as Prometheus text. Labels are lanes, results and error codes:
+/// never a URL or a host.
+struct Metrics {
+    /// A cumulative histogram with fixed buckets (seconds).
+    struct Histogram {
+        static let bounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+        var counts = [Int64](repeating: 0, count: bounds.count)
+        var sum = 0.0
+        var count: Int64 = 0
+
+        mutating func observe(_ seconds: Double) {
+            for (index, bound) in Self.bounds.enumerated() where seconds <= bound { counts[index] += 1 }
+            sum += seconds
+            count += 1
+        }
+    }
+
+    var fetches: [String: Int64] = [:]  // "lane,result"
+    var errors: [String: Int64] = [:]  // code
+    var downloadedBytes: Int64 = 0
+    var cacheHits: Int64 = 0
+    var cacheMisses: Int64 = 0
+    var evictions: Int64 = 0
+    var queued: Int64 = 0
+    /// Variants decoded and resized (one per distinct variant, however many asked), and variants served as made.
+    var variantDecodes: Int64 = 0
+    var variantHits: Int64 = 0
+    var fetchDuration: [String: Histogram] = [:]  // lane
+    var queueWait: [String: Histogram] = [:]  // lane
+    var getLatency = Histogram()
+
+    mutating func fetched(lane: String, result: String, bytes: Int64 = 0, seconds: Double?) {
+        fetches["\(lane),\(result)", default: 0] += 1
+        downloadedBytes += bytes
+        if let seconds { fetchDuration[lane, default: Histogram()].observe(seconds) }
+    }
+
+    mutating func failed(lane: String, code: String, seconds: Double?) {
+        fetched(lane: lane, result: "error", seconds: seconds)
+        errors[code, default: 0] += 1
+    }
+
+    /// Gauges are read from the daemon at render time.
+    struct Gauges {
+        var waiting: [String: Int]
+        var running: [String: Int]
+        var backlog: Int64
+        var slowSuspended: Bool
+        var cacheBytes: Int64
+        var cacheEntries: Int64
+        var cacheLimit: Int64
+        var connections: Int
+        var pausedHosts: Int
+    }
+
+    func render(_ gauges: Gauges) -> String {
+        var text = ""
+        func family(_ name: String, _ type: String, _ help: String) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        }
+        func sample(_ name: String, _ labels: [(String, String)] = [], _ value: String) {
+            let rendered = labels.isEmpty ? "" : "{" + labels.map { "\($0.0)=\"\($0.1)\"" }.joined(separator: ",") + "}"
+            text += "\(name)\(rendered) \(value)\n"
+        }
+        func histogram(_ name: String, _ help: String, _ series: [(labels: [(String, String)], Histogram)]) {
+            family(name, "histogram", help)
+            for (labels, histogram) in series {
+                for (index, bound) in Histogram.bounds.enumerated() {
+                    sample(name + "_bucket", labels + [("le", "\(bound)")], "\(histogram.counts[index])")
+                }
+                sample(name + "_bucket", labels + [("le", "+Inf")], "\(histogram.count)")
+                sample(name + "_sum", labels, "\(histogram.sum)")
+                sample(name + "_count", labels, "\(histogram.count)")
+            }
+        }
+        let lanes = ["fast", "slow"]
+
+        family("prefetchd_fetches_total", "counter", "Fetches that ended, by lane and result (ok, not_modified, error).")
+        for lane in lanes {
+            for result in ["ok", "not_modified", "error"] {
+                sample("prefetchd_fetches_total", [("lane", lane), ("result", result)], "\(fetches["\(lane),\(result)", default: 0])")
+            }
+        }
+        family("prefetchd_fetch_errors_total", "counter", "Failed fetches by error code.")
+        for (code, count) in errors.sorted(by: { $0.key < $1.key }) { sample("prefetchd_fetch_errors_total", [("code", code)], "\(count)") }
+        family("prefetchd_downloaded_bytes_total", "counter", "Body bytes downloaded into the cache.")
+        sample("prefetchd_downloaded_bytes_total", [], "\(downloadedBytes)")
+        family("prefetchd_cache_hits_total", "counter", "Gets answered from the cache without a fetch.")
+        sample("prefetchd_cache_hits_total", [], "\(cacheHits)")
+        family("prefetchd_cache_misses_total", "counter", "Gets that needed a fetch.")
+        sample("prefetchd_cache_misses_total", [], "\(cacheMisses)")
+        family("prefetchd_evictions_total", "counter", "Cache entries evicted to stay under the size limit.")
+        sample("prefetchd_evictions_total", [], "\(evictions)")
+        family("prefetchd_queued_total", "counter", "URLs accepted into the durable background queue.")
+        sample("prefetchd_queued_total", [], "\(queued)")
+
+        family("prefetchd_variant_decodes_total", "counter", "Variants decoded and resized (once per variant).")
+        sample("prefetchd_variant_decodes_total", [], "\(variantDecodes)")
+        family("prefetchd_variant_hits_total", "counter", "Variant requests answered with a variant made before.")
+        sample("prefetchd_variant_hits_total", [], "\(variantHits)")
+
+        family("prefetchd_lane_waiting", "gauge", "Tasks waiting in each lane (in memory).")
+        for lane in lanes { sample("prefetchd_lane_waiting", [("lane", lane)], "\(gauges.waiting[lane, default: 0])") }
+        family("prefetchd_lane_running", "gauge", "Running transfers in each lane.")
+        for lane in lanes { sample("prefetchd_lane_running", [("lane", lane)], "\(gauges.running[lane, default: 0])") }
+        family("prefetchd_backlog", "gauge", "Queued URLs held only in the durable backlog.")
+        sample("prefetchd_backlog", [], "\(gauges.backlog)")
+        family("prefetchd_slow_lane_suspended", "gauge", "1 while urgent work holds the slow lane.")
+        sample("prefetchd_slow_lane_suspended", [], gauges.slowSuspended ? "1" : "0")
+        family("prefetchd_cache_bytes", "gauge", "Bytes of cached files.")
+        sample("prefetchd_cache_bytes", [], "\(gauges.cacheBytes)")
+        family("prefetchd_cache_entries", "gauge", "Cached entries.")
+        sample("prefetchd_cache_entries", [], "\(gauges.cacheEntries)")
+        family("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.")
+        sample("prefetchd_cache_limit_bytes", [], "\(gauges.cacheLimit)")
+        family("prefetchd_connections", "gauge", "Open client connections.")
+        sample("prefetchd_connections", [], "\(gauges.connections)")
+        family("prefetchd_paused_hosts", "gauge", "Hosts paused by the circuit breaker.")
+        sample("prefetchd_paused_hosts", [], "\(gauges.pausedHosts)")
+
+        histogram("prefetchd_fetch_duration_seconds", "Time from a transfer's start to its end, by lane.",
+                  lanes.map { ([("lane", $0)], fetchDuration[$0] ?? Histogram()) })
+        histogram("prefetchd_queue_wait_seconds", "Time from a task's creation to its first start, by lane.",
+                  lanes.map { ([("lane", $0)], queueWait[$0] ?? Histogram()) })
+        histogram("prefetchd_get_latency_seconds", "Time from a get request to its answer.", [([], getLatency)])
+        return text
+    }
+}

@@ -1,0 +1,95 @@
+import Glibc
+
+/// A configuration file of `key = value` lines; `#` starts a comment, blank lines are skipped.
+///
+/// A value may be wrapped in double quotes (to keep a ` #` in it); a `#` after whitespace ends the value otherwise.
+/// Keys are not checked here: `Options.parse` checks them against its table of settings.
+struct ConfigFile {
+    struct Entry: Equatable {
+        let line: Int
+        let key: String
+        let value: String
+    }
+
+    let path: String
+    let entries: [Entry]
+
+    /// Reads and splits `path`; a missing file, a line without `=` or a key given twice throws naming the line.
+    init(path: String) throws {
+        self.path = path
+        entries = try Self.parse(try Self.read(path), path: path)
+    }
+
+    static func parse(_ text: String, path: String) throws -> [Entry] {
+        var entries: [Entry] = []
+        var seen: [String: Int] = [:]
+        for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+            let number = index + 1
+            let line = trimmed(raw)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw DaemonError("\(path):\(number): expected `key = value`, found '\(line)'")
+            }
+            let key = trimmed(line[..<equals])
+            guard !key.isEmpty, key.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" }) else {
+                throw DaemonError("\(path):\(number): '\(key)' is not a key (letters, digits and _)")
+            }
+            let value = try Self.value(line[line.index(after: equals)...], at: "\(path):\(number)")
+            if let first = seen[key] {
+                throw DaemonError("\(path):\(number): \(key) is already set on line \(first)")
+            }
+            seen[key] = number
+            entries.append(Entry(line: number, key: key, value: value))
+        }
+        return entries
+    }
+
+    /// The text after `=`: quoted, or up to a comment.
+    private static func value(_ text: Substring, at location: String) throws -> String {
+        let text = trimmed(text)
+        if text.hasPrefix("\"") {
+            let body = text.dropFirst()
+            guard let close = body.firstIndex(of: "\"") else { throw DaemonError("\(location): the quote is not closed") }
+            let after = trimmed(body[body.index(after: close)...])
+            guard after.isEmpty || after.hasPrefix("#") else {
+                throw DaemonError("\(location): unexpected '\(after)' after the quoted value")
+            }
+            return String(body[..<close])
+        }
+        var end = text.endIndex
+        var index = text.startIndex
+        while index < text.endIndex {
+            if text[index] == "#", index == text.startIndex || text[text.index(before: index)].isWhitespace {
+                end = index
+                break
+            }
+            index = text.index(after: index)
+        }
+        return trimmed(text[..<end])
+    }
+
+    private static func trimmed<S: StringProtocol>(_ text: S) -> String {
+        var slice = Substring(text)
+        while let first = slice.first, first.isWhitespace { slice.removeFirst() }
+        while let last = slice.last, last.isWhitespace { slice.removeLast() }
+        return String(slice)
+    }
+
+    /// The whole file as UTF-8 text.
+    private static func read(_ path: String) throws -> String {
+        let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16384)
+        while true {
+            let count = try syscall("read", path) { Glibc.read(fd, &buffer, buffer.count) }
+            if count == 0 { break }
+            bytes += buffer[..<count]
+            guard bytes.count <= 1 << 20 else { throw DaemonError("\(path): larger than 1 MiB; not a configuration file") }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw DaemonError("\(path): not UTF-8 text")
+        }
+        return text
+    }
+}

@@ -1,0 +1,65 @@
+import Glibc
+import PrefetchProtocol
+import QueueCore
+
+/// Running as a service: the reload on SIGHUP, the status line systemd shows, and the start-up socket.
+extension Daemon {
+    /// The socket passed by systemd, else one bound at `options.socketPath` with `options.socketMode`.
+    func openListeningSocket() throws -> (fd: Int32, path: String, activated: SocketActivation?) {
+        if let activation = try SocketActivation.receive(environment: options.environment) {
+            let path = activation.path ?? "the socket passed by systemd"
+            if path != options.socketPath {
+                Log.info("serving the socket systemd passed (\(path)); the socket setting \(options.socketPath) is not used")
+            }
+            return (activation.fd, path, activation)
+        }
+        let path = options.socketPath
+        let directory = String(path[..<path.lastIndex(of: "/")!])
+        // A socket others may use needs a directory they can pass through.
+        let mode: mode_t = 0o700 | (options.socketMode & 0o060 != 0 ? 0o010 : 0) | (options.socketMode & 0o006 != 0 ? 0o001 : 0)
+        if !directory.isEmpty { try makeDirectories(directory, mode: mode) }
+        return (try UnixSocket.listen(at: path, mode: options.socketMode), path, nil)
+    }
+
+    /// Re-reads the configuration file and the command line: applies what can change live (lane widths, limits,
+    /// TTLs, log level, access), logs what needs a restart, and keeps everything as it was when the file is bad.
+    func reload() {
+        guard !shuttingDown else { return }
+        notifier.reloading()
+        defer { notifier.ready(status: serviceStatus()) }
+        let next: Options
+        do {
+            guard case .run(let parsed) = try Options.parse(options.arguments, environment: options.environment) else {
+                return
+            }
+            next = parsed
+        } catch {
+            Log.error("SIGHUP: keeping the running configuration: \(error)")
+            return
+        }
+        let (reloaded, applied, needRestart) = options.reloaded(next)
+        options = reloaded
+        Log.threshold = options.logLevel
+        access = AccessPolicy(options: options, socketGroup: activation?.group)
+        fetcher.settings = options.fetch
+        let configuration = Scheduler.Configuration(fastWidth: options.fastWidth, slowWidth: options.slowWidth,
+                                                    perHostLimit: options.perHostLimit, retry: options.retry)
+        apply(scheduler.reconfigure(configuration, now: Moment(milliseconds: wallClockMilliseconds())))
+        let source = options.configPath ?? "no configuration file"
+        Log.info("SIGHUP: reloaded \(source)" + (applied.isEmpty ? ", nothing changed" : "; applied " + applied.joined(separator: ", ")))
+        if !needRestart.isEmpty {
+            Log.warning("SIGHUP: restart prefetchd to apply " + needRestart.joined(separator: ", "))
+        }
+    }
+
+    /// One line for `systemctl status`: the lanes, the backlog and the clients.
+    func serviceStatus() -> String {
+        let counts = scheduler.counts
+        let inMemorySlow = Int64(counts.slowWaiting + counts.slowRunning)
+        let backlog = max(0, store.backlogCount - inMemorySlow)
+        return "fast \(counts.fastRunning)/\(scheduler.configuration.fastWidth) running, \(counts.fastWaiting) waiting; "
+            + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
+            + (counts.slowSuspended ? " (suspended)" : "") + ", \(backlog) in backlog; "
+            + "\(connections.count) client\(connections.count == 1 ? "" : "s")"
+    }
+}

@@ -1,0 +1,136 @@
+import QueueCore
+import Testing
+@testable import prefetchd
+
+@Suite struct ImageInspectorTests {
+    let scratch = Scratch()
+    let policy = ImagePolicy()
+
+    @Test func generatedJPEGAndPNGAreImages() throws {
+        let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
+        let png = try scratch.image("a.png", width: 30, height: 20, type: "png", alpha: true, color: 0x00FF0080)
+        #expect(ImageInspector.inspect(jpeg, policy: policy) == .image(ImageInfo(format: "jpeg", width: 64, height: 48)))
+        #expect(ImageInspector.inspect(png, policy: policy) == .image(ImageInfo(format: "png", width: 30, height: 20)))
+    }
+
+    @Test(arguments: ["gif", "webp", "avif"])
+    func committedFixturesAreImages(format: String) {
+        let verdict = ImageInspector.inspect(Fixtures.path("halves.\(format)"), policy: policy)
+        #expect(verdict == .image(ImageInfo(format: format, width: 48, height: 32)))
+    }
+
+    @Test func truncatedJPEGIsNotAnImage() throws {
+        let whole = Bytes.read(try scratch.image("whole.jpg", width: 400, height: 300,
+                                                  bands: [(0, 0, 200, 300, 0x00FF00FF)]))
+        // Cut inside the scan data: gdk-pixbuf still reads the header, the structure walk finds no EOI.
+        let half = scratch.write("half.jpg", Array(whole[..<(whole.count / 2)]))
+        let verdict = ImageInspector.inspect(half, policy: policy)
+        #expect(verdict.code == "not_an_image")
+        if case .rejected(let failure) = verdict {
+            #expect(failure.message.contains("truncated"))
+            #expect(!failure.isTransient)
+        }
+        // Cut inside the header: gdk-pixbuf cannot tell the size.
+        let stub = scratch.write("stub.jpg", Array(whole[..<100]))
+        #expect(ImageInspector.inspect(stub, policy: policy).code == "not_an_image")
+        // Non-images being allowed does not make a broken JPEG acceptable.
+        #expect(ImageInspector.inspect(half, policy: ImagePolicy(allowNonImages: true)).code == "not_an_image")
+    }
+
+    @Test func hugePNGHeaderIsRefusedWithoutDecoding() {
+        let bare = scratch.write("huge.png", Bytes.pngHeader(width: 100_000, height: 100_000))
+        let verdict = ImageInspector.inspect(bare, policy: policy)
+        #expect(verdict.code == "pixel_limit")
+        if case .rejected(let failure) = verdict {
+            #expect(failure.message.contains("100000x100000"))
+            #expect(!failure.isTransient)
+        }
+        // With an IDAT gdk-pixbuf's own header probe also sees the size.
+        let withData = scratch.write("huge2.png", Bytes.pngHeader(width: 100_000, height: 100_000, idat: true))
+        #expect(ImageInspector.gdkFileInfo(withData) == ImageInfo(format: "png", width: 100_000, height: 100_000))
+        #expect(ImageInspector.inspect(withData, policy: policy).code == "pixel_limit")
+    }
+
+    @Test func hugeAVIFIsRefusedFromItsContainer() throws {
+        // gdk-pixbuf's AVIF loader decodes everything before it reports a size; the ispe property says it first.
+        var avif = Bytes.read(Fixtures.path("halves.avif"))
+        let ispe = try #require(avif.indices.first { Array(avif[$0..<min($0 + 4, avif.count)]) == Array("ispe".utf8) })
+        avif.replaceSubrange(ispe + 8..<ispe + 16, with: Bytes.bigEndian(100_000) + Bytes.bigEndian(100_000))
+        let path = scratch.write("huge.avif", avif)
+        #expect(ImageInspector.inspect(path, policy: policy) == .rejected(
+            .pixelLimit(width: 100_000, height: 100_000, limit: ImagePolicy.defaultMaxPixels)))
+    }
+
+    @Test func pixelLimitComesFromTheConfiguredMaximum() throws {
+        let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
+        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3072)).code == nil)
+        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3071)).code == "pixel_limit")
+    }
+
+    @Test func htmlServedAsAnImageIsNotAnImage() {
+        let html = scratch.write("page.jpg", text: """
+            <!DOCTYPE html>
+            <html><head><title>Not found</title></head><body><svg width="10" height="10"></svg></body></html>
+            """)
+        let verdict = ImageInspector.inspect(html, policy: policy)
+        #expect(verdict.code == "not_an_image")
+        if case .rejected(let failure) = verdict { #expect(failure.message.contains("HTML")) }
+        #expect(ImageInspector.inspect(html, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
+    }
+
+    @Test func svgIsRefusedUnlessAllowed() {
+        let svg = scratch.write("drawing.svg", text: """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!-- a comment -->
+            <svg xmlns="http://www.w3.org/2000/svg" width="120" height="80"><rect width="120" height="80"/></svg>
+            """)
+        let verdict = ImageInspector.inspect(svg, policy: policy)
+        #expect(verdict == .rejected(.formatNotAllowed("svg")))
+        if case .rejected(let failure) = verdict { #expect(failure.message.contains("svg")) }
+        #expect(ImageInspector.inspect(svg, policy: ImagePolicy(allowNonImages: true)).code == "format_not_allowed")
+        let allowing = ImagePolicy(allowedFormats: ImagePolicy.defaultAllowedFormats.union(["svg"]))
+        #expect(ImageInspector.inspect(svg, policy: allowing) == .image(ImageInfo(format: "svg", width: 120, height: 80)))
+    }
+
+    @Test(arguments: [("bmp", "bmp"), ("tiff", "tiff"), ("ico", "ico")])
+    func otherFormatsAreNamedWhenRefused(type: String, name: String) throws {
+        let path = try scratch.image("image.\(type)", width: 32, height: 32, type: type, alpha: type == "ico")
+        #expect(ImageInspector.inspect(path, policy: policy) == .rejected(.formatNotAllowed(name)))
+        let allowing = ImagePolicy(allowedFormats: [name])
+        #expect(ImageInspector.inspect(path, policy: allowing) == .image(ImageInfo(format: name, width: 32, height: 32)))
+    }
+
+    @Test func emptyBodyIsNotAnImage() {
+        let empty = scratch.write("empty", [])
+        #expect(ImageInspector.inspect(empty, policy: policy).code == "not_an_image")
+        #expect(ImageInspector.inspect(empty, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
+    }
+
+    @Test func garbageIsNotAnImage() {
+        let garbage = scratch.write("garbage", (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 7919 &+ 13) })
+        #expect(ImageInspector.inspect(garbage, policy: policy).code == "not_an_image")
+        let json = scratch.write("data.json", text: #"{"not": "an image"}"#)
+        #expect(ImageInspector.inspect(json, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
+    }
+
+    @Test func unreadableFileIsATransientInternalFailure() {
+        let verdict = ImageInspector.inspect(scratch.file("missing"), policy: policy)
+        guard case .rejected(let failure) = verdict else { Issue.record("expected a rejection"); return }
+        #expect(failure.code == "internal")
+        #expect(failure.isTransient)
+        #expect(failure.message.contains("open"))
+    }
+
+    @Test func exifRotatedJPEGReportsItsUprightSize() throws {
+        let stored = Bytes.read(try scratch.image("stored.jpg", width: 64, height: 48))
+        let rotated = scratch.write("rotated.jpg", Bytes.withOrientation(stored, 6))
+        #expect(ImageInspector.inspect(rotated, policy: policy) == .image(ImageInfo(format: "jpeg", width: 48, height: 64)))
+    }
+
+    @Test func verdictResultIsWhatTheDaemonStores() throws {
+        let info = ImageInfo(format: "png", width: 1, height: 2)
+        #expect(try ImageVerdict.image(info).result.get() == info)
+        #expect(try ImageVerdict.nonImage.result.get() == nil)
+        #expect(throws: Failure.self) { try ImageVerdict.rejected(.notAnImage("x")).result.get() }
+    }
+}

@@ -1,0 +1,199 @@
+import Dispatch
+import QueueCore
+import Synchronization
+import Testing
+@testable import prefetchd
+
+@Suite struct ResizerTests {
+    let scratch = Scratch()
+
+    /// A 4000×3000 JPEG: red, with 500-pixel green bands down the left and right edges.
+    func photo() throws -> String {
+        try scratch.image("photo.jpg", width: 4000, height: 3000,
+                          bands: [(0, 0, 500, 3000, 0x00FF00FF), (3500, 0, 500, 3000, 0x00FF00FF)])
+    }
+
+    @Test func containOfA4000x3000JPEGIs256x192() throws {
+        let output = scratch.file("contain.jpg")
+        let info = try Resizer.makeVariant(source: try photo(), spec: try VariantSpec(size: "256x256"), destination: output)
+        #expect(info == ImageInfo(format: "jpeg", width: 256, height: 192))
+        #expect(ImageInspector.inspect(output, policy: ImagePolicy()) == .image(info))
+        let pixels = try decodeForTest(output)
+        #expect(looks(pixels.pixel(x: 2, y: 96), like: green))
+        #expect(looks(pixels.pixel(x: 128, y: 96), like: red))
+    }
+
+    @Test func coverOfA4000x3000JPEGIs256x256CroppedFromTheCentre() throws {
+        let output = scratch.file("cover.jpg")
+        let info = try Resizer.makeVariant(source: try photo(), spec: try VariantSpec(size: "256x256", fit: "cover"),
+                                           destination: output)
+        #expect(info == ImageInfo(format: "jpeg", width: 256, height: 256))
+        let pixels = try decodeForTest(output)
+        #expect((pixels.width, pixels.height) == (256, 256))
+        // The centre 3000×3000 is all red: the green bands were cropped away.
+        #expect(looks(pixels.pixel(x: 1, y: 128), like: red))
+        #expect(looks(pixels.pixel(x: 254, y: 128), like: red))
+        #expect(looks(pixels.pixel(x: 128, y: 1), like: red))
+    }
+
+    @Test func fillStretchesToTheBox() throws {
+        let output = scratch.file("fill.png")
+        let info = try Resizer.makeVariant(source: try photo(),
+                                           spec: try VariantSpec(size: "100x200", fit: "fill", format: "png"),
+                                           destination: output)
+        #expect(info == ImageInfo(format: "png", width: 100, height: 200))
+        let pixels = try decodeForTest(output)
+        #expect(looks(pixels.pixel(x: 2, y: 100), like: green))
+        #expect(looks(pixels.pixel(x: 50, y: 100), like: red))
+    }
+
+    @Test func exifRotatedPhotoComesOutUpright() throws {
+        // Stored 64×48, left half red and right half blue; orientation 6 shows it turned 90° clockwise, so the
+        // viewer sees 48×64 with red on top.
+        let stored = Bytes.read(try scratch.image("stored.jpg", width: 64, height: 48, bands: [(32, 0, 32, 48, 0x0000FFFF)]))
+        let rotated = scratch.write("rotated.jpg", Bytes.withOrientation(stored, 6))
+        let whole = scratch.file("upright.jpg")
+        let info = try Resizer.makeVariant(source: rotated, spec: try VariantSpec(size: "1000x1000"), destination: whole)
+        #expect(info == ImageInfo(format: "jpeg", width: 48, height: 64))
+        let pixels = try decodeForTest(whole)
+        #expect((pixels.width, pixels.height) == (48, 64))
+        #expect(pixels.orientation == 1)
+        #expect(looks(pixels.pixel(x: 24, y: 4), like: red))
+        #expect(looks(pixels.pixel(x: 24, y: 60), like: blue))
+        // The box applies to the upright picture: 24×32 fits 32×32, 32×43 would not.
+        let small = scratch.file("small.jpg")
+        #expect(try Resizer.makeVariant(source: rotated, spec: try VariantSpec(size: "32x32"), destination: small)
+            == ImageInfo(format: "jpeg", width: 24, height: 32))
+    }
+
+    @Test func smallImageIsNotUpscaledWithoutUpscale() throws {
+        let source = try scratch.image("small.png", width: 100, height: 100, type: "png")
+        let kept = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "256x256"),
+                                           destination: scratch.file("kept.png"))
+        #expect(kept == ImageInfo(format: "png", width: 100, height: 100))
+        let grown = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "256x256", upscale: true),
+                                            destination: scratch.file("grown.png"))
+        #expect(grown == ImageInfo(format: "png", width: 256, height: 256))
+        #expect(ImageInspector.inspect(scratch.file("grown.png"), policy: ImagePolicy())
+            == .image(ImageInfo(format: "png", width: 256, height: 256)))
+    }
+
+    @Test(arguments: ["gif", "webp", "avif"])
+    func fixturesOfEveryAllowedFormatResize(format: String) throws {
+        let output = scratch.file("out-\(format)")
+        let info = try Resizer.makeVariant(source: Fixtures.path("halves.\(format)"),
+                                           spec: try VariantSpec(size: "24x24"), destination: output)
+        #expect(info == ImageInfo(format: "png", width: 24, height: 16))
+        let pixels = try decodeForTest(output)
+        #expect(looks(pixels.pixel(x: 2, y: 8), like: red))
+        #expect(looks(pixels.pixel(x: 21, y: 8), like: blue))
+    }
+
+    @Test func svgRendersAtTheVariantSizeWhenAllowed() throws {
+        let svg = scratch.write("drawing.svg", text: """
+            <svg xmlns="http://www.w3.org/2000/svg" width="120" height="80"><rect width="120" height="80" fill="#00f"/></svg>
+            """)
+        let info = try Resizer.makeVariant(source: svg, spec: try VariantSpec(size: "60x60"), destination: scratch.file("v"))
+        #expect(info == ImageInfo(format: "png", width: 60, height: 40))
+        #expect(looks(try decodeForTest(scratch.file("v")).pixel(x: 30, y: 20), like: blue))
+    }
+
+    @Test func formatOnlyGdkPixbufRecognisesIsResizedWhenAllowed() throws {
+        let tga = scratch.write("image.tga", Bytes.tga(width: 40, height: 20, rgb: (0, 255, 0)))
+        #expect(ImageInspector.inspect(tga, policy: ImagePolicy()).code == "not_an_image")
+        #expect(ImageInspector.inspect(tga, policy: ImagePolicy(allowedFormats: ["tga"]))
+            == .image(ImageInfo(format: "tga", width: 40, height: 20)))
+        let info = try Resizer.makeVariant(source: tga, spec: try VariantSpec(size: "20x20"), destination: scratch.file("v"))
+        #expect(info == ImageInfo(format: "png", width: 20, height: 10))
+        #expect(looks(try decodeForTest(scratch.file("v")).pixel(x: 10, y: 5), like: green))
+    }
+
+    @Test func transparentPNGBecomesJPEGOverWhite() throws {
+        let source = try scratch.image("clear.png", width: 40, height: 40, type: "png", alpha: true, color: 0x00000000)
+        let output = scratch.file("clear.jpg")
+        let info = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "20x20", format: "jpeg"),
+                                           destination: output)
+        #expect(info == ImageInfo(format: "jpeg", width: 20, height: 20))
+        #expect(looks(try decodeForTest(output).pixel(x: 10, y: 10), like: white, tolerance: 8))
+    }
+
+    @Test func truncatedOrBrokenOriginalsThrowNotAnImageAndLeaveNoFile() throws {
+        let whole = Bytes.read(try scratch.image("whole.jpg", width: 400, height: 300))
+        // A real PNG with one byte of its pixel data changed: the chunk's CRC no longer matches.
+        var flippedPNG = Bytes.read(try scratch.image("real.png", width: 64, height: 64, type: "png"))
+        flippedPNG[flippedPNG.count - 20] ^= 0x55
+        let sources = [
+            scratch.write("half.jpg", Array(whole[..<(whole.count / 2)])),
+            scratch.write("stub.jpg", Array(whole[..<100])),
+            scratch.write("page.html", text: "<!doctype html><title>x</title>"),
+            scratch.write("empty", []),
+            // Whole chunks with correct CRCs, but garbage where the compressed pixels should be: libpng only warns.
+            scratch.write("bad.png", Bytes.pngHeader(width: 10, height: 10) + Bytes.pngChunk("IDAT", [1, 2, 3, 4])
+                + Bytes.pngChunk("IEND", [])),
+            scratch.write("flipped.png", flippedPNG),
+        ]
+        let before = scratch.names()
+        for source in sources {
+            #expect(throws: Failure.self) {
+                do {
+                    _ = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "64x64"),
+                                                destination: scratch.file("variant"))
+                } catch let failure as Failure {
+                    #expect(failure.code == "not_an_image", "\(source): \(failure)")
+                    #expect(!failure.isTransient)
+                    throw failure
+                }
+            }
+        }
+        #expect(scratch.names() == before)
+    }
+
+    @Test func pixelLimitIsCheckedBeforeDecoding() throws {
+        let huge = scratch.write("huge.png", Bytes.pngHeader(width: 100_000, height: 100_000, idat: true))
+        #expect(throws: Failure.pixelLimit(width: 100_000, height: 100_000, limit: ImagePolicy.defaultMaxPixels)) {
+            try Resizer.makeVariant(source: huge, spec: try VariantSpec(size: "64x64"), destination: scratch.file("v"))
+        }
+        let source = try scratch.image("a.jpg", width: 64, height: 48)
+        #expect(throws: Failure.pixelLimit(width: 64, height: 48, limit: 1000)) {
+            try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "8x8"), destination: scratch.file("v"),
+                                    maxPixels: 1000)
+        }
+    }
+
+    @Test func unwritableDestinationIsATransientFailure() throws {
+        let source = try scratch.image("a.jpg", width: 64, height: 48)
+        do {
+            _ = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "8x8"),
+                                        destination: scratch.file("missing-directory/v.jpg"))
+            Issue.record("expected a failure")
+        } catch let error as Failure {
+            #expect(error.code == "internal")
+            #expect(error.isTransient)
+            #expect(error.message.contains("mkstemp"))
+        }
+    }
+
+    @Test func concurrentResizesOnWorkerThreadsAgree() throws {
+        let source = try scratch.image("a.png", width: 300, height: 200, type: "png", bands: [(0, 0, 150, 200, 0x0000FFFF)])
+        let directory = scratch.path
+        let results = Mutex<[ImageInfo]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            let spec = try! VariantSpec(size: "64x64", fit: index % 2 == 0 ? "contain" : "cover")
+            let info = try? Resizer.makeVariant(source: source, spec: spec, destination: "\(directory)/v\(index).png")
+            results.withLock { $0.append(info ?? ImageInfo(format: "failed", width: 0, height: 0)) }
+        }
+        let infos = results.withLock { $0 }
+        #expect(infos.filter { $0 == ImageInfo(format: "png", width: 64, height: 43) }.count == 4)
+        #expect(infos.filter { $0 == ImageInfo(format: "png", width: 64, height: 64) }.count == 4)
+    }
+
+    @Test func loaderDecodesAJPEGAtTheRequestedScale() throws {
+        let loader = PixbufLoader { _, _ in (500, 375) }
+        try loader.feed(path: try photo())
+        try loader.close()
+        #expect(loader.storedSize! == (4000, 3000))
+        let pixbuf = try #require(loader.pixbuf)
+        #expect((pixbuf.width, pixbuf.height) == (500, 375))
+        #expect(loader.formatName == "jpeg")
+    }
+}

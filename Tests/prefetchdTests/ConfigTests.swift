@@ -1,0 +1,117 @@
+import Foundation
+import Testing
+
+/// The configuration file: `--check-config`, errors that name the line, flags over the file, and documentation
+/// that names every key.
+struct ConfigTests {
+    /// `prefetchd --check-config` with `arguments`, parsed into `key → value` when it succeeds.
+    func check(_ arguments: [String]) -> (result: CommandResult, settings: [String: String]) {
+        let result = run(Paths.prefetchd, ["--check-config"] + arguments)
+        var settings: [String: String] = [:]
+        for line in result.lines where !line.hasPrefix("#") {
+            let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            settings[parts[0]] = parts.count > 1 ? parts[1] : ""
+        }
+        return (result, settings)
+    }
+
+    @Test("--check-config on a good file prints the effective settings; flags win over the file")
+    func goodFile() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("""
+            # prefetchd test configuration
+            fast_width = 4      # inline comment
+              slow_width=2
+            max_cache_bytes = 512M
+            cache_dir = "/var/tmp/prefetch #1"
+            log_level = debug
+            allowed_groups = 0, 4242
+            allowed_users =
+            """, to: config)
+        let (result, settings) = check(["--config", config, "--slow-width", "3"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains(config))
+        #expect(settings["fast_width"] == "4")
+        #expect(settings["slow_width"] == "3", "the flag overrides the file")
+        #expect(settings["max_cache_bytes"] == "512M")
+        #expect(settings["cache_dir"] == "/var/tmp/prefetch #1")
+        #expect(settings["log_level"] == "debug")
+        #expect(settings["allowed_groups"] == "root,4242")
+        #expect(settings["allowed_users"] == "")
+        #expect(settings["default_ttl"] == "86400", "unset keys keep their defaults")
+    }
+
+    @Test("--check-config on a bad file fails with the file and line", arguments: [
+        ("fast_width = 4\nfast_widht = 5\n", ":2: unknown key 'fast_widht'"),
+        ("\n\nfast_width = 0\n", ":3: fast_width: '0' is not a number in 1...1024"),
+        ("max_cache_bytes = lots\n", ":1: max_cache_bytes: 'lots' is not a size"),
+        ("log_level = loud\n", ":1: log_level: 'loud' is not one of error, warning, info, debug"),
+        ("# comment\njust words\n", ":2: expected `key = value`"),
+        ("fast_width = 2\nfast_width = 3\n", ":2: fast_width is already set on line 1"),
+        ("cache_dir = relative/dir\n", ":1: cache_dir: 'relative/dir' is not an absolute path"),
+        ("allowed_groups = no-such-group-here\n", ":1: allowed_groups: no group 'no-such-group-here'"),
+        ("socket_mode = 0400\n", ":1: socket_mode: '0400' is not an octal mode"),
+    ])
+    func badFile(text: String, expected: String) throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write(text, to: config)
+        let (result, _) = check(["--config", config])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains(config + expected), "\(result.stderr)")
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test("a bad flag names the flag; --config naming a missing file fails; no file at all is fine")
+    func flagsAndMissingFile() throws {
+        let bad = check(["--fast-width", "many"])
+        #expect(bad.result.status == 1)
+        #expect(bad.result.stderr.contains("--fast-width: 'many' is not a number"), "\(bad.result.stderr)")
+        let missing = check(["--config", "/nonexistent/prefetchd.conf"])
+        #expect(missing.result.status == 1)
+        #expect(missing.result.stderr.contains("open /nonexistent/prefetchd.conf: No such file or directory"))
+        if !FileManager.default.fileExists(atPath: "/etc/prefetchd/prefetchd.conf") {
+            let none = check([])
+            #expect(none.result.status == 0, "\(none.result.stderr)")
+            #expect(none.result.stdout.contains("no configuration file"))
+        }
+    }
+
+    @Test("the daemon refuses to start on a bad configuration file and says which line")
+    func daemonRefusesBadFile() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("fast_width = 2\nper_host = -1\n", to: config)
+        let result = run(Paths.prefetchd, ["--config", config, "--socket", directory.path + "/ctl.sock",
+                                           "--cache-dir", directory.path + "/cache"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("\(config):2: per_host:"), "\(result.stderr)")
+    }
+
+    @Test("every key is documented in docs/configuration.md, prefetchd.conf(5), the example file and --help")
+    func everyKeyDocumented() throws {
+        let keys = check([]).settings.keys.sorted()
+        #expect(keys.count >= 17)
+        let documentation = try String(contentsOfFile: Paths.repository + "/docs/configuration.md", encoding: .utf8)
+        let manual = try String(contentsOfFile: Paths.repository + "/docs/man/prefetchd.conf.5", encoding: .utf8)
+        let example = try String(contentsOfFile: Paths.repository + "/systemd/prefetchd.conf.example", encoding: .utf8)
+        let help = run(Paths.prefetchd, ["--help"]).stdout
+        for key in keys {
+            #expect(documentation.contains("`\(key)`"), "docs/configuration.md lacks \(key)")
+            #expect(manual.contains(key.replacingOccurrences(of: "_", with: "\\_")) || manual.contains(key),
+                    "prefetchd.conf.5 lacks \(key)")
+            #expect(example.contains(key), "prefetchd.conf.example lacks \(key)")
+            #expect(help.contains("--" + key.replacingOccurrences(of: "_", with: "-")), "--help lacks \(key)")
+        }
+        // The example file, uncommented, is itself a valid configuration.
+        let directory = try TemporaryDirectory()
+        let uncommented = example.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("#") && line.dropFirst().drop { $0 == " " }.split(separator: " ").dropFirst().first == "=" ?
+                String(line.dropFirst().drop { $0 == " " }) : String(line)
+        }.joined(separator: "\n")
+        try write(uncommented, to: directory.path + "/example.conf")
+        let parsed = check(["--config", directory.path + "/example.conf"])
+        #expect(parsed.result.status == 0, "\(parsed.result.stderr)")
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+import Testing
+
+/// Freshness, revalidation, serving stale on purpose, retries and resumable downloads against a real origin.
+@Suite(.serialized)
+struct HTTPCacheTests {
+    /// The JSON object of a `get --json` line.
+    func entry(_ result: CommandResult) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout) \(result.stderr)")
+    }
+
+    @Test("a stale entry is revalidated with If-None-Match; the 304 keeps the same file")
+    func revalidation() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/r.jpg?cc=max-age%3D0")
+        let first = try entry(daemon.ctl("get", "--json", url))
+        let second = try entry(daemon.ctl("get", "--json", url))
+        #expect(first["path"] as? String == second["path"] as? String)
+        #expect(first["sha256"] as? String == second["sha256"] as? String)
+        let log = try origin.stats().log.filter { $0.path == "/r.jpg" }
+        #expect(log.map(\.status) == [200, 304])
+        #expect(try origin.stats().log.last?.ifNoneMatch != nil, "the second request is conditional")
+    }
+
+    @Test("a fresh entry (max-age) is answered without a request; Expires works too")
+    func freshHits() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for path in ["/m.jpg?cc=max-age%3D600", "/e.jpg?cc=&expires=600"] {
+            daemon.ctl("get", origin.url(path))
+            #expect(try entry(daemon.ctl("get", "--json", origin.url(path)))["from_cache"] as? Bool == true, "\(path)")
+        }
+        #expect(try origin.count("/m.jpg") == 1)
+    }
+
+    @Test("a no-store response is delivered but never reused")
+    func noStore() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/n.jpg?cc=no-store")
+        #expect(daemon.ctl("get", url).status == 0)
+        #expect(daemon.ctl("get", url).status == 0)
+        #expect(try origin.count("/n.jpg") == 2)
+    }
+
+    @Test("--max-stale answers at once from a stale entry and revalidates in the background; --offline never fetches")
+    func servingStale() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/s.jpg?cc=max-age%3D1")
+        daemon.ctl("get", url)
+        usleep(1_500_000)
+        let offline = try entry(daemon.ctl("get", "--json", "--offline", url))
+        #expect(offline["stale"] as? Bool == true)
+        #expect(try origin.count("/s.jpg") == 1)
+        let missing = daemon.ctl("get", "--json", "--offline", origin.url("/never.jpg"))
+        #expect(errorCode(missing.stdout) == "not_cached")
+        #expect(try origin.count("/never.jpg") == 0)
+
+        let served = try entry(daemon.ctl("get", "--json", "--max-stale", "60", url))
+        #expect(served["stale"] as? Bool == true)
+        try waitUntil(seconds: 5) { try origin.count("/s.jpg") >= 2 }
+        #expect(try origin.count("/s.jpg") == 2, "a background revalidation followed")
+    }
+
+    @Test("when revalidation fails with a network error the stale entry is served flagged, unless must-revalidate")
+    func staleIfError() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let plain = origin.url("/p.jpg?cc=max-age%3D1")
+        let strict = origin.url("/q.jpg?cc=max-age%3D1%2C%20must-revalidate")
+        #expect(daemon.ctl("get", plain, strict).status == 0)
+        origin.child.stop()
+        usleep(1_200_000)
+        #expect(try entry(daemon.ctl("get", "--json", plain))["stale"] as? Bool == true)
+        #expect(errorCode(daemon.ctl("get", "--json", strict).stdout) == "network")
+    }
+
+    @Test("429 with Retry-After: 2 is retried no sooner than 2 s later; 500, 500, 200 succeeds on the third try")
+    func retries() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/busy.jpg?fail_first=1&fail_status=429&retry_after=2")).status == 0)
+        let attempts = try origin.stats().log.filter { $0.path == "/busy.jpg" }
+        #expect(attempts.map(\.status) == [429, 200])
+        #expect(attempts[1].start - attempts[0].start >= 2.0)
+
+        #expect(daemon.ctl("get", origin.url("/flaky.jpg?fail_first=2")).status == 0)
+        #expect(try origin.stats().log.filter { $0.path == "/flaky.jpg" }.map(\.status) == [500, 500, 200])
+    }
+
+    @Test("a 20 MiB download killed with kill -9 halfway resumes with a Range request; the SHA-256 matches")
+    func resumeAfterCrash() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let size = 20 * 1024 * 1024
+        let url = origin.url("/big.jpg?size=\(size)&drip=6000000&cc=max-age%3D3600")
+        #expect(daemon.ctl("queue", url).status == 0)
+        #expect(waitUntil(seconds: 10) { transferBytes(daemon.ctl("list", "--json").stdout) >= Int64(size / 3) })
+        daemon.kill9()
+        try daemon.start()
+        let result = try entry(daemon.ctl("get", "--json", "--timeout", "60", url))
+        let expected = try sha256Hex(origin.body("/big.jpg?size=\(size)"))
+        #expect(result["sha256"] as? String == expected)
+        let requests = try origin.stats().log.filter { $0.path == "/big.jpg" }
+        #expect(requests.count >= 2)
+        #expect(requests.dropFirst().first?.range?.hasPrefix("bytes=") == true, "the restart resumed with Range")
+        #expect(requests.dropFirst().first?.status == 206)
+    }
+
+    @Test("filling a 50 MiB cache with 5,000 files never exceeds limit + one object; the index agrees with the files")
+    func evictionDuringFill() throws {
+        let origin = try Origin()
+        let limit = 50 * 1024 * 1024
+        let daemon = try DaemonUnderTest(["--max-cache-bytes", "\(limit)", "--slow-width", "4"])
+        let objectSize = 20_000
+        let urls = (1...5000).map { origin.url("/fill/\($0).jpg?size=\(objectSize)") }
+        #expect(daemon.ctl(arguments: ["queue", "-"], stdin: urls.joined(separator: "\n")).status == 0)
+        var peak = 0
+        for _ in 0..<1200 {
+            peak = max(peak, directoryBytes(daemon.cache + "/files"))
+            if try origin.stats().counts.filter({ $0.key.hasPrefix("/fill/") }).count == 5000,
+               daemon.ctl("status", "--json").stdout.contains("\"running\":0,\"waiting\":0") { break }
+            usleep(100_000)
+        }
+        peak = max(peak, directoryBytes(daemon.cache + "/files"))
+        #expect(peak <= limit + objectSize, "peak \(peak) bytes on disk")
+        #expect(peak > limit / 2)
+        daemon.child?.stop()
+        let check = run("/usr/bin/env", ["python3", Paths.fixtures + "/check_index.py", daemon.cache])
+        #expect(check.status == 0, "\(check.stdout)")
+    }
+}
+
+/// Bytes received by the first running transfer in `list --json` output.
+func transferBytes(_ json: String) -> Int64 {
+    guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
+          let tasks = object["tasks"] as? [[String: Any]] else { return 0 }
+    return tasks.compactMap { ($0["bytes"] as? NSNumber)?.int64Value }.max() ?? 0
+}
+
+/// The total size of the regular files under `path`.
+func directoryBytes(_ path: String) -> Int {
+    guard let enumerator = FileManager.default.enumerator(atPath: path) else { return 0 }
+    var total = 0
+    while let name = enumerator.nextObject() as? String {
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: path + "/" + name),
+           attributes[.type] as? FileAttributeType == .typeRegular {
+            total += (attributes[.size] as? Int) ?? 0
+        }
+    }
+    return total
+}
+
+func sha256Hex(_ data: Data) throws -> String {
+    let result = run("/usr/bin/env", ["python3", "-c", "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"],
+                     stdinData: data)
+    return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+/// Lane changes never throw away bytes already received.
+@Suite(.serialized)
+struct ResumeTests {
+    @Test("a demote that parks a running transfer (slow lane full) resumes it later from its offset")
+    func demoteParksAndResumes() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let size = 8 * 1024 * 1024
+        let slow = origin.url("/slow-lane.jpg?size=\(size)&drip=2000000")
+        let urgent = origin.url("/urgent.jpg?size=\(size)&drip=2000000")
+        #expect(daemon.ctl("queue", slow).status == 0)
+        #expect(waitUntil(seconds: 5) { transferBytes(daemon.ctl("list", "--json").stdout) > 0 })
+        let waiter = try ChildProcess(Paths.prefetchctl, ["--socket", daemon.socket, "get", "--json", urgent],
+                                      stderrPath: daemon.directory.path + "/get.err")
+        #expect(waitUntil(seconds: 10) { bytes(of: "/urgent.jpg", in: daemon.ctl("list", "--json").stdout) >= Int64(size / 4) })
+        #expect(daemon.ctl("demote", urgent).stdout.contains("demoted"))
+        waiter.process.waitUntilExit()
+        #expect(waiter.process.terminationStatus == 0, "the waiter stays attached and gets its answer")
+        let answer = String(decoding: waiter.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let requests = try origin.stats().log.filter { $0.path == "/urgent.jpg" }
+        #expect(requests.count == 2, "parked once, resumed once")
+        #expect(requests.last?.range?.hasPrefix("bytes=") == true)
+        #expect(requests.last?.status == 206)
+        let expected = try sha256Hex(origin.body("/urgent.jpg?size=\(size)"))
+        #expect(answer.contains(expected))
+    }
+
+    /// Bytes received by the running transfer whose URL contains `path`.
+    func bytes(of path: String, in json: String) -> Int64 {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
+              let tasks = object["tasks"] as? [[String: Any]] else { return 0 }
+        return tasks.first { ($0["url"] as? String)?.contains(path) == true }.flatMap { ($0["bytes"] as? NSNumber)?.int64Value } ?? 0
+    }
+}

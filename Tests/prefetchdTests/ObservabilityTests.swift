@@ -1,0 +1,77 @@
+import Foundation
+import Testing
+
+/// `metrics` in the Prometheus format, and `--json` on every verb.
+@Suite(.serialized)
+struct ObservabilityTests {
+    /// The samples of `prefetchctl metrics`, parsed by prometheus_client's own parser.
+    func metrics(_ daemon: DaemonUnderTest) throws -> [String: Double] {
+        let text = daemon.ctl("metrics")
+        #expect(text.status == 0)
+        let parsed = run("/usr/bin/env", ["python3", Paths.fixtures + "/parse_metrics.py"], stdin: text.stdout)
+        #expect(parsed.status == 0, "\(parsed.stderr)")
+        return try #require(JSONSerialization.jsonObject(with: parsed.stdoutData) as? [String: Double])
+    }
+
+    @Test("metrics parse with the Prometheus reference parser and move by the expected amounts")
+    func prometheusMetrics() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let before = try metrics(daemon)
+        #expect(before["prefetchd_fetches_total{lane=fast,result=ok}"] == 0)
+        #expect(before["prefetchd_cache_limit_bytes{}"] == Double(1 << 30))
+
+        daemon.ctl("get", origin.url("/m1.jpg?size=1000"), origin.url("/m2.jpg?size=3000"), origin.url("/m3.jpg?status=404"))
+        daemon.ctl("get", origin.url("/m1.jpg?size=1000"))
+        #expect(daemon.ctl("queue", origin.url("/m4.jpg?size=500")).status == 0)
+        try waitUntil(seconds: 10) { try metrics(daemon)["prefetchd_fetches_total{lane=slow,result=ok}"] == 1 }
+
+        let after = try metrics(daemon)
+        #expect(after["prefetchd_fetches_total{lane=fast,result=ok}"] == 2)
+        #expect(after["prefetchd_fetches_total{lane=fast,result=error}"] == 1)
+        #expect(after["prefetchd_fetches_total{lane=slow,result=ok}"] == 1)
+        #expect(after["prefetchd_fetch_errors_total{code=http_status}"] == 1)
+        #expect(after["prefetchd_downloaded_bytes_total{}"] == 4500)
+        #expect(after["prefetchd_cache_hits_total{}"] == 1)
+        #expect(after["prefetchd_cache_misses_total{}"] == 3)
+        #expect(after["prefetchd_queued_total{}"] == 1)
+        #expect(after["prefetchd_cache_entries{}"] == 3)
+        #expect(after["prefetchd_get_latency_seconds_count{}"] == 4)
+        #expect(after["prefetchd_fetch_duration_seconds_count{lane=fast}"] == 3)
+        #expect(after["prefetchd_queue_wait_seconds_count{lane=slow}"] == 1)
+        #expect(!after.keys.contains { $0.contains("127.0.0.1") || $0.contains("m1.jpg") }, "no URL or host as a label")
+    }
+
+    /// Runs a verb with `--json` and returns its first line as an object.
+    func json(_ daemon: DaemonUnderTest, _ arguments: String...) throws -> [String: Any] {
+        let result = daemon.ctl(arguments: arguments + ["--json"])
+        let line = try #require(result.lines.first, "\(arguments): no output; \(result.stderr)")
+        return try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(arguments): \(line)")
+    }
+
+    @Test("every verb's --json output parses and carries the documented fields")
+    func jsonEverywhere() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/j.jpg")
+        func has(_ object: [String: Any], _ fields: [String], _ verb: String) {
+            for field in fields { #expect(object[field] != nil, "\(verb) --json lacks \(field): \(object)") }
+        }
+        has(try json(daemon, "get", url), ["url", "path", "bytes", "sha256", "fetched_at", "fresh_until", "from_cache"], "get")
+        has(try json(daemon, "queue", origin.url("/j2.jpg?delay=2")), ["url", "key", "status"], "queue")
+        has(try json(daemon, "promote", origin.url("/j2.jpg?delay=2")), ["url", "status"], "promote")
+        has(try json(daemon, "demote", origin.url("/j2.jpg?delay=2")), ["url", "status"], "demote")
+        has(try json(daemon, "info", url), ["url", "key", "cached"], "info")
+        has(try json(daemon, "list"), ["tasks", "backlog"], "list")
+        let status = try json(daemon, "status")
+        has(status, ["version", "pid", "uptime", "fast", "slow", "slow_suspended", "delayed", "backlog", "cache",
+                     "connections", "fetched", "failed", "paused_hosts"], "status")
+        has(try #require(status["cache"] as? [String: Any]), ["entries", "bytes", "limit", "hits", "misses", "directory"], "status.cache")
+        has(try json(daemon, "cancel", origin.url("/j2.jpg?delay=2")), ["url", "status"], "cancel")
+        has(try json(daemon, "evict", url), ["url", "status"], "evict")
+        has(try json(daemon, "ping"), ["pong", "version"], "ping")
+        has(try json(daemon, "metrics"), ["text"], "metrics")
+        let failed = try json(daemon, "get", origin.url("/nope.jpg?status=404"))
+        has(failed, ["url", "error"], "get (failure)")
+    }
+}

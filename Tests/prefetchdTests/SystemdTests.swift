@@ -1,0 +1,191 @@
+import Foundation
+import Testing
+
+/// prefetchd as systemd runs it: readiness and watchdog datagrams, socket activation, reload, journal lines, access
+/// control by peer credentials. Nothing here boots systemd: a fake NOTIFY_SOCKET listener and
+/// `systemd-socket-activate` stand in for it.
+@Suite(.serialized)
+struct SystemdTests {
+    @Test("a NOTIFY_SOCKET path sees READY=1 with STATUS, WATCHDOG=1 at half WATCHDOG_USEC, RELOADING=1, STOPPING=1")
+    func notifications() throws {
+        let directory = try TemporaryDirectory()
+        let listener = try NotifyListener(path: directory.path + "/notify")
+        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "400000"],
+                                       directory: directory)
+        let ready = try #require(listener.waitFor { $0.fields["READY"] == "1" }, "no READY=1: \(daemon.log)")
+        let status = try #require(ready.fields["STATUS"])
+        #expect(status.contains("fast 0/8 running"), "\(status)")
+        #expect(status.contains("slow 0/1 running"), "\(status)")
+
+        let pings = listener.collect(for: 1.3).filter { $0.text == "WATCHDOG=1" }.map(\.time)
+        #expect(pings.count >= 4 && pings.count <= 9, "\(pings.count) pings in 1.3 s at a 200 ms period")
+        if pings.count >= 2 {
+            let mean = (pings.last! - pings.first!) / Double(pings.count - 1)
+            #expect(mean > 0.15 && mean < 0.3, "mean watchdog period \(mean) s, expected about 0.2 s")
+        }
+
+        daemon.signal(SIGHUP)
+        let reloading = try #require(listener.waitFor { $0.fields["RELOADING"] == "1" })
+        #expect(Int64(reloading.fields["MONOTONIC_USEC"] ?? "") != nil, "\(reloading.text)")
+        #expect(listener.waitFor { $0.fields["READY"] == "1" } != nil, "READY=1 again after the reload")
+
+        daemon.signal(SIGTERM)
+        #expect(listener.waitFor { $0.fields["STOPPING"] == "1" } != nil)
+        daemon.child.process.waitUntilExit()
+        #expect(daemon.child.process.terminationStatus == 0)
+    }
+
+    @Test("an abstract @NOTIFY_SOCKET gets READY=1 and STATUS updates; WATCHDOG_PID of another process means no pings")
+    func abstractSocket() throws {
+        let listener = try NotifyListener(path: nil)
+        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "200000",
+                                                     "WATCHDOG_PID": "1"])
+        #expect(listener.waitFor { $0.fields["READY"] == "1" } != nil, "no READY=1: \(daemon.log)")
+        // A queued URL to an unreachable origin changes the lane counts: a STATUS= update follows within a second.
+        #expect(daemon.ctl("queue", "http://127.0.0.1:9/never.jpg").status == 0)
+        let update = listener.waitFor(timeout: 3) { $0.fields["STATUS"] != nil && $0.fields["READY"] == nil }
+        #expect(update != nil, "a STATUS= update after the lanes changed")
+        #expect(!listener.received.contains { $0.text.contains("WATCHDOG=1") }, "pings are for WATCHDOG_PID only")
+    }
+
+    @Test("started by systemd-socket-activate --fdname=ctl, the first client is served and the socket is not unlinked")
+    func socketActivation() throws {
+        let daemon = try ServiceDaemon(launcher: { ["/usr/bin/systemd-socket-activate", "-l", $0, "--fdname=ctl"] },
+                                       wait: false)
+        for _ in 0..<200 where !FileManager.default.fileExists(atPath: daemon.socket) { usleep(10_000) }
+        let ping = daemon.ctl("ping")
+        #expect(ping.status == 0, "the first client: \(ping.stderr) \(daemon.log)")
+        try daemon.waitUntilServing()
+        #expect(daemon.waitForLog("(from systemd)"), "\(daemon.log)")
+        #expect(daemon.log.contains("Execing"), "started by systemd-socket-activate: \(daemon.log)")
+        daemon.signal(SIGTERM)
+        daemon.child.process.waitUntilExit()
+        #expect(daemon.child.process.terminationStatus == 0)
+        #expect(FileManager.default.fileExists(atPath: daemon.socket), "the socket belongs to the service manager")
+    }
+
+    @Test("SIGHUP applies a new fast_width live; a bad file keeps the running configuration and logs the line")
+    func reload() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("fast_width = 8\n", to: config)
+        let daemon = try ServiceDaemon(["--config", config], directory: directory)
+        #expect(try daemon.fastWidth() == 8)
+
+        try write("# fewer urgent fetches\nfast_width = 3\nlog_level = debug\ncache_dir = /elsewhere\n", to: config)
+        daemon.signal(SIGHUP)
+        #expect(daemon.waitForLog("fast_width: 8 -> 3"), "\(daemon.log)")
+        #expect(try daemon.fastWidth() == 3)
+        #expect(daemon.log.contains("restart prefetchd to apply cache_dir"), "\(daemon.log)")
+        #expect(try daemon.status()["cache"].flatMap { ($0 as? [String: Any])?["directory"] as? String } == daemon.cache)
+
+        try write("fast_width = 3\nslow_width = lots\n", to: config)
+        daemon.signal(SIGHUP)
+        #expect(daemon.waitForLog("keeping the running configuration"), "\(daemon.log)")
+        #expect(daemon.log.contains("\(config):2: slow_width: 'lots'"), "\(daemon.log)")
+        #expect(try daemon.fastWidth() == 3)
+        #expect(daemon.ctl("ping").status == 0)
+    }
+
+    @Test("with JOURNAL_STREAM set, each log line carries its syslog priority and no timestamp")
+    func journalLines() throws {
+        let daemon = try ServiceDaemon(environment: ["JOURNAL_STREAM": "8:12345"])
+        #expect(daemon.waitForLog("serving"))
+        let lines = daemon.log.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("<6>prefetchd ") == true, "\(lines.first ?? "")")
+        #expect(lines.allSatisfy { $0.hasPrefix("<") }, "\(lines)")
+    }
+
+    @Test("SIGTERM during 50 running downloads loses no acknowledged queue entry (checked after a restart)")
+    func termDuringDownloads() throws {
+        let origin = try Origin()
+        let directory = try TemporaryDirectory()
+        let urls = (1...50).map { origin.url("/term/\($0).jpg?delay=3&size=200000") }
+        var daemon = try ServiceDaemon(["--slow-width", "50"], directory: directory)
+        let queued = run(Paths.prefetchctl, ["--socket", daemon.socket, "queue", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(queued.status == 0, "\(queued.stderr)")
+        for _ in 0..<100 {
+            if (try daemon.status()["slow"] as? [String: Any])?["running"] as? Int == 50 { break }
+            usleep(50_000)
+        }
+        #expect((try daemon.status()["slow"] as? [String: Any])?["running"] as? Int == 50)
+        let stopping = monotonicSeconds()
+        daemon.signal(SIGTERM)
+        daemon.child.process.waitUntilExit()
+        #expect(daemon.child.process.terminationStatus == 0)
+        #expect(monotonicSeconds() - stopping < 5, "stops well within a unit's stop timeout")
+
+        daemon = try ServiceDaemon(["--slow-width", "50"], directory: directory)
+        let status = try daemon.status()
+        let slow = try #require(status["slow"] as? [String: Any])
+        let held = (slow["waiting"] as? Int ?? 0) + (slow["running"] as? Int ?? 0) + (status["backlog"] as? Int ?? 0)
+        let cached = (status["cache"] as? [String: Any])?["entries"] as? Int ?? 0
+        #expect(held + cached == 50, "after the restart: \(status)")
+        // Nothing asks for them again: the durable backlog alone brings every one of them into the cache.
+        for _ in 0..<300 {
+            if (try daemon.status()["cache"] as? [String: Any])?["entries"] as? Int == 50 { break }
+            usleep(100_000)
+        }
+        #expect((try daemon.status()["cache"] as? [String: Any])?["entries"] as? Int == 50, "\(daemon.log)")
+    }
+
+    // MARK: Access control (root only: setpriv changes users)
+
+    @Test("a peer outside root, the daemon's user and the allowed users and groups gets unauthorized; members are served",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func accessControl() throws {
+        let daemon = try ServiceDaemon(["--socket-mode", "0666", "--allowed-groups", "4242", "--allowed-users", "65533"])
+        let ctl = try publicPrefetchctl(in: daemon.directory)
+        let raw = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)
+            data = b""
+            while not data.endswith(b"\\n"):
+                chunk = s.recv(4096)
+                if not chunk: break
+                data += chunk
+            sys.stdout.write(data.decode()); print("EOF" if s.recv(4096) == b"" else "OPEN")
+            """
+        let refused = runAs(uid: 65534, gid: 65534, ["/usr/bin/python3", "-c", raw, daemon.socket])
+        let line = try #require(refused.lines.first, "\(refused.stderr)")
+        let reply = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(reply["id"] is NSNull)
+        #expect(reply["ok"] as? Bool == false)
+        #expect(errorCode(line) == "unauthorized", "\(line)")
+        #expect(refused.lines.last == "EOF", "the connection is closed after the one line")
+        #expect(daemon.waitForLog("refused a connection from uid 65534"), "\(daemon.log)")
+
+        let outsider = runAs(uid: 65534, gid: 65534, [ctl, "--socket", daemon.socket, "ping"])
+        #expect(outsider.status != 0)
+
+        let member = runAs(uid: 65534, gid: 65534, groups: [4242], [ctl, "--socket", daemon.socket, "ping"])
+        #expect(member.status == 0, "supplementary group 4242: \(member.stderr)")
+        let primary = runAs(uid: 65534, gid: 4242, [ctl, "--socket", daemon.socket, "ping"])
+        #expect(primary.status == 0, "primary group 4242: \(primary.stderr)")
+        let user = runAs(uid: 65533, gid: 65533, [ctl, "--socket", daemon.socket, "ping"])
+        #expect(user.status == 0, "allowed user 65533: \(user.stderr)")
+        #expect(daemon.ctl("ping").status == 0, "root is always served")
+    }
+
+    @Test("a member of an allowed group can read the file it was given (group-readable cache)",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func memberReadsFile() throws {
+        let origin = try Origin()
+        let directory = try TemporaryDirectory()
+        // As under the unit: CacheDirectoryMode=0750, owned by the service's group (here by setgid).
+        let cache = directory.path + "/cache"
+        try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: false)
+        #expect(chown(cache, 0, 4242) == 0)
+        #expect(chmod(cache, 0o2750) == 0)
+        let daemon = try ServiceDaemon(["--socket-mode", "0666", "--allowed-groups", "4242"], directory: directory)
+        let ctl = try publicPrefetchctl(in: directory)
+        let got = runAs(uid: 65534, gid: 65534, groups: [4242], [ctl, "--socket", daemon.socket, "get", origin.url("/shared.jpg")])
+        #expect(got.status == 0, "\(got.stderr)")
+        let path = got.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let read = runAs(uid: 65534, gid: 65534, groups: [4242], ["/bin/cat", path])
+        #expect(read.status == 0, "\(path): \(read.stderr)")
+        #expect(read.stdoutData == (try origin.body("/shared.jpg")))
+        let outsider = runAs(uid: 65534, gid: 65534, ["/bin/cat", path])
+        #expect(outsider.status != 0, "outside the group the file stays unreadable")
+    }
+}

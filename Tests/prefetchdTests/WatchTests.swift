@@ -1,0 +1,304 @@
+import Foundation
+import Testing
+
+/// `watch` (live view in a real terminal, plain lines, raw JSON), `queue --wait`, and the progress bars on stderr.
+@Suite(.serialized)
+struct WatchTests {
+    /// A body that takes 15 s to arrive: long enough to see its bar move.
+    static let slowQuery = "?drip=200000&size=3000000"
+
+    @Test("watch in a 100x30 terminal shows lane counts and a progress bar that advances; fits 40 columns; q quits")
+    func liveView() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "3"])
+        let tmux = try Tmux([Paths.prefetchctl, "--socket", daemon.socket, "watch"], columns: 100, rows: 30)
+        defer { tmux.kill() }
+        let urls = (1...3).map { origin.url("/slow\($0).jpg" + Self.slowQuery) }
+        let queued = daemon.ctl(arguments: ["queue"] + urls)
+        #expect(queued.status == 0, "\(queued.stderr)")
+
+        let first = try tmux.waitForScreen("a running transfer with a bar") { Tmux.filledCells($0, "/slow1.jpg") ?? 0 > 0 }
+        usleep(1_000_000)
+        let second = tmux.capture()
+        #expect(first.contains("fast  0/3 running  0 waiting"), "\(first)")
+        #expect(first.contains("slow  1/1 running  2 waiting"), "\(first)")
+        #expect(first.contains("backlog 0 queued"), "\(first)")
+        let before = try #require(Tmux.filledCells(first, "/slow1.jpg"), "\(first)")
+        let after = try #require(Tmux.filledCells(second, "/slow1.jpg"), "\(second)")
+        #expect(after > before, "the bar did not advance:\n\(first)\n---\n\(second)")
+        #expect(first.split(separator: "\n").allSatisfy { $0.count <= 100 })
+
+        try tmux.resize(columns: 40, rows: 30)
+        let narrow = try tmux.waitForScreen("the narrow layout") { screen in
+            screen.contains("slow http://127.0.0.1") && (Tmux.filledCells(screen, nil) ?? 0) > 0
+        }
+        #expect(narrow.contains("slow  1/1 running  2 waiting"), "\(narrow)")
+        #expect(narrow.split(separator: "\n").allSatisfy { $0.count <= 40 }, "\(narrow)")
+
+        tmux.send("q")
+        let status = try tmux.waitForExit()
+        #expect(status == 0)
+        #expect(!tmux.capture().contains("prefetchd watch"), "the alternate screen was left")
+    }
+
+    @Test("watch in a pipe: started, finished and failed lines, a lanes line; exit 3 when the daemon goes away")
+    func plainLines() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let watch = try ChildProcess(Paths.prefetchctl, ["--socket", daemon.socket, "watch"],
+                                     stderrPath: daemon.directory.path + "/watch.err")
+        let output = LineCollector(watch.stdout)
+        _ = try output.wait("the first lanes line") { $0.contains { $0.contains(" lanes fast ") } }
+
+        let good = [origin.url("/p1.jpg"), origin.url("/p2.jpg?size=5000")]
+        let missing = origin.url("/gone.jpg?status=404")
+        #expect(daemon.ctl(arguments: ["queue"] + good + [missing]).status == 0)
+        let lines = try output.wait("both finished and the failure") { lines in
+            good.allSatisfy { url in lines.contains { $0.contains("finished slow \(url) ") } }
+                && lines.contains { $0.contains("failed \(missing) ") }
+        }
+        let clock = #"^\d\d:\d\d:\d\d "#
+        for url in good {
+            #expect(lines.contains { $0.wholeMatch(clock + "started slow " + NSRegularExpression.escapedPattern(for: url) + "$") })
+        }
+        #expect(lines.contains { $0.wholeMatch(clock + "finished slow " + NSRegularExpression.escapedPattern(for: good[0])
+                                              + #" 2048 bytes in \d+\.\d\d s$"#) }, "\(lines)")
+        #expect(lines.contains { $0.wholeMatch(clock + "failed " + NSRegularExpression.escapedPattern(for: missing)
+                                              + " http_status: .+$") }, "\(lines)")
+        #expect(lines.contains { $0.wholeMatch(clock + #"lanes fast 0/8 running 0 waiting, slow [01]/1 running \d+ waiting(?: suspended)?, backlog \d+$"#) },
+                "\(lines)")
+        let lanes = lines.filter { $0.contains(" lanes ") }.map { $0.dropFirst(9) }
+        #expect(zip(lanes, lanes.dropFirst()).allSatisfy { $0 != $1 }, "a lanes line only when the counts change: \(lanes)")
+
+        daemon.kill9()
+        watch.process.waitUntilExit()
+        #expect(watch.process.terminationStatus == 3)
+        #expect(watch.stderrText.contains("prefetchd went away"), "\(watch.stderrText)")
+    }
+
+    @Test("watch --json: every line is JSON with the documented fields for snapshot, started, finished and failed")
+    func jsonEvents() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let watch = try ChildProcess(Paths.prefetchctl, ["--socket", daemon.socket, "watch", "--json"],
+                                     stderrPath: daemon.directory.path + "/watch.err")
+        let output = LineCollector(watch.stdout)
+        _ = try output.wait("the first snapshot") { !$0.isEmpty }
+
+        let slow = origin.url("/j1.jpg?drip=400000&size=400000")
+        let missing = origin.url("/j404.jpg?status=404")
+        #expect(daemon.ctl("queue", slow, missing).status == 0)
+        let lines = try output.wait("finished and failed") { lines in
+            lines.contains { $0.contains("\"finished\"") } && lines.contains { $0.contains("\"failed\"") }
+        }
+        let all = try lines.map { line in
+            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+        }
+        for event in all {
+            #expect(event["event"] is String && event["time"] is Int, "\(event)")
+        }
+        func events(_ kind: String) -> [[String: Any]] { all.filter { $0["event"] as? String == kind } }
+
+        let snapshots = events("snapshot")
+        #expect(!snapshots.isEmpty)
+        for snapshot in snapshots {
+            for lane in ["fast", "slow"] {
+                let counts = snapshot[lane] as? [String: Any]
+                #expect(["waiting", "running", "width"].allSatisfy { counts?[$0] is Int }, "\(snapshot)")
+            }
+            #expect(snapshot["slow_suspended"] is Bool && snapshot["backlog"] is Int && snapshot["transfers"] is [Any], "\(snapshot)")
+        }
+        let transfers = snapshots.flatMap { $0["transfers"] as? [[String: Any]] ?? [] }
+        let transfer = try #require(transfers.first { $0["url"] as? String == slow }, "a snapshot shows the transfer")
+        #expect(transfer["lane"] as? String == "slow" && transfer["bytes"] is Int && transfer["rate"] is Int)
+        #expect(transfer["total"] as? Int == 400_000)
+
+        let started = try #require(events("started").first { $0["url"] as? String == slow })
+        #expect(started["lane"] as? String == "slow")
+        let finished = try #require(events("finished").first { $0["url"] as? String == slow })
+        #expect(finished["lane"] as? String == "slow")
+        #expect(finished["bytes"] as? Int == 400_000)
+        #expect((finished["duration"] as? Int ?? 0) >= 500, "\(finished)")
+        let failed = try #require(events("failed").first { $0["url"] as? String == missing })
+        #expect(failed["lane"] as? String == "slow")
+        let error = try #require(failed["error"] as? [String: Any], "\(failed)")
+        #expect(error["code"] as? String == "http_status")
+        #expect(error["message"] is String)
+    }
+
+    @Test("queue --wait returns once every URL is cached (exit 0); a 404 among them: exit 1, named on stderr")
+    func queueWait() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (1...3).map { origin.url("/w\($0).jpg?drip=500000&size=200000") }
+        let waited = daemon.ctl(arguments: ["queue", "--wait"] + urls)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(waited.stderr.contains("3 queued; 3 finished, 0 failed"), "\(waited.stderr)")
+        for url in urls {
+            #expect(daemon.ctl("get", "--offline", url).status == 0, "\(url) is cached when --wait returns")
+        }
+
+        let more = [origin.url("/w4.jpg?drip=500000&size=200000"), origin.url("/w404.jpg?status=404")]
+        let failed = daemon.ctl(arguments: ["queue", "--wait"] + more + [urls[0]])
+        #expect(failed.status == 1, "\(failed.stderr)")
+        #expect(failed.stderr.contains("\(more[1]): http_status:"), "\(failed.stderr)")
+        #expect(!failed.stderr.contains("\(more[0]):"), "\(failed.stderr)")
+        #expect(failed.stderr.contains("1 finished, 1 failed"), "\(failed.stderr)")  // and one cached at once
+        #expect(daemon.ctl("get", "--offline", more[0]).status == 0)
+    }
+
+    @Test("queue --wait --json adds a finished or failed line per URL; --timeout stops the wait with exit 5")
+    func queueWaitJSONAndTimeout() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let good = origin.url("/x1.jpg?drip=500000&size=100000")
+        let missing = origin.url("/x404.jpg?status=404")
+        let result = daemon.ctl("queue", "--wait", "--json", good, missing)
+        #expect(result.status == 1)
+        let items = result.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(items.count == 4, "\(result.stdout)")
+        func status(_ url: String) -> [String] { items.filter { $0["url"] as? String == url }.compactMap { $0["status"] as? String } }
+        #expect(status(good) == ["queued", "finished"])
+        #expect(status(missing) == ["queued", "failed"])
+        let failure = items.last { $0["url"] as? String == missing }?["error"] as? [String: Any]
+        #expect(failure?["code"] as? String == "http_status")
+
+        let start = Date()
+        let slow = daemon.ctl("queue", "--wait", "--timeout", "1", origin.url("/x2.jpg?drip=100000&size=2000000"))
+        #expect(slow.status == 5, "\(slow.stderr)")
+        #expect(Date().timeIntervalSince(start) < 10)
+        #expect(slow.stderr.contains("still not fetched"), "\(slow.stderr)")
+    }
+
+    @Test("on a terminal, get and queue --wait draw a bar on stderr while they wait and clear it at the end")
+    func stderrBars() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let ctl = "'\(Paths.prefetchctl)' --socket '\(daemon.socket)'"
+        let get = origin.url("/g1.jpg?drip=300000&size=1500000")
+        let queue = (1...3).map { origin.url("/q\($0).jpg?drip=400000&size=400000") }
+        let script = "\(ctl) get '\(get)' >/dev/null; echo GET=$?; "
+            + "\(ctl) queue --wait \(queue.map { "'\($0)'" }.joined(separator: " ")); echo QUEUE=$?; sleep 60"
+        let tmux = try Tmux(["/bin/sh", "-c", script], columns: 120, rows: 20)
+        defer { tmux.kill() }
+
+        let getting = try tmux.waitForScreen("the get bar") { $0.contains("% ") && $0.contains("/ 1.5 MB") }
+        #expect(getting.contains("/g1.jpg"), "\(getting)")
+        let batch = try tmux.waitForScreen("the batch bar") { $0.contains("GET=0") && $0.contains("/3 done") }
+        #expect(batch.contains("ETA"), "\(batch)")
+        let done = try tmux.waitForScreen("the end", timeout: 20) { $0.contains("QUEUE=0") }
+        #expect(!done.contains("/ 1.5 MB") && !done.contains("/3 done"), "the bars were cleared:\n\(done)")
+        #expect(done.contains("3 queued; 3 finished, 0 failed"), "\(done)")
+    }
+}
+
+/// A program in a detached tmux session of a fixed size, on a private tmux server (`-L`), killed by name at the end.
+final class Tmux {
+    static let executable = "/usr/bin/tmux"
+    let server = "pf-test-" + UUID().uuidString.prefix(8).lowercased()
+    let session = "watch"
+
+    init(_ command: [String], columns: Int, rows: Int) throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.executable) else {
+            throw HarnessError("tmux is not installed (it is in the Makefile's APT_PACKAGES: run `make deps`)")
+        }
+        let quoted = command.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        let shellCommand = "LC_ALL=C.UTF-8 exec " + quoted.joined(separator: " ")
+        let started = tmux(["new-session", "-d", "-s", session, "-x", String(columns), "-y", String(rows), shellCommand,
+                            ";", "set-option", "-t", session, "remain-on-exit", "on"])
+        guard started.status == 0 else { throw HarnessError("tmux new-session failed: \(started.stderr)") }
+    }
+
+    deinit { kill() }
+
+    @discardableResult
+    func tmux(_ arguments: [String]) -> CommandResult {
+        run("/usr/bin/env", ["LC_ALL=C.UTF-8", Self.executable, "-u", "-L", server] + arguments)
+    }
+
+    /// The visible screen, one line per row, trailing blanks dropped.
+    func capture() -> String { tmux(["capture-pane", "-p", "-t", session]).stdout }
+
+    func send(_ keys: String) { tmux(["send-keys", "-t", session, keys]) }
+
+    func resize(columns: Int, rows: Int) throws {
+        let result = tmux(["resize-window", "-t", session, "-x", String(columns), "-y", String(rows)])
+        guard result.status == 0 else { throw HarnessError("tmux resize-window failed: \(result.stderr)") }
+    }
+
+    /// Captures until `condition` holds; fails with the last screen after `timeout` seconds.
+    func waitForScreen(_ what: String, timeout: Double = 10, _ condition: (String) -> Bool) throws -> String {
+        let end = Date().addingTimeInterval(timeout)
+        var screen = ""
+        while Date() < end {
+            screen = capture()
+            if condition(screen) { return screen }
+            usleep(100_000)
+        }
+        throw HarnessError("no \(what) within \(timeout) s; the screen:\n\(screen)")
+    }
+
+    /// The exit status of the pane's program once it exited (`remain-on-exit` keeps the pane to ask).
+    func waitForExit(timeout: Double = 5) throws -> Int {
+        let end = Date().addingTimeInterval(timeout)
+        while Date() < end {
+            let state = tmux(["display-message", "-p", "-t", session, "#{pane_dead} #{pane_dead_status}"]).stdout
+                .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: " ")
+            if state.first == "1", state.count == 2, let status = Int(state[1]) { return status }
+            usleep(50_000)
+        }
+        throw HarnessError("the program in tmux did not exit within \(timeout) s:\n\(capture())")
+    }
+
+    func kill() {
+        tmux(["kill-session", "-t", session])
+        tmux(["kill-server"])
+    }
+
+    /// Filled cells of the progress bar on the transfer line of `path` (any transfer when nil): on the line itself, or
+    /// in the narrow layout on the line below it.
+    static func filledCells(_ screen: String, _ path: String?) -> Int? {
+        let lines = screen.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        for (index, line) in lines.enumerated() where line.hasPrefix("slow ") || line.hasPrefix("fast ") {
+            guard path.map({ line.contains($0) }) ?? true else { continue }
+            for candidate in [line, index + 1 < lines.count ? lines[index + 1] : ""] where candidate.contains("░") || candidate.contains("█") {
+                return candidate.filter { $0 == "█" }.count
+            }
+        }
+        return nil
+    }
+}
+
+/// Lines of a child's stdout, read on a background thread as they come.
+final class LineCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+
+    init(_ pipe: Pipe) {
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while let line = handle.readLine() {
+                lock.withLock { lines.append(line) }
+            }
+        }
+    }
+
+    var current: [String] { lock.withLock { lines } }
+
+    /// Waits until `condition` holds for the lines so far; fails with them after `timeout` seconds.
+    func wait(_ what: String, timeout: Double = 20, _ condition: ([String]) -> Bool) throws -> [String] {
+        let end = Date().addingTimeInterval(timeout)
+        while Date() < end {
+            let lines = current
+            if condition(lines) { return lines }
+            usleep(50_000)
+        }
+        throw HarnessError("no \(what) within \(timeout) s; the lines:\n\(current.joined(separator: "\n"))")
+    }
+}
+
+extension String {
+    func wholeMatch(_ pattern: String) -> Bool {
+        range(of: pattern, options: .regularExpression) != nil
+    }
+}
