@@ -2,8 +2,8 @@
 
 SWIFT ?= swift
 # What building and running need, and what the tests need besides.
-BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config
-TEST_PACKAGES := python3 sqlite3 squid tmux
+BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config webp-pixbuf-loader libavif-gdk-pixbuf
+TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick
 RELEASE_FLAGS := -c release --static-swift-stdlib
 
 .PHONY: all deps test-deps build release test check-core run clean

@@ -14,6 +14,12 @@ struct Arguments {
     var maxStale: Int64?
     var offline = false
     var all = false
+    /// `get --size WxH` and its companions: a resized variant.
+    var size: String?
+    var fit: String?
+    var format: String?
+    var quality: Int?
+    var upscale = false
     /// `queue --wait`: wait until every queued URL finished or failed.
     var wait = false
 
@@ -51,6 +57,16 @@ struct Arguments {
                 parsed.timeout = seconds
             case "--offline": parsed.offline = true
             case "--all": parsed.all = true
+            case "--size": parsed.size = try value()
+            case "--fit": parsed.fit = try value()
+            case "--format": parsed.format = try value()
+            case "--upscale": parsed.upscale = true
+            case "--quality":
+                let text = try value()
+                guard let quality = Int(text), (1...100).contains(quality) else {
+                    throw .usage("--quality: '\(text)' is not a number from 1 to 100")
+                }
+                parsed.quality = quality
             case "--wait": parsed.wait = true
             case "--max-stale":
                 let text = try value()

@@ -15,6 +15,7 @@ enum Help {
           info URL            what the daemon knows about a URL
           status              lanes, cache, counters
           list                tasks in memory (--limit N)
+          formats             image formats gdk-pixbuf can read, and which are allowed
           metrics             counters, gauges and histograms in Prometheus text format
           watch               live view of the lanes, transfers and recent fetches (q quits)
           ping                is the daemon there?
@@ -39,12 +40,17 @@ enum Help {
         switch verb {
         case "get": return """
             Usage: prefetchctl get URL...|- [--timeout SEC] [--max-stale SEC] [--offline] [-o FILE|-] [--json]
+                   [--size WxH [--fit contain|cover|fill] [--format jpeg|png] [--quality N] [--upscale]]
 
             Fetches each URL urgently (or answers from the cache at once) and prints the cached file's path, one
             line per URL, in the order given. A URL waiting in the background lane is promoted.
               --timeout SEC   stop waiting after SEC seconds (exit 5); the fetch goes on in the daemon
               --max-stale SEC answer at once from an entry stale by at most SEC seconds, revalidate in the background
               --offline       answer only from the cache (fresh or stale); `not_cached` otherwise
+              --size WxH      a resized variant instead of the original, made once and cached: --fit contain
+                              (default: fits inside), cover (fills and crops the centre) or fill (stretches);
+                              --format jpeg|png (default: JPEG for JPEG originals, PNG otherwise); --quality 1-100
+                              (JPEG, default 85); never larger than the original unless --upscale
             A stale answer says so: `"stale":true` with --json, a note on stderr otherwise.
               -o FILE         write the content of the (single) URL to FILE; `-o -` writes it to stdout
               --json          one CacheEntry object per URL (errors as {"url":…,"error":{…}})
@@ -112,6 +118,12 @@ enum Help {
             Usage: prefetchctl list [--limit N] [--json]
 
             Lists the tasks held in memory, running ones first.
+            """
+        case "formats": return """
+            Usage: prefetchctl formats [--json]
+
+            Lists the image formats the daemon's gdk-pixbuf can read and whether its policy allows each
+            (default: jpeg, png, gif, webp, avif; SVG is off).
             """
         case "metrics": return """
             Usage: prefetchctl metrics [--json]

@@ -32,6 +32,7 @@ func runCommand() -> Int32 {
         case "status": return try InspectCommand.status(arguments, client: client)
         case "list": return try InspectCommand.list(arguments, client: client)
         case "metrics": return try MetricsCommand.run(arguments, client: client)
+        case "formats": return try InspectCommand.formats(arguments, client: client)
         case "watch": return try WatchCommand.run(arguments, client: client)
         default: return try InspectCommand.ping(arguments, client: client)
         }

@@ -10,6 +10,9 @@ enum GetCommand {
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         let urls = Array(arguments.urls())
         guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
+        if arguments.size == nil, arguments.fit != nil || arguments.format != nil || arguments.quality != nil || arguments.upscale {
+            throw .usage("--fit, --format, --quality and --upscale go with --size WxH")
+        }
         if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
         let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
         // One URL and stderr on a terminal: a progress bar when the answer takes a while.
@@ -23,7 +26,9 @@ enum GetCommand {
         while printed < urls.count {
             while sent < urls.count, indexByID.count < window {
                 let request = Request(id: nil, op: .get, url: urls[sent], maxStale: arguments.maxStale,
-                                      offline: arguments.offline ? true : nil)
+                                      offline: arguments.offline ? true : nil, size: arguments.size, fit: arguments.fit,
+                                      format: arguments.format, quality: arguments.quality,
+                                      upscale: arguments.upscale ? true : nil)
                 indexByID[try client.send(request)] = sent
                 sent += 1
             }

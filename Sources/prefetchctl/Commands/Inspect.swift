@@ -53,6 +53,17 @@ enum InspectCommand {
         return ExitCode.ok
     }
 
+    static func formats(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
+        let list = try client.call(Request(id: nil, op: .formats), FormatList.self)
+        if arguments.json { Output.json(list); return ExitCode.ok }
+        for format in list.formats {
+            Output.line("\(format.allowed ? "allowed" : "refused") \(format.name): \(format.description) "
+                        + "(\(format.mimeTypes.joined(separator: ", ")))")
+        }
+        for name in list.missing { Output.line("missing \(name): allowed, but no gdk-pixbuf loader is installed") }
+        return ExitCode.ok
+    }
+
     static func ping(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         let pong = try client.call(Request(id: nil, op: .ping), Pong.self)
         if arguments.json { Output.json(pong) } else { Output.line("prefetchd \(pong.version)") }

@@ -1,0 +1,112 @@
+import Foundation
+import Testing
+
+/// Images through the whole daemon: inspection on arrival, variants made on the workers.
+@Suite(.serialized)
+struct ImageTests {
+    /// One origin serving the images of Fixtures/make_images.sh, shared by the suite.
+    final class Images: @unchecked Sendable {
+        let root: TemporaryDirectory
+        let origin: Origin
+
+        init() throws {
+            root = try TemporaryDirectory()
+            let made = run("/bin/sh", [Paths.fixtures + "/make_images.sh", root.path])
+            guard made.status == 0 else { throw HarnessError("cannot make the test images: \(made.stderr)") }
+            origin = try Origin(root: root.path)
+        }
+    }
+
+    static let images = try! Images()
+    var origin: Origin { Self.images.origin }
+
+    func entry(_ result: CommandResult) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any],
+                     "\(result.stdout) \(result.stderr)")
+    }
+
+    @Test("every allowed format is fetched and described", arguments: [
+        ("/photo.jpg", "jpeg", 4000, 3000), ("/small.png", "png", 100, 100), ("/halves.gif", "gif", 48, 32),
+        ("/halves.webp", "webp", 48, 32), ("/halves.avif", "avif", 48, 32),
+    ])
+    func allowedFormats(path: String, format: String, width: Int, height: Int) throws {
+        let daemon = try DaemonUnderTest()
+        let object = try entry(daemon.ctl("get", "--json", origin.url(path)))
+        #expect(object["format"] as? String == format)
+        #expect(object["width"] as? Int == width && object["height"] as? Int == height, "\(object)")
+    }
+
+    @Test("broken and hostile bodies get their error codes; nothing is kept; the daemon keeps serving", arguments: [
+        ("/truncated.jpg", "not_an_image"), ("/huge.png", "pixel_limit"), ("/page.jpg?html=1", "not_an_image"),
+        ("/vector.svg", "format_not_allowed"), ("/empty.jpg", "not_an_image"),
+    ])
+    func rejected(path: String, code: String) throws {
+        let daemon = try DaemonUnderTest()
+        let result = daemon.ctl("get", "--json", origin.url(path))
+        #expect(result.status == 1)
+        #expect(errorCode(result.stdout) == code, "\(path): \(result.stdout)")
+        #expect(directoryBytes(daemon.cache + "/files") == 0, "a rejected body is not kept")
+        #expect(daemon.ctl("get", origin.url("/small.png")).status == 0)
+        let again = daemon.ctl("get", "--json", origin.url(path))
+        #expect(errorCode(again.stdout) == code, "the rejection is remembered")
+    }
+
+    @Test("--size 256x256 of a 4000x3000 JPEG: contain 256x192, cover 256x256; EXIF rotation applied; no upscaling")
+    func variants() throws {
+        let daemon = try DaemonUnderTest()
+        let fetchesBefore = try origin.count("/photo.jpg")
+        func variant(_ path: String, _ options: String...) throws -> [String: Any] {
+            try entry(daemon.ctl(arguments: ["get", "--json", origin.url(path), "--size", "256x256"] + options))
+        }
+        let contain = try variant("/photo.jpg")
+        #expect(contain["width"] as? Int == 256 && contain["height"] as? Int == 192, "\(contain)")
+        #expect(contain["variant"] as? String != nil)
+        let cover = try variant("/photo.jpg", "--fit", "cover")
+        #expect(cover["width"] as? Int == 256 && cover["height"] as? Int == 256, "\(cover)")
+        let rotated = try variant("/rotated.jpg")
+        #expect(rotated["width"] as? Int == 48 && rotated["height"] as? Int == 64, "upright: \(rotated)")
+        let small = try variant("/small.png")
+        #expect(small["width"] as? Int == 100 && small["height"] as? Int == 100, "not upscaled: \(small)")
+        let upscaled = try variant("/small.png", "--upscale")
+        #expect(upscaled["width"] as? Int == 256, "\(upscaled)")
+        let path = try #require(cover["path"] as? String)
+        let identify = run("/usr/bin/identify", ["-format", "%m %w %h", path])
+        #expect(identify.stdout == "JPEG 256 256", "the file is what the answer says")
+        #expect(try origin.count("/photo.jpg") == fetchesBefore + 1, "variants are made from the cached original")
+    }
+
+    @Test("50 concurrent gets of one variant: one fetch and one decode")
+    func variantsCoalesce() throws {
+        let daemon = try DaemonUnderTest()
+        let fetchesBefore = try origin.count("/photo.jpg")
+        let url = origin.url("/photo.jpg?delay=0.5")
+        nonisolated(unsafe) var results = [CommandResult?](repeating: nil, count: 50)
+        DispatchQueue.concurrentPerform(iterations: 50) { index in
+            results[index] = daemon.ctl("get", url, "--size", "128x128")
+        }
+        #expect(results.allSatisfy { $0?.status == 0 })
+        #expect(Set(results.map { $0?.stdout }).count == 1)
+        #expect(try origin.count("/photo.jpg") == fetchesBefore + 1)
+        let metrics = daemon.ctl("metrics").lines
+        #expect(metrics.contains("prefetchd_variant_decodes_total 1"), "\(metrics.filter { $0.contains("variant") })")
+    }
+
+    @Test("while a 40-megapixel image is resized, 100 cache hits are all answered first (the loop never waits)")
+    func resizeDoesNotBlockTheLoop() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        var lines = "{\"id\":\"resize\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"4000x3000\",\"fit\":\"fill\"}\n"
+        for id in 1...100 { lines += "{\"id\":\(id),\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\"}\n" }
+        connection.send(lines)
+        var order: [String] = []
+        for _ in 0..<101 {
+            guard let reply = connection.receive() else { break }
+            #expect(reply["ok"] as? Bool == true, "\(reply)")
+            order.append("\(reply["id"] ?? "nil")")
+        }
+        #expect(order.count == 101)
+        #expect(order.last == "resize", "the resize answered after every hit: \(order.firstIndex(of: "resize") ?? -1)")
+    }
+}
