@@ -31,7 +31,6 @@ final class Daemon {
     var pendingGets: [Waiter: PendingGet] = [:]
     /// Variants being made, and who waits for each.
     var variantJobs: [VariantJob: [(client: UInt64, id: RequestID?)]] = [:]
-    var imagePolicy = ImagePolicy()
     /// Keys the scheduler holds because they were loaded from the durable backlog.
     var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
@@ -46,6 +45,7 @@ final class Daemon {
     /// Connections that asked for `watch`.
     var watchers: Set<UInt64> = []
     var snapshotTicker: Ticker!
+    var metricsTicker: Ticker!
     /// Per running transfer: bytes and time at the last snapshot, for rates.
     var rateSamples: [String: (bytes: Int64, time: Int64)] = [:]
     /// Monotonic ms: when each task was created, each transfer started, each waiting get arrived.
@@ -70,9 +70,7 @@ final class Daemon {
         fetcher = CurlFetcher(loop: loop, settings: options.fetch)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
         let seed = UInt64.random(in: .min ... .max)
-        scheduler = Scheduler(configuration: .init(fastWidth: options.fastWidth, slowWidth: options.slowWidth,
-                                                   perHostLimit: options.perHostLimit, retry: options.retry),
-                              seed: seed)
+        scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
         let now = wallClockMilliseconds()
         for pause in try store.pausedHosts(now: now) {
             scheduler.pause(host: pause.host, until: Moment(milliseconds: pause.until))
@@ -89,6 +87,11 @@ final class Daemon {
         fetcher.onFinish = { [unowned self] result in self.fetchFinished(result) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
         snapshotTicker = try Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
+        metricsTicker = try Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
+        if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
+        for format in ImageFormats.unavailable(policy: options.images) {
+            Log.warning("the allowed image format \(format) has no gdk-pixbuf loader installed; such images will be refused")
+        }
         signals = try SignalWatcher(loop: loop) { [unowned self] signal in self.received(signal) }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         loop.nextDeadline = { [unowned self] in self.nextDeadline() }
@@ -106,7 +109,8 @@ final class Daemon {
         try store.commit()
         Log.info("prefetchd \(prefetchVersion) serving \(path)\(activation == nil ? "" : " (from systemd)"), "
                  + "cache \(options.cacheDirectory) (\(store.entryCount) entries, \(store.backlogCount) queued)")
-        notifier.ready(status: serviceStatus())
+        notifier.status = { [unowned self] in self.serviceStatus() }
+        notifier.ready()
         loop.run()
         Log.info("stopped")
     }
@@ -128,7 +132,7 @@ final class Daemon {
         }
         for id in dirty { flushConnection(id) }
         dirty.removeAll()
-        if notifier.isEnabled { notifier.update(status: serviceStatus()) }
+        notifier.turnEnded()
     }
 
     private func nextDeadline() -> Int64? {

@@ -75,3 +75,32 @@ struct ObservabilityTests {
         has(failed, ["url", "error"], "get (failure)")
     }
 }
+
+/// The textfile for node_exporter and the image format list.
+@Suite(.serialized)
+struct TextfileAndFormatsTests {
+    @Test("metrics_textfile is written atomically and parses")
+    func textfile() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.path + "/prefetchd.prom"
+        let daemon = try DaemonUnderTest(["--metrics-textfile", path])
+        #expect(waitUntil(seconds: 8) { FileManager.default.fileExists(atPath: path) })
+        let parsed = run("/usr/bin/env", ["python3", Paths.fixtures + "/parse_metrics.py"],
+                         stdin: (try? String(contentsOfFile: path, encoding: .utf8)) ?? "")
+        #expect(parsed.status == 0 && parsed.stdout.contains("prefetchd_cache_limit_bytes"), "\(parsed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: path + ".tmp"))
+        #expect(daemon.ctl("ping").status == 0)
+    }
+
+    @Test("formats lists the loaders and the policy; allowed_formats changes it")
+    func formats() throws {
+        let daemon = try DaemonUnderTest(["--allowed-formats", "png,svg"])
+        let result = daemon.ctl("formats", "--json")
+        let object = try #require(JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any])
+        let formats = try #require(object["formats"] as? [[String: Any]])
+        let allowed = Set(formats.filter { $0["allowed"] as? Bool == true }.compactMap { $0["name"] as? String })
+        #expect(allowed == ["png", "svg"], "\(allowed)")
+        #expect(formats.contains { $0["name"] as? String == "jpeg" && $0["allowed"] as? Bool == false })
+        #expect(daemon.ctl("formats").stdout.contains("allowed png"))
+    }
+}

@@ -45,7 +45,7 @@ extension Daemon {
             let name = CacheFiles.name(forKey: result.key)
             let relative = CacheFiles.relativePath(forName: name)
             let files = store.files
-            let policy = imagePolicy
+            let policy = options.images
             workers.run({ () -> Result<ImageInfo?, Failure> in
                 let info: ImageInfo?
                 switch ImageInspector.inspect(temporary, policy: policy) {

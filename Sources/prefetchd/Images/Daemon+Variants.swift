@@ -31,7 +31,7 @@ extension Daemon {
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: entry.key + "#" + job.spec))
         let source = store.files.absolute(entry.file)
         let destination = store.files.absolute(relative)
-        let maxPixels = imagePolicy.maxPixels
+        let maxPixels = options.images.maxPixels
         workers.run({ () -> Result<(ImageInfo, String), Failure> in
             do {
                 try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: 0o700)

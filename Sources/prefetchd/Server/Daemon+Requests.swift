@@ -73,11 +73,11 @@ extension Daemon {
         case .metrics:
             reply(connection, request.id, MetricsText(text: metricsText()))
         case .formats:
-            let formats = ImageFormats.available(policy: imagePolicy).map {
+            let formats = ImageFormats.available(policy: options.images).map {
                 FormatList.Format(name: $0.name, description: $0.description, mimeTypes: $0.mimeTypes,
                                   extensions: $0.extensions, allowed: $0.isAllowed)
             }
-            reply(connection, request.id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: imagePolicy)))
+            reply(connection, request.id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
         case .list:
             let limit = max(0, request.limit ?? 1000)
             let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }

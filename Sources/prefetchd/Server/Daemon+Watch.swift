@@ -97,6 +97,21 @@ extension Daemon {
             pausedHosts: scheduler.paused.count))
     }
 
+    /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).
+    func writeMetricsTextfile() {
+        guard let path = options.metricsTextfile else { return metricsTicker.disarm() }
+        let temporary = path + ".tmp"
+        var bytes = Array(metricsText().utf8)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return Log.warning("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        guard written == bytes.count, rename(temporary, path) == 0 else {
+            unlink(temporary)
+            return Log.warning("cannot write the metrics to \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// Fetches that ended well and badly, for `status`.
     var fetchTotals: (ok: Int64, failed: Int64) {
         metrics.fetches.reduce(into: (Int64(0), Int64(0))) { totals, item in

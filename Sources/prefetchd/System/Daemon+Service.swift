@@ -26,7 +26,7 @@ extension Daemon {
     func reload() {
         guard !shuttingDown else { return }
         notifier.reloading()
-        defer { notifier.ready(status: serviceStatus()) }
+        defer { notifier.ready() }
         let next: Options
         do {
             guard case .run(let parsed) = try Options.parse(options.arguments, environment: options.environment) else {
@@ -42,9 +42,8 @@ extension Daemon {
         Log.threshold = options.logLevel
         access = AccessPolicy(options: options, socketGroup: activation?.group)
         fetcher.settings = options.fetch
-        let configuration = Scheduler.Configuration(fastWidth: options.fastWidth, slowWidth: options.slowWidth,
-                                                    perHostLimit: options.perHostLimit, retry: options.retry)
-        apply(scheduler.reconfigure(configuration, now: Moment(milliseconds: wallClockMilliseconds())))
+        apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
+        if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
         let source = options.configPath ?? "no configuration file"
         Log.info("SIGHUP: reloaded \(source)" + (applied.isEmpty ? ", nothing changed" : "; applied " + applied.joined(separator: ", ")))
         if !needRestart.isEmpty {

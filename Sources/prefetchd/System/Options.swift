@@ -23,6 +23,10 @@ struct Options {
     var backlogWindow = 1024
     var workerThreads = 2
     var logLevel = Log.Level.info
+    /// What bodies are kept: image formats, the pixel limit, non-images.
+    var images = ImagePolicy()
+    /// Where to write the metrics for node_exporter's textfile collector, every few seconds.
+    var metricsTextfile: String?
     /// Users and groups allowed to connect besides root and the daemon's own user.
     var allowedUsers: [uid_t] = []
     var allowedGroups: [gid_t] = []
@@ -138,6 +142,31 @@ struct Options {
                 summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
                 read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : value },
                 show: { $0.fetch.proxy ?? "" }),
+        Setting(key: "background_rate", placeholder: "SIZE",
+                summary: "bytes/s a running background fetch is held to while urgent work runs, 0 for no limit",
+                read: { options, value throws(BadValue) in
+                    options.fetch.backgroundRateWhileSuspended = value == "0" ? 0 : try size(value)
+                },
+                show: { showSize($0.fetch.backgroundRateWhileSuspended) }),
+        Setting(key: "allowed_formats", placeholder: "LIST",
+                summary: "image formats kept (comma-separated gdk-pixbuf names; svg is off unless listed)",
+                read: { options, value throws(BadValue) in
+                    let formats = value.split(separator: ",").map { ImageFormats.normalise(String(String($0).trimmingCharacters(in: " "))) }
+                    guard !formats.isEmpty else { throw BadValue("name at least one format") }
+                    options.images.allowedFormats = Set(formats)
+                },
+                show: { $0.images.allowedFormats.sorted().joined(separator: ",") }),
+        Setting(key: "max_pixels", placeholder: "N", summary: "largest image (width x height) decoded or kept",
+                read: { options, value throws(BadValue) in options.images.maxPixels = try number(value, 1...10_000_000_000) },
+                show: { String($0.images.maxPixels) }),
+        Setting(key: "allow_non_images", placeholder: "yes|no", summary: "keep bodies that are not images",
+                read: { options, value throws(BadValue) in options.images.allowNonImages = try boolean(value) },
+                show: { $0.images.allowNonImages ? "yes" : "no" }),
+        Setting(key: "metrics_textfile", placeholder: "PATH",
+                summary: "write the metrics there every 5 s (atomically), for node_exporter's textfile collector",
+                defaultText: "none",
+                read: { options, value throws(BadValue) in options.metricsTextfile = value.isEmpty ? nil : try absolutePath(value) },
+                show: { $0.metricsTextfile ?? "" }),
         Setting(key: "log_level", placeholder: "LEVEL", summary: "error, warning, info or debug",
                 read: { options, value throws(BadValue) in
                     guard let level = Log.Level(name: value) else {
@@ -313,6 +342,19 @@ struct Options {
             throw BadValue("'\(text)' is not a number in \(range.lowerBound)...\(range.upperBound)")
         }
         return n
+    }
+
+    private static func boolean(_ text: String) throws(BadValue) -> Bool {
+        switch text.lowercased() {
+        case "yes", "true", "on", "1": return true
+        case "no", "false", "off", "0": return false
+        default: throw BadValue("'\(text)' is not yes or no")
+        }
+    }
+
+    /// The scheduler's part of the settings.
+    var schedulerConfiguration: Scheduler.Configuration {
+        Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry)
     }
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {
