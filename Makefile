@@ -3,10 +3,33 @@
 SWIFT ?= swift
 # What building and running need, and what the tests need besides.
 BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config webp-pixbuf-loader libavif-gdk-pixbuf
-TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick
-RELEASE_FLAGS := -c release --static-swift-stdlib
+TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick systemd util-linux man-db groff-base zsh fish
+# Where `release` builds; `make check-systemd BUILD_DIR=/tmp/x` keeps a second build apart.
+BUILD_DIR ?= .build
+RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(BUILD_DIR)
 
-.PHONY: all deps test-deps build release test check-core run clean
+# `make install`: PREFIX (default /usr/local) and DESTDIR (a staging root). With PREFIX=/usr the units go where
+# Debian keeps packaged ones, /lib/systemd/system.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+ifeq ($(PREFIX),/usr)
+UNITDIR ?= /lib/systemd/system
+else
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+endif
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+SYSCONFDIR ?= /etc
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/prefetchd
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The highest `systemd-analyze security` exposure accepted for prefetchd.service (its scale: 0.0 to 10.0).
+SECURITY_THRESHOLD := 1.5
+
+.PHONY: all deps test-deps build release test check-core check-systemd install uninstall run clean
 
 all: build
 
@@ -44,7 +67,7 @@ release: deps
 	$(SWIFT) build $(RELEASE_FLAGS)
 
 ## test: the whole suite plus the project's static checks
-test: test-deps check-core
+test: test-deps check-core check-systemd
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --no-parallel
 
@@ -54,7 +77,107 @@ check-core:
 
 ## run: release build, then the daemon in the foreground with its embedded defaults
 run: release
-	.build/release/prefetchd
+	$(BUILD_DIR)/release/prefetchd
+
+## install: release binaries (static Swift runtime), systemd units, sysusers/tmpfiles snippets, the example
+## configuration, man pages and shell completions, under $(DESTDIR)$(PREFIX)
+install: release
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/prefetchd $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0755 $(BUILD_DIR)/release/prefetchd $(BUILD_DIR)/release/prefetchctl $(DESTDIR)$(BINDIR)/
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' systemd/prefetchd.service > $(DESTDIR)$(UNITDIR)/prefetchd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/prefetchd.service
+	install -m 0644 systemd/prefetchd.socket $(DESTDIR)$(UNITDIR)/prefetchd.socket
+	install -m 0644 systemd/prefetchd.sysusers $(DESTDIR)$(SYSUSERSDIR)/prefetchd.conf
+	install -m 0644 systemd/prefetchd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/prefetchd.conf
+	install -m 0644 systemd/prefetchd.conf.example $(DESTDIR)$(SYSCONFDIR)/prefetchd/prefetchd.conf.example
+	install -m 0644 docs/man/prefetchctl.1 $(DESTDIR)$(MANDIR)/man1/prefetchctl.1
+	install -m 0644 docs/man/prefetchd.conf.5 $(DESTDIR)$(MANDIR)/man5/prefetchd.conf.5
+	install -m 0644 docs/man/prefetchd.8 $(DESTDIR)$(MANDIR)/man8/prefetchd.8
+	install -m 0644 README.md docs/configuration.md docs/protocol.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 completions/prefetchctl.bash $(DESTDIR)$(BASHCOMPDIR)/prefetchctl
+	install -m 0644 completions/_prefetchctl $(DESTDIR)$(ZSHCOMPDIR)/_prefetchctl
+	install -m 0644 completions/prefetchctl.fish $(DESTDIR)$(FISHCOMPDIR)/prefetchctl.fish
+
+## uninstall: removes what install put there (not /etc/prefetchd/prefetchd.conf, the cache or the users)
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/prefetchd $(DESTDIR)$(BINDIR)/prefetchctl \
+		$(DESTDIR)$(UNITDIR)/prefetchd.service $(DESTDIR)$(UNITDIR)/prefetchd.socket \
+		$(DESTDIR)$(SYSUSERSDIR)/prefetchd.conf $(DESTDIR)$(TMPFILESDIR)/prefetchd.conf \
+		$(DESTDIR)$(SYSCONFDIR)/prefetchd/prefetchd.conf.example \
+		$(DESTDIR)$(MANDIR)/man1/prefetchctl.1 $(DESTDIR)$(MANDIR)/man5/prefetchd.conf.5 $(DESTDIR)$(MANDIR)/man8/prefetchd.8 \
+		$(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(DOCDIR)/configuration.md $(DESTDIR)$(DOCDIR)/protocol.md \
+		$(DESTDIR)$(BASHCOMPDIR)/prefetchctl $(DESTDIR)$(ZSHCOMPDIR)/_prefetchctl $(DESTDIR)$(FISHCOMPDIR)/prefetchctl.fish
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/prefetchd $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+## check-systemd: `make install` into a scratch DESTDIR, then offline checks of that tree: every file in place, no
+## Swift runtime library in `ldd` of the binaries, `systemd-analyze verify` clean (the units' paths pointed into the
+## tree, man pages found there), `systemd-analyze security` at most $(SECURITY_THRESHOLD), the sysusers and tmpfiles
+## snippets applied to the scratch root, the completions and man pages well-formed, and `make uninstall` leaving no
+## file behind. Boots nothing, starts nothing.
+check-systemd: release
+	@set -e; root=$$(mktemp -d /tmp/prefetchd-install.XXXXXX); trap 'rm -rf "$$root"' EXIT; \
+	$(MAKE) --no-print-directory install DESTDIR=$$root PREFIX=/usr/local BUILD_DIR=$(BUILD_DIR) > $$root.log 2>&1 \
+		|| { cat $$root.log; rm -f $$root.log; exit 1; }; rm -f $$root.log; \
+	for file in usr/local/bin/prefetchd usr/local/bin/prefetchctl usr/local/lib/systemd/system/prefetchd.service \
+		usr/local/lib/systemd/system/prefetchd.socket usr/local/lib/sysusers.d/prefetchd.conf \
+		usr/local/lib/tmpfiles.d/prefetchd.conf etc/prefetchd/prefetchd.conf.example \
+		usr/local/share/man/man1/prefetchctl.1 usr/local/share/man/man5/prefetchd.conf.5 \
+		usr/local/share/man/man8/prefetchd.8 usr/local/share/bash-completion/completions/prefetchctl \
+		usr/local/share/zsh/site-functions/_prefetchctl usr/local/share/fish/vendor_completions.d/prefetchctl.fish; do \
+		[ -f "$$root/$$file" ] || { echo "check-systemd: make install did not install /$$file"; exit 1; }; \
+	done; \
+	for binary in prefetchd prefetchctl; do \
+		if ldd "$$root/usr/local/bin/$$binary" | grep -E 'libswift|libFoundation|lib_Foundation|libdispatch|libBlocksRuntime'; then \
+			echo "check-systemd: $$binary links the Swift runtime dynamically (see above)"; exit 1; \
+		fi; \
+	done; \
+	"$$root/usr/local/bin/prefetchd" --check-config --config "$$root/etc/prefetchd/prefetchd.conf.example" > /dev/null; \
+	mkdir "$$root/verify"; \
+	for unit in prefetchd.service prefetchd.socket; do \
+		sed "s|/usr/local/bin/|$$root/usr/local/bin/|g" "$$root/usr/local/lib/systemd/system/$$unit" > "$$root/verify/$$unit"; \
+	done; \
+	out=$$(MANPATH="$$root/usr/local/share/man" systemd-analyze verify "$$root/verify/prefetchd.socket" \
+		"$$root/verify/prefetchd.service" 2>&1) || { echo "$$out"; echo "check-systemd: systemd-analyze verify failed"; exit 1; }; \
+	[ -z "$$out" ] || { echo "$$out"; echo "check-systemd: systemd-analyze verify is not clean"; exit 1; }; \
+	threshold=$$(echo $(SECURITY_THRESHOLD) | awk '{ printf "%d", $$1 * 10 }'); \
+	security=$$(systemd-analyze security --offline=true --threshold=$$threshold \
+		"$$root/usr/local/lib/systemd/system/prefetchd.service" 2>&1) \
+		|| { echo "$$security" | grep -E '✗|Overall'; echo "check-systemd: exposure above $(SECURITY_THRESHOLD)"; exit 1; }; \
+	score=$$(echo "$$security" | sed -n 's/.*Overall exposure level for prefetchd.service: \([0-9.]*\).*/\1/p'); \
+	systemd-sysusers --root="$$root" > /dev/null 2>&1; \
+	grep -q '^prefetchd:' "$$root/etc/passwd" && grep -q '^prefetch:' "$$root/etc/group" \
+		|| { echo "check-systemd: systemd-sysusers did not create prefetchd:prefetch from the installed snippet"; exit 1; }; \
+	systemd-tmpfiles --root="$$root" --create > /dev/null 2>&1 || true; \
+	[ -d "$$root/run/prefetchd" ] || { echo "check-systemd: systemd-tmpfiles did not create /run/prefetchd"; exit 1; }; \
+	bash -n completions/prefetchctl.bash && zsh -n completions/_prefetchctl && fish --no-execute completions/prefetchctl.fish; \
+	for page in docs/man/*.[158]; do \
+		warnings=$$(groff -man -ww -z "$$page" 2>&1); [ -z "$$warnings" ] || { echo "$$page: $$warnings"; exit 1; }; \
+	done; \
+	$(MAKE) --no-print-directory uninstall DESTDIR=$$root PREFIX=/usr/local > /dev/null; \
+	left=$$(find "$$root/usr" "$$root/etc/prefetchd" -type f 2>/dev/null || true); \
+	[ -z "$$left" ] || { echo "check-systemd: make uninstall left $$left"; exit 1; }; \
+	echo "check-systemd: install tree, ldd, systemd-analyze verify, security $$score (at most $(SECURITY_THRESHOLD)), sysusers, tmpfiles, completions, man pages, uninstall: ok"
 
 clean:
 	$(SWIFT) package clean
+
+# Benchmarks (bench/README.md): prefetchd side by side with curl, aria2c, wget2, gdk-pixbuf-thumbnailer, vipsthumbnail
+# and ImageMagick, against nginx and a bandwidth-shaped origin on 127.0.0.1. gdk-pixbuf-thumbnailer comes with
+# libgdk-pixbuf2.0-bin.
+BENCH_PACKAGES := nginx aria2 wget2 curl hyperfine libvips-tools imagemagick libgdk-pixbuf2.0-bin python3
+
+.PHONY: bench bench-quick bench-deps
+
+## bench-deps: the origins and peers the benchmarks run
+bench-deps: deps
+	$(call apt_install,$(BENCH_PACKAGES))
+
+## bench: every row B1-B6 with warm-up and repeats (under 20 minutes); writes bench/results/ and bench/README.md
+bench: bench-deps release
+	python3 bench/bench.py --bin-dir $(BUILD_DIR)/release
+
+## bench-quick: the same rows at smaller sizes and fewer repeats (under 3 minutes); writes bench/results/ only
+bench-quick: bench-deps release
+	python3 bench/bench.py --quick --bin-dir $(BUILD_DIR)/release

@@ -110,8 +110,9 @@ final class StatusLine {
 
     static var isAvailable: Bool { Terminal.isTerminal(2) }
 
-    /// The terminal's width, read afresh.
-    var width: Int { Terminal.size(fd)?.columns ?? 80 }
+    /// The columns to use, read afresh: three short of the terminal's width, so that the `^C` the terminal echoes
+    /// does not wrap, and clearing the line clears it too.
+    var width: Int { (Terminal.size(fd)?.columns ?? 80) - 2 }
 
     func show(_ line: [Styled], force: Bool = false) {
         let now = monotonicNow()

@@ -47,17 +47,32 @@ enum Terminal {
 /// Stop requests by signal (SIGINT, SIGTERM, SIGHUP) while prefetchctl owns the terminal's state.
 enum StopSignal {
     private static let received = Atomic<Int32>(0)
+    /// Bit `n` set: signal `n` is ours to catch (it was not ignored when `install` ran).
+    private static let caught = Atomic<UInt32>(0)
+    private static let numbers = [SIGINT, SIGTERM, SIGHUP]
 
-    /// From now on those signals only set a flag, so the caller can restore the terminal before it goes.
+    /// From now on those signals only set a flag, so the caller can restore the terminal before it goes. A signal
+    /// the parent set to be ignored stays ignored; the others are unblocked too (a mask inherited from the parent
+    /// would otherwise hold them back for good).
     static func install() {
-        for number in [SIGINT, SIGTERM, SIGHUP] {
-            signal(number) { StopSignal.received.store($0, ordering: .relaxed) }
+        var set = sigset_t()
+        sigemptyset(&set)
+        for number in numbers {
+            let previous = signal(number) { StopSignal.received.store($0, ordering: .relaxed) }
+            if let previous, unsafeBitCast(previous, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
+                signal(number, SIG_IGN)
+                continue
+            }
+            caught.bitwiseOr(1 << UInt32(number), ordering: .relaxed)
+            sigaddset(&set, number)
         }
+        sigprocmask(SIG_UNBLOCK, &set, nil)
     }
 
-    /// Signals act the default way again; one that arrived meanwhile is acted on now.
+    /// The signals act the default way again; one that arrived meanwhile is acted on now.
     static func uninstall() {
-        for number in [SIGINT, SIGTERM, SIGHUP] { signal(number, SIG_DFL) }
+        let mask = caught.exchange(0, ordering: .relaxed)
+        for number in numbers where mask & (1 << UInt32(number)) != 0 { signal(number, SIG_DFL) }
         if let number = pending { resignal(number) }
     }
 
@@ -81,7 +96,6 @@ final class RawKeyboard {
     private let fd: Int32
     private var saved = termios()
     private var active = false
-    private var closed = false
 
     /// Nil when `fd` is not a terminal.
     init?(_ fd: Int32 = 0) {
@@ -106,14 +120,15 @@ final class RawKeyboard {
         _ = tcsetattr(fd, TCSANOW, &saved)
     }
 
-    /// The bytes typed since the last call, without waiting; empty when there are none.
-    func keys() -> [UInt8] {
-        guard active, !closed else { return [] }
+    /// The bytes typed since the last call, without waiting: empty when there are none, nil once the terminal is
+    /// gone (hung up).
+    func keys() -> [UInt8]? {
+        guard active else { return [] }
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         guard poll(&poller, 1, 0) > 0 else { return [] }
         var buffer = [UInt8](repeating: 0, count: 64)
         let count = read(fd, &buffer, buffer.count)
-        if count == 0 || (count < 0 && errno != EINTR && errno != EAGAIN) { closed = true }
+        if count == 0 || (count < 0 && errno != EINTR && errno != EAGAIN) { return nil }
         return count > 0 ? Array(buffer[..<count]) : []
     }
 }
@@ -131,11 +146,12 @@ final class FullScreen {
 
     deinit { close() }
 
-    /// Draws `lines` (each already fitted to the width) from the top-left corner, clearing what was there.
-    func draw(_ lines: [String]) {
-        guard open else { return }
+    /// Draws `lines` (each already fitted to the width) from the top-left corner, clearing what was there; false
+    /// when the terminal is gone.
+    func draw(_ lines: [String]) -> Bool {
+        guard open else { return false }
         let body = lines.joined(separator: "\u{1B}[K\r\n")
-        Terminal.write("\u{1B}[H" + body + "\u{1B}[K\u{1B}[J", to: fd)
+        return Terminal.write("\u{1B}[H" + body + "\u{1B}[K\u{1B}[J", to: fd)
     }
 
     func close() {

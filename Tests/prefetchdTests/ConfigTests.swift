@@ -89,7 +89,7 @@ struct ConfigTests {
         #expect(result.stderr.contains("\(config):2: per_host:"), "\(result.stderr)")
     }
 
-    @Test("every key is documented in docs/configuration.md, prefetchd.conf(5), the example file and --help")
+    @Test("every key is documented in docs/configuration.md, prefetchd.conf(5), prefetchd(8), the example file and --help")
     func everyKeyDocumented() throws {
         let keys = check([]).settings.keys.sorted()
         #expect(keys.count >= 17)
@@ -97,7 +97,10 @@ struct ConfigTests {
         let manual = try String(contentsOfFile: Paths.repository + "/docs/man/prefetchd.conf.5", encoding: .utf8)
         let example = try String(contentsOfFile: Paths.repository + "/systemd/prefetchd.conf.example", encoding: .utf8)
         let help = run(Paths.prefetchd, ["--help"]).stdout
+        let daemonManual = try String(contentsOfFile: Paths.repository + "/docs/man/prefetchd.8", encoding: .utf8)
         for key in keys {
+            let roffFlag = "\\-\\-" + key.replacingOccurrences(of: "_", with: "\\-")
+            #expect(daemonManual.contains(roffFlag), "prefetchd.8 lacks \(roffFlag)")
             #expect(documentation.contains("`\(key)`"), "docs/configuration.md lacks \(key)")
             #expect(manual.contains(key.replacingOccurrences(of: "_", with: "\\_")) || manual.contains(key),
                     "prefetchd.conf.5 lacks \(key)")

@@ -7,7 +7,7 @@ final class NotifyListener {
     /// The value for `NOTIFY_SOCKET`.
     let address: String
 
-    /// One datagram and when it arrived (seconds, monotonic).
+    /// One datagram and when the kernel queued it (seconds; SO_TIMESTAMP, so a late read does not skew it).
     struct Message {
         let time: Double
         let text: String
@@ -45,7 +45,12 @@ final class NotifyListener {
             close(fd)
             throw HarnessError("bind \(address): errno \(errno)")
         }
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, Self.timestampOption, &on, socklen_t(MemoryLayout<Int32>.size))
     }
+
+    /// SO_TIMESTAMP (SO_TIMESTAMP_OLD on 64-bit Linux), also the control message type.
+    private static let timestampOption: Int32 = 29
 
     deinit { close(fd) }
 
@@ -54,9 +59,37 @@ final class NotifyListener {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         guard poll(&poller, 1, Int32(timeout * 1000)) == 1 else { return nil }
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = recv(fd, &buffer, buffer.count, 0)
+        var control = [UInt8](repeating: 0, count: 256)
+        var stamp: Double?
+        let count = buffer.withUnsafeMutableBytes { data in
+            control.withUnsafeMutableBytes { controlBytes -> Int in
+                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var header = msghdr()
+                    header.msg_iov = vectorPointer
+                    header.msg_iovlen = 1
+                    header.msg_control = controlBytes.baseAddress
+                    header.msg_controllen = controlBytes.count
+                    let count = recvmsg(fd, &header, 0)
+                    // struct cmsghdr { size_t len; int level; int type; } then the data, 8-byte aligned.
+                    var offset = 0
+                    while count > 0, offset + 16 <= Int(header.msg_controllen) {
+                        let length = controlBytes.load(fromByteOffset: offset, as: Int.self)
+                        let level = controlBytes.load(fromByteOffset: offset + 8, as: Int32.self)
+                        let type = controlBytes.load(fromByteOffset: offset + 12, as: Int32.self)
+                        if level == SOL_SOCKET, type == Self.timestampOption, length >= 16 + MemoryLayout<timeval>.size {
+                            let time = controlBytes.loadUnaligned(fromByteOffset: offset + 16, as: timeval.self)
+                            stamp = Double(time.tv_sec) + Double(time.tv_usec) / 1e6
+                        }
+                        guard length > 0 else { break }
+                        offset += (length + 7) & ~7
+                    }
+                    return count
+                }
+            }
+        }
         guard count > 0 else { return nil }
-        let message = Message(time: monotonicSeconds(), text: String(decoding: buffer[..<count], as: UTF8.self))
+        let message = Message(time: stamp ?? monotonicSeconds(), text: String(decoding: buffer[..<count], as: UTF8.self))
         received.append(message)
         return message
     }
@@ -111,8 +144,8 @@ final class ServiceDaemon: @unchecked Sendable {
 
     /// Starts `prefetchd --socket … --cache-dir … arguments` and waits until `ping` answers (unless `wait` is
     /// false). `launcher` runs in front of the daemon, e.g. `["systemd-socket-activate", "-l", socket]`; it runs
-    /// under a shell, because Foundation's Process takes a child that closes inherited descriptors (as
-    /// systemd-socket-activate does) for one that exited, and then blocks in waitpid.
+    /// under a small wrapper process, because Foundation's Process takes a child that closes inherited descriptors
+    /// (as systemd-socket-activate does) for one that exited, and then blocks in waitpid.
     init(_ arguments: [String] = [], environment: [String: String] = [:], launcher: ((String) -> [String])? = nil,
          directory: TemporaryDirectory? = nil, wait: Bool = true) throws {
         self.directory = try directory ?? TemporaryDirectory()
@@ -121,7 +154,18 @@ final class ServiceDaemon: @unchecked Sendable {
             + (launcher == nil ? ["--socket", socket] : []) + arguments
         var command = daemon
         if let launcher {
-            command = ["/bin/sh", "-c", "\"$@\" & wait $!", "sh"] + launcher(socket) + daemon
+            // The wrapper keeps Foundation's descriptor open, clears the signal mask the test process passes on
+            // (a blocked SIGCHLD would hang a shell's `wait`) and exits with the launched program's status.
+            let wrapper = """
+                import os, signal, sys
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                pid = os.fork()
+                if pid == 0:
+                    os.execv(sys.argv[1], sys.argv[1:])
+                _, status = os.waitpid(pid, 0)
+                sys.exit(os.waitstatus_to_exitcode(status))
+                """
+            command = ["/usr/bin/env", "python3", "-c", wrapper] + launcher(socket) + daemon
         }
         launched = launcher != nil
         child = try ChildProcess(command[0], Array(command.dropFirst()), stderrPath: self.directory.path + "/daemon.log",

@@ -17,11 +17,15 @@ struct SystemdTests {
         #expect(status.contains("fast 0/8 running"), "\(status)")
         #expect(status.contains("slow 0/1 running"), "\(status)")
 
-        let pings = listener.collect(for: 1.3).filter { $0.text == "WATCHDOG=1" }.map(\.time)
-        #expect(pings.count >= 4 && pings.count <= 9, "\(pings.count) pings in 1.3 s at a 200 ms period")
-        if pings.count >= 2 {
-            let mean = (pings.last! - pings.first!) / Double(pings.count - 1)
-            #expect(mean > 0.15 && mean < 0.3, "mean watchdog period \(mean) s, expected about 0.2 s")
+        // 200 ms expected, checked loosely on the kernel's arrival times: the mean and the median interval.
+        let pings = listener.collect(for: 2).filter { $0.text == "WATCHDOG=1" }.map(\.time)
+        #expect(pings.count >= 5, "\(pings.count) pings in 2 s at a 200 ms period")
+        let intervals = zip(pings.dropFirst(), pings).map { $0 - $1 }.sorted()
+        if intervals.count >= 4 {
+            let mean = intervals.reduce(0, +) / Double(intervals.count)
+            let median = intervals[intervals.count / 2]
+            #expect(mean > 0.15 && mean < 0.3, "mean watchdog period \(mean) s, expected about 0.2 s: \(intervals)")
+            #expect(median > 0.15 && median < 0.3, "median watchdog period \(median) s, expected about 0.2 s")
         }
 
         daemon.signal(SIGHUP)
@@ -72,12 +76,11 @@ struct SystemdTests {
         let daemon = try ServiceDaemon(["--config", config], directory: directory)
         #expect(try daemon.fastWidth() == 8)
 
-        try write("# fewer urgent fetches\nfast_width = 3\nlog_level = debug\ncache_dir = /elsewhere\n", to: config)
+        try write("# fewer urgent fetches\nfast_width = 3\nlog_level = debug\nsocket_mode = 0660\n", to: config)
         daemon.signal(SIGHUP)
         #expect(daemon.waitForLog("fast_width: 8 -> 3"), "\(daemon.log)")
         #expect(try daemon.fastWidth() == 3)
-        #expect(daemon.log.contains("restart prefetchd to apply cache_dir"), "\(daemon.log)")
-        #expect(try daemon.status()["cache"].flatMap { ($0 as? [String: Any])?["directory"] as? String } == daemon.cache)
+        #expect(daemon.log.contains("restart prefetchd to apply socket_mode: 0600 -> 0660"), "\(daemon.log)")
 
         try write("fast_width = 3\nslow_width = lots\n", to: config)
         daemon.signal(SIGHUP)
@@ -87,20 +90,27 @@ struct SystemdTests {
         #expect(daemon.ctl("ping").status == 0)
     }
 
-    @Test("with JOURNAL_STREAM set, each log line carries its syslog priority and no timestamp")
+    @Test("with JOURNAL_STREAM set, each log line carries its syslog priority and no timestamp; one info line per fetch")
     func journalLines() throws {
-        let daemon = try ServiceDaemon(environment: ["JOURNAL_STREAM": "8:12345"])
+        let origin = try Origin()
+        let daemon = try ServiceDaemon(["--max-attempts", "1"], environment: ["JOURNAL_STREAM": "8:12345"])
         #expect(daemon.waitForLog("serving"))
+        #expect(daemon.ctl("get", origin.url("/journal.jpg")).status == 0)
+        #expect(daemon.ctl("get", origin.url("/journal-missing.jpg?status=404")).status != 0)
+        daemon.signal(SIGTERM)
+        daemon.child.process.waitUntilExit()
         let lines = daemon.log.split(separator: "\n")
         #expect(lines.first?.hasPrefix("<6>prefetchd ") == true, "\(lines.first ?? "")")
         #expect(lines.allSatisfy { $0.hasPrefix("<") }, "\(lines)")
+        #expect(lines.filter { $0.hasPrefix("<6>fetched ") && $0.contains("/journal.jpg") }.count == 1, "\(lines)")
+        #expect(lines.filter { $0.hasPrefix("<6>failed ") && $0.contains("/journal-missing.jpg") }.count == 1, "\(lines)")
     }
 
     @Test("SIGTERM during 50 running downloads loses no acknowledged queue entry (checked after a restart)")
     func termDuringDownloads() throws {
         let origin = try Origin()
         let directory = try TemporaryDirectory()
-        let urls = (1...50).map { origin.url("/term/\($0).jpg?delay=3&size=200000") }
+        let urls = (1...50).map { origin.url("/term/\($0).jpg?delay=1&size=100000") }
         var daemon = try ServiceDaemon(["--slow-width", "50"], directory: directory)
         let queued = run(Paths.prefetchctl, ["--socket", daemon.socket, "queue", "-"], stdin: urls.joined(separator: "\n"))
         #expect(queued.status == 0, "\(queued.stderr)")
@@ -156,7 +166,8 @@ struct SystemdTests {
         #expect(daemon.waitForLog("refused a connection from uid 65534"), "\(daemon.log)")
 
         let outsider = runAs(uid: 65534, gid: 65534, [ctl, "--socket", daemon.socket, "ping"])
-        #expect(outsider.status != 0)
+        #expect(outsider.status == 4, "prefetchctl exits 4 (rejected): \(outsider.stderr)")
+        #expect(outsider.stderr.contains("unauthorized"), "\(outsider.stderr)")
 
         let member = runAs(uid: 65534, gid: 65534, groups: [4242], [ctl, "--socket", daemon.socket, "ping"])
         #expect(member.status == 0, "supplementary group 4242: \(member.stderr)")

@@ -41,6 +41,24 @@ struct WatchTests {
         #expect(!tmux.capture().contains("prefetchd watch"), "the alternate screen was left")
     }
 
+    @Test("watch colours its live view, and not at all when NO_COLOR is set")
+    func noColor() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("queue", origin.url("/c1.jpg" + Self.slowQuery)).status == 0)
+        for noColor in [false, true] {
+            let tmux = try Tmux([Paths.prefetchctl, "--socket", daemon.socket, "watch"], columns: 100, rows: 30,
+                                environment: noColor ? ["NO_COLOR": "1"] : [:])
+            defer { tmux.kill() }
+            _ = try tmux.waitForScreen("a running transfer") { Tmux.filledCells($0, "/c1.jpg") != nil }
+            let screen = tmux.capture(escapes: true)
+            let coloured = ["\u{1B}[32m", "\u{1B}[36m", "\u{1B}[1m"].contains { screen.contains($0) }
+            #expect(coloured == !noColor, "NO_COLOR=\(noColor):\n\(screen)")
+            tmux.send("q")
+            #expect(try tmux.waitForExit() == 0)
+        }
+    }
+
     @Test("watch in a pipe: started, finished and failed lines, a lanes line; exit 3 when the daemon goes away")
     func plainLines() throws {
         let origin = try Origin()
@@ -192,20 +210,35 @@ struct WatchTests {
     }
 }
 
-/// A program in a detached tmux session of a fixed size, on a private tmux server (`-L`), killed by name at the end.
+/// A program in a detached tmux session of a fixed size, on a private tmux server (its socket in a temporary
+/// directory), killed by name at the end.
 final class Tmux {
     static let executable = "/usr/bin/tmux"
-    let server = "pf-test-" + UUID().uuidString.prefix(8).lowercased()
+    private let directory: TemporaryDirectory
     let session = "watch"
+    var server: String { directory.path + "/tmux.sock" }
+    private var statusPath: String { directory.path + "/status" }
 
-    init(_ command: [String], columns: Int, rows: Int) throws {
+    init(_ command: [String], columns: Int, rows: Int, environment: [String: String] = [:]) throws {
         guard FileManager.default.isExecutableFile(atPath: Self.executable) else {
-            throw HarnessError("tmux is not installed (it is in the Makefile's APT_PACKAGES: run `make deps`)")
+            throw HarnessError("tmux is not installed (it is in the Makefile's TEST_PACKAGES: run `make test-deps`)")
         }
+        directory = try TemporaryDirectory()
         let quoted = command.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        let shellCommand = "LC_ALL=C.UTF-8 exec " + quoted.joined(separator: " ")
-        let started = tmux(["new-session", "-d", "-s", session, "-x", String(columns), "-y", String(rows), shellCommand,
-                            ";", "set-option", "-t", session, "remain-on-exit", "on"])
+        // A known environment: UTF-8, and NO_COLOR only when asked for (the test runner may set it).
+        let assignments = environment.map { "\($0.key)='\($0.value)' " }.joined()
+        // The exit status goes to a file: tmux may mark a dead pane long before it records the status.
+        let shellCommand = "env -u NO_COLOR LC_ALL=C.UTF-8 \(assignments)" + quoted.joined(separator: " ")
+            + "; echo $? > '\(statusPath)'"
+
+        // The tmux server outlives the client and keeps what it inherits. Started straight from Foundation's Process
+        // it would hold the socket Process watches for the client's exit, and the signal mask of a test thread; so
+        // the client is started through Python, which closes every other descriptor, with no signal blocked.
+        let spawn = "import signal, subprocess, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); "
+            + "sys.exit(subprocess.call(sys.argv[1:], stdin=subprocess.DEVNULL))"
+        let started = run("/usr/bin/env", ["python3", "-c", spawn, "env", "LC_ALL=C.UTF-8", Self.executable, "-u", "-S", server,
+                                           "new-session", "-d", "-s", session, "-x", String(columns), "-y", String(rows),
+                                           shellCommand, ";", "set-option", "-t", session, "remain-on-exit", "on"])
         guard started.status == 0 else { throw HarnessError("tmux new-session failed: \(started.stderr)") }
     }
 
@@ -213,11 +246,14 @@ final class Tmux {
 
     @discardableResult
     func tmux(_ arguments: [String]) -> CommandResult {
-        run("/usr/bin/env", ["LC_ALL=C.UTF-8", Self.executable, "-u", "-L", server] + arguments)
+        run("/usr/bin/env", ["LC_ALL=C.UTF-8", Self.executable, "-u", "-S", server] + arguments)
     }
 
-    /// The visible screen, one line per row, trailing blanks dropped.
-    func capture() -> String { tmux(["capture-pane", "-p", "-t", session]).stdout }
+    /// The visible screen, one line per row, trailing blanks dropped; with `escapes`, colours and attributes as
+    /// escape sequences.
+    func capture(escapes: Bool = false) -> String {
+        tmux(["capture-pane", "-p"] + (escapes ? ["-e"] : []) + ["-t", session]).stdout
+    }
 
     func send(_ keys: String) { tmux(["send-keys", "-t", session, keys]) }
 
@@ -238,13 +274,15 @@ final class Tmux {
         throw HarnessError("no \(what) within \(timeout) s; the screen:\n\(screen)")
     }
 
-    /// The exit status of the pane's program once it exited (`remain-on-exit` keeps the pane to ask).
+    /// The exit status of the program once it exited and the pane with it (`remain-on-exit` keeps the pane to ask).
     func waitForExit(timeout: Double = 5) throws -> Int {
         let end = Date().addingTimeInterval(timeout)
         while Date() < end {
-            let state = tmux(["display-message", "-p", "-t", session, "#{pane_dead} #{pane_dead_status}"]).stdout
-                .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: " ")
-            if state.first == "1", state.count == 2, let status = Int(state[1]) { return status }
+            let dead = tmux(["display-message", "-p", "-t", session, "#{pane_dead}"]).stdout.hasPrefix("1")
+            if dead, let text = try? String(contentsOfFile: statusPath, encoding: .utf8),
+               let status = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                return status
+            }
             usleep(50_000)
         }
         throw HarnessError("the program in tmux did not exit within \(timeout) s:\n\(capture())")

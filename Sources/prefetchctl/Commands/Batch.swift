@@ -109,6 +109,9 @@ final class QueueWait {
         if line != nil { StopSignal.install() }
     }
 
+    /// Also when the wait ends in an error: the message that follows starts on a clean line.
+    deinit { line?.clear() }
+
     /// `; 3 finished, 1 failed` for the summary line.
     var summary: String { "; \(finished) finished, \(failed) failed" }
 

@@ -79,13 +79,16 @@ enum WatchCommand {
                 restore()
                 StopSignal.resignal(number)
             }
-            if let keys = keyboard?.keys(), keys.contains(where: { $0 == UInt8(ascii: "q") || $0 == UInt8(ascii: "Q") || $0 == 3 }) {
-                return ExitCode.ok
+            let keys = keyboard.map { $0.keys() } ?? []
+            guard let keys, !keys.contains(where: { $0 == UInt8(ascii: "q") || $0 == UInt8(ascii: "Q") || $0 == 3 }) else {
+                return ExitCode.ok  // q, Ctrl-C, or the terminal hung up
             }
             let now = monotonicNow()
             if (changed && now - drawnAt >= 50) || now - drawnAt >= 250 {
                 let size = Terminal.size(1) ?? (80, 24)
-                screen.draw(view.render(width: size.columns, height: size.rows, color: color, now: now, glyphs: glyphs))
+                guard screen.draw(view.render(width: size.columns, height: size.rows, color: color, now: now, glyphs: glyphs)) else {
+                    return ExitCode.ok
+                }
                 drawnAt = now
                 changed = false
             }

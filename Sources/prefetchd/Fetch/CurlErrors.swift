@@ -11,6 +11,9 @@ enum CurlErrors {
         }
         let text = String(cString: curl_easy_strerror(code))
         switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
+            // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line).
+            return Failure(code: "network", message: "the server's reply is not HTTP (\(text))", isTransient: true)
         case CURLE_UNSUPPORTED_PROTOCOL:
             return Failure(code: "scheme_not_allowed", message: "a redirect led to a scheme other than http or https (\(text))",
                            isTransient: false)

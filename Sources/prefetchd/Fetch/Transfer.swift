@@ -48,7 +48,7 @@ final class Transfer {
         conditional = request.conditional != nil
         bodyPath = request.bodyPath
         let truncate = request.resumeValidator == nil ? O_TRUNC : 0
-        fd = try syscall("open", request.bodyPath) { open(request.bodyPath, O_WRONLY | O_CREAT | O_CLOEXEC | truncate, 0o600) }
+        fd = try syscall("open", request.bodyPath) { open(request.bodyPath, O_WRONLY | O_CREAT | O_CLOEXEC | truncate, CacheFiles.fileMode) }
 
         var headerLines = ["Accept: image/*,*/*;q=0.8"]
         if let conditional = request.conditional {

@@ -34,7 +34,7 @@ extension Daemon {
         let maxPixels = options.images.maxPixels
         workers.run({ () -> Result<(ImageInfo, String), Failure> in
             do {
-                try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: 0o700)
+                try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
                 let info = try Resizer.makeVariant(source: source, spec: resolved, destination: destination, maxPixels: maxPixels)
                 guard let sha256 = SHA256.hex(ofFile: destination) else {
                     return .failure(Failure(code: "internal", message: "cannot read the variant back", isTransient: true))

@@ -131,6 +131,7 @@ enum Resizer {
             let fd = try syscall("mkstemp", "in \(directory)") {
                 template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
             }
+            fchmod(fd, CacheFiles.fileMode)
             close(fd)
             temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         } catch {

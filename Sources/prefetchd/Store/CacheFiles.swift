@@ -5,6 +5,11 @@ import Glibc
 struct CacheFiles {
     let root: String
 
+    /// Cached files and their directories are group-readable, so members of an allowed group can read the file
+    /// they were given; the root itself stays 0700 in user mode (the unit makes it 0750, group `prefetch`).
+    static let fileMode: mode_t = 0o640
+    static let directoryMode: mode_t = 0o750
+
     var temporaryDirectory: String { root + "/tmp" }
     var filesDirectory: String { root + "/files" }
 
@@ -22,7 +27,7 @@ struct CacheFiles {
     func prepare() throws(SystemError) {
         try makeDirectories(root, mode: 0o700)
         try makeDirectories(temporaryDirectory, mode: 0o700)
-        try makeDirectories(filesDirectory, mode: 0o700)
+        try makeDirectories(filesDirectory, mode: Self.directoryMode)
     }
 
     /// Where the body of a download in progress for `name` is written.
@@ -32,7 +37,7 @@ struct CacheFiles {
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
         let directory = String(target[..<target.lastIndex(of: "/")!])
-        try makeDirectories(directory, mode: 0o700)
+        try makeDirectories(directory, mode: Self.directoryMode)
         try syscall("rename", "\(temporary) to \(target)") { rename(temporary, target) }
     }
 

@@ -365,6 +365,7 @@ struct Options {
     }
 
     private static func showSize(_ bytes: Int64) -> String {
+        guard bytes != 0 else { return "0" }
         for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] where bytes % (1 << shift) == 0 {
             return "\(bytes >> shift)\(suffix)"
         }

@@ -12,10 +12,12 @@ final class SystemdNotifier {
     /// Half of `$WATCHDOG_USEC`, in ms, when systemd asked this process for pings.
     let watchdogInterval: Int64?
     private var nextWatchdog: Int64?
-    /// A status line not yet sent (updates are sent at most once a second).
-    private var pendingStatus: String?
+    /// The status line (lane counts); asked at most once a second, sent when it changed.
+    var status: () -> String = { "" }
     private var lastStatus = ""
-    private var lastStatusAt: Int64 = 0
+    private var lastStatusCheck: Int64 = 0
+    /// A loop turn ended since the last check, so the status may have changed.
+    private var statusStale = false
     /// Between `READY=1` and `STOPPING=1`: status updates are sent.
     private var serving = false
     private var warned = false
@@ -78,13 +80,14 @@ final class SystemdNotifier {
         }
     }
 
-    /// `READY=1` with a status line; starts the watchdog pings.
-    func ready(status: String) {
-        notify("READY=1\nSTATUS=\(status)")
+    /// `READY=1` with the status line; starts the watchdog pings.
+    func ready() {
+        guard fd >= 0 else { return }
+        lastStatus = status()
+        lastStatusCheck = monotonicMilliseconds()
+        statusStale = false
+        notify("READY=1\nSTATUS=\(lastStatus)")
         serving = true
-        lastStatus = status
-        lastStatusAt = monotonicMilliseconds()
-        pendingStatus = nil
         if let watchdogInterval, nextWatchdog == nil {
             notify("WATCHDOG=1")
             nextWatchdog = monotonicMilliseconds() + watchdogInterval
@@ -103,24 +106,22 @@ final class SystemdNotifier {
     func stopping(reason: String) {
         notify("STOPPING=1\nSTATUS=stopping (\(reason))")
         nextWatchdog = nil
-        pendingStatus = nil
         serving = false
+        statusStale = false
     }
 
-    /// Records the current status line; it is sent when it changed and a second has passed since the last one.
-    func update(status: String) {
+    /// Called at the end of every loop turn: the status is checked now if a second has passed since the last
+    /// check, else when `deadline` says.
+    func turnEnded() {
         guard serving else { return }
-        guard status != lastStatus else {
-            pendingStatus = nil
-            return
-        }
-        pendingStatus = status
-        if monotonicMilliseconds() - lastStatusAt >= Self.statusInterval { sendPendingStatus() }
+        statusStale = true
+        let now = monotonicMilliseconds()
+        if now - lastStatusCheck >= Self.statusInterval { checkStatus(now: now) }
     }
 
-    /// When the loop must wake for the next watchdog ping or a held-back status line (monotonic ms).
+    /// When the loop must wake for the next watchdog ping or a status check (monotonic ms).
     var deadline: Int64? {
-        let status = pendingStatus == nil ? nil : lastStatusAt + Self.statusInterval
+        let status = statusStale ? lastStatusCheck + Self.statusInterval : nil
         switch (nextWatchdog, status) {
         case let (watchdog?, status?): return min(watchdog, status)
         case let (watchdog, status): return watchdog ?? status
@@ -133,14 +134,15 @@ final class SystemdNotifier {
             notify("WATCHDOG=1")
             nextWatchdog = now + watchdogInterval
         }
-        if pendingStatus != nil, now - lastStatusAt >= Self.statusInterval { sendPendingStatus() }
+        if statusStale, now - lastStatusCheck >= Self.statusInterval { checkStatus(now: now) }
     }
 
-    private func sendPendingStatus() {
-        guard let status = pendingStatus else { return }
-        notify("STATUS=\(status)")
-        lastStatus = status
-        lastStatusAt = monotonicMilliseconds()
-        pendingStatus = nil
+    private func checkStatus(now: Int64) {
+        statusStale = false
+        lastStatusCheck = now
+        let current = status()
+        guard current != lastStatus else { return }
+        lastStatus = current
+        notify("STATUS=\(current)")
     }
 }

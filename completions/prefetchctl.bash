@@ -1,0 +1,48 @@
+# bash completion for prefetchctl (installed as bash-completion/completions/prefetchctl)
+
+_prefetchctl() {
+    local cur prev verb i
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    local verbs="get queue demote promote cancel evict info status list formats metrics watch ping"
+
+    verb=
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${COMP_WORDS[i]} in
+            --socket|-o|--output|--timeout|--max-stale|--size|--fit|--format|--quality|--limit) ((i++)) ;;
+            -*) ;;
+            *) verb=${COMP_WORDS[i]}; break ;;
+        esac
+    done
+
+    case $prev in
+        --socket|-o|--output)
+            COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --fit)
+            COMPREPLY=($(compgen -W "contain cover fill" -- "$cur")); return ;;
+        --format)
+            COMPREPLY=($(compgen -W "jpeg png" -- "$cur")); return ;;
+        --timeout|--max-stale|--size|--quality|--limit)
+            return ;;
+    esac
+
+    local flags="--socket --json --help --version"
+    case $verb in
+        "") if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+            else COMPREPLY=($(compgen -W "$verbs" -- "$cur")); fi
+            return ;;
+        get) flags="--timeout --max-stale --offline -o --output --size --fit --format --quality --upscale --json --help" ;;
+        queue) flags="--wait --timeout --json --help" ;;
+        evict) flags="--all --json --help" ;;
+        list) flags="--limit --json --help" ;;
+        ping) flags="--help" ;;
+        *) flags="--json --help" ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    elif [[ $cur == "" && $verb =~ ^(get|queue|demote|promote|cancel|evict)$ ]]; then
+        COMPREPLY=(-)
+    fi
+}
+
+complete -F _prefetchctl prefetchctl

@@ -1,0 +1,2 @@
+def run(args, table, processes, scratch_dirs):
+    pass
