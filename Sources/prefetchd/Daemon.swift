@@ -161,8 +161,8 @@ final class Daemon {
         }
     }
 
-    /// Stops admitting, answers every waiter `shutting_down`, drops partial downloads (acknowledged queue entries
-    /// stay in the index), commits and leaves the loop.
+    /// Stops admitting, answers every waiter `shutting_down`, stops the transfers keeping their partial bodies for the
+    /// next start (acknowledged queue entries stay in the index), commits and leaves the loop.
     private func shutdown(reason: String) {
         guard !shuttingDown else { return }
         shuttingDown = true
@@ -229,8 +229,18 @@ final class Daemon {
         if events & UInt32(EPOLLOUT.rawValue) != 0 { dirty.insert(connection.id) }
         guard events & UInt32(EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0,
               !connection.closeAfterFlush else { return }
+        if connection.readClosed {
+            // Only a hang-up or an error gets here (reading stopped): the client is gone both ways.
+            return closeConnection(connection)
+        }
         for _ in 0..<4 {
-            guard let bytes = connection.read() else { return closeConnection(connection) }
+            guard let bytes = connection.read() else {
+                // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), then
+                // the connection closes (flushConnection). A reset or a full close fails the flush and closes.
+                connection.readClosed = true
+                dirty.insert(connection.id)
+                return
+            }
             if bytes.isEmpty { break }
             connection.input.append(bytes)
             while let line = connection.input.next() {
@@ -265,7 +275,11 @@ final class Daemon {
         guard let connection = connections[id] else { return }
         guard connection.flush() else { return closeConnection(connection) }
         if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
-        var events: UInt32 = connection.closeAfterFlush || connection.isBackedUp ? 0 : UInt32(EPOLLIN.rawValue)
+        if connection.readClosed && !connection.hasPendingOutput && connection.waiting.isEmpty {
+            return closeConnection(connection)
+        }
+        var events: UInt32 = connection.closeAfterFlush || connection.readClosed || connection.isBackedUp
+            ? 0 : UInt32(EPOLLIN.rawValue)
         if connection.hasPendingOutput { events |= UInt32(EPOLLOUT.rawValue) }
         loop.modify(connection.fd, events: events)
     }

@@ -10,6 +10,8 @@ final class Connection {
     private var written = 0
     /// Close once the output is flushed (after a framing error).
     var closeAfterFlush = false
+    /// The client sent end of stream (a half-close): no more reading; close once its answers are flushed.
+    var readClosed = false
     /// Our request numbers for this connection's waiting `get`s → the client's ids.
     var waiting: [UInt64: RequestID?] = [:]
     /// Stop reading while this much output is unsent (a client that does not read its replies).

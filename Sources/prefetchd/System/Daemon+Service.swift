@@ -51,14 +51,12 @@ extension Daemon {
         }
     }
 
-    /// One line for `systemctl status`: the lanes, the backlog and the clients.
+    /// One line for `systemctl status`: the lanes, retries, the backlog and the clients.
     func serviceStatus() -> String {
         let counts = scheduler.counts
-        let inMemorySlow = Int64(counts.slowWaiting + counts.slowRunning)
-        let backlog = max(0, store.backlogCount - inMemorySlow)
         return "fast \(counts.fastRunning)/\(scheduler.configuration.fastWidth) running, \(counts.fastWaiting) waiting; "
             + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
-            + (counts.slowSuspended ? " (suspended)" : "") + ", \(backlog) in backlog; "
-            + "\(connections.count) client\(connections.count == 1 ? "" : "s")"
+            + (counts.slowSuspended ? " (suspended)" : "") + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
+            + ", \(backlogOnly) in backlog; \(connections.count) client\(connections.count == 1 ? "" : "s")"
     }
 }
