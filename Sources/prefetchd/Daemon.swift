@@ -39,6 +39,8 @@ final class Daemon {
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
     private var nextAccessFlush: Int64 = 0
+    /// When the listener is watched again after running out of descriptors (monotonic ms).
+    private var acceptResumesAt: Int64?
     var shuttingDown = false
     let startedAt = monotonicMilliseconds()
     var metrics = Metrics()
@@ -100,6 +102,7 @@ final class Daemon {
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
     func run() throws {
+        Self.raiseDescriptorLimit()
         let (fd, path, activation) = try openListeningSocket()
         listenFD = fd
         self.activation = activation
@@ -113,6 +116,15 @@ final class Daemon {
         notifier.ready()
         loop.run()
         Log.info("stopped")
+    }
+
+    /// Hundreds of clients and thousands of transfers need descriptors: the soft limit goes up to the hard one.
+    private static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(resource, &limit) != 0 { Log.warning("setrlimit(RLIMIT_NOFILE): \(String(cString: strerror(errno)))") }
     }
 
     // MARK: Loop hooks
@@ -140,6 +152,7 @@ final class Daemon {
         var deadlines = [nextAccessFlush]
         if let curl = fetcher.deadline { deadlines.append(curl) }
         if let service = notifier.deadline { deadlines.append(service) }
+        if let accept = acceptResumesAt { deadlines.append(accept) }
         if let retry = scheduler.nextDeadline {
             deadlines.append(mono + max(0, retry.milliseconds - wallClockMilliseconds()))
         }
@@ -149,6 +162,10 @@ final class Daemon {
     private func deadlinePassed() {
         if let curl = fetcher.deadline, curl <= monotonicMilliseconds() { fetcher.timerFired() }
         notifier.timerFired(now: monotonicMilliseconds())
+        if let accept = acceptResumesAt, accept <= monotonicMilliseconds(), !shuttingDown {
+            acceptResumesAt = nil
+            loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue))
+        }
         apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
     }
 
@@ -191,8 +208,16 @@ final class Daemon {
         while true {
             let fd = accept(listenFD, nil, nil)
             if fd < 0 {
-                if errno == EINTR { continue }
-                if errno != EAGAIN && errno != ECONNABORTED { Log.warning("accept: \(String(cString: strerror(errno)))") }
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                if errno == EMFILE || errno == ENFILE {
+                    // Out of descriptors: stop watching the listener for a moment instead of spinning on it.
+                    Log.warning("accept: \(String(cString: strerror(errno))); refusing new clients for 100 ms "
+                                + "(\(connections.count) connected)")
+                    loop.modify(listenFD, events: 0)
+                    acceptResumesAt = monotonicMilliseconds() + 100
+                } else if errno != EAGAIN {
+                    Log.warning("accept: \(String(cString: strerror(errno)))")
+                }
                 return
             }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
