@@ -101,10 +101,7 @@ public struct Scheduler: Sendable {
         if cache == .fresh, tasks[key] == nil { return [.answer(waiter, .ready)] }
         if tasks[key] == nil, let failure = rememberedFailure(key, now: now) { return [.answer(waiter, .failed(failure))] }
         if tasks[key]?.state != .running, let until = pausedHosts[url.authority], until > now {
-            let seconds = (until.milliseconds - now.milliseconds + 999) / 1000
-            return [.answer(waiter, .failed(Failure(
-                code: "host_paused", message: "\(url.authority) failed too often in a row; paused for \(seconds) s more",
-                isTransient: true, retryAfter: until.milliseconds - now.milliseconds)))]
+            return [.answer(waiter, .failed(Self.hostPaused(url.authority, until: until, now: now)))]
         }
         var actions: [Action] = []
         if tasks[key] == nil {
@@ -218,7 +215,7 @@ public struct Scheduler: Sendable {
     public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
         guard let task = tasks[key], task.state == .running else { return [] }
         var actions: [Action] = []
-        noteHostOutcome(task.host, outcome, now: now, into: &actions)
+        let pausedUntil = noteHostOutcome(task.host, outcome, now: now, into: &actions)
         switch outcome {
         case .success:
             remove(key, answering: .ready, into: &actions)
@@ -236,6 +233,7 @@ public struct Scheduler: Sendable {
             }
             remove(key, answering: .failed(failure), into: &actions)
         }
+        if let pausedUntil { failFast(onHost: task.host, until: pausedUntil, now: now, into: &actions) }
         admit(now: now, into: &actions)
         return actions
     }
@@ -334,24 +332,64 @@ public struct Scheduler: Sendable {
         actions.append(.forget(key: key))
     }
 
-    /// Counts consecutive transient failures per host; at the threshold the host is paused.
-    private mutating func noteHostOutcome(_ host: String, _ outcome: FetchOutcome, now: Moment, into actions: inout [Action]) {
+    /// Failures of this machine rather than of the host (a full disk, a local error): they never pause a host.
+    static let localFailureCodes: Set<String> = ["disk_full", "internal"]
+
+    /// The failure a waiter for a paused host gets.
+    static func hostPaused(_ host: String, until: Moment, now: Moment) -> Failure {
+        let seconds = (until.milliseconds - now.milliseconds + 999) / 1000
+        return Failure(code: "host_paused", message: "\(host) failed too often in a row; paused for \(seconds) s more",
+                       isTransient: true, retryAfter: until.milliseconds - now.milliseconds)
+    }
+
+    /// When a host is paused, nobody waits out the pause: the waiters of its tasks that are not running get
+    /// `host_paused`, and its urgent tasks become background work (first in the slow lane), so they do not hold the
+    /// slow lane either.
+    private mutating func failFast(onHost host: String, until: Moment, now: Moment, into actions: inout [Action]) {
+        let failure = Self.hostPaused(host, until: until, now: now)
+        for key in tasks.keys.sorted() {
+            guard var task = tasks[key], task.host == host, task.state != .running else { continue }
+            for waiter in task.waiters {
+                waitersByClient[waiter.client]?.removeValue(forKey: waiter)
+                if waitersByClient[waiter.client]?.isEmpty == true { waitersByClient.removeValue(forKey: waiter.client) }
+                counts.waiters -= 1
+                actions.append(.answer(waiter, .failed(failure)))
+            }
+            task.waiters = []
+            if task.lane == .fast, task.state == .waiting {
+                counts.fastWaiting -= 1
+                counts.slowWaiting += 1
+                task.ticket = takeTicket()
+                slowQueue.pushFront(.init(key: key, ticket: task.ticket))
+            }
+            task.lane = .slow
+            tasks[key] = task
+        }
+    }
+
+    /// Counts consecutive transient failures per host; at the threshold the host is paused, and the end of the
+    /// pause is returned.
+    private mutating func noteHostOutcome(_ host: String, _ outcome: FetchOutcome, now: Moment,
+                                          into actions: inout [Action]) -> Moment? {
         switch outcome {
         case .success:
             hostFailures.removeValue(forKey: host)
-        case .failure(let failure) where failure.isTransient:
+            return nil
+        case .failure(let failure) where failure.isTransient && !Self.localFailureCodes.contains(failure.code):
             let failures = hostFailures[host, default: 0] + 1
             guard let threshold = configuration.hostFailureThreshold, failures >= threshold else {
                 hostFailures[host] = failures
-                return
+                return nil
             }
             hostFailures.removeValue(forKey: host)
             let until = now + configuration.hostPause
             pausedHosts[host] = until
             actions.append(.pauseHost(host: host, until: until))
+            return until
         case .failure:
             break
         }
+        return nil
     }
 
     private mutating func leaveRunning(_ task: Task) {

@@ -22,15 +22,16 @@ enum Help {
 
         Options:
           --socket PATH       the daemon's socket (else $PREFETCHD_SOCKET, else $XDG_RUNTIME_DIR/prefetchd/ctl.sock,
-                              else /tmp/prefetchd-$UID/ctl.sock)
+                              else /tmp/prefetchd-$UID/ctl.sock; when that does not exist but the system
+                              service's /run/prefetchd/ctl.sock does, that one)
           --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
           -h, --help          this text, or `prefetchctl VERB --help`
           --version
 
         `-` reads URLs from stdin, one per line. Human messages go to stderr, data to stdout.
 
-        Exit codes: 0 ok, 1 a fetch failed, 2 usage error, 3 daemon unreachable, 4 request rejected
-        (invalid URL, scheme not allowed), 5 timeout.
+        Exit codes: 0 ok, 1 a fetch failed, 2 usage error, 3 daemon unreachable (or shutting down), 4 request
+        rejected (invalid URL, scheme not allowed, unauthorized), 5 timeout.
 
         Example:
           feh "$(prefetchctl get https://example.com/a.jpg)"

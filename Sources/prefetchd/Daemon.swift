@@ -445,7 +445,7 @@ final class Daemon {
     /// Failures that let a stale copy be served instead (stale-if-error): the origin could not be reached or failed.
     static func allowsStaleIfError(_ failure: Failure) -> Bool {
         switch failure.code {
-        case "network", "timeout": return true
+        case "network", "timeout", "host_paused": return true
         case "http_status": return (500...599).contains(failure.httpStatus ?? 0)
         default: return false
         }

@@ -35,6 +35,48 @@ struct CircuitBreakerTests {
         #expect(s.paused.isEmpty)
     }
 
+    @Test("when a host is paused, its waiting urgent work fails fast and moves to the background; the slow lane resumes")
+    func failFastOnPause() throws {
+        let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(fastWidth: 2, retry: retry, hostFailureThreshold: 2, hostPause: 5_000), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
+        _ = s.get(U.a3, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.task(U.a3.key)?.state == .waiting)
+        _ = s.finish(U.a.key, .failure(Self.network), now: t(10))
+        #expect(s.task(U.a3.key)?.state == .running, "a3 took the free slot")
+        _ = s.queue(U.b, cache: .missing, now: t(15))
+        let actions = s.finish(U.a2.key, .failure(Self.network), now: t(20))
+        #expect(actions.contains(.pauseHost(host: "a.example", until: t(5_020))))
+        // a3 runs: it keeps its waiter. Nothing else of a.example waits, so b starts once the fast lane is empty.
+        #expect(s.task(U.a3.key)?.waiters == [w(2, 1)])
+        _ = s.get(url("http://a.example/late"), waiter: w(3, 1), cache: .missing, now: t(30))
+        let late = s.finish(U.a3.key, .failure(Self.network), now: t(40))
+        guard case .answer(w(2, 1), .failed(let failure))? = late.first else { Issue.record("\(late)"); return }
+        #expect(failure.code == "network")
+        #expect(late.contains(start(U.b, .slow)), "the slow lane is not held by the paused host: \(late)")
+    }
+
+    @Test("a waiting get on a host that gets paused is answered host_paused at once, its task kept for later")
+    func waitingGetAnsweredOnPause() throws {
+        let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(fastWidth: 2, retry: retry, hostFailureThreshold: 2, hostPause: 5_000), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
+        _ = s.get(U.a3, waiter: w(2, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 2), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(Self.network), now: t(10))  // a3 or b takes the slot: a3 (FIFO)
+        _ = s.get(url("http://a.example/w"), waiter: w(3, 1), cache: .missing, now: t(11))
+        let actions = s.finish(U.a2.key, .failure(Self.network), now: t(20))
+        let pausedAnswers = actions.compactMap { action -> Waiter? in
+            if case .answer(let waiter, .failed(let failure)) = action, failure.code == "host_paused" { return waiter }
+            return nil
+        }
+        #expect(pausedAnswers == [w(3, 1)], "\(actions)")
+        let parked = try #require(s.task("http://a.example/w"))
+        #expect(parked.lane == .slow && parked.waiters.isEmpty)
+    }
+
     @Test("a success in between resets the count; permanent failures do not count")
     func resets() {
         var s = breaker()

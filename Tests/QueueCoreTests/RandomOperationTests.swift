@@ -317,7 +317,10 @@ struct Runner {
             case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
                 try process(actions, Allowed(pauseHost: pauseHost))
                 let after = scheduler.task(key)
-                guard let until = after?.state.delayedUntil, after?.waiters == task.waiters, after?.lane == task.lane else {
+                // A pause makes the task background work and answers its waiters host_paused.
+                let expectedWaiters = pauseHost == nil ? task.waiters : []
+                let expectedLane = pauseHost == nil ? task.lane : .slow
+                guard let until = after?.state.delayedUntil, after?.waiters == expectedWaiters, after?.lane == expectedLane else {
                     throw fail("a retryable failure left the task \(String(describing: after))")
                 }
                 let policy = configuration.retry
@@ -404,6 +407,16 @@ struct Runner {
                     throw fail("parked \(key) is not waiting in the slow lane")
                 }
                 coverage.note(.parked)
+
+            case .answer(let waiter, .failed(let failure)) where failure.code == "host_paused":
+                guard let host = allowed.pauseHost, case .pending(let key)? = waiters[waiter],
+                      let task = scheduler.task(key), task.host == host, task.state != .running else {
+                    throw fail("unexpected \(action)")
+                }
+                waiters[waiter] = .answered
+                pending[key]?.remove(waiter)
+                pendingCount -= 1
+                coverage.note(.answeredFailed)
 
             case .answer(let waiter, let answer):
                 guard let expected = allowed.answers else { throw fail("unexpected \(action)") }

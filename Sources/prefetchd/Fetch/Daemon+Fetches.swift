@@ -90,12 +90,7 @@ extension Daemon {
             noStore: result.headers.noStore)
         do {
             try store.put(entry)
-            if store.totalBytes > options.maxCacheBytes {
-                let protected = protectedKeys.union([result.key])
-                let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9, protecting: protected)
-                metrics.evictions += Int64(evicted)
-                Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
-            }
+            try enforceCacheLimit(sparing: result.key)
         } catch {
             store.files.remove(relative)
             let full = error.isDiskFull
@@ -106,5 +101,14 @@ extension Daemon {
         }
         fetchEnded(result.key, result: "ok", bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? "")
         apply(scheduler.finish(result.key, .success, now: moment))
+    }
+
+    /// Keeps the cache under `max_cache_bytes` at write time: LRU down to 90 %, sparing what is waited for or being
+    /// processed, and `key`.
+    func enforceCacheLimit(sparing key: String) throws(DatabaseError) {
+        guard store.totalBytes > options.maxCacheBytes else { return }
+        let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9, protecting: protectedKeys.union([key]))
+        metrics.evictions += Int64(evicted)
+        Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
     }
 }

@@ -204,7 +204,10 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     let address = remote.map { String(cString: $0) } ?? ""
     let lowered = address.lowercased()
-    if lowered.hasPrefix("169.254.") || lowered.hasPrefix("fe80:") || lowered.hasPrefix("::ffff:169.254.") {
+    // fe80::/10 is fe80: to febf:, not only fe80:.
+    let firstGroup = lowered.contains(":") ? lowered.prefix(while: { $0 != ":" }) : ""
+    let ipv6LinkLocal = firstGroup.count == 4 && (0xFE80...0xFEBF).contains(Int(firstGroup, radix: 16) ?? 0)
+    if lowered.hasPrefix("169.254.") || ipv6LinkLocal || lowered.hasPrefix("::ffff:169.254.") {
         transfer.refusedAddress = address
         return 1  // CURL_PREREQFUNC_ABORT
     }

@@ -63,6 +63,7 @@ extension Daemon {
                 let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
                                             width: info.width, height: info.height)
                 try store.putVariant(job.key, spec: job.spec, variant)
+                try enforceCacheLimit(sparing: job.key)
                 Log.info("made \(job.spec) of \(job.key) (\(info.width)x\(info.height), \(bytes) bytes)")
                 outcome = .success(wire(variant, of: original, spec: job.spec))
             case .failure(let failure):

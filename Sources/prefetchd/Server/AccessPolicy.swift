@@ -75,7 +75,7 @@ struct AccessPolicy {
         Log.warning("refused a connection from \(who): \(reason)")
         let reply = Reply<Ignored>(id: nil, error: WireError(.unauthorized, "\(reason); ask the administrator to add "
                                                                  + "you to allowed_users or allowed_groups"))
-        guard var line = try? Array(JSONEncoder().encode(reply)) else { return }
+        guard var line = try? Array(Daemon.encoder.encode(reply)) else { return }
         line.append(0x0A)
         _ = line.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
     }

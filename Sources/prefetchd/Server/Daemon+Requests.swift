@@ -174,7 +174,9 @@ extension Daemon {
             try store.dequeue(url.key)
             return "cancelled"
         case .evict:
-            return try store.remove(url.key) ? "evicted" : "unknown"
+            guard try store.remove(url.key) else { return "unknown" }
+            metrics.evictions += 1
+            return "evicted"
         default:
             preconditionFailure("\(op) is not a per-URL change")
         }

@@ -89,7 +89,7 @@ struct Metrics {
         sample("prefetchd_cache_hits_total", [], "\(cacheHits)")
         family("prefetchd_cache_misses_total", "counter", "Gets that needed a fetch.")
         sample("prefetchd_cache_misses_total", [], "\(cacheMisses)")
-        family("prefetchd_evictions_total", "counter", "Cache entries evicted to stay under the size limit.")
+        family("prefetchd_evictions_total", "counter", "Cache entries evicted, by the size limit or by evict requests.")
         sample("prefetchd_evictions_total", [], "\(evictions)")
         family("prefetchd_queued_total", "counter", "URLs accepted into the durable background queue.")
         sample("prefetchd_queued_total", [], "\(queued)")

@@ -26,7 +26,7 @@ User-Agent, Accept that the request carried.
 Bodies: DIR/<path> when --root is given and the file exists (Content-Type by
 extension), otherwise deterministic bytes derived from the path via sha256
 chaining (a 64 KiB pattern block repeated, so any size is cheap).  Paths ending
-in .jpg/.jpeg get FF D8 FF E0 ... FF D9 and image/jpeg (minimum 6 bytes),
+in .jpg/.jpeg are a real 8x8 JPEG padded with comment segments (image/jpeg, minimum 286 bytes),
 others application/octet-stream.  ``size=N`` (default 2048) sets the size of
 generated bodies.
 
