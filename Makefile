@@ -67,7 +67,7 @@ release: deps
 	$(SWIFT) build $(RELEASE_FLAGS)
 
 ## test: the whole suite plus the project's static checks
-test: test-deps check-core check-systemd
+test: test-deps check-core check-systemd stress-quick
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --no-parallel
 
@@ -181,3 +181,22 @@ bench: bench-deps release
 ## bench-quick: the same rows at smaller sizes and fewer repeats (under 3 minutes); writes bench/results/ only
 bench-quick: bench-deps release
 	python3 bench/bench.py --quick --bin-dir $(BUILD_DIR)/release
+
+# Stress (issue 9, stress/README.md): chaos (kill -9 during a prefetch), a hostile origin, hostile clients (with a
+# libFuzzer target, Fuzz/), a full disk (a tmpfs mounted by the test) and access/egress checks. Needs root for the
+# tmpfs, `ip addr` (a link-local address on lo) and setpriv; every process it starts is stopped by PID.
+STRESS_PACKAGES := iproute2 util-linux python3
+
+.PHONY: stress stress-quick stress-deps
+
+## stress-deps: what the stress suite uses besides the tests' packages
+stress-deps: test-deps
+	$(call apt_install,$(STRESS_PACKAGES))
+
+## stress: every scenario at full scale (fuzzing for minutes); one table and the daemon's peak RSS per group
+stress: stress-deps release
+	python3 stress/stress.py --bin-dir $(BUILD_DIR)/release
+
+## stress-quick: the same scenarios scaled down to seconds (part of `make test`)
+stress-quick: stress-deps release
+	python3 stress/stress.py --quick --bin-dir $(BUILD_DIR)/release

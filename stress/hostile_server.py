@@ -7,6 +7,7 @@ Runs in a thread of the orchestrator. Paths:
     /broken-chunked.jpg   Transfer-Encoding: chunked with a chunk size that is not hex
     /empty.jpg            200 image/jpeg, Content-Length: 0
     /truncated.jpg        the first 60 % of a real JPEG, with a matching Content-Length
+    /truncated-tail.jpg   a real JPEG without its last 3 bytes (the end-of-image marker and a byte of scan data)
     /huge.png             a valid PNG that declares 100,000 x 100,000 pixels
     /image.svg            an SVG served as image/svg+xml
     /garbage-status.jpg   "HTTP/1.1 abc" as the status line
@@ -50,18 +51,35 @@ SVG = (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="6
        b'<rect width="64" height="64" fill="red"/></svg>\n')
 
 
+_bomb = []
+
+
+def bomb():
+    """64 MiB of zeros, gzip-compressed (made once)."""
+    if not _bomb:
+        _bomb.append(gzip.compress(b"\x00" * (64 << 20), 6))
+    return _bomb[0]
+
+
 class HostileServer:
     def __init__(self, host="127.0.0.1"):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, 0))
+        if ":" in host:  # an IPv6 address on lo (link-local ones need the zone)
+            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, 0, 0, socket.if_nametoindex("lo")))
+            self.base_host = f"[{host}%25lo]"
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, 0))
+            self.base_host = host
         self.sock.listen(256)
         self.port = self.sock.getsockname()[1]
-        self.base = f"http://{host}:{self.port}"
+        self.base = f"http://{self.base_host}:{self.port}"
         self.stopping = False
         self.requests = []  # paths seen, in order
         self.connections = 0
-        self.bomb = gzip.compress(b"\x00" * (64 << 20), 9)
+        self.bomb = bomb()
         self.jpeg = big_jpeg()
         self.png = huge_png()
         self.thread = threading.Thread(target=self.serve, daemon=True)
@@ -141,6 +159,9 @@ class HostileServer:
             send(self.head("200 OK", "image/jpeg", 0))
         elif path == "/truncated.jpg":
             body = self.jpeg[: len(self.jpeg) * 6 // 10]
+            send(self.head("200 OK", "image/jpeg", len(body)) + body)
+        elif path == "/truncated-tail.jpg":
+            body = self.jpeg[:-3]  # into the entropy-coded data: every header is whole, the end is missing
             send(self.head("200 OK", "image/jpeg", len(body)) + body)
         elif path == "/huge.png":
             send(self.head("200 OK", "image/png", len(self.png)) + self.png)

@@ -68,12 +68,17 @@ class Table:
         log(("PASS" if ok else "FAIL"), group, "|", scenario, "| expected:", expected, "| observed:", observed)
         return ok
 
+    def skip(self, group, scenario, reason):
+        """A row that cannot run here (e.g. not root): shown as SKIP, not counted as a failure."""
+        self.rows.append((group, scenario, "-", reason, None))
+        log("SKIP", group, "|", scenario, "|", reason)
+
     def peak(self, group, kib):
         self.rss[group] = max(self.rss.get(group, 0), kib)
 
     def render(self):
         headers = ("group", "scenario", "expected", "observed", "pass")
-        rows = [(g, s, e, o, "PASS" if p else "FAIL") for g, s, e, o, p in self.rows]
+        rows = [(g, s, e, o, "SKIP" if p is None else "PASS" if p else "FAIL") for g, s, e, o, p in self.rows]
         widths = [len(h) for h in headers]
         clip = (14, 44, 48, 64, 4)
         rows = [tuple(c if len(c) <= w else c[: w - 1] + "…" for c, w in zip(row, clip)) for row in rows]
@@ -87,7 +92,8 @@ class Table:
         for group, kib in self.rss.items():
             out.append(f"  {group:<16} {kib / 1024:8.1f} MiB")
         passed = sum(1 for r in self.rows if r[4])
-        out.append(f"{passed}/{len(self.rows)} rows pass")
+        skipped = sum(1 for r in self.rows if r[4] is None)
+        out.append(f"{passed}/{len(self.rows) - skipped} rows pass" + (f", {skipped} skipped" if skipped else ""))
         return "\n".join(out)
 
 

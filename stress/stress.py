@@ -61,7 +61,7 @@ def main():
                     shutil.rmtree(directory, ignore_errors=True)
     print(("QUICK SUBSET (make stress-quick)" if args.quick else "FULL RUN (make stress)"))
     print(table.render())
-    sys.exit(0 if all(row[4] for row in table.rows) else 1)
+    sys.exit(0 if all(row[4] is not False for row in table.rows) else 1)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         if let port { key += Array(":\(port)".utf8) }
         key += path
         if let query { key += [UInt8(ascii: "?")] + query }
+        // Percent-encoding can make the key longer than the text; a key must parse again (found by Fuzz/).
+        guard key.count <= Self.maximumLength else { throw .tooLong }
 
         self.scheme = scheme
         self.host = host

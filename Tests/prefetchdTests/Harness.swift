@@ -1,5 +1,6 @@
 import Foundation
 import PrefetchProtocol
+import Synchronization
 import Testing
 
 /// Paths of the built programs and the fixtures.
@@ -21,9 +22,42 @@ final class TemporaryDirectory {
     init() throws {
         path = NSTemporaryDirectory() + "pf-test-" + UUID().uuidString.prefix(8).lowercased()
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        Leftovers.track(directory: path)
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    deinit {
+        try? FileManager.default.removeItem(atPath: path)
+        Leftovers.forget(directory: path)
+    }
+}
+
+/// Children still running and temporary directories still there when the test process exits: a suite's shared
+/// origin lives in a `static let`, which is never deinitialised, so an exit handler stops and removes them.
+enum Leftovers {
+    static let state = Mutex<(pids: Set<Int32>, directories: Set<String>, registered: Bool)>(([], [], false))
+
+    static func track(pid: Int32? = nil, directory: String? = nil) {
+        let register = state.withLock { state -> Bool in
+            if let pid { state.pids.insert(pid) }
+            if let directory { state.directories.insert(directory) }
+            defer { state.registered = true }
+            return !state.registered
+        }
+        if register { atexit { Leftovers.cleanUp() } }
+    }
+
+    static func forget(pid: Int32? = nil, directory: String? = nil) {
+        state.withLock { state in
+            if let pid { state.pids.remove(pid) }
+            if let directory { state.directories.remove(directory) }
+        }
+    }
+
+    static func cleanUp() {
+        let (pids, directories) = state.withLock { ($0.pids, $0.directories) }
+        for pid in pids { kill(pid, SIGKILL) }
+        for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
+    }
 }
 
 /// A process started for a test and stopped (by PID) when the test lets go of it, also on failure.
@@ -41,6 +75,7 @@ final class ChildProcess {
         self.stderrPath = stderrPath
         if let environment { process.environment = environment }
         try process.run()
+        Leftovers.track(pid: process.processIdentifier)
     }
 
     var pid: Int32 { process.processIdentifier }
@@ -54,6 +89,7 @@ final class ChildProcess {
         waitUntil(seconds: 2) { !process.isRunning }
         if process.isRunning { kill(pid, SIGKILL) }
         process.waitUntilExit()
+        Leftovers.forget(pid: pid)
     }
 
     deinit { stop(SIGKILL) }

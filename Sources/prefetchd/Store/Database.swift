@@ -56,6 +56,12 @@ final class Database {
         return prepared
     }
 
+    /// Resets every cached statement, ending the read transactions that statements left after their first row
+    /// keep open; without this the WAL is never checkpointed and grows for ever.
+    func resetStatements() {
+        for statement in statements.values { statement.reset() }
+    }
+
     /// Rows changed by the last statement.
     var changes: Int { Int(sqlite3_changes(handle)) }
 

@@ -81,8 +81,9 @@ final class Store {
         inTransaction = false
     }
 
-    /// Ends the turn's transaction, if one is open.
+    /// Ends the turn's transaction, if one is open, and the reads left open by statements.
     func commit() throws(DatabaseError) {
+        db.resetStatements()
         guard inTransaction else { return }
         do {
             try db.execute("COMMIT")
