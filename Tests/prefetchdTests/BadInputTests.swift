@@ -78,3 +78,22 @@ struct BadInputTests {
         #expect(daemon.ctl("get", "--help").stdout.contains("Example"))
     }
 }
+
+/// Egress control on the address actually connected.
+@Suite(.serialized)
+struct EgressTests {
+    @Test("deny_networks refuses a denied network by address and behind a DNS name; other addresses are fetched")
+    func deniedNetworks() throws {
+        let origin = try Origin()
+        let denied = try DaemonUnderTest(["--deny-networks", "127.0.0.0/8, ::1/128"])
+        for url in [origin.url("/d.jpg"), "http://localhost:\(origin.port)/d.jpg"] {
+            let result = denied.ctl("get", "--json", url)
+            #expect(errorCode(result.stdout) == "address_not_allowed", "\(url): \(result.stdout)")
+        }
+        #expect(try origin.count("/d.jpg") == 0, "no request reached the origin")
+        let elsewhere = try DaemonUnderTest(["--deny-networks", "127.0.0.2/32,10.0.0.0/8"])
+        #expect(elsewhere.ctl("get", origin.url("/d.jpg")).status == 0)
+        let bad = run(Paths.prefetchd, ["--deny-networks", "10.0.0.0/33", "--check-config"])
+        #expect(bad.status != 0 && bad.stderr.contains("10.0.0.0/33"), "\(bad.stderr)")
+    }
+}

@@ -5,8 +5,10 @@ import QueueCore
 enum CurlErrors {
     static func failure(_ code: CURLcode, transfer: Transfer) -> Failure {
         if let reason = transfer.stopReason { return reason }
-        if let address = transfer.refusedAddress {
-            return Failure(code: "address_not_allowed", message: "refused to connect to the link-local address \(address)",
+        if let refused = transfer.refusedAddress {
+            let kind = IPNetwork.linkLocal.contains(refused.network) ? "link-local network" : "denied network"
+            return Failure(code: "address_not_allowed",
+                           message: "refused to connect to \(refused.address): it is in the \(kind) \(refused.network)",
                            isTransient: false)
         }
         let text = String(cString: curl_easy_strerror(code))

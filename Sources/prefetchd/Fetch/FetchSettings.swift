@@ -11,4 +11,6 @@ struct FetchSettings {
     var backgroundRateWhileSuspended: Int64 = 32 * 1024
     /// An upstream proxy URL; without one curl honours `http_proxy`, `https_proxy` and `no_proxy`.
     var proxy: String?
+    /// Networks never connected to, checked on the address actually connected (link-local ones always are).
+    var deniedNetworks: [IPNetwork] = []
 }

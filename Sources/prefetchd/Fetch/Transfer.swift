@@ -29,8 +29,9 @@ final class Transfer {
     private(set) var headers = ResponseHeaders()
     /// Set when the write callback stopped the transfer on purpose.
     private(set) var stopReason: Failure?
-    /// Set when the prerequest callback refused the address curl connected to.
-    fileprivate(set) var refusedAddress: String?
+    /// Set when the prerequest callback refused the address curl connected to: the address and the network.
+    fileprivate(set) var refusedAddress: (address: String, network: IPNetwork)?
+    fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     private var bodyStarted = false
@@ -45,6 +46,7 @@ final class Transfer {
         key = request.key
         lane = request.lane
         maxBytes = settings.maxBytes
+        deniedNetworks = IPNetwork.linkLocal + settings.deniedNetworks
         conditional = request.conditional != nil
         bodyPath = request.bodyPath
         let truncate = request.resumeValidator == nil ? O_TRUNC : 0
@@ -199,17 +201,14 @@ private let transferHeader: pf_data_callback = { data, size, count, userdata in
     return size * count
 }
 
-/// Refuses link-local addresses (cloud metadata endpoints), seen as the address actually connected to.
+/// Refuses link-local addresses (cloud metadata endpoints) and the configured denied networks, judged on the address
+/// curl actually connected to, so neither a redirect nor a DNS name gets around it.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     let address = remote.map { String(cString: $0) } ?? ""
-    let lowered = address.lowercased()
-    // fe80::/10 is fe80: to febf:, not only fe80:.
-    let firstGroup = lowered.contains(":") ? lowered.prefix(while: { $0 != ":" }) : ""
-    let ipv6LinkLocal = firstGroup.count == 4 && (0xFE80...0xFEBF).contains(Int(firstGroup, radix: 16) ?? 0)
-    if lowered.hasPrefix("169.254.") || ipv6LinkLocal || lowered.hasPrefix("::ffff:169.254.") {
-        transfer.refusedAddress = address
-        return 1  // CURL_PREREQFUNC_ABORT
+    guard let network = transfer.deniedNetworks.first(where: { $0.contains(address) }) else {
+        return 0  // CURL_PREREQFUNC_OK
     }
-    return 0  // CURL_PREREQFUNC_OK
+    transfer.refusedAddress = (address, network)
+    return 1  // CURL_PREREQFUNC_ABORT
 }

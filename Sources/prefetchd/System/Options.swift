@@ -142,6 +142,17 @@ struct Options {
                 summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
                 read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : value },
                 show: { $0.fetch.proxy ?? "" }),
+        Setting(key: "deny_networks", placeholder: "LIST",
+                summary: "networks never connected to, in CIDR form, comma-separated (link-local ones always are)",
+                defaultText: "none",
+                read: { options, value throws(BadValue) in
+                    options.fetch.deniedNetworks = try value.split(separator: ",").map { part throws(BadValue) in
+                        let text = String(String(part).trimmingCharacters(in: " "))
+                        guard let network = IPNetwork(text) else { throw BadValue("'\(text)' is not a network like 10.0.0.0/8 or fc00::/7") }
+                        return network
+                    }
+                },
+                show: { $0.fetch.deniedNetworks.map(\.description).joined(separator: ",") }),
         Setting(key: "background_rate", placeholder: "SIZE",
                 summary: "bytes/s a running background fetch is held to while urgent work runs, 0 for no limit",
                 read: { options, value throws(BadValue) in
