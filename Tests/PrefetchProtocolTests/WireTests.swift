@@ -1,0 +1,81 @@
+import FoundationEssentials
+import Testing
+@testable import PrefetchProtocol
+
+@Suite("Line framing")
+struct LineBufferTests {
+    @Test("lines come out whole, in order, without their newline or a trailing CR; partial lines wait")
+    func lines() {
+        var buffer = LineBuffer(limit: 64)
+        buffer.append(Array("one\r\ntw".utf8))
+        #expect(buffer.next() == .line(Array("one".utf8)))
+        #expect(buffer.next() == nil)
+        buffer.append(Array("o\n\nthree\n".utf8))
+        #expect(buffer.next() == .line(Array("two".utf8)))
+        #expect(buffer.next() == .line([]))
+        #expect(buffer.next() == .line(Array("three".utf8)))
+        #expect(buffer.next() == nil)
+        #expect(buffer.pending == 0)
+    }
+
+    @Test("a line of exactly the limit passes; one byte more is too long, with or without its newline")
+    func limit() {
+        var exact = LineBuffer(limit: 8)
+        exact.append(Array("12345678\n".utf8))
+        #expect(exact.next() == .line(Array("12345678".utf8)))
+        var over = LineBuffer(limit: 8)
+        over.append(Array("123456789".utf8))
+        #expect(over.next() == .tooLong)
+        var overWithNewline = LineBuffer(limit: 8)
+        overWithNewline.append(Array("123456789\n".utf8))
+        #expect(overWithNewline.next() == .tooLong)
+    }
+}
+
+@Suite("Wire types")
+struct WireTypeTests {
+    @Test("request ids may be numbers or strings and come back as they were")
+    func requestIDs() throws {
+        let decoder = JSONDecoder()
+        let number = try decoder.decode(Request.self, from: Data(#"{"id":7,"op":"ping"}"#.utf8))
+        let text = try decoder.decode(Request.self, from: Data(#"{"id":"a-1","op":"ping"}"#.utf8))
+        #expect(number.id == .number(7) && text.id == .text("a-1"))
+        #expect(throws: (any Error).self) { try decoder.decode(Request.self, from: Data(#"{"id":{},"op":"ping"}"#.utf8)) }
+    }
+
+    @Test("snake_case fields decode: max_stale, offline, size and the variant options")
+    func requestFields() throws {
+        let line = #"{"id":1,"op":"get","url":"http://a/x.jpg","max_stale":60,"offline":true,"size":"256x256","fit":"cover","upscale":true}"#
+        let request = try JSONDecoder().decode(Request.self, from: Data(line.utf8))
+        #expect(request.maxStale == 60 && request.offline == true && request.size == "256x256")
+        #expect(request.fit == "cover" && request.upscale == true && request.format == nil)
+    }
+
+    @Test("an error reply always carries id, null when the request had none")
+    func nullID() throws {
+        let data = try JSONEncoder().encode(Reply<Ignored>(id: nil, error: WireError(.badRequest, "no")))
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(text.contains(#""id":null"#), "\(text)")
+        #expect(text.contains(#""code":"bad_request""#))
+    }
+
+    @Test("every error code has a distinct wire name")
+    func errorCodes() {
+        let names = ErrorCode.allCases.map(\.rawValue)
+        #expect(Set(names).count == names.count)
+        #expect(names.contains("host_paused") && names.contains("unauthorized") && names.contains("pixel_limit"))
+    }
+}
+
+@Suite("Default paths")
+struct DefaultPathsTests {
+    @Test("socket and cache follow XDG, then the fallbacks; --socket and PREFETCHD_SOCKET win for the client")
+    func paths() {
+        #expect(DefaultPaths.socket(environment: ["XDG_RUNTIME_DIR": "/run/user/7"]) == "/run/user/7/prefetchd/ctl.sock")
+        #expect(DefaultPaths.socket(environment: [:]).hasPrefix("/tmp/prefetchd-"))
+        #expect(DefaultPaths.cacheDirectory(environment: ["XDG_CACHE_HOME": "/c"]) == "/c/prefetchd")
+        #expect(DefaultPaths.cacheDirectory(environment: ["HOME": "/home/u"]) == "/home/u/.cache/prefetchd")
+        #expect(DefaultPaths.clientSocket(flag: "/x.sock", environment: ["PREFETCHD_SOCKET": "/y.sock"]) == "/x.sock")
+        #expect(DefaultPaths.clientSocket(flag: nil, environment: ["PREFETCHD_SOCKET": "/y.sock"]) == "/y.sock")
+    }
+}
