@@ -204,9 +204,8 @@ public struct Scheduler: Sendable {
 
     /// One waiter stops waiting (its deadline passed); the fetch goes on.
     public mutating func withdraw(_ waiter: Waiter) -> [Action] {
-        guard let key = waitersByClient[waiter.client]?.removeValue(forKey: waiter) else { return [] }
+        guard let key = unregister(waiter) else { return [] }
         tasks[key]?.waiters.removeAll { $0 == waiter }
-        counts.waiters -= 1
         return []
     }
 
@@ -324,9 +323,7 @@ public struct Scheduler: Sendable {
             delayedKeys.remove(key)
         }
         for waiter in task.waiters {
-            waitersByClient[waiter.client]?.removeValue(forKey: waiter)
-            if waitersByClient[waiter.client]?.isEmpty == true { waitersByClient.removeValue(forKey: waiter.client) }
-            counts.waiters -= 1
+            unregister(waiter)
             actions.append(.answer(waiter, answer))
         }
         actions.append(.forget(key: key))
@@ -350,9 +347,7 @@ public struct Scheduler: Sendable {
         for key in tasks.keys.sorted() {
             guard var task = tasks[key], task.host == host, task.state != .running else { continue }
             for waiter in task.waiters {
-                waitersByClient[waiter.client]?.removeValue(forKey: waiter)
-                if waitersByClient[waiter.client]?.isEmpty == true { waitersByClient.removeValue(forKey: waiter.client) }
-                counts.waiters -= 1
+                unregister(waiter)
                 actions.append(.answer(waiter, .failed(failure)))
             }
             task.waiters = []
@@ -390,6 +385,15 @@ public struct Scheduler: Sendable {
             break
         }
         return nil
+    }
+
+    /// Forgets a waiter's registration (the caller removes it from its task); returns the key it waited for.
+    @discardableResult
+    private mutating func unregister(_ waiter: Waiter) -> String? {
+        guard let key = waitersByClient[waiter.client]?.removeValue(forKey: waiter) else { return nil }
+        if waitersByClient[waiter.client]?.isEmpty == true { waitersByClient.removeValue(forKey: waiter.client) }
+        counts.waiters -= 1
+        return key
     }
 
     private mutating func leaveRunning(_ task: Task) {

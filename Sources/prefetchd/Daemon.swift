@@ -388,9 +388,7 @@ final class Daemon {
             try fetcher.start(request, throttled: lane == .slow && scheduler.counts.slowSuspended)
             Log.debug("start \(lane) \(key)")
         } catch {
-            let failure = Failure(code: (error as? SystemError)?.errno == ENOSPC ? "disk_full" : "internal",
-                                  message: "cannot start the transfer: \(error)", isTransient: true)
-            apply(scheduler.finish(key, .failure(failure), now: Moment(milliseconds: wallClockMilliseconds())))
+            apply(scheduler.finish(key, .failure(.local("cannot start the transfer", error)), now: Moment(milliseconds: wallClockMilliseconds())))
         }
     }
 
@@ -420,7 +418,7 @@ final class Daemon {
                 if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, id: id) }
                 return reply(connection, id, wire(entry, fromCache: true, stale: true))
             }
-            fail(connection, id, WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
+            fail(connection, id, WireError(failure))
         case .cancelled:
             fail(connection, id, WireError(.cancelled, "the fetch was cancelled"))
         }
@@ -491,7 +489,7 @@ final class Daemon {
         if scheduler.task(url.key) != nil { return ItemResult(url: text, key: url.key, status: "already") }
         if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
             return ItemResult(url: text, key: url.key, status: "skipped",
-                              error: WireError(code: failure.code, message: failure.message, status: failure.httpStatus))
+                              error: WireError(failure))
         }
         if cacheState(try store.entry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: "cached") }
         let inserted = try store.enqueue(key: url.key, url: url.key, now: now)

@@ -56,7 +56,7 @@ struct SystemdTests {
     func socketActivation() throws {
         let daemon = try ServiceDaemon(launcher: { ["/usr/bin/systemd-socket-activate", "-l", $0, "--fdname=ctl"] },
                                        wait: false)
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: daemon.socket) { usleep(10_000) }
+        waitUntil(seconds: 2) { FileManager.default.fileExists(atPath: daemon.socket) }
         let ping = daemon.ctl("ping")
         #expect(ping.status == 0, "the first client: \(ping.stderr) \(daemon.log)")
         try daemon.waitUntilServing()

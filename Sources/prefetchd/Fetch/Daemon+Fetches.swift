@@ -59,8 +59,7 @@ extension Daemon {
                     try files.install(temporary: temporary, as: relative)
                 } catch {
                     unlink(temporary)
-                    return .failure(Failure(code: (error as? SystemError)?.errno == ENOSPC ? "disk_full" : "internal",
-                                            message: "cannot install the file: \(error)", isTransient: true))
+                    return .failure(.local("cannot install the file", error))
                 }
                 return .success(info)
             }, completion: { [unowned self] outcome in
@@ -93,9 +92,7 @@ extension Daemon {
             try enforceCacheLimit(sparing: result.key)
         } catch {
             store.files.remove(relative)
-            let full = error.isDiskFull
-            let failure = Failure(code: full ? "disk_full" : "internal", message: "cannot index the file: \(error)",
-                                  isTransient: true)
+            let failure = Failure.local("cannot index the file", error)
             fetchEnded(result.key, result: "error", failure: failure)
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         }

@@ -82,7 +82,7 @@ extension Daemon {
         guard let connection = connections[client] else { return }
         switch outcome {
         case .success(let entry): reply(connection, id, entry)
-        case .failure(let failure): fail(connection, id, WireError(code: failure.code, message: failure.message))
+        case .failure(let failure): fail(connection, id, WireError(failure))
         }
     }
 

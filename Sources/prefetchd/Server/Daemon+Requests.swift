@@ -52,9 +52,7 @@ extension Daemon {
             guard let text = request.url else { return missing("url", op, connection, request.id) }
             do {
                 let url = try CanonicalURL(text)
-                let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map {
-                    WireError(code: $0.code, message: $0.message, status: $0.httpStatus)
-                }
+                let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
                 var task = scheduler.task(url.key).map(summary)
                 if task == nil, try store.isQueued(url.key) {
                     task = TaskSummary(url: url.key, lane: "slow", state: "backlog", attempts: 0, waiters: 0)

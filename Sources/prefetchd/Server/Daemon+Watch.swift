@@ -77,7 +77,7 @@ extension Daemon {
         event.duration = duration
         if let failure {
             metrics.failed(lane: lane, code: failure.code, seconds: seconds)
-            event.error = WireError(code: failure.code, message: failure.message, status: failure.httpStatus)
+            event.error = WireError(failure)
             Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
         } else {
             metrics.fetched(lane: lane, result: result, bytes: bytes, seconds: seconds)

@@ -62,6 +62,10 @@ struct Metrics {
             let rendered = labels.isEmpty ? "" : "{" + labels.map { "\($0.0)=\"\($0.1)\"" }.joined(separator: ",") + "}"
             text += "\(name)\(rendered) \(value)\n"
         }
+        func single(_ name: String, _ type: String, _ help: String, _ value: String) {
+            family(name, type, help)
+            sample(name, [], value)
+        }
         func histogram(_ name: String, _ help: String, _ series: [(labels: [(String, String)], Histogram)]) {
             family(name, "histogram", help)
             for (labels, histogram) in series {
@@ -83,40 +87,26 @@ struct Metrics {
         }
         family("prefetchd_fetch_errors_total", "counter", "Failed fetches by error code.")
         for (code, count) in errors.sorted(by: { $0.key < $1.key }) { sample("prefetchd_fetch_errors_total", [("code", code)], "\(count)") }
-        family("prefetchd_downloaded_bytes_total", "counter", "Body bytes downloaded into the cache.")
-        sample("prefetchd_downloaded_bytes_total", [], "\(downloadedBytes)")
-        family("prefetchd_cache_hits_total", "counter", "Gets answered from the cache without a fetch.")
-        sample("prefetchd_cache_hits_total", [], "\(cacheHits)")
-        family("prefetchd_cache_misses_total", "counter", "Gets that needed a fetch.")
-        sample("prefetchd_cache_misses_total", [], "\(cacheMisses)")
-        family("prefetchd_evictions_total", "counter", "Cache entries evicted, by the size limit or by evict requests.")
-        sample("prefetchd_evictions_total", [], "\(evictions)")
-        family("prefetchd_queued_total", "counter", "URLs accepted into the durable background queue.")
-        sample("prefetchd_queued_total", [], "\(queued)")
+        single("prefetchd_downloaded_bytes_total", "counter", "Body bytes downloaded into the cache.", "\(downloadedBytes)")
+        single("prefetchd_cache_hits_total", "counter", "Gets answered from the cache without a fetch.", "\(cacheHits)")
+        single("prefetchd_cache_misses_total", "counter", "Gets that needed a fetch.", "\(cacheMisses)")
+        single("prefetchd_evictions_total", "counter", "Cache entries evicted, by the size limit or by evict requests.", "\(evictions)")
+        single("prefetchd_queued_total", "counter", "URLs accepted into the durable background queue.", "\(queued)")
 
-        family("prefetchd_variant_decodes_total", "counter", "Variants decoded and resized (once per variant).")
-        sample("prefetchd_variant_decodes_total", [], "\(variantDecodes)")
-        family("prefetchd_variant_hits_total", "counter", "Variant requests answered with a variant made before.")
-        sample("prefetchd_variant_hits_total", [], "\(variantHits)")
+        single("prefetchd_variant_decodes_total", "counter", "Variants decoded and resized (once per variant).", "\(variantDecodes)")
+        single("prefetchd_variant_hits_total", "counter", "Variant requests answered with a variant made before.", "\(variantHits)")
 
         family("prefetchd_lane_waiting", "gauge", "Tasks waiting in each lane (in memory).")
         for lane in lanes { sample("prefetchd_lane_waiting", [("lane", lane)], "\(gauges.waiting[lane, default: 0])") }
         family("prefetchd_lane_running", "gauge", "Running transfers in each lane.")
         for lane in lanes { sample("prefetchd_lane_running", [("lane", lane)], "\(gauges.running[lane, default: 0])") }
-        family("prefetchd_backlog", "gauge", "Queued URLs held only in the durable backlog.")
-        sample("prefetchd_backlog", [], "\(gauges.backlog)")
-        family("prefetchd_slow_lane_suspended", "gauge", "1 while urgent work holds the slow lane.")
-        sample("prefetchd_slow_lane_suspended", [], gauges.slowSuspended ? "1" : "0")
-        family("prefetchd_cache_bytes", "gauge", "Bytes of cached files.")
-        sample("prefetchd_cache_bytes", [], "\(gauges.cacheBytes)")
-        family("prefetchd_cache_entries", "gauge", "Cached entries.")
-        sample("prefetchd_cache_entries", [], "\(gauges.cacheEntries)")
-        family("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.")
-        sample("prefetchd_cache_limit_bytes", [], "\(gauges.cacheLimit)")
-        family("prefetchd_connections", "gauge", "Open client connections.")
-        sample("prefetchd_connections", [], "\(gauges.connections)")
-        family("prefetchd_paused_hosts", "gauge", "Hosts paused by the circuit breaker.")
-        sample("prefetchd_paused_hosts", [], "\(gauges.pausedHosts)")
+        single("prefetchd_backlog", "gauge", "Queued URLs held only in the durable backlog.", "\(gauges.backlog)")
+        single("prefetchd_slow_lane_suspended", "gauge", "1 while urgent work holds the slow lane.", gauges.slowSuspended ? "1" : "0")
+        single("prefetchd_cache_bytes", "gauge", "Bytes of cached files.", "\(gauges.cacheBytes)")
+        single("prefetchd_cache_entries", "gauge", "Cached entries.", "\(gauges.cacheEntries)")
+        single("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.", "\(gauges.cacheLimit)")
+        single("prefetchd_connections", "gauge", "Open client connections.", "\(gauges.connections)")
+        single("prefetchd_paused_hosts", "gauge", "Hosts paused by the circuit breaker.", "\(gauges.pausedHosts)")
 
         histogram("prefetchd_fetch_duration_seconds", "Time from a transfer's start to its end, by lane.",
                   lanes.map { ([("lane", $0)], fetchDuration[$0] ?? Histogram()) })
