@@ -84,6 +84,8 @@ public struct TaskInfo: Equatable, Sendable {
     /// Attempts started so far.
     public var attempts: Int
     public var revalidate: Bool
+    /// Created for a view and not adopted by an ordinary request.
+    public var tentative: Bool
 }
 
 /// Task counts per lane and state, kept up to date by the scheduler.

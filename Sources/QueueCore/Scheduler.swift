@@ -1,8 +1,12 @@
-/// The pure two-lane scheduler: dedup, promote, demote, cancel, retries and the negative cache.
+/// The pure two-lane scheduler: dedup, promote, demote, cancel, retries, the negative cache and per-host limits.
 ///
 /// Events go in as method calls with the current time; what the owner must do comes back as `Action`s.
 /// Rules: the fast lane runs up to `fastWidth` tasks; the slow lane admits nothing while the fast lane has
 /// tasks waiting or running, and runs up to `slowWidth` otherwise; one task per key; every waiter gets one answer.
+///
+/// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
+/// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`).
+/// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
         public var fastWidth: Int
@@ -14,15 +18,29 @@ public struct Scheduler: Sendable {
         public var hostFailureThreshold: Int?
         /// How long a paused host gets no new work (ms).
         public var hostPause: Int64
+        /// At most this many starts per second per host, with bursts (a token bucket per host), when set.
+        public var hostStartRate: StartRate?
 
         public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy(),
-                    hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000) {
+                    hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000, hostStartRate: StartRate? = nil) {
             self.fastWidth = max(1, fastWidth)
             self.slowWidth = max(1, slowWidth)
             self.perHostLimit = perHostLimit.map { max(1, $0) }
             self.retry = retry
             self.hostFailureThreshold = hostFailureThreshold.map { max(1, $0) }
             self.hostPause = max(0, hostPause)
+            self.hostStartRate = hostStartRate
+        }
+    }
+
+    /// A token bucket's settings: `perSecond` tokens flow in, up to `burst`; every start takes one.
+    public struct StartRate: Equatable, Sendable {
+        public var perSecond: Double
+        public var burst: Int
+
+        public init(perSecond: Double, burst: Int) {
+            self.perSecond = perSecond > 0 ? perSecond : 1
+            self.burst = max(1, burst)
         }
     }
 
@@ -36,6 +54,8 @@ public struct Scheduler: Sendable {
         var revalidate: Bool
         /// Stopped by a demote with its bytes kept: its next start resumes the same attempt.
         var parked = false
+        /// Created for a view and not adopted by a `get` or `queue`: dropped when no view holds it any more.
+        var tentative = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
     }
@@ -53,6 +73,12 @@ public struct Scheduler: Sendable {
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
     private var reportedSuspended = false
+    /// How many view rows hold each key.
+    private var holds: [String: Int] = [:]
+    /// Per host: tokens left and when they were counted (only with `hostStartRate`).
+    private var buckets: [String: (tokens: Double, at: Moment)] = [:]
+    /// When a host that has waiting work gets its next token, if admission waits for one.
+    private var nextToken: Moment?
     private var random: SplitMix64
 
     public init(configuration: Configuration = Configuration(), seed: UInt64) {
@@ -65,7 +91,7 @@ public struct Scheduler: Sendable {
     public func task(_ key: String) -> TaskInfo? {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
-                     attempts: $0.attempts, revalidate: $0.revalidate)
+                     attempts: $0.attempts, revalidate: $0.revalidate, tentative: $0.tentative)
         }
     }
 
@@ -89,13 +115,18 @@ public struct Scheduler: Sendable {
             if case .delayed(let until) = self.tasks[key]?.state { return until }
             return nil
         }
-        return [retries.min(), pausedHosts.values.min()].compactMap { $0 }.min()
+        return [retries.min(), pausedHosts.values.min(), nextToken].compactMap { $0 }.min()
     }
+
+    /// How many view rows hold `key`.
+    public func holdCount(_ key: String) -> Int { holds[key, default: 0] }
 
     // MARK: Events
 
     /// An urgent request: answer from the cache, attach to (and promote) the existing task, or start a fast one.
-    public mutating func get(_ url: CanonicalURL, waiter: Waiter, cache: CacheState, now: Moment) -> [Action] {
+    /// A `tentative` request (a view's visible row) creates a tentative task; an ordinary one adopts the task.
+    public mutating func get(_ url: CanonicalURL, waiter: Waiter, cache: CacheState, now: Moment,
+                             tentative: Bool = false) -> [Action] {
         precondition(waitersByClient[waiter.client]?[waiter] == nil, "waiter \(waiter) registered twice")
         let key = url.key
         if cache == .fresh, tasks[key] == nil { return [.answer(waiter, .ready)] }
@@ -105,8 +136,10 @@ public struct Scheduler: Sendable {
         }
         var actions: [Action] = []
         if tasks[key] == nil {
-            insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale))
+            insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale,
+                        tentative: tentative), atFront: false)
         } else {
+            if !tentative { tasks[key]!.tentative = false }
             promote(key, into: &actions)
         }
         tasks[key]!.waiters.append(waiter)
@@ -116,13 +149,25 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// A background request: a new slow task unless the key is cached, known, or failed recently.
-    public mutating func queue(_ url: CanonicalURL, cache: CacheState, now: Moment) -> (QueueOutcome, [Action]) {
+    /// A background request: a new slow task unless the key is cached, known, or failed recently. `atFront` puts
+    /// the task first in the slow lane (also when it waits there already); a `tentative` request (a view's look-ahead)
+    /// creates a tentative task, an ordinary one adopts an existing task.
+    public mutating func queue(_ url: CanonicalURL, cache: CacheState, now: Moment, tentative: Bool = false,
+                               atFront: Bool = false) -> (QueueOutcome, [Action]) {
         let key = url.key
-        if tasks[key] != nil { return (.already, []) }
+        if var task = tasks[key] {
+            if !tentative { task.tentative = false }
+            if atFront, task.lane == .slow, task.state == .waiting {
+                task.ticket = takeTicket()
+                slowQueue.pushFront(.init(key: key, ticket: task.ticket))
+            }
+            tasks[key] = task
+            return (.already, [])
+        }
         if cache == .fresh { return (.cached, []) }
         if let failure = rememberedFailure(key, now: now) { return (.skipped(failure), []) }
-        insert(Task(key: key, host: url.authority, lane: .slow, state: .waiting, revalidate: cache == .stale))
+        insert(Task(key: key, host: url.authority, lane: .slow, state: .waiting, revalidate: cache == .stale,
+                    tentative: tentative), atFront: atFront)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return (.queued, actions)
@@ -202,11 +247,35 @@ public struct Scheduler: Sendable {
         return []
     }
 
-    /// One waiter stops waiting (its deadline passed); the fetch goes on.
-    public mutating func withdraw(_ waiter: Waiter) -> [Action] {
+    /// One waiter stops waiting (a view's row scrolled out of sight); the fetch goes on, as background work when
+    /// nobody else waits for it.
+    public mutating func release(_ waiter: Waiter, now: Moment) -> [Action] {
         guard let key = unregister(waiter) else { return [] }
         tasks[key]?.waiters.removeAll { $0 == waiter }
-        return []
+        guard tasks[key]?.waiters.isEmpty == true else { return [] }
+        return demote(key, now: now)
+    }
+
+    /// A view row holds `key`: a tentative task for it is not dropped while any row holds it.
+    public mutating func hold(_ key: String) {
+        holds[key, default: 0] += 1
+    }
+
+    /// A view row lets go of `key`. With `dropping`, when no row holds it any more, a tentative task for it that
+    /// nobody waits for and that has not started (or was not parked with bytes) goes: its `forget` is returned.
+    public mutating func unhold(_ key: String, dropping: Bool, now: Moment) -> [Action] {
+        guard let count = holds[key] else { return [] }
+        if count > 1 {
+            holds[key] = count - 1
+            return []
+        }
+        holds.removeValue(forKey: key)
+        guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running,
+              !task.parked else { return [] }
+        var actions: [Action] = []
+        remove(key, answering: .cancelled, into: &actions)
+        admit(now: now, into: &actions)
+        return actions
     }
 
     /// A running fetch ended. Success answers every waiter; a transient failure is retried after a backoff until
@@ -254,6 +323,9 @@ public struct Scheduler: Sendable {
         }
         negative = negative.filter { $0.value.until > now }
         pausedHosts = pausedHosts.filter { $0.value > now }
+        if let rate = configuration.hostStartRate {
+            buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
+        }
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -274,9 +346,9 @@ public struct Scheduler: Sendable {
         return nextTicket
     }
 
-    private mutating func insert(_ task: Task) {
+    private mutating func insert(_ task: Task, atFront: Bool) {
         tasks[task.key] = task
-        enqueue(task.key, lane: task.lane, atFront: false)
+        enqueue(task.key, lane: task.lane, atFront: atFront)
     }
 
     private mutating func enqueue(_ key: String, lane: Lane, atFront: Bool) {
@@ -403,13 +475,15 @@ public struct Scheduler: Sendable {
     }
 
     /// Starts what the widths allow: fast first; slow only when the fast lane is empty.
+    /// Tokens are spent in that order, so urgent work gets them before background work.
     private mutating func admit(now: Moment, into actions: inout [Action]) {
+        nextToken = nil
         while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
-            start(key, into: &actions)
+            start(key, now: now, into: &actions)
         }
         while !counts.slowSuspended, counts.slowRunning < configuration.slowWidth,
               let key = popStartable(lane: .slow, now: now) {
-            start(key, into: &actions)
+            start(key, now: now, into: &actions)
         }
         if counts.slowSuspended != reportedSuspended {
             reportedSuspended = counts.slowSuspended
@@ -429,19 +503,34 @@ public struct Scheduler: Sendable {
         let limit = configuration.perHostLimit
         let running = runningPerHost
         let paused = pausedHosts
+        let rate = configuration.hostStartRate
+        let buckets = self.buckets
+        var nextToken = self.nextToken
         let accept = { (entry: LaneQueue.Entry) in
             let host = tasks[entry.key]!.host
             if let until = paused[host], until > now { return false }
-            guard let limit else { return true }
-            return running[host, default: 0] < limit
+            if let limit, running[host, default: 0] >= limit { return false }
+            guard let rate, let bucket = buckets[host] else { return true }
+            let tokens = Self.tokens(bucket, rate: rate, now: now)
+            if tokens >= 1 { return true }
+            let wait = now + Int64(((1 - tokens) * 1000 / rate.perSecond).rounded(.up))
+            nextToken = min(nextToken ?? wait, wait)
+            return false
         }
         let entry = lane == .fast
             ? fastQueue.popFirst(isLive: isLive, accept: accept)
             : slowQueue.popFirst(isLive: isLive, accept: accept)
+        self.nextToken = nextToken
         return entry?.key
     }
 
-    private mutating func start(_ key: String, into actions: inout [Action]) {
+    /// The tokens in `bucket` at `now`: what was left plus what flowed in since, at most a burst.
+    private static func tokens(_ bucket: (tokens: Double, at: Moment), rate: StartRate, now: Moment) -> Double {
+        let elapsed = Double(max(0, now.milliseconds - bucket.at.milliseconds))
+        return min(Double(rate.burst), bucket.tokens + elapsed * rate.perSecond / 1000)
+    }
+
+    private mutating func start(_ key: String, now: Moment, into actions: inout [Action]) {
         var task = tasks[key]!
         task.state = .running
         if task.parked { task.parked = false } else { task.attempts += 1 }
@@ -454,6 +543,10 @@ public struct Scheduler: Sendable {
             counts.slowRunning += 1
         }
         runningPerHost[task.host, default: 0] += 1
+        if let rate = configuration.hostStartRate {
+            let tokens = buckets[task.host].map { Self.tokens($0, rate: rate, now: now) } ?? Double(rate.burst)
+            buckets[task.host] = (tokens - 1, now)
+        }
         actions.append(.start(key: key, lane: task.lane, revalidate: task.revalidate))
     }
 }

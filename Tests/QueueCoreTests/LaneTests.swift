@@ -188,18 +188,18 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
     }
 
-    @Test("withdraw removes one waiter without an answer; the others and the fetch go on")
-    func withdraw() {
+    @Test("release removes one waiter without an answer; the others and the fetch go on")
+    func release() {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(0))
-        #expect(s.withdraw(w(1, 1)) == [])
-        #expect(s.withdraw(w(1, 1)) == [])     // twice: nothing more
-        #expect(s.withdraw(w(7, 7)) == [])     // unknown
-        #expect(s.waiters(U.a) == [w(1, 2)] && s.counts.waiters == 1)
+        #expect(s.release(w(1, 1), now: t(0)) == [])
+        #expect(s.release(w(1, 1), now: t(0)) == [])     // twice: nothing more
+        #expect(s.release(w(7, 7), now: t(0)) == [])     // unknown
+        #expect(s.waiters(U.a) == [w(1, 2)] && s.counts.waiters == 1 && s.lane(U.a) == .fast)
         #expect(s.finish(U.a.key, .success, now: t(1))
                 == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
-        // The client's other waiters are unaffected by the earlier withdraw.
+        // The client's other waiters are unaffected by the earlier release.
         _ = s.get(U.b, waiter: w(1, 3), cache: .missing, now: t(2))
         #expect(s.disconnect(client: 1) == [])
         #expect(s.counts.waiters == 0 && s.counts == s.recomputedCounts)

@@ -53,12 +53,18 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
 /// One step of a random sequence.
 enum Op: Equatable, Sendable, CustomStringConvertible {
     case get(spelling: Int, waiter: Waiter, cache: CacheState)
+    /// A view's visible row: a tentative `get`.
+    case viewGet(spelling: Int, waiter: Waiter, cache: CacheState)
     case queue(spelling: Int, cache: CacheState)
+    /// A view's look-ahead row: a tentative `queue` at the front of the slow lane.
+    case prefetch(spelling: Int, cache: CacheState)
     case demote(key: Int)
     case promote(key: Int)
     case cancel(key: Int)
     case disconnect(client: UInt64)
-    case withdraw(Waiter)
+    case release(Waiter)
+    case hold(key: Int)
+    case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
     case advance(by: Int64)
 
@@ -70,12 +76,17 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         }
         switch self {
         case .get(let spelling, let waiter, let cache): return "get \(s(spelling)) as \(waiter), cache \(cache)"
+        case .viewGet(let spelling, let waiter, let cache):
+            return "tentative get \(s(spelling)) as \(waiter), cache \(cache)"
         case .queue(let spelling, let cache): return "queue \(s(spelling)), cache \(cache)"
+        case .prefetch(let spelling, let cache): return "tentative queue at front \(s(spelling)), cache \(cache)"
+        case .hold(let key): return "hold \(k(key))"
+        case .unhold(let key, let dropping): return "unhold \(k(key))\(dropping ? ", dropping" : "")"
         case .demote(let key): return "demote \(k(key))"
         case .promote(let key): return "promote \(k(key))"
         case .cancel(let key): return "cancel \(k(key))"
         case .disconnect(let client): return "disconnect client \(client)"
-        case .withdraw(let waiter): return "withdraw \(waiter)"
+        case .release(let waiter): return "release \(waiter)"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .advance(let by): return "advance time by \(by)ms"
         }
@@ -98,8 +109,12 @@ enum Situation: String, CaseIterable {
     case retryScheduled = "retry scheduled", retryStarted = "retry started", attemptsExhausted = "attempts exhausted"
     case answeredFromNegativeCache = "answered from the negative cache", queueSkipped = "queue skipped"
     case answeredReady = "answered ready", answeredFailed = "answered failed", answeredCancelled = "answered cancelled"
-    case waiterLeft = "waiter left (disconnect or withdraw)"
+    case waiterLeft = "waiter left (disconnect or release)"
     case hostPaused = "host paused by the circuit breaker"
+    case releasedAndDemoted = "the last waiter released, the task demoted"
+    case dropped = "a tentative task dropped when no longer held"
+    case adopted = "a tentative task adopted by an ordinary request"
+    case tokenLimited = "waiting for a start token"
 }
 
 struct Coverage {
@@ -144,6 +159,12 @@ struct Runner {
     var hostFailures: [String: Int] = [:]
     var pausedHosts: [String: Moment] = [:]
     var reportedSuspended = false
+    /// Keys whose task is tentative, held counts, and tasks parked with their bytes.
+    var tentative: Set<String> = []
+    var holds: [String: Int] = [:]
+    var parked: Set<String> = []
+    /// Per host: start tokens left and when they were counted.
+    var buckets: [String: (tokens: Double, at: Moment)] = [:]
     var step = 0
     var currentOp: Op?
     /// Counted by hand (cheaper than summing `pending` every step).
@@ -175,10 +196,11 @@ struct Runner {
         currentOp = op
         defer { step += 1 }
         switch op {
-        case .get(let spelling, let waiter, let cache):
+        case .get(let spelling, let waiter, let cache), .viewGet(let spelling, let waiter, let cache):
             let u = RandomWorld.spellings[spelling], key = u.key
             let existed = scheduler.task(key) != nil
-            let actions = scheduler.get(u, waiter: waiter, cache: cache, now: now)
+            let isTentative = if case .viewGet = op { true } else { false }
+            let actions = scheduler.get(u, waiter: waiter, cache: cache, now: now, tentative: isTentative)
             if !existed, cache == .fresh {
                 guard actions == [.answer(waiter, .ready)] else { throw fail("fresh get answered \(actions)") }
                 waiters[waiter] = .answered
@@ -199,16 +221,23 @@ struct Runner {
                 pending[key, default: []].insert(waiter)
                 pendingCount += 1
                 let changeLane = running[key]?.lane == .slow ? (key, Lane.fast) : nil
+                if !existed, isTentative { tentative.insert(key) }
+                if !isTentative, tentative.remove(key) != nil { coverage.note(.adopted) }
                 try process(actions, Allowed(changeLane: changeLane))
                 let task = scheduler.task(key)
                 guard task?.lane == .fast else { throw fail("after get the task is \(String(describing: task))") }
                 guard existed || task?.revalidate == (cache == .stale) else { throw fail("new task, wrong revalidate flag") }
             }
 
-        case .queue(let spelling, let cache):
+        case .queue(let spelling, let cache), .prefetch(let spelling, let cache):
             let u = RandomWorld.spellings[spelling], key = u.key
-            let before = scheduler.task(key)
-            let (outcome, actions) = scheduler.queue(u, cache: cache, now: now)
+            var before = scheduler.task(key)
+            let isTentative = if case .prefetch = op { true } else { false }
+            let (outcome, actions) = scheduler.queue(u, cache: cache, now: now, tentative: isTentative, atFront: isTentative)
+            if before != nil, !isTentative, tentative.remove(key) != nil {
+                before?.tentative = false
+                coverage.note(.adopted)
+            }
             let expected: QueueOutcome
             if before != nil {
                 expected = .already
@@ -222,6 +251,7 @@ struct Runner {
             guard outcome == expected else { throw fail("queue gave \(outcome), expected \(expected)") }
             if case .skipped = outcome { coverage.note(.queueSkipped) }
             if expected == .queued {
+                if isTentative { tentative.insert(key) }
                 try process(actions, Allowed())
                 let task = scheduler.task(key)
                 guard task?.lane == .slow && task?.revalidate == (cache == .stale) && task?.waiters == [] else {
@@ -280,10 +310,50 @@ struct Runner {
                 if case .pending(let key) = state { leave(waiter, key: key) }
             }
 
-        case .withdraw(let waiter):
-            let actions = scheduler.withdraw(waiter)
-            guard actions == [] else { throw fail("withdraw gave \(actions)") }
-            if case .pending(let key)? = waiters[waiter] { leave(waiter, key: key) }
+        case .release(let waiter):
+            guard case .pending(let key)? = waiters[waiter], let before = scheduler.task(key) else {
+                let actions = scheduler.release(waiter, now: now)
+                guard actions == [] else { throw fail("release of a waiter that does not wait gave \(actions)") }
+                return try checkInvariants()
+            }
+            let actions = scheduler.release(waiter, now: now)
+            leave(waiter, key: key)
+            let demotes = before.waiters == [waiter] && before.lane == .fast
+            let runningFast = demotes && running[key]?.lane == .fast
+            let slowFull = running.values.count { $0.lane == .slow } >= configuration.slowWidth
+            try process(actions, Allowed(changeLane: runningFast && !slowFull ? (key, Lane.slow) : nil,
+                                         park: runningFast && slowFull ? key : nil))
+            let after = scheduler.task(key)
+            guard after?.waiters == before.waiters.filter({ $0 != waiter }),
+                  after?.lane == (demotes ? .slow : before.lane), demotes || actions == [] else {
+                throw fail("release left \(String(describing: after)) (before \(before)), actions \(actions)")
+            }
+            if demotes { coverage.note(.releasedAndDemoted) }
+
+        case .hold(let index):
+            let key = RandomWorld.keys[index].key
+            scheduler.hold(key)
+            holds[key, default: 0] += 1
+
+        case .unhold(let index, let dropping):
+            let key = RandomWorld.keys[index].key
+            let count = holds[key, default: 0]
+            let task = scheduler.task(key)
+            let drops = dropping && count == 1 && tentative.contains(key) && pending[key, default: []].isEmpty
+                && running[key] == nil && !parked.contains(key)
+            let actions = scheduler.unhold(key, dropping: dropping, now: now)
+            holds[key] = count > 1 ? count - 1 : nil
+            if drops {
+                try process(actions, Allowed(forget: key))
+                guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else {
+                    throw fail("unhold did not drop the tentative task: \(actions)")
+                }
+                coverage.note(.dropped)
+            } else {
+                guard actions == [], scheduler.task(key) == task else {
+                    throw fail("unhold changed \(String(describing: task)) to \(String(describing: scheduler.task(key))): \(actions)")
+                }
+            }
 
         case .finish(let index, let kind):
             let key = RandomWorld.keys[index].key
@@ -354,7 +424,7 @@ struct Runner {
         try checkInvariants()
     }
 
-    /// A waiter disconnects or withdraws: it must never be answered now.
+    /// A waiter disconnects or is released: it must never be answered now.
     mutating func leave(_ waiter: Waiter, key: String) {
         waiters[waiter] = .gone
         pending[key]?.remove(waiter)
@@ -383,6 +453,12 @@ struct Runner {
                     let onHost = running.values.count { $0.host == task.host }
                     guard onHost < limit else { throw fail("start of \(key) with \(onHost) on \(task.host) (limit \(limit))") }
                 }
+                if configuration.hostStartRate != nil {
+                    let tokens = self.tokens(task.host)
+                    guard tokens >= 1 else { throw fail("start of \(key) with \(tokens) tokens left on \(task.host)") }
+                    buckets[task.host] = (tokens - 1, now)
+                }
+                parked.remove(key)
                 running[key] = Running(lane: lane, host: task.host, inPlace: false)
                 if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
                 if task.attempts > 1 { coverage.note(.retryStarted) }
@@ -403,6 +479,7 @@ struct Runner {
             case .park(let key):
                 guard allowed.park == key else { throw fail("unexpected \(action)") }
                 guard running.removeValue(forKey: key) != nil else { throw fail("park of \(key), which is not running") }
+                parked.insert(key)
                 guard scheduler.task(key)?.state == .waiting, scheduler.task(key)?.lane == .slow else {
                     throw fail("parked \(key) is not waiting in the slow lane")
                 }
@@ -447,6 +524,8 @@ struct Runner {
                 guard allowed.forget == key else { throw fail("unexpected \(action)") }
                 guard pending[key]?.isEmpty ?? true else { throw fail("\(action) with waiters unanswered: \(pending[key]!)") }
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
+                tentative.remove(key)
+                parked.remove(key)
 
             case .remember(let key, let failure, let until):
                 guard let remember = allowed.remember, remember.key == key, remember.failure == failure,
@@ -490,6 +569,12 @@ struct Runner {
                 earliest = min(earliest ?? until, until)
             }
             recomputed.waiters += task.waiters.count
+            guard task.tentative == tentative.contains(task.key) else {
+                throw fail("\(task.key) is \(task.tentative ? "" : "not ")tentative, the model says otherwise")
+            }
+            guard scheduler.holdCount(task.key) == holds[task.key, default: 0] else {
+                throw fail("\(task.key) is held \(scheduler.holdCount(task.key)) times, the model says \(holds[task.key, default: 0])")
+            }
             // Same waiters as the model: same count, all known, none twice. (Plain loops: this runs every step.)
             let expected = pending[task.key]
             guard task.waiters.count == expected?.count ?? 0 else {
@@ -509,9 +594,12 @@ struct Runner {
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         guard reportedSuspended == counts.slowSuspended else { throw fail("last report \(reportedSuspended), counts \(counts)") }
-        // nextDeadline is the earliest retry or end of a host pause.
+        // nextDeadline is the earliest retry or end of a host pause (or, with start rates, a token that comes sooner).
         let expectedDeadline = [earliest, pausedHosts.values.min()].compactMap { $0 }.min()
-        guard scheduler.nextDeadline == expectedDeadline else {
+        let deadlineMatches = configuration.hostStartRate == nil
+            ? scheduler.nextDeadline == expectedDeadline
+            : expectedDeadline.map { expected in scheduler.nextDeadline.map { $0 <= expected } ?? false } ?? true
+        guard deadlineMatches else {
             throw fail("nextDeadline \(String(describing: scheduler.nextDeadline)), earliest retry \(String(describing: earliest)), "
                        + "pauses \(pausedHosts)")
         }
@@ -555,6 +643,18 @@ struct Runner {
             }
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }
+            let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
+                : !counts.slowSuspended && counts.slowRunning < configuration.slowWidth
+            if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
+                // Waiting for a token is a reason only while a wake-up for it is due (give or take the rounding to
+                // whole milliseconds, done when the scheduler last looked).
+                let due = now + Int64(((1 - tokens(task.host)) * 1000 / rate.perSecond).rounded(.up))
+                guard let deadline = scheduler.nextDeadline, deadline <= due + 1 else {
+                    throw fail("\(task.key) waits for a token due at \(due) but nextDeadline is \(String(describing: scheduler.nextDeadline))")
+                }
+                hostFull = true
+                coverage.note(.tokenLimited)
+            }
             switch task.lane {
             case .fast:
                 guard hostFull || counts.fastRunning >= configuration.fastWidth else {
@@ -566,6 +666,14 @@ struct Runner {
                 }
             }
         }
+    }
+
+    /// The model's start tokens for `host` now.
+    func tokens(_ host: String) -> Double {
+        guard let rate = configuration.hostStartRate else { return .infinity }
+        guard let bucket = buckets[host] else { return Double(rate.burst) }
+        let elapsed = Double(max(0, now.milliseconds - bucket.at.milliseconds))
+        return min(Double(rate.burst), bucket.tokens + elapsed * rate.perSecond / 1000)
     }
 
     /// Lets time pass and finishes everything with success until no task is left; then every waiter that did not
@@ -612,7 +720,8 @@ struct Scenario {
         let configuration = Scheduler.Configuration(
             fastWidth: roll(1...4), slowWidth: roll(1...2),
             perHostLimit: coin() ? roll(1...2) : nil, retry: retry,
-            hostFailureThreshold: coin() ? roll(1...3) : nil, hostPause: Int64(roll(100...2_000)))
+            hostFailureThreshold: coin() ? roll(1...3) : nil, hostPause: Int64(roll(100...2_000)),
+            hostStartRate: coin() ? .init(perSecond: Double(roll(1...20)), burst: roll(1...3)) : nil)
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []
@@ -641,18 +750,30 @@ struct Scenario {
                 let key = below(RandomWorld.keys.count)
                 let spelling = below(RandomWorld.spellings.count)
                 switch below(100) {
-                case 0..<22:
+                case 0..<18:
                     let waiter = Waiter(client: UInt64(roll(RandomWorld.clients)), request: nextRequest)
                     nextRequest += 1
                     issued.append(waiter)
-                    op = .get(spelling: spelling, waiter: waiter, cache: cache())
-                case 22..<34: op = .queue(spelling: spelling, cache: cache())
+                    op = below(3) == 0 ? .viewGet(spelling: spelling, waiter: waiter, cache: cache())
+                        : .get(spelling: spelling, waiter: waiter, cache: cache())
+                case 18..<26:
+                    op = coin() ? .prefetch(spelling: spelling, cache: cache()) : .queue(spelling: spelling, cache: cache())
+                case 26..<29:
+                    // Mostly tentative tasks nobody holds yet: the ones an unhold may drop.
+                    let unheld = runner.tentative.filter { runner.holds[$0] == nil && runner.running[$0] == nil }
+                        .sorted().compactMap { RandomWorld.keyIndex[$0] }
+                    op = .hold(key: below(4) != 0 ? element(unheld) ?? key : pick(lane: nil) ?? key)
+                case 29..<34:
+                    let held = runner.holds.keys.sorted()
+                    let tentative = held.filter { runner.tentative.contains($0) && runner.running[$0] == nil }
+                    let choice = coin() ? element(tentative) ?? element(held) : element(held)
+                    op = .unhold(key: choice.flatMap { RandomWorld.keyIndex[$0] } ?? key, dropping: below(4) != 0)
                 case 34..<40: op = .demote(key: pick(lane: .fast) ?? key)
                 case 40..<44: op = .promote(key: pick(lane: .slow) ?? key)
                 case 44..<48: op = .cancel(key: pick(lane: nil) ?? key)
                 case 48..<51: op = .disconnect(client: UInt64(roll(RandomWorld.clients)))
                 case 51..<55:
-                    op = .withdraw(element(issued) ?? Waiter(client: 1, request: 999))
+                    op = .release(element(issued) ?? Waiter(client: 1, request: 999))
                 case 55..<85 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
@@ -751,14 +872,14 @@ struct RandomOperationTests {
     @Test("the random sequences reach every interesting situation")
     func coverage() {
         var total = Coverage()
-        for i in 0..<300 {
+        for i in 0..<600 {
             let (_, violation, coverage) = Scenario.generate(seed: 0xC0DE &+ UInt64(i))
             #expect(violation == nil)
             total.add(coverage)
         }
         for situation in Situation.allCases {
             let count = total.counts[situation, default: 0]
-            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 300 sequences")
+            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 600 sequences")
         }
     }
 

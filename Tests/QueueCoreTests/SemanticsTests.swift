@@ -309,7 +309,7 @@ struct UnknownTests {
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task == TaskInfo(key: U.a.key, host: "a.example", lane: .fast, state: .running, waiters: [w(1, 1)],
-                                 attempts: 1, revalidate: false))
+                                 attempts: 1, revalidate: false, tentative: false))
     }
 
     @Test("unknown × queue: queued, a new slow task starts")

@@ -1,0 +1,159 @@
+import Testing
+@testable import QueueCore
+
+@Suite("Views: tentative tasks, holds, release, queueing at the front")
+struct ViewSchedulingTests {
+    @Test("queue at the front puts a new task, or a waiting one, first in the slow lane")
+    func queueAtFront() {
+        var s = makeScheduler()
+        _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))        // suspends the slow lane
+        for u in [U.a, U.a2, U.a3] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.queue(U.b, cache: .missing, now: t(0), atFront: true).0 == .queued)
+        #expect(s.queue(U.a3, cache: .missing, now: t(0), atFront: true).0 == .already)
+        let actions = s.finish(U.c.key, .success, now: t(1))
+        #expect(actions.contains(start(U.a3, .slow)) && !actions.contains(start(U.b, .slow)))
+        #expect(s.finish(U.a3.key, .success, now: t(2)).contains(start(U.b, .slow)))
+        #expect(s.finish(U.b.key, .success, now: t(3)).contains(start(U.a, .slow)))
+    }
+
+    @Test("a tentative task is adopted by an ordinary get or queue")
+    func adoption() {
+        var s = makeScheduler()
+        _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))
+        _ = s.queue(U.a, cache: .missing, now: t(0), tentative: true)
+        _ = s.queue(U.b, cache: .missing, now: t(0), tentative: true)
+        #expect(s.task(U.a.key)?.tentative == true)
+        _ = s.queue(U.a, cache: .missing, now: t(0))
+        #expect(s.task(U.a.key)?.tentative == false)
+        _ = s.get(U.b, waiter: w(1, 1), cache: .missing, now: t(0))
+        #expect(s.task(U.b.key)?.tentative == false)
+        // A tentative request never makes an ordinary task tentative.
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)
+        #expect(s.task(U.b.key)?.tentative == false)
+    }
+
+    @Test("releasing the last waiter demotes the task; releasing one of two leaves it urgent")
+    func release() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))        // runs; the rest waits
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
+        _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.release(w(1, 1), now: t(1)) == [])
+        #expect(s.lane(U.a) == .fast && s.waiters(U.a) == [w(2, 1)])
+        #expect(s.release(w(2, 1), now: t(1)) == [])
+        #expect(s.lane(U.a) == .slow && s.state(U.a) == .waiting && s.counts == s.recomputedCounts)
+    }
+
+    @Test("releasing the last waiter of a running fetch makes it background in place")
+    func releaseRunning() {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
+        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .slowLaneSuspended(false)])
+        #expect(s.state(U.a) == .running && s.lane(U.a) == .slow)
+    }
+
+    @Test("unhold drops a tentative waiting task once no row holds it")
+    func drop() {
+        var s = makeScheduler()
+        _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))
+        _ = s.queue(U.a, cache: .missing, now: t(0), tentative: true, atFront: true)
+        s.hold(U.a.key)
+        s.hold(U.a.key)
+        #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [])
+        #expect(s.task(U.a.key) != nil && s.holdCount(U.a.key) == 1)
+        #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [.forget(key: U.a.key)])
+        #expect(s.task(U.a.key) == nil && s.holdCount(U.a.key) == 0 && s.counts == s.recomputedCounts)
+        #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [])       // not held: nothing
+    }
+
+    @Test("unhold never drops an adopted, running, parked or waited-for task, nor one let go of without dropping")
+    func keep() {
+        var s = makeScheduler(fast: 2, slow: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))                       // ordinary, runs in the slow lane
+        _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))         // suspends the slow lane
+        _ = s.queue(U.a, cache: .missing, now: t(0))                        // ordinary
+        _ = s.queue(U.b, cache: .missing, now: t(0), tentative: true)
+        _ = s.get(U.a2, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)   // running, tentative
+        _ = s.get(U.b2, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)   // waiting, waited for
+        for key in [U.a, U.b, U.a2, U.b2].map(\.key) { s.hold(key) }
+        #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [])
+        #expect(s.unhold(U.b.key, dropping: false, now: t(1)) == [])
+        #expect(s.unhold(U.a2.key, dropping: true, now: t(1)) == [])
+        #expect(s.unhold(U.b2.key, dropping: true, now: t(1)) == [])
+        #expect([U.a, U.b, U.a2, U.b2].allSatisfy { s.task($0.key) != nil })
+        // A running tentative fetch demoted into the full slow lane is parked with its bytes: kept too.
+        #expect(s.release(w(1, 1), now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
+        s.hold(U.a2.key)
+        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [])
+        #expect(s.task(U.a2.key)?.state == .waiting)
+    }
+}
+
+@Suite("Per-host start rate (token bucket)")
+struct StartRateTests {
+    func scheduler(perSecond: Double, burst: Int, fast: Int = 8) -> Scheduler {
+        Scheduler(configuration: .init(fastWidth: fast, slowWidth: 1, retry: testRetry,
+                                       hostStartRate: .init(perSecond: perSecond, burst: burst)), seed: 1)
+    }
+
+    @Test("a burst starts at once; then one start per 1/rate seconds, woken by nextDeadline")
+    func burstThenRate() {
+        var s = scheduler(perSecond: 10, burst: 3)
+        var started: [String] = []
+        for (i, u) in [U.a, U.a2, U.a3, url("http://a.example/4"), url("http://a.example/5")].enumerated() {
+            for case .start(let key, _, _) in s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0)) { started.append(key) }
+        }
+        #expect(started == [U.a.key, U.a2.key, U.a3.key])
+        #expect(s.nextDeadline == t(100))
+        #expect(s.advance(to: t(99)).isEmpty)
+        #expect(s.advance(to: t(100)).contains(.start(key: "http://a.example/4", lane: .fast, revalidate: false)))
+        #expect(s.nextDeadline == t(200))
+        #expect(s.advance(to: t(200)).contains(.start(key: "http://a.example/5", lane: .fast, revalidate: false)))
+        #expect(s.nextDeadline == nil)
+    }
+
+    @Test("hosts have buckets of their own")
+    func perHost() {
+        var s = scheduler(perSecond: 1, burst: 1)
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)).contains(start(U.a, .fast)))
+        #expect(!s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0)).contains(start(U.a2, .fast)))
+        #expect(s.get(U.b, waiter: w(1, 3), cache: .missing, now: t(0)).contains(start(U.b, .fast)))
+        #expect(s.nextDeadline == t(1000))
+    }
+
+    @Test("when tokens are scarce, urgent work gets them before background work")
+    func urgentFirst() {
+        var s = scheduler(perSecond: 1, burst: 1)
+        _ = s.queue(U.a, cache: .missing, now: t(0))
+        _ = s.queue(U.a2, cache: .missing, now: t(0))                       // waits for a token
+        _ = s.get(U.a3, waiter: w(1, 1), cache: .missing, now: t(10))       // urgent, waits for a token too
+        #expect(s.finish(U.a.key, .success, now: t(20)).isEmpty == false)
+        let actions = s.advance(to: t(1000))
+        #expect(actions.contains(start(U.a3, .fast)) && !actions.contains(start(U.a2, .slow)))
+        _ = s.finish(U.a3.key, .success, now: t(1100))
+        #expect(s.advance(to: t(2000)).contains(start(U.a2, .slow)))
+    }
+
+    @Test("over 10 simulated seconds a host gets no more than burst + rate × time starts")
+    func bound() {
+        var s = scheduler(perSecond: 20, burst: 5, fast: 100)
+        var starts: [Int64] = []
+        var now: Int64 = 0
+        var request: UInt64 = 0
+        while now <= 10_000 {
+            // A new urgent request every 5 ms, and every running fetch finishes 5 ms after it started.
+            request += 1
+            var actions = s.get(url("http://a.example/\(request)"), waiter: w(1, request), cache: .missing, now: t(now))
+            actions += s.advance(to: t(now))
+            for case .start(let key, _, _) in actions {
+                starts.append(now)
+                _ = s.finish(key, .success, now: t(now))
+            }
+            now += 5
+        }
+        for (i, at) in starts.enumerated() {
+            #expect(Double(i + 1) <= 5 + 20 * Double(at) / 1000 + 1e-9, "start \(i + 1) at \(at) ms")
+        }
+        #expect(starts.count >= 200)
+    }
+}
