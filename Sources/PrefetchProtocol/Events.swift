@@ -1,6 +1,8 @@
-/// One line of a `watch` stream. Which fields are set depends on `event` (see docs/protocol.md).
+/// One line of a `watch` stream, or a `view`'s news of a row. Which fields are set depends on `event` (see
+/// docs/protocol.md).
 public struct Event: Codable, Equatable, Sendable {
-    /// `snapshot` (every half second: lanes and transfers), `started`, `finished` or `failed`.
+    /// `snapshot` (every half second: lanes and transfers), `started`, `finished` or `failed`; for a view,
+    /// `view_ready` or `view_failed`.
     public var event: String
     /// Unix milliseconds.
     public var time: Int64
@@ -22,6 +24,16 @@ public struct Event: Codable, Equatable, Sendable {
     public var backlog: Int64?
     /// `snapshot`: every running transfer.
     public var transfers: [Transfer]?
+    /// `view_ready`, `view_failed`: the row (from 0) of the view's list.
+    public var row: Int?
+    /// `view_ready`: the cached file (the variant, when the view asked for a size) and what it is.
+    public var path: String?
+    public var width: Int?
+    public var height: Int?
+    public var format: String?
+    public var variant: String?
+    /// `view_ready`: true when the file is past its freshness (served while its revalidation failed).
+    public var stale: Bool?
 
     /// A running transfer in a snapshot.
     public struct Transfer: Codable, Equatable, Sendable {
@@ -46,6 +58,7 @@ public struct Event: Codable, Equatable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case event, time, url, lane, bytes, total, rate, duration, error, fast, slow, backlog, transfers
+        case row, path, width, height, format, variant, stale
         case slowSuspended = "slow_suspended"
     }
 }

@@ -74,6 +74,39 @@ public struct BatchResult: Codable, Equatable, Sendable {
     }
 }
 
+/// The result of `view`: the list's length, the range in force, and the URLs of this request that were refused.
+public struct ViewResult: Codable, Equatable, Sendable {
+    public var rows: Int
+    public var first: Int?
+    public var last: Int?
+    public var ahead: Int?
+    public var behind: Int?
+    public var rejected: [RejectedRow]
+
+    /// A row whose URL cannot be fetched: it never loads, and a `view_failed` event says so when it is visible.
+    public struct RejectedRow: Codable, Equatable, Sendable {
+        public var row: Int
+        public var url: String
+        public var error: WireError
+
+        public init(row: Int, url: String, error: WireError) {
+            self.row = row
+            self.url = url
+            self.error = error
+        }
+    }
+
+    public init(rows: Int, first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil,
+                rejected: [RejectedRow] = []) {
+        self.rows = rows
+        self.first = first
+        self.last = last
+        self.ahead = ahead
+        self.behind = behind
+        self.rejected = rejected
+    }
+}
+
 /// The result of `ping`.
 public struct Pong: Codable, Equatable, Sendable {
     public var pong: Bool

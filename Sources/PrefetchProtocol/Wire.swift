@@ -52,7 +52,7 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
 
 /// Every operation the daemon understands.
 public enum Operation: String, Codable, CaseIterable, Sendable {
-    case ping, get, queue, demote, promote, cancel, info, evict, status, list, watch, metrics, formats
+    case ping, get, queue, demote, promote, cancel, info, evict, status, list, watch, metrics, formats, view
 }
 
 /// One request line. Which fields an operation reads is documented in docs/protocol.md.
@@ -81,12 +81,21 @@ public struct Request: Codable, Equatable, Sendable {
     public var quality: Int?
     /// `get` with `size`: enlarge originals smaller than the box.
     public var upscale: Bool?
+    /// `view`: add `urls` to the end of the list instead of replacing it.
+    public var append: Bool?
+    /// `view`: the first and last visible rows (inclusive, counted from 0).
+    public var first: Int?
+    public var last: Int?
+    /// `view`: rows after and before the visible ones to prefetch.
+    public var ahead: Int?
+    public var behind: Int?
 
     public static let maximumBatch = 10_000
 
     public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil,
                 maxStale: Int64? = nil, offline: Bool? = nil, all: Bool? = nil, size: String? = nil, fit: String? = nil,
-                format: String? = nil, quality: Int? = nil, upscale: Bool? = nil) {
+                format: String? = nil, quality: Int? = nil, upscale: Bool? = nil, append: Bool? = nil,
+                first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil) {
         self.id = id
         self.op = op.rawValue
         self.url = url
@@ -100,10 +109,15 @@ public struct Request: Codable, Equatable, Sendable {
         self.format = format
         self.quality = quality
         self.upscale = upscale
+        self.append = append
+        self.first = first
+        self.last = last
+        self.ahead = ahead
+        self.behind = behind
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale
+        case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale, append, first, last, ahead, behind
         case maxStale = "max_stale"
     }
 }

@@ -23,13 +23,6 @@ public struct Viewport: Equatable, Sendable {
         var visibleCount: Int { last - first + 1 }
     }
 
-    /// A row to prefetch; `entering` when the row was not held before (the caller must look it up and queue it),
-    /// otherwise its waiting task only moves to the front.
-    public struct Prefetch: Equatable, Sendable {
-        public var row: Int
-        public var entering: Bool
-    }
-
     /// What a change asks for, to be applied in this order.
     public struct Plan: Equatable, Sendable {
         /// Rows no longer visible: their waiters are released (the work is demoted unless someone else waits).
@@ -38,14 +31,19 @@ public struct Viewport: Equatable, Sendable {
         public var drop: [Int] = []
         /// Held rows to let go of without dropping anything (the view closed or its list was replaced).
         public var release: [Int] = []
-        /// The window's rows that are not visible, nearest to the visible rows first (after, on a tie).
-        public var prefetch: [Prefetch] = []
+        /// Rows held from now on (they entered the window or became visible): hold their keys.
+        public var hold: [Int] = []
+        /// The window's rows that are not visible, nearest to the visible rows first (after, on a tie): new ones are
+        /// queued, waiting ones move to the front of the slow lane in this order.
+        public var prefetch: [Int] = []
         /// Rows that became visible, top to bottom: urgent work, each with a waiter.
         public var show: [Int] = []
 
         public init() {}
 
-        public var isEmpty: Bool { hide.isEmpty && drop.isEmpty && release.isEmpty && prefetch.isEmpty && show.isEmpty }
+        public var isEmpty: Bool {
+            hide.isEmpty && drop.isEmpty && release.isEmpty && hold.isEmpty && prefetch.isEmpty && show.isEmpty
+        }
     }
 
     public private(set) var rowCount = 0
@@ -101,11 +99,12 @@ public struct Viewport: Equatable, Sendable {
                     row = above
                     above -= 1
                 }
-                plan.prefetch.append(Prefetch(row: row, entering: held.insert(row).inserted))
+                plan.prefetch.append(row)
+                if held.insert(row).inserted { plan.hold.append(row) }
             }
         }
         plan.show = Self.rows(in: new.visible, notIn: old.visible)
-        for row in plan.show { held.insert(row) }
+        for row in plan.show where held.insert(row).inserted { plan.hold.append(row) }
         return plan
     }
 

@@ -22,6 +22,9 @@ struct Arguments {
     var upscale = false
     /// `queue --wait`: wait until every queued URL finished or failed.
     var wait = false
+    /// `view`: rows after and before the visible ones to prefetch.
+    var ahead: Int?
+    var behind: Int?
 
     /// Flags that take a value; all others are switches.
     static func parse(_ arguments: [String]) throws(CLIError) -> Arguments {
@@ -72,6 +75,12 @@ struct Arguments {
                 let text = try value()
                 guard let seconds = Int64(text), seconds >= 0 else { throw .usage("--max-stale: '\(text)' is not a number of seconds") }
                 parsed.maxStale = seconds
+            case "--ahead", "--behind":
+                let text = try value()
+                guard let rows = Int(text), (0...1000).contains(rows) else {
+                    throw .usage("\(flag): '\(text)' is not a number of rows from 0 to 1000")
+                }
+                if flag == "--ahead" { parsed.ahead = rows } else { parsed.behind = rows }
             case "--limit":
                 let text = try value()
                 guard let limit = Int(text), limit >= 0 else { throw .usage("--limit: '\(text)' is not a count") }

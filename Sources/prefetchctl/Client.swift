@@ -46,6 +46,9 @@ final class Client {
 
     deinit { close(fd) }
 
+    /// The socket, to wait for it together with other descriptors.
+    var descriptor: Int32 { fd }
+
     /// Sends a request and returns the id it was given.
     @discardableResult
     func send(_ op: Operation, url: String? = nil, urls: [String]? = nil) throws(CLIError) -> Int64 {

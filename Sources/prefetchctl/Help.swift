@@ -18,6 +18,7 @@ enum Help {
           formats             image formats gdk-pixbuf can read, and which are allowed
           metrics             counters, gauges and histograms in Prometheus text format
           watch               live view of the lanes, transfers and recent fetches (q quits)
+          view FILE|-         a list someone scrolls: give it once, then visible ranges on stdin
           ping                is the daemon there?
 
         Options:
@@ -89,6 +90,28 @@ enum Help {
             Example:
               prefetchctl watch
               prefetchctl watch --json | jq -c 'select(.event == "failed")'
+            """
+        case "view": return """
+            Usage: prefetchctl view FILE|- [--ahead N] [--behind N] [--json]
+                   [--size WxH [--fit contain|cover|fill] [--format jpeg|png] [--quality N] [--upscale]]
+
+            For a program that shows a long list and scrolls it. Hands the daemon the list of URLs (FILE, one per
+            line, or `-`: stdin up to its first empty line), then reads visible ranges from stdin, one per line:
+            `FIRST LAST`, row numbers from 0 (row N is the N+1th URL of the list), both visible. The daemon fetches
+            the visible rows urgently, prefetches the rows around them in the background (nearest first), demotes
+            rows that scroll out of sight and drops pending work for rows far away. As each visible row becomes
+            ready, a line `ROW PATH` is printed (the variant's path with --size).
+              --ahead N       rows after the visible ones to prefetch (default: as many as are visible)
+              --behind N      rows before them to prefetch (default: half as many)
+              --size WxH      answer with resized variants (see `prefetchctl get --help` for --fit and the others)
+              --json          the daemon's view_ready / view_failed events as they come (docs/protocol.md)
+            Rows that fail are reported on stderr. When stdin ends, waits until the rows of the last range are
+            answered, then exits: 0, or 1 when a row failed. Closing (or Ctrl-C) turns the remaining work into
+            ordinary background work.
+
+            Example:
+              { echo 0 19; sleep 1; echo 20 39; } | prefetchctl view urls.txt
+              printf '%s\n' https://example.com/1.jpg https://example.com/2.jpg '' '0 1' | prefetchctl view -
             """
         case "demote", "promote", "cancel", "evict": return """
             Usage: prefetchctl \(verb) URL...|-\(verb == "evict" ? "|--all" : "") [--json]

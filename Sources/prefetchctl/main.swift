@@ -34,6 +34,7 @@ func runCommand() -> Int32 {
         case "metrics": return try MetricsCommand.run(arguments, client: client)
         case "formats": return try InspectCommand.formats(arguments, client: client)
         case "watch": return try WatchCommand.run(arguments, client: client)
+        case "view": return try ViewCommand.run(arguments, client: client)
         default: return try InspectCommand.ping(arguments, client: client)
         }
     } catch {

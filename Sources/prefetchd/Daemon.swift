@@ -22,15 +22,25 @@ final class Daemon {
     var connections: [UInt64: Connection] = [:]
     private var nextClientID: UInt64 = 0
     private var nextRequest: UInt64 = 0
-    /// A waiting `get`: the key it waits for, and the variant it wants made of it, if any.
+    /// A waiting `get` or visible view row: the key it waits for, the variant it wants made of it, if any, and who
+    /// gets the answer.
     struct PendingGet {
         var key: String
         var variant: VariantSpec?
+        var recipient: Recipient
+    }
+
+    /// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
+    enum Recipient {
+        case request(RequestID?)
+        case row(Int, url: String)
     }
 
     var pendingGets: [Waiter: PendingGet] = [:]
     /// Variants being made, and who waits for each.
-    var variantJobs: [VariantJob: [(client: UInt64, id: RequestID?)]] = [:]
+    var variantJobs: [VariantJob: [(client: UInt64, recipient: Recipient)]] = [:]
+    /// Each connection's view (`view`): its list and what it looks at.
+    var views: [UInt64: View] = [:]
     /// Keys the scheduler holds because they were loaded from the durable backlog.
     var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
@@ -293,6 +303,7 @@ final class Daemon {
             getStartedAt.removeValue(forKey: waiter)
         }
         watchers.remove(connection.id)
+        closeView(of: connection.id)
         apply(scheduler.disconnect(client: connection.id))
     }
 
@@ -327,9 +338,24 @@ final class Daemon {
     }
 
     func newWaiter(for connection: Connection, id: RequestID?) -> Waiter {
+        let waiter = newWaiter(for: connection.id)
+        connection.waiting[waiter.request] = id
+        return waiter
+    }
+
+    /// A waiter no request of the connection waits for (a view's row): the connection may close without it.
+    func newWaiter(for client: UInt64) -> Waiter {
         nextRequest += 1
-        connection.waiting[nextRequest] = id
-        return Waiter(client: connection.id, request: nextRequest)
+        return Waiter(client: client, request: nextRequest)
+    }
+
+    /// Sends an answer: as the reply to a request, or as a view's event for a row.
+    func deliver(_ outcome: Result<CacheEntry, WireError>, to recipient: Recipient, on connection: Connection) {
+        switch (recipient, outcome) {
+        case (.request(let id), .success(let entry)): reply(connection, id, entry)
+        case (.request(let id), .failure(let error)): fail(connection, id, error)
+        case (.row(let row, let url), _): send(connection, viewEvent(row: row, url: url, outcome))
+        }
     }
 
     // MARK: Scheduler actions
@@ -396,31 +422,36 @@ final class Daemon {
         if let started = getStartedAt.removeValue(forKey: waiter) {
             metrics.getLatency.observe(Double(monotonicMilliseconds() - started) / 1000)
         }
-        guard let pending = pendingGets.removeValue(forKey: waiter),
-              let connection = connections[waiter.client],
-              let id = connection.waiting.removeValue(forKey: waiter.request) else { return }
-        let key = pending.key
+        guard let pending = pendingGets.removeValue(forKey: waiter), let connection = connections[waiter.client] else { return }
+        switch pending.recipient {
+        case .request:
+            guard connection.waiting.removeValue(forKey: waiter.request) != nil else { return }
+        case .row(let row, _):
+            rowAnswered(row, waiter: waiter)
+        }
+        let key = pending.key, recipient = pending.recipient
         switch answer {
         case .ready:
             do {
                 guard let entry = try store.entry(key) else {
-                    return fail(connection, id, WireError(.internal, "the entry for \(key) vanished from the cache"))
+                    return deliver(.failure(WireError(.internal, "the entry for \(key) vanished from the cache")),
+                                   to: recipient, on: connection)
                 }
                 store.touch(key, now: wallClockMilliseconds())
-                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, id: id) }
-                reply(connection, id, wire(entry, fromCache: false))
+                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, to: recipient) }
+                deliver(.success(wire(entry, fromCache: false)), to: recipient, on: connection)
             } catch {
-                fail(connection, id, WireError(.internal, "cannot read the index: \(error)"))
+                deliver(.failure(WireError(.internal, "cannot read the index: \(error)")), to: recipient, on: connection)
             }
         case .failed(let failure):
             if Self.allowsStaleIfError(failure), let entry = try? store.entry(key), !entry.mustRevalidate, !entry.noStore {
                 Log.info("serving \(key) stale: revalidation failed with \(failure.code)")
-                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, id: id) }
-                return reply(connection, id, wire(entry, fromCache: true, stale: true))
+                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, to: recipient) }
+                return deliver(.success(wire(entry, fromCache: true, stale: true)), to: recipient, on: connection)
             }
-            fail(connection, id, WireError(failure))
+            deliver(.failure(WireError(failure)), to: recipient, on: connection)
         case .cancelled:
-            fail(connection, id, WireError(.cancelled, "the fetch was cancelled"))
+            deliver(.failure(WireError(.cancelled, "the fetch was cancelled")), to: recipient, on: connection)
         }
     }
 

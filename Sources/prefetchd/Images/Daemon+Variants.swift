@@ -10,10 +10,10 @@ extension Daemon {
         var spec: String
     }
 
-    /// Answers `id` on `client` with the `spec` variant of the cached `entry`, making it when it does not exist.
-    func deliverVariant(of entry: IndexEntry, _ spec: VariantSpec, client: UInt64, id: RequestID?) {
+    /// Answers `recipient` on `client` with the `spec` variant of the cached `entry`, making it when it does not exist.
+    func deliverVariant(of entry: IndexEntry, _ spec: VariantSpec, client: UInt64, to recipient: Recipient) {
         guard let format = entry.format else {
-            return answerVariant(client, id, .failure(Failure(code: "not_an_image",
+            return answerVariant(client, recipient, .failure(Failure(code: "not_an_image",
                 message: "\(entry.key) is not an image; it has no variants", isTransient: false)))
         }
         let resolved = spec.resolved(forSource: format)
@@ -21,13 +21,13 @@ extension Daemon {
         if let variant = try? store.variant(entry.key, spec: job.spec), store.files.size(of: variant.file) == variant.bytes {
             metrics.variantHits += 1
             store.touch(entry.key, now: wallClockMilliseconds())
-            return answerVariant(client, id, .success(wire(variant, of: entry, spec: job.spec)))
+            return answerVariant(client, recipient, .success(wire(variant, of: entry, spec: job.spec)))
         }
         guard variantJobs[job] == nil else {
-            variantJobs[job]!.append((client, id))
+            variantJobs[job]!.append((client, recipient))
             return
         }
-        variantJobs[job] = [(client, id)]
+        variantJobs[job] = [(client, recipient)]
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: entry.key + "#" + job.spec))
         let source = store.files.absolute(entry.file)
         let destination = store.files.absolute(relative)
@@ -75,15 +75,12 @@ extension Daemon {
         } catch {
             outcome = .failure(Failure(code: "internal", message: "cannot index the variant: \(error)", isTransient: true))
         }
-        for (client, id) in waiters { answerVariant(client, id, outcome) }
+        for (client, recipient) in waiters { answerVariant(client, recipient, outcome) }
     }
 
-    private func answerVariant(_ client: UInt64, _ id: RequestID?, _ outcome: Result<CacheEntry, Failure>) {
+    private func answerVariant(_ client: UInt64, _ recipient: Recipient, _ outcome: Result<CacheEntry, Failure>) {
         guard let connection = connections[client] else { return }
-        switch outcome {
-        case .success(let entry): reply(connection, id, entry)
-        case .failure(let failure): fail(connection, id, WireError(failure))
-        }
+        deliver(outcome.mapError { WireError($0) }, to: recipient, on: connection)
     }
 
     private func wire(_ variant: Store.Variant, of original: IndexEntry, spec: String) -> CacheEntry {

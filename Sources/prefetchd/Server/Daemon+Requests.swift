@@ -37,6 +37,8 @@ extension Daemon {
             } catch {
                 fail(connection, request.id, Self.wireError(error))
             }
+        case .view:
+            view(request, connection: connection, now: now)
         case .demote, .promote, .cancel, .evict:
             guard let urls = batch(request, op, connection) else { return }
             let results = urls.map { text -> ItemResult in
@@ -106,7 +108,7 @@ extension Daemon {
         func answer(_ entry: IndexEntry, stale: Bool) {
             metrics.cacheHits += 1
             store.touch(url.key, now: now)
-            if let variant { return deliverVariant(of: entry, variant, client: connection.id, id: id) }
+            if let variant { return deliverVariant(of: entry, variant, client: connection.id, to: .request(id)) }
             metrics.getLatency.observe(0)
             reply(connection, id, wire(entry, fromCache: true, stale: stale))
         }
@@ -129,7 +131,7 @@ extension Daemon {
         }
         metrics.cacheMisses += 1
         let waiter = newWaiter(for: connection, id: id)
-        pendingGets[waiter] = PendingGet(key: url.key, variant: variant)
+        pendingGets[waiter] = PendingGet(key: url.key, variant: variant, recipient: .request(id))
         getStartedAt[waiter] = monotonicMilliseconds()
         if scheduler.task(url.key) == nil { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))

@@ -15,6 +15,9 @@ struct Options {
     var fastWidth = 8
     var slowWidth = 1
     var perHostLimit: Int?
+    /// Starts per second per host (a token bucket), and the burst it allows; no limit when the rate is nil.
+    var hostStartRate: Double?
+    var hostStartBurst = 10
     var fetch = FetchSettings()
     var retry = RetryPolicy()
     /// Freshness when the response says nothing (ms).
@@ -117,6 +120,19 @@ struct Options {
                     options.perHostLimit = limit == 0 ? nil : limit
                 },
                 show: { String($0.perHostLimit ?? 0) }),
+        Setting(key: "host_start_rate", placeholder: "N",
+                summary: "fetches started per second per host at most (with bursts of host_start_burst), 0 for no limit",
+                read: { options, value throws(BadValue) in
+                    guard let rate = Double(value), rate >= 0, rate <= 100_000 else {
+                        throw BadValue("'\(value)' is not a number of starts per second between 0 and 100000")
+                    }
+                    options.hostStartRate = rate == 0 ? nil : rate
+                },
+                show: { $0.hostStartRate.map { $0 == $0.rounded() ? String(Int($0)) : String($0) } ?? "0" }),
+        Setting(key: "host_start_burst", placeholder: "N",
+                summary: "fetches a host may start at once before host_start_rate applies",
+                read: { options, value throws(BadValue) in options.hostStartBurst = Int(try number(value, 1...100_000)) },
+                show: { String($0.hostStartBurst) }),
         Setting(key: "max_bytes", placeholder: "SIZE", summary: "largest body accepted",
                 read: { options, value throws(BadValue) in options.fetch.maxBytes = try size(value) },
                 show: { showSize($0.fetch.maxBytes) }),
@@ -365,7 +381,8 @@ struct Options {
 
     /// The scheduler's part of the settings.
     var schedulerConfiguration: Scheduler.Configuration {
-        Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry)
+        Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry,
+                                hostStartRate: hostStartRate.map { .init(perSecond: $0, burst: hostStartBurst) })
     }
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {

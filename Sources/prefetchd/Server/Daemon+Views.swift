@@ -1,0 +1,223 @@
+import PrefetchProtocol
+import QueueCore
+
+/// `view`: a connection hands over its ordered list once, then says which rows are visible; the daemon derives the
+/// work (visible rows urgent, the window around them prefetched, rows far away dropped) and pushes an event for each
+/// visible row as it becomes ready.
+extension Daemon {
+    /// A connection's list, the rows it looks at, and the waiters of its visible rows.
+    final class View {
+        /// One row: a URL to fetch, or the text the client sent and why it cannot be fetched.
+        enum Row {
+            case url(CanonicalURL)
+            case rejected(String, WireError)
+        }
+
+        var rows: [Row] = []
+        var viewport = Viewport()
+        /// Visible rows still waiting for their answer.
+        var waiters: [Int: Waiter] = [:]
+        /// The variant every visible row is answered with, when the view asked for a size.
+        var variant: VariantSpec?
+
+        func key(_ row: Int) -> String? {
+            if case .url(let url) = rows[row] { return url.key }
+            return nil
+        }
+    }
+
+    static let maximumViewRows = 100_000
+    static let maximumVisibleRows = 1_000
+    static let maximumLookAround = 1_000
+
+    func view(_ request: Request, connection: Connection, now: Int64) {
+        let id = request.id
+        let range: Viewport.Range?
+        let variant: VariantSpec?
+        do {
+            range = try Self.viewRange(request)
+            variant = try Self.viewVariant(request)
+        } catch {
+            return fail(connection, id, error)
+        }
+        let existing = views[connection.id]
+        let appending = request.append == true
+        let urls = request.urls ?? []
+        guard request.urls != nil || range != nil || variant != nil else {
+            return fail(connection, id, WireError(.badRequest, "view needs urls, first and last, or size"))
+        }
+        guard urls.count <= Request.maximumBatch else {
+            return fail(connection, id, WireError(.badRequest, "at most \(Request.maximumBatch) URLs per request; "
+                                                  + "send a longer list in parts with \"append\": true"))
+        }
+        let keepsRows = request.urls == nil || appending
+        guard (keepsRows ? existing?.rows.count ?? 0 : 0) + urls.count <= Self.maximumViewRows else {
+            return fail(connection, id, WireError(.badRequest, "a view holds at most \(Self.maximumViewRows) rows"))
+        }
+
+        let view: View
+        if let existing, keepsRows {
+            view = existing
+        } else {
+            // A new list: the old one's work goes on as ordinary background work, as when the connection closes.
+            closeView(of: connection.id)
+            view = View()
+            views[connection.id] = view
+        }
+        if let variant { view.variant = variant }
+        var rejected: [ViewResult.RejectedRow] = []
+        for text in urls {
+            do {
+                view.rows.append(.url(try CanonicalURL(text)))
+            } catch {
+                let error = Self.wireError(error)
+                rejected.append(.init(row: view.rows.count, url: text, error: error))
+                view.rows.append(.rejected(text, error))
+            }
+        }
+        let plans = [view.viewport.append(rows: urls.count), range.map { view.viewport.show($0) } ?? Viewport.Plan()]
+        let shown = view.viewport.range
+        reply(connection, id, ViewResult(rows: view.rows.count, first: shown?.first, last: shown?.last,
+                                         ahead: shown?.ahead, behind: shown?.behind, rejected: rejected))
+        for plan in plans { apply(plan, to: view, client: connection.id, now: now) }
+    }
+
+    /// The connection closed (or replaced its list): visible rows stop being urgent, the rest goes on as background.
+    func closeView(of client: UInt64) {
+        guard let view = views.removeValue(forKey: client) else { return }
+        apply(view.viewport.close(), to: view, client: client, now: wallClockMilliseconds())
+    }
+
+    /// A visible row got its answer.
+    func rowAnswered(_ row: Int, waiter: Waiter) {
+        guard let view = views[waiter.client], view.waiters[row] == waiter else { return }
+        view.waiters.removeValue(forKey: row)
+    }
+
+    func viewEvent(row: Int, url: String, _ outcome: Result<CacheEntry, WireError>) -> Event {
+        var event = Event(event: "view_ready", time: wallClockMilliseconds())
+        event.row = row
+        event.url = url
+        switch outcome {
+        case .success(let entry):
+            event.path = entry.path
+            event.width = entry.width
+            event.height = entry.height
+            event.format = entry.format
+            event.variant = entry.variant
+            event.stale = entry.stale
+        case .failure(let error):
+            event.event = "view_failed"
+            event.error = error
+        }
+        return event
+    }
+
+    // MARK: Deriving the work
+
+    /// Applies a plan in its order: release hidden rows, let go of far ones, hold new ones, queue the window from the
+    /// farthest row to the nearest (each goes to the front of the slow lane), then make the visible rows urgent.
+    private func apply(_ plan: Viewport.Plan, to view: View, client: UInt64, now: Int64) {
+        let moment = Moment(milliseconds: now)
+        for row in plan.hide {
+            guard let waiter = view.waiters.removeValue(forKey: row) else { continue }
+            pendingGets.removeValue(forKey: waiter)
+            getStartedAt.removeValue(forKey: waiter)
+            apply(scheduler.release(waiter, now: moment))
+        }
+        for row in plan.drop { if let key = view.key(row) { apply(scheduler.unhold(key, dropping: true, now: moment)) } }
+        for row in plan.release { if let key = view.key(row) { apply(scheduler.unhold(key, dropping: false, now: moment)) } }
+        var entering: Set<Int> = []
+        for row in plan.hold {
+            guard let key = view.key(row) else { continue }
+            scheduler.hold(key)
+            entering.insert(row)
+        }
+        for row in plan.prefetch.reversed() {
+            guard case .url(let url) = view.rows[row] else { continue }
+            let exists = scheduler.task(url.key) != nil
+            guard exists || entering.contains(row) else { continue }
+            do {
+                let cache = exists ? .missing : cacheState(try store.entry(url.key), now: now)
+                let (outcome, actions) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
+                if outcome == .queued { taskCreated(url.key) }
+                apply(actions)
+            } catch {
+                Log.error("cannot look up \(url.key) for a view: \(error)")
+            }
+        }
+        for row in plan.show { show(row, of: view, client: client, now: now) }
+    }
+
+    /// A row became visible: answered from the cache at once, or made urgent work with a waiter.
+    private func show(_ row: Int, of view: View, client: UInt64, now: Int64) {
+        guard let connection = connections[client] else { return }
+        switch view.rows[row] {
+        case .rejected(let text, let error):
+            send(connection, viewEvent(row: row, url: text, .failure(error)))
+        case .url(let url):
+            let recipient = Recipient.row(row, url: url.key)
+            let entry: IndexEntry?
+            do {
+                entry = try store.entry(url.key)
+            } catch {
+                return deliver(.failure(Self.wireError(error)), to: recipient, on: connection)
+            }
+            let state = cacheState(entry, now: now)
+            if state == .fresh, let entry, scheduler.task(url.key) == nil {
+                metrics.cacheHits += 1
+                store.touch(url.key, now: now)
+                if let variant = view.variant { return deliverVariant(of: entry, variant, client: client, to: recipient) }
+                return deliver(.success(wire(entry, fromCache: true)), to: recipient, on: connection)
+            }
+            metrics.cacheMisses += 1
+            let waiter = newWaiter(for: client)
+            view.waiters[row] = waiter
+            pendingGets[waiter] = PendingGet(key: url.key, variant: view.variant, recipient: recipient)
+            getStartedAt[waiter] = monotonicMilliseconds()
+            if scheduler.task(url.key) == nil { taskCreated(url.key) }
+            apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true))
+        }
+    }
+
+    // MARK: Reading the request
+
+    private static func viewRange(_ request: Request) throws(WireError) -> Viewport.Range? {
+        guard let first = request.first, let last = request.last else {
+            if request.first != nil || request.last != nil {
+                throw WireError(.badRequest, "first and last go together: the first and the last visible row")
+            }
+            if request.ahead != nil || request.behind != nil {
+                throw WireError(.badRequest, "ahead and behind need first and last")
+            }
+            return nil
+        }
+        guard first >= 0, last >= first else {
+            throw WireError(.badRequest, "first and last must be rows counted from 0, first <= last (got \(first) and \(last))")
+        }
+        let visible = last - first + 1
+        guard visible <= maximumVisibleRows else {
+            throw WireError(.badRequest, "at most \(maximumVisibleRows) visible rows (got \(visible))")
+        }
+        let ahead = request.ahead ?? visible, behind = request.behind ?? visible / 2
+        guard (0...maximumLookAround).contains(ahead), (0...maximumLookAround).contains(behind) else {
+            throw WireError(.badRequest, "ahead and behind must be between 0 and \(maximumLookAround) rows")
+        }
+        return Viewport.Range(first: first, last: last, ahead: ahead, behind: behind)
+    }
+
+    private static func viewVariant(_ request: Request) throws(WireError) -> VariantSpec? {
+        guard let size = request.size else {
+            if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
+                throw WireError(.badRequest, "fit, format, quality and upscale need size")
+            }
+            return nil
+        }
+        do {
+            return try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
+                                   upscale: request.upscale ?? false)
+        } catch {
+            throw WireError(.badRequest, error.message)
+        }
+    }
+}
