@@ -79,6 +79,8 @@ public struct Scheduler: Sendable {
     private var buckets: [String: (tokens: Double, at: Moment)] = [:]
     /// When a host that has waiting work gets its next token, if admission waits for one.
     private var nextToken: Moment?
+    /// Inside `batch`: nothing starts until the batch ends.
+    private var admissionDeferred = false
     private var random: SplitMix64
 
     public init(configuration: Configuration = Configuration(), seed: UInt64) {
@@ -185,6 +187,12 @@ public struct Scheduler: Sendable {
     /// lane in place, or, when the slow lane is full, is parked (stopped with its bytes kept) at the front of the
     /// slow lane to resume from where it stopped. Its waiters stay attached.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
+        demote(key, parkingWhenFull: true, now: now)
+    }
+
+    /// `demote`; without `parkingWhenFull`, a running fetch always goes on in place, the slow lane admitting nothing
+    /// new until it is back within its width.
+    private mutating func demote(_ key: String, parkingWhenFull: Bool, now: Moment) -> [Action] {
         guard var task = tasks[key], task.lane == .fast else { return [] }
         var actions: [Action] = []
         switch task.state {
@@ -194,7 +202,7 @@ public struct Scheduler: Sendable {
             task.lane = .slow
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
-        case .running where counts.slowRunning < configuration.slowWidth:
+        case .running where counts.slowRunning < configuration.slowWidth || !parkingWhenFull:
             counts.fastRunning -= 1
             counts.slowRunning += 1
             task.lane = .slow
@@ -227,6 +235,18 @@ public struct Scheduler: Sendable {
         return actions
     }
 
+    /// Runs several events as one: nothing starts until all are in, so that a view's scroll (releases, drops, queues
+    /// at the front, gets) starts the work the new state calls for, not what each step alone would have started.
+    /// Returns the events' actions, then those of the admission.
+    public mutating func batch(now: Moment, _ events: (inout Scheduler) -> [Action]) -> [Action] {
+        precondition(!admissionDeferred, "batches do not nest")
+        admissionDeferred = true
+        var actions = events(&self)
+        admissionDeferred = false
+        admit(now: now, into: &actions)
+        return actions
+    }
+
     /// Restores a host pause from before a restart.
     public mutating func pause(host: String, until: Moment) {
         pausedHosts[host] = until
@@ -248,12 +268,13 @@ public struct Scheduler: Sendable {
     }
 
     /// One waiter stops waiting (a view's row scrolled out of sight); the fetch goes on, as background work when
-    /// nobody else waits for it.
+    /// nobody else waits for it. A running fetch is never stopped for it (a request the origin already has is not
+    /// made twice): it goes on in place, even beyond the slow lane's width.
     public mutating func release(_ waiter: Waiter, now: Moment) -> [Action] {
         guard let key = unregister(waiter) else { return [] }
         tasks[key]?.waiters.removeAll { $0 == waiter }
         guard tasks[key]?.waiters.isEmpty == true else { return [] }
-        return demote(key, now: now)
+        return demote(key, parkingWhenFull: false, now: now)
     }
 
     /// A view row holds `key`: a tentative task for it is not dropped while any row holds it.
@@ -477,6 +498,7 @@ public struct Scheduler: Sendable {
     /// Starts what the widths allow: fast first; slow only when the fast lane is empty.
     /// Tokens are spent in that order, so urgent work gets them before background work.
     private mutating func admit(now: Moment, into actions: inout [Action]) {
+        guard !admissionDeferred else { return }
         nextToken = nil
         while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
             start(key, now: now, into: &actions)

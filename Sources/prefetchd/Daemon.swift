@@ -46,6 +46,11 @@ final class Daemon {
     /// `queue` requests of this turn, committed together at its end.
     var queueBatch: [(connection: Connection, id: RequestID?, urls: [String])] = []
     private var dirty: Set<UInt64> = []
+    /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`).
+    private var pendingInput: Set<UInt64> = []
+    /// How long one connection's requests may keep the loop per turn (ms), so that transfers and other clients
+    /// are served in between however many requests a client sends at once.
+    private static let inputTimePerTurn: Int64 = 5
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
     private var nextAccessFlush: Int64 = 0
@@ -166,6 +171,7 @@ final class Daemon {
         if let retry = scheduler.nextDeadline {
             deadlines.append(mono + max(0, retry.milliseconds - wallClockMilliseconds()))
         }
+        if !pendingInput.isEmpty { deadlines.append(mono) }
         return deadlines.min()
     }
 
@@ -177,6 +183,10 @@ final class Daemon {
             loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue))
         }
         apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
+        for id in pendingInput {
+            pendingInput.remove(id)
+            if let connection = connections[id] { serveInput(connection) }
+        }
     }
 
     private func received(_ signal: Int32) {
@@ -268,7 +278,28 @@ final class Daemon {
             // Only a hang-up or an error gets here (reading stopped): the client is gone both ways.
             return closeConnection(connection)
         }
-        for _ in 0..<4 {
+        guard !pendingInput.contains(connection.id) else { return }
+        serveInput(connection)
+    }
+
+    /// Handles the connection's request lines, reading more when none is buffered, for at most `inputTimePerTurn`;
+    /// what is left waits for the next turn.
+    private func serveInput(_ connection: Connection) {
+        let until = monotonicMilliseconds() + Self.inputTimePerTurn
+        while monotonicMilliseconds() <= until {
+            switch connection.input.next() {
+            case .line(let text)?:
+                handle(text, from: connection)
+                if connection.closeAfterFlush || connections[connection.id] == nil { return }
+                continue
+            case .tooLong?:
+                send(connection, Reply<Ignored>(id: nil, error: WireError(
+                    .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
+                connection.closeAfterFlush = true
+                return
+            case nil:
+                break
+            }
             guard let bytes = connection.read() else {
                 // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), then
                 // the connection closes (flushConnection). A reset or a full close fails the flush and closes.
@@ -276,21 +307,10 @@ final class Daemon {
                 dirty.insert(connection.id)
                 return
             }
-            if bytes.isEmpty { break }
+            if bytes.isEmpty { return }
             connection.input.append(bytes)
-            while let line = connection.input.next() {
-                switch line {
-                case .line(let text):
-                    handle(text, from: connection)
-                case .tooLong:
-                    send(connection, Reply<Ignored>(id: nil, error: WireError(
-                        .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
-                    connection.closeAfterFlush = true
-                    return
-                }
-                if connection.closeAfterFlush || connections[connection.id] == nil { return }
-            }
         }
+        pendingInput.insert(connection.id)
     }
 
     func closeConnection(_ connection: Connection) {

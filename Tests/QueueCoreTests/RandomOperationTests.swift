@@ -320,9 +320,7 @@ struct Runner {
             leave(waiter, key: key)
             let demotes = before.waiters == [waiter] && before.lane == .fast
             let runningFast = demotes && running[key]?.lane == .fast
-            let slowFull = running.values.count { $0.lane == .slow } >= configuration.slowWidth
-            try process(actions, Allowed(changeLane: runningFast && !slowFull ? (key, Lane.slow) : nil,
-                                         park: runningFast && slowFull ? key : nil))
+            try process(actions, Allowed(changeLane: runningFast ? (key, Lane.slow) : nil))
             let after = scheduler.task(key)
             guard after?.waiters == before.waiters.filter({ $0 != waiter }),
                   after?.lane == (demotes ? .slow : before.lane), demotes || actions == [] else {
@@ -622,8 +620,8 @@ struct Runner {
         guard slowAdmitted <= configuration.slowWidth else {
             throw fail("\(slowAdmitted) slow tasks admitted (width \(configuration.slowWidth))")
         }
-        guard counts.slowRunning <= configuration.slowWidth else {
-            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth)")
+        guard counts.slowRunning <= configuration.slowWidth + slowInPlace else {
+            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth) + \(slowInPlace) in place")
         }
         guard fastAdmitted <= configuration.fastWidth else {
             throw fail("\(fastAdmitted) fast tasks admitted (width \(configuration.fastWidth))")

@@ -81,11 +81,49 @@ struct ViewSchedulingTests {
         #expect(s.unhold(U.a2.key, dropping: true, now: t(1)) == [])
         #expect(s.unhold(U.b2.key, dropping: true, now: t(1)) == [])
         #expect([U.a, U.b, U.a2, U.b2].allSatisfy { s.task($0.key) != nil })
-        // A running tentative fetch demoted into the full slow lane is parked with its bytes: kept too.
-        #expect(s.release(w(1, 1), now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
-        s.hold(U.a2.key)
-        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [])
-        #expect(s.task(U.a2.key)?.state == .waiting)
+        // A running tentative fetch released while the slow lane is full goes on in place (no park, no restart).
+        #expect(s.release(w(1, 1), now: t(2)) == [.changeLane(key: U.a2.key, lane: .slow), start(U.b2, .fast)])
+        #expect(s.counts.slowRunning == 2 && s.state(U.a2) == .running)
+        // A task parked by an explicit demote keeps its bytes: never dropped either.
+        _ = s.queue(U.b, cache: .missing, now: t(2))                       // adopted
+        _ = s.get(U.b, waiter: w(3, 1), cache: .missing, now: t(2))
+        #expect(s.state(U.b2) == .running)
+        #expect(s.demote(U.b2.key, now: t(3)) == [.park(key: U.b2.key), start(U.b, .fast)])
+        #expect(s.release(w(1, 2), now: t(3)) == [])
+        s.hold(U.b2.key)
+        #expect(s.unhold(U.b2.key, dropping: true, now: t(3)) == [])
+        #expect(s.task(U.b2.key)?.state == .waiting)
+    }
+}
+
+@Suite("Batches")
+struct BatchTests {
+    @Test("a scroll as one batch: released rows do not start on the way, the new screen does")
+    func scroll() {
+        var s = makeScheduler(fast: 8, slow: 1)
+        let screen0 = (0..<20).map { url("http://v.example/\($0)") }, screen1 = (20..<40).map { url("http://v.example/\($0)") }
+        for (i, u) in screen0.enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0), tentative: true) }
+        #expect(s.counts.fastRunning == 8 && s.counts.fastWaiting == 12)
+        let actions = s.batch(now: t(1)) { s in
+            var actions: [Action] = []
+            for i in 0..<20 { actions += s.release(w(1, UInt64(i)), now: t(1)) }
+            for (i, u) in screen1.enumerated() { actions += s.get(u, waiter: w(1, UInt64(20 + i)), cache: .missing, now: t(1), tentative: true) }
+            return actions
+        }
+        let started = actions.compactMap { if case .start(let key, _, _) = $0 { key } else { nil } }
+        #expect(started == screen1.prefix(8).map(\.key))
+        #expect(actions.filter { if case .changeLane = $0 { true } else { false } }.count == 8)
+        #expect(s.counts.slowRunning == 8 && s.counts.slowWaiting == 12 && s.counts.fastRunning == 8)
+        #expect(s.counts == s.recomputedCounts)
+    }
+
+    @Test("without a batch, each release would start the next waiting row of the screen being left")
+    func unbatched() {
+        var s = makeScheduler(fast: 8, slow: 1)
+        let screen0 = (0..<20).map { url("http://v.example/\($0)") }
+        for (i, u) in screen0.enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0), tentative: true) }
+        let actions = s.release(w(1, 0), now: t(1))
+        #expect(actions.contains(.start(key: screen0[8].key, lane: .fast, revalidate: false)))
     }
 }
 

@@ -5,8 +5,6 @@ private func range(_ first: Int, _ last: Int, ahead: Int = 0, behind: Int = 0) -
     Viewport.Range(first: first, last: last, ahead: ahead, behind: behind)
 }
 
-private func rows(_ prefetch: [Viewport.Prefetch]) -> [Int] { prefetch.map(\.row) }
-
 @Suite("Viewport: the work a visible range asks for")
 struct ViewportTests {
     @Test("the first range shows the visible rows and prefetches the window nearest first, after before before on a tie")
@@ -15,8 +13,8 @@ struct ViewportTests {
         _ = view.append(rows: 100)
         let plan = view.show(range(10, 14, ahead: 3, behind: 2))
         #expect(plan.show == [10, 11, 12, 13, 14])
-        #expect(rows(plan.prefetch) == [15, 9, 16, 8, 17])
-        #expect(plan.prefetch.allSatisfy { $0.entering })
+        #expect(plan.prefetch == [15, 9, 16, 8, 17])
+        #expect(plan.hold == [15, 9, 16, 8, 17, 10, 11, 12, 13, 14])
         #expect(plan.hide.isEmpty && plan.drop.isEmpty && plan.release.isEmpty)
         #expect(view.held == Set(8...17))
         #expect(view.visible == 10...14)
@@ -30,8 +28,8 @@ struct ViewportTests {
         let plan = view.show(range(20, 39, ahead: 20))
         #expect(plan.hide == Array(0...19))
         #expect(plan.show == Array(20...39))
-        #expect(rows(plan.prefetch) == Array(40...59))
-        #expect(plan.prefetch.allSatisfy { $0.entering })
+        #expect(plan.prefetch == Array(40...59))
+        #expect(plan.hold == Array(40...59))      // 20...39 were held as the first window
         #expect(plan.drop.isEmpty)
         // Rows 0-19 left the window but stay held: the kept zone reaches one window's length (40 rows) further.
         #expect(view.held == Set(0...59))
@@ -45,8 +43,8 @@ struct ViewportTests {
         let plan = view.show(range(5, 14, ahead: 10))
         #expect(plan.show == [10, 11, 12, 13, 14])
         #expect(plan.hide == [0, 1, 2, 3, 4])
-        #expect(plan.prefetch.map(\.row) == Array(15...24))
-        #expect(plan.prefetch.map(\.entering) == Array(repeating: false, count: 5) + Array(repeating: true, count: 5))
+        #expect(plan.prefetch == Array(15...24))
+        #expect(plan.hold == Array(20...24))
     }
 
     @Test("held rows that go far are dropped, once")
@@ -80,7 +78,7 @@ struct ViewportTests {
         #expect(first.show == [0, 1, 2, 3, 4] && first.prefetch.isEmpty)
         let more = view.append(rows: 20)
         #expect(more.show == [5, 6, 7, 8, 9])
-        #expect(rows(more.prefetch) == [10, 11, 12, 13, 14])
+        #expect(more.prefetch == [10, 11, 12, 13, 14])
         #expect(more.hide.isEmpty && more.drop.isEmpty)
         #expect(view.rowCount == 25)
     }
@@ -137,16 +135,14 @@ struct ViewportTests {
                 #expect(Set(plan.drop).isSubset(of: held) && Set(plan.release).isSubset(of: held), context)
                 held.subtract(plan.drop)
                 held.subtract(plan.release)
-                for prefetch in plan.prefetch {
-                    #expect(prefetch.entering == !held.contains(prefetch.row), context)
-                    held.insert(prefetch.row)
-                }
-                held.formUnion(plan.show)
+                #expect(Set(plan.hold).isDisjoint(with: held), context)
+                held.formUnion(plan.hold)
                 #expect(visible == Set(view.visible.map(Array.init) ?? []), context)
                 #expect(held == view.held, context)
+                #expect(Set(plan.prefetch).union(plan.show).isSubset(of: held), context)
                 // Prefetch order: by distance from the visible rows, never a visible row.
                 if let range = view.range {
-                    let distances = plan.prefetch.map { $0.row > range.last ? $0.row - range.last : range.first - $0.row }
+                    let distances = plan.prefetch.map { $0 > range.last ? $0 - range.last : range.first - $0 }
                     #expect(distances == distances.sorted() && distances.allSatisfy { $0 > 0 }, context)
                     // Held rows lie in the kept zone: the window and one window's length on each side.
                     let length = range.last + range.ahead - (range.first - range.behind) + 1

@@ -115,60 +115,72 @@ extension Daemon {
 
     // MARK: Deriving the work
 
-    /// Applies a plan in its order: release hidden rows, let go of far ones, hold new ones, queue the window from the
-    /// farthest row to the nearest (each goes to the front of the slow lane), then make the visible rows urgent.
+    /// Applies a plan as one scheduler batch, in its order: release hidden rows, let go of far ones, hold new ones,
+    /// queue the window from the farthest row to the nearest (each goes to the front of the slow lane), then make the
+    /// visible rows urgent. Only then does anything start.
     private func apply(_ plan: Viewport.Plan, to view: View, client: UInt64, now: Int64) {
+        guard !plan.isEmpty else { return }
         let moment = Moment(milliseconds: now)
-        for row in plan.hide {
-            guard let waiter = view.waiters.removeValue(forKey: row) else { continue }
-            pendingGets.removeValue(forKey: waiter)
-            getStartedAt.removeValue(forKey: waiter)
-            apply(scheduler.release(waiter, now: moment))
-        }
-        for row in plan.drop { if let key = view.key(row) { apply(scheduler.unhold(key, dropping: true, now: moment)) } }
-        for row in plan.release { if let key = view.key(row) { apply(scheduler.unhold(key, dropping: false, now: moment)) } }
-        var entering: Set<Int> = []
-        for row in plan.hold {
-            guard let key = view.key(row) else { continue }
-            scheduler.hold(key)
-            entering.insert(row)
-        }
-        for row in plan.prefetch.reversed() {
-            guard case .url(let url) = view.rows[row] else { continue }
-            let exists = scheduler.task(url.key) != nil
-            guard exists || entering.contains(row) else { continue }
-            do {
-                let cache = exists ? .missing : cacheState(try store.entry(url.key), now: now)
-                let (outcome, actions) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
-                if outcome == .queued { taskCreated(url.key) }
-                apply(actions)
-            } catch {
-                Log.error("cannot look up \(url.key) for a view: \(error)")
+        apply(scheduler.batch(now: moment) { scheduler in
+            var actions: [Action] = []
+            for row in plan.hide {
+                guard let waiter = view.waiters.removeValue(forKey: row) else { continue }
+                pendingGets.removeValue(forKey: waiter)
+                getStartedAt.removeValue(forKey: waiter)
+                actions += scheduler.release(waiter, now: moment)
             }
-        }
-        for row in plan.show { show(row, of: view, client: client, now: now) }
+            for row in plan.drop { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: true, now: moment) } }
+            for row in plan.release { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: false, now: moment) } }
+            var entering: Set<Int> = []
+            for row in plan.hold {
+                guard let key = view.key(row) else { continue }
+                scheduler.hold(key)
+                entering.insert(row)
+            }
+            for row in plan.prefetch.reversed() {
+                guard case .url(let url) = view.rows[row] else { continue }
+                let exists = scheduler.task(url.key) != nil
+                guard exists || entering.contains(row) else { continue }
+                do {
+                    let cache = exists ? .missing : cacheState(try store.entry(url.key), now: now)
+                    let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
+                    if outcome == .queued { taskCreated(url.key) }
+                    actions += queued
+                } catch {
+                    Log.error("cannot look up \(url.key) for a view: \(error)")
+                }
+            }
+            for row in plan.show { actions += show(row, of: view, client: client, scheduler: &scheduler, now: now) }
+            return actions
+        })
     }
 
     /// A row became visible: answered from the cache at once, or made urgent work with a waiter.
-    private func show(_ row: Int, of view: View, client: UInt64, now: Int64) {
-        guard let connection = connections[client] else { return }
+    private func show(_ row: Int, of view: View, client: UInt64, scheduler: inout Scheduler, now: Int64) -> [Action] {
+        guard let connection = connections[client] else { return [] }
         switch view.rows[row] {
         case .rejected(let text, let error):
             send(connection, viewEvent(row: row, url: text, .failure(error)))
+            return []
         case .url(let url):
             let recipient = Recipient.row(row, url: url.key)
             let entry: IndexEntry?
             do {
                 entry = try store.entry(url.key)
             } catch {
-                return deliver(.failure(Self.wireError(error)), to: recipient, on: connection)
+                deliver(.failure(Self.wireError(error)), to: recipient, on: connection)
+                return []
             }
             let state = cacheState(entry, now: now)
             if state == .fresh, let entry, scheduler.task(url.key) == nil {
                 metrics.cacheHits += 1
                 store.touch(url.key, now: now)
-                if let variant = view.variant { return deliverVariant(of: entry, variant, client: client, to: recipient) }
-                return deliver(.success(wire(entry, fromCache: true)), to: recipient, on: connection)
+                if let variant = view.variant {
+                    deliverVariant(of: entry, variant, client: client, to: recipient)
+                } else {
+                    deliver(.success(wire(entry, fromCache: true)), to: recipient, on: connection)
+                }
+                return []
             }
             metrics.cacheMisses += 1
             let waiter = newWaiter(for: client)
@@ -176,7 +188,7 @@ extension Daemon {
             pendingGets[waiter] = PendingGet(key: url.key, variant: view.variant, recipient: recipient)
             getStartedAt[waiter] = monotonicMilliseconds()
             if scheduler.task(url.key) == nil { taskCreated(url.key) }
-            apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true))
+            return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
         }
     }
 

@@ -1,0 +1,260 @@
+import Foundation
+import Testing
+
+/// A client of the `view` op on a raw connection: sends requests, collects the events and replies it reads.
+final class ViewClient {
+    let connection: RawConnection
+    private var nextID = 0
+    private(set) var events: [[String: Any]] = []
+    private(set) var replies: [Int: [String: Any]] = [:]
+
+    init(socket: String) throws {
+        connection = try RawConnection(socket: socket)
+        _ = connection.receive()
+    }
+
+    /// Sends a `view` request with `fields`; returns its id.
+    @discardableResult
+    func send(_ fields: [String: Any]) throws -> Int {
+        nextID += 1
+        var object = fields
+        object["id"] = nextID
+        object["op"] = "view"
+        connection.send(String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self) + "\n")
+        return nextID
+    }
+
+    /// Reads until `condition` holds (events and replies are kept); false when the connection ends or stalls 20 s.
+    @discardableResult
+    func read(until condition: (ViewClient) -> Bool) -> Bool {
+        while !condition(self) {
+            guard let line = connection.receive() else { return false }
+            if let id = line["id"] as? Int { replies[id] = line } else { events.append(line) }
+        }
+        return true
+    }
+
+    /// Rows that got a `view_ready` event.
+    var readyRows: Set<Int> { Set(events.filter { $0["event"] as? String == "view_ready" }.compactMap { $0["row"] as? Int }) }
+}
+
+/// `view`: scrolling a long list against a slow origin, the per-host start rate, bad requests, `prefetchctl view`.
+@Suite(.serialized)
+struct ViewTests {
+    static func info(_ daemon: DaemonUnderTest, _ url: String) throws -> [String: Any] {
+        let result = daemon.ctl("info", "--json", url)
+        return try #require(try JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any], "\(result.stderr)")
+    }
+
+    @Test("scrolling 1,000 rows a screen at a time: visible rows first, rows left behind demoted then dropped, nothing fetched twice, no urgent work after close")
+    func scroll() throws {
+        let origin = try Origin()
+        try origin.setDelay(0.4)
+        let daemon = try DaemonUnderTest(["--fast-width", "8"])
+        let paths = (0..<1000).map { "/v\($0).jpg" }
+        let screen = 20, ahead = 20, behind = 10
+        func visible(_ k: Int) -> Range<Int> { (k * screen)..<(k * screen + screen) }
+
+        let view = try ViewClient(socket: daemon.socket)
+        var sentAt: [Double] = []
+        try view.send(["urls": paths.map(origin.url), "first": 0, "last": screen - 1, "ahead": ahead, "behind": behind])
+        sentAt.append(monotonicSeconds())
+        var demotedSeen: [Int] = []
+        for k in 1...9 {
+            usleep(300_000)
+            if k == 3 {
+                // Screen 0 scrolled out 0.6 s ago; what had not started waits as background work, in `list` and `info`.
+                let list = daemon.ctl("list", "--json")
+                let tasks = try #require(try JSONSerialization.jsonObject(with: list.stdoutData) as? [String: Any])["tasks"]
+                    as? [[String: Any]] ?? []
+                for row in visible(0) {
+                    guard let task = tasks.first(where: { $0["url"] as? String == origin.url(paths[row]) }) else { continue }
+                    if task["state"] as? String == "waiting" {
+                        #expect(task["lane"] as? String == "slow", "row \(row): \(task)")
+                        demotedSeen.append(row)
+                    }
+                }
+                let row = try #require(demotedSeen.last, "no row of screen 0 was left waiting: \(tasks)")
+                let task = try #require(try Self.info(daemon, origin.url(paths[row]))["task"] as? [String: Any])
+                #expect(task["lane"] as? String == "slow" && task["waiters"] as? Int == 0, "\(task)")
+            }
+            try view.send(["first": k * screen, "last": k * screen + screen - 1, "ahead": ahead, "behind": behind])
+            sentAt.append(monotonicSeconds())
+        }
+        // The last screen's rows all become ready, then look-ahead rows start.
+        #expect(view.read { Set(visible(9)).isSubset(of: $0.readyRows) }, "last screen: \(view.readyRows.sorted())")
+        let everVisible = Set((0...9).flatMap { Array(visible($0)) })
+        let rowOfPath = Dictionary(uniqueKeysWithValues: paths.enumerated().map { ($1, $0) })
+        var starts: [Int: Double] = [:]
+        #expect(try waitUntil(seconds: 10) {
+            starts = [:]
+            for entry in try origin.stats().log { if let row = rowOfPath[entry.path] { starts[row] = min(starts[row] ?? .infinity, entry.start) } }
+            return starts.keys.count { !everVisible.contains($0) } >= 3
+        }, "no look-ahead row started after the last screen")
+
+        // Visible rows first: whenever a look-ahead row started, every row then visible (its screen sent 0.2 s
+        // earlier, the next not yet) had started already.
+        var checked = 0
+        for (row, start) in starts where !everVisible.contains(row) {
+            guard let k = sentAt.lastIndex(where: { $0 <= start - 0.2 }), k + 1 == sentAt.count || sentAt[k + 1] > start else { continue }
+            for visibleRow in visible(k) {
+                #expect((starts[visibleRow] ?? .infinity) <= start, "look-ahead row \(row) started before visible row \(visibleRow) (screen \(k))")
+            }
+            checked += 1
+        }
+        let lookAheadStarts = starts.filter { !everVisible.contains($0.key) }.map { ($0.key, $0.value - sentAt[0]) }.sorted { $0.1 < $1.1 }
+        #expect(checked >= 3, "look-ahead starts \(lookAheadStarts), screens sent at \(sentAt.map { $0 - sentAt[0] })")
+
+        // Screen 0's waiting rows are far from screen 9: their work was dropped, never fetched.
+        for row in demotedSeen {
+            #expect(try Self.info(daemon, origin.url(paths[row]))["task"] == nil, "row \(row) still has a task")
+            #expect(try origin.count(paths[row]) == 0, "row \(row) was fetched")
+        }
+
+        // Jump to rows 500-519 and close at once: no urgent work stays behind; it goes on as background work.
+        try view.send(["first": 500, "last": 519, "ahead": 0, "behind": 0])
+        #expect(view.read { $0.replies.count == 11 })
+        close(view.connection.fd)
+        #expect(waitUntil(seconds: 5) {
+            let status = daemon.ctl("status", "--json")
+            guard let object = try? JSONSerialization.jsonObject(with: status.stdoutData) as? [String: Any],
+                  let fast = object["fast"] as? [String: Any] else { return false }
+            return fast["waiting"] as? Int == 0 && fast["running"] as? Int == 0
+        }, "urgent work left after the view closed")
+        let list = daemon.ctl("list", "--json")
+        let tasks = try #require(try JSONSerialization.jsonObject(with: list.stdoutData) as? [String: Any])["tasks"] as? [[String: Any]] ?? []
+        #expect(tasks.allSatisfy { $0["lane"] as? String == "slow" }, "\(tasks)")
+
+        try origin.setDelay(0)
+        #expect(waitUntil(seconds: 60) { (try? Self.taskCount(daemon)) == 0 }, "the background work did not drain")
+        let counts = try origin.stats().counts
+        for row in 500..<520 { #expect(counts[paths[row]] == 1, "row \(row) was not fetched as background work") }
+        for (path, count) in counts where path.hasPrefix("/v") { #expect(count == 1, "\(path) fetched \(count) times") }
+    }
+
+    static func taskCount(_ daemon: DaemonUnderTest) throws -> Int {
+        let status = daemon.ctl("status", "--json")
+        let object = try #require(try JSONSerialization.jsonObject(with: status.stdoutData) as? [String: Any])
+        let fast = object["fast"] as? [String: Any] ?? [:], slow = object["slow"] as? [String: Any] ?? [:]
+        return [fast["waiting"], fast["running"], slow["waiting"], slow["running"], object["delayed"]].compactMap { $0 as? Int }.reduce(0, +)
+    }
+
+    @Test("host_start_rate 20/s: 500 visible-range changes in 2 s start no more than the burst plus 20 per second")
+    func startRate() throws {
+        let origin = try Origin()
+        let burst = 10
+        let daemon = try DaemonUnderTest(["--host-start-rate", "20", "--host-start-burst", String(burst)])
+        let paths = (0..<6000).map { "/r\($0).jpg" }
+        let view = try ViewClient(socket: daemon.socket)
+        for part in stride(from: 0, to: paths.count, by: 1000) {
+            try view.send(["urls": paths[part..<part + 1000].map(origin.url), "append": part > 0])
+        }
+        let began = Date()
+        for change in 0..<500 {
+            try view.send(["first": change * 10, "last": change * 10 + 19, "ahead": 0, "behind": 0])
+            usleep(4_000)
+        }
+        let sending = Date().timeIntervalSince(began)
+        #expect(sending < 4, "sending the changes took \(sending) s")
+        // The last range's rows are served in the end, at the limited rate.
+        #expect(view.read { Set(4990...5009).isSubset(of: $0.readyRows) }, "ready: \(view.readyRows.count) rows")
+
+        let log = try origin.stats().log.filter { $0.path.hasPrefix("/r") }.sorted { $0.start < $1.start }
+        let starts = log.map(\.start)
+        #expect(Set(log.map(\.path)).count == log.count, "a row was requested twice")
+        let first = try #require(starts.first)
+        for (i, start) in starts.enumerated() {
+            // One request of slack for the time between the daemon's start and the origin's clock reading.
+            let allowed = Double(burst) + 20 * (start - first) + 1
+            #expect(Double(i + 1) <= allowed, "\(i + 1) starts by \(start - first) s (allowed \(allowed)): \(log.prefix(i + 1).map { ($0.path, $0.start - first) })")
+        }
+        let within2s = starts.count { $0 - first <= 2 }
+        #expect(within2s <= burst + 40 + 1, "\(within2s) starts in the first 2 s")
+        #expect(daemon.ctl("ping").status == 0)
+    }
+
+    @Test("bad view requests get bad_request and change nothing; rejected URLs are listed and reported when visible")
+    func badRequests() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let view = try ViewClient(socket: daemon.socket)
+        let bad: [([String: Any], String)] = [
+            ([:], "view needs urls"),
+            (["first": 0], "first and last go together"),
+            (["first": 5, "last": 2], "first <= last"),
+            (["first": 0, "last": 1000], "at most 1000 visible rows"),
+            (["first": 0, "last": 9, "ahead": 5000], "ahead and behind"),
+            (["ahead": 3], "need first and last"),
+            (["urls": [origin.url("/a.jpg")], "fit": "cover"], "need size"),
+            (["urls": [origin.url("/a.jpg")], "size": "0x0"], "size"),
+        ]
+        for (fields, message) in bad {
+            let id = try view.send(fields)
+            #expect(view.read { $0.replies[id] != nil })
+            let error = view.replies[id]?["error"] as? [String: Any]
+            #expect(error?["code"] as? String == "bad_request", "\(fields): \(String(describing: view.replies[id]))")
+            let text = (error?["message"] as? String) ?? ""
+            #expect(text.contains(message), "\(text)")
+        }
+        let id = try view.send(["urls": [origin.url("/a.jpg"), "ftp://example.com/b.jpg", origin.url("/c.jpg")], "first": 0, "last": 2])
+        #expect(view.read { $0.replies[id] != nil && $0.events.count == 3 })
+        let result = try #require(view.replies[id]?["result"] as? [String: Any])
+        #expect(result["rows"] as? Int == 3 && result["first"] as? Int == 0 && result["last"] as? Int == 2)
+        let rejected = try #require(result["rejected"] as? [[String: Any]])
+        #expect(rejected.count == 1 && rejected.first?["row"] as? Int == 1)
+        let failed = try #require(view.events.first { $0["event"] as? String == "view_failed" })
+        #expect(failed["row"] as? Int == 1 && (failed["error"] as? [String: Any])?["code"] as? String == "scheme_not_allowed")
+        #expect(view.readyRows == [0, 2])
+        for event in view.events where event["event"] as? String == "view_ready" {
+            let path = try #require(event["path"] as? String)
+            let row = try #require(event["row"] as? Int)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == origin.body(row == 0 ? "/a.jpg" : "/c.jpg"))
+        }
+    }
+
+    @Test("a view with a size gets variants; a row shown again is answered again, from the cache")
+    func variantsAndCache() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let view = try ViewClient(socket: daemon.socket)
+        try view.send(["urls": (0..<10).map { origin.url("/s\($0).jpg") }, "first": 0, "last": 1, "size": "4x4", "ahead": 0, "behind": 0])
+        #expect(view.read { $0.readyRows == [0, 1] })
+        #expect(view.events.allSatisfy { ($0["variant"] as? String)?.hasPrefix("4x4-contain") == true && $0["width"] as? Int == 4 })
+        try view.send(["first": 5, "last": 5])
+        #expect(view.read { $0.readyRows.contains(5) })
+        try view.send(["first": 0, "last": 0])
+        #expect(view.read { $0.events.count == 4 }, "\(view.events)")
+        #expect(view.events.last?["row"] as? Int == 0)
+        #expect(try origin.count("/s0.jpg") == 1)
+    }
+
+    @Test("prefetchctl view prints ROW PATH lines for visible rows, reads ranges from stdin, exits when they are answered")
+    func cli() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let directory = try TemporaryDirectory()
+        let list = directory.path + "/list.txt"
+        try ((0..<30).map { origin.url("/l\($0).jpg") } + ["# a comment", "", "not a url"]).joined(separator: "\n")
+            .write(toFile: list, atomically: true, encoding: .utf8)
+        // The second range comes once the first is answered (sooner, rows 0-2 would scroll away unanswered).
+        let script = "{ echo 0 2; sleep 1; echo nonsense; echo 10 11; } | \"$0\" --socket \"$1\" view \"$2\" --ahead 0 --behind 0"
+        let result = run("/bin/sh", ["-c", script, Paths.prefetchctl, daemon.socket, list])
+        #expect(result.status == 0, "\(result.stderr)")
+        let lines = result.lines.map { $0.split(separator: " ", maxSplits: 1) }
+        #expect(Set(lines.compactMap { Int($0[0]) }) == [0, 1, 2, 10, 11], "\(result.stdout)")
+        for line in lines {
+            let row = try #require(Int(line[0]))
+            #expect(try Data(contentsOf: URL(fileURLWithPath: String(line[1]))) == origin.body("/l\(row).jpg"))
+        }
+        #expect(result.stderr.contains("row 30 (not a url): invalid_url"), "\(result.stderr)")
+        #expect(result.stderr.contains("ignored 'nonsense'"), "\(result.stderr)")
+
+        let fromStdin = daemon.ctl("view", "-", "--json", stdin: "\(origin.url("/l0.jpg"))\nftp://x/y\n\n0 1\n")
+        #expect(fromStdin.status == 1, "a visible row failed: \(fromStdin.stderr)")
+        let events = fromStdin.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(Set(events.compactMap { $0["event"] as? String }) == ["view_ready", "view_failed"], "\(fromStdin.stdout)")
+
+        let missing = daemon.ctl("view", directory.path + "/nope.txt")
+        #expect(missing.status == 2 && missing.stderr.contains("cannot read the list"), "\(missing.stderr)")
+    }
+}
