@@ -4,12 +4,12 @@ _prefetchctl() {
     local cur prev verb i
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
-    local verbs="get queue demote promote cancel evict info status list formats metrics watch ping"
+    local verbs="get queue demote promote cancel evict info status list formats metrics watch view ping"
 
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --socket|-o|--output|--timeout|--max-stale|--size|--fit|--format|--quality|--limit) ((i++)) ;;
+            --socket|-o|--output|--timeout|--max-stale|--size|--fit|--format|--quality|--limit|--ahead|--behind) ((i++)) ;;
             -*) ;;
             *) verb=${COMP_WORDS[i]}; break ;;
         esac
@@ -22,7 +22,7 @@ _prefetchctl() {
             COMPREPLY=($(compgen -W "contain cover fill" -- "$cur")); return ;;
         --format)
             COMPREPLY=($(compgen -W "jpeg png" -- "$cur")); return ;;
-        --timeout|--max-stale|--size|--quality|--limit)
+        --timeout|--max-stale|--size|--quality|--limit|--ahead|--behind)
             return ;;
     esac
 
@@ -35,6 +35,7 @@ _prefetchctl() {
         queue) flags="--wait --timeout --json --help" ;;
         evict) flags="--all --json --help" ;;
         list) flags="--limit --json --help" ;;
+        view) flags="--ahead --behind --size --fit --format --quality --upscale --json --help" ;;
         ping) flags="--help" ;;
         *) flags="--json --help" ;;
     esac
@@ -42,6 +43,9 @@ _prefetchctl() {
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     elif [[ $cur == "" && $verb =~ ^(get|queue|demote|promote|cancel|evict)$ ]]; then
         COMPREPLY=(-)
+    elif [[ $verb == view ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+        if [[ $cur == "" ]]; then COMPREPLY+=(-); fi
     fi
 }
 

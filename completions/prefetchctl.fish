@@ -1,6 +1,6 @@
 # fish completion for prefetchctl (installed as fish/vendor_completions.d/prefetchctl.fish)
 
-set -l verbs get queue demote promote cancel evict info status list formats metrics watch ping
+set -l verbs get queue demote promote cancel evict info status list formats metrics watch view ping
 
 complete -c prefetchctl -f
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -l socket -r -F -d 'The daemon socket'
@@ -20,17 +20,21 @@ complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a list -d '
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a formats -d 'Image formats and which are allowed'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a metrics -d 'Metrics in the Prometheus text format'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a watch -d 'Live view of the lanes and transfers'
+complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a view -d 'A list someone scrolls: give it once, then visible ranges on stdin'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a ping -d 'Is the daemon there?'
 
 complete -c prefetchctl -n "__fish_seen_subcommand_from get queue" -l timeout -x -d 'Stop waiting after SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l max-stale -x -d 'Answer from an entry stale by at most SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l offline -d 'Answer only from the cache'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -s o -l output -r -F -d 'Write the content to FILE, - for stdout'
-complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l size -x -d 'A resized variant, WxH'
-complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l fit -x -a 'contain cover fill' -d 'How to fit the size'
-complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l format -x -a 'jpeg png' -d 'Variant format'
-complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l quality -x -d 'JPEG quality 1-100'
-complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l upscale -d 'Allow a variant larger than the original'
+complete -c prefetchctl -n "__fish_seen_subcommand_from get view" -l size -x -d 'A resized variant, WxH'
+complete -c prefetchctl -n "__fish_seen_subcommand_from get view" -l fit -x -a 'contain cover fill' -d 'How to fit the size'
+complete -c prefetchctl -n "__fish_seen_subcommand_from get view" -l format -x -a 'jpeg png' -d 'Variant format'
+complete -c prefetchctl -n "__fish_seen_subcommand_from get view" -l quality -x -d 'JPEG quality 1-100'
+complete -c prefetchctl -n "__fish_seen_subcommand_from get view" -l upscale -d 'Allow a variant larger than the original'
 complete -c prefetchctl -n "__fish_seen_subcommand_from queue" -l wait -d 'Wait until every URL is fetched or failed'
 complete -c prefetchctl -n "__fish_seen_subcommand_from evict" -l all -d 'Every entry'
 complete -c prefetchctl -n "__fish_seen_subcommand_from list" -l limit -x -d 'At most N tasks'
+complete -c prefetchctl -n "__fish_seen_subcommand_from view" -l ahead -x -d 'Rows after the visible ones to prefetch (0-1000)'
+complete -c prefetchctl -n "__fish_seen_subcommand_from view" -l behind -x -d 'Rows before the visible ones to prefetch (0-1000)'
+complete -c prefetchctl -n "__fish_seen_subcommand_from view" -F -a - -d 'The list of URLs: FILE, or - for stdin'

@@ -9,6 +9,9 @@ enum ViewCommand {
         guard arguments.operands.count == 1, let source = arguments.operands.first else {
             throw .usage("view takes one list: a file of URLs, or - to read the list from stdin up to an empty line")
         }
+        if arguments.size == nil, arguments.fit != nil || arguments.format != nil || arguments.quality != nil || arguments.upscale {
+            throw .usage("--fit, --format, --quality and --upscale go with --size WxH")
+        }
         var input = Input(fd: 0)
         let urls = try list(source, stdin: &input)
         var session = Session(client: client, json: arguments.json)
