@@ -283,10 +283,12 @@ final class Daemon {
     }
 
     /// Handles the connection's request lines, reading more when none is buffered, for at most `inputTimePerTurn`;
-    /// what is left waits for the next turn.
+    /// what is left waits for the next turn. A client that does not read its replies is not served until it does
+    /// (`flushConnection` picks it up again).
     private func serveInput(_ connection: Connection) {
         let until = monotonicMilliseconds() + Self.inputTimePerTurn
         while monotonicMilliseconds() <= until {
+            guard !connection.isBackedUp else { return }
             switch connection.input.next() {
             case .line(let text)?:
                 handle(text, from: connection)
@@ -336,6 +338,7 @@ final class Daemon {
         }
         var events: UInt32 = connection.closeAfterFlush || connection.readClosed || connection.isBackedUp
             ? 0 : UInt32(EPOLLIN.rawValue)
+        if events != 0, connection.input.pending > 0 { pendingInput.insert(id) }
         if connection.hasPendingOutput { events |= UInt32(EPOLLOUT.rawValue) }
         loop.modify(connection.fd, events: events)
     }

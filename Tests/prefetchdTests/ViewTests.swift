@@ -205,6 +205,11 @@ struct ViewTests {
         let failed = try #require(view.events.first { $0["event"] as? String == "view_failed" })
         #expect(failed["row"] as? Int == 1 && (failed["error"] as? [String: Any])?["code"] as? String == "scheme_not_allowed")
         #expect(view.readyRows == [0, 2])
+        let metrics = daemon.ctl("metrics").stdout
+        for sample in ["prefetchd_view_events_total{event=\"view_ready\"} 2", "prefetchd_view_events_total{event=\"view_failed\"} 1",
+                       "prefetchd_views 1"] {
+            #expect(metrics.contains(sample + "\n"), "\(sample) not in the metrics")
+        }
         for event in view.events where event["event"] as? String == "view_ready" {
             let path = try #require(event["path"] as? String)
             let row = try #require(event["row"] as? Int)

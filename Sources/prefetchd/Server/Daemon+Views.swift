@@ -110,6 +110,7 @@ extension Daemon {
             event.event = "view_failed"
             event.error = error
         }
+        metrics.viewEvents[event.event, default: 0] += 1
         return event
     }
 

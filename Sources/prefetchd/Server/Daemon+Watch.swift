@@ -94,7 +94,7 @@ extension Daemon {
             running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
-            pausedHosts: scheduler.paused.count))
+            views: views.count, pausedHosts: scheduler.paused.count))
     }
 
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).

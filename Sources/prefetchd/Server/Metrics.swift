@@ -25,6 +25,8 @@ struct Metrics {
     /// Variants decoded and resized (one per distinct variant, however many asked), and variants served as made.
     var variantDecodes: Int64 = 0
     var variantHits: Int64 = 0
+    /// `view_ready` and `view_failed` events sent.
+    var viewEvents: [String: Int64] = [:]
     var fetchDuration: [String: Histogram] = [:]  // lane
     var queueWait: [String: Histogram] = [:]  // lane
     var getLatency = Histogram()
@@ -50,6 +52,7 @@ struct Metrics {
         var cacheEntries: Int64
         var cacheLimit: Int64
         var connections: Int
+        var views: Int
         var pausedHosts: Int
     }
 
@@ -95,6 +98,10 @@ struct Metrics {
 
         single("prefetchd_variant_decodes_total", "counter", "Variants decoded and resized (once per variant).", "\(variantDecodes)")
         single("prefetchd_variant_hits_total", "counter", "Variant requests answered with a variant made before.", "\(variantHits)")
+        family("prefetchd_view_events_total", "counter", "Visible view rows answered, by event (view_ready, view_failed).")
+        for event in ["view_ready", "view_failed"] {
+            sample("prefetchd_view_events_total", [("event", event)], "\(viewEvents[event, default: 0])")
+        }
 
         family("prefetchd_lane_waiting", "gauge", "Tasks waiting in each lane (in memory).")
         for lane in lanes { sample("prefetchd_lane_waiting", [("lane", lane)], "\(gauges.waiting[lane, default: 0])") }
@@ -106,6 +113,7 @@ struct Metrics {
         single("prefetchd_cache_entries", "gauge", "Cached entries.", "\(gauges.cacheEntries)")
         single("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.", "\(gauges.cacheLimit)")
         single("prefetchd_connections", "gauge", "Open client connections.", "\(gauges.connections)")
+        single("prefetchd_views", "gauge", "Connections with a view (a list being scrolled).", "\(gauges.views)")
         single("prefetchd_paused_hosts", "gauge", "Hosts paused by the circuit breaker.", "\(gauges.pausedHosts)")
 
         histogram("prefetchd_fetch_duration_seconds", "Time from a transfer's start to its end, by lane.",
