@@ -44,6 +44,7 @@ final class Connection {
 
     /// Writes as much buffered output as the socket takes; false when the peer is gone.
     func flush() -> Bool {
+        defer { compact() }
         while written < output.count {
             let count = output.withUnsafeBytes { raw in
                 Glibc.send(fd, raw.baseAddress! + written, output.count - written, Int32(MSG_NOSIGNAL))
@@ -55,8 +56,18 @@ final class Connection {
             if count < 0 && errno == EINTR { continue }
             return count < 0 && errno == EAGAIN
         }
-        output.removeAll(keepingCapacity: output.count < 65536)
-        written = 0
         return true
+    }
+
+    /// Drops what was written: all of it, or, while a client keeps the socket full, the written part once it is
+    /// the larger one (else the buffer of a steady stream of replies would only ever grow).
+    private func compact() {
+        if written == output.count {
+            output.removeAll(keepingCapacity: output.count < 65536)
+            written = 0
+        } else if written >= 65536, written * 2 >= output.count {
+            output.removeFirst(written)
+            written = 0
+        }
     }
 }
