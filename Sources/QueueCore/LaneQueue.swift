@@ -16,14 +16,22 @@ struct LaneQueue: Sendable {
     mutating func pushBack(_ entry: Entry) { back.append(entry) }
     mutating func pushFront(_ entry: Entry) { front.append(entry) }
 
-    /// Removes and returns the first live entry that `accept` takes, looking at no more than `scanLimit` live
-    /// entries; live entries passed over keep their places.
-    mutating func popFirst(isLive: (Entry) -> Bool, accept: (Entry) -> Bool, scanLimit: Int = 64) -> Entry? {
+    /// Removes and returns the first live entry that `accept` takes. `accept` judges a whole group (a host): once it
+    /// refuses an entry, the rest of its group is passed over without asking, so one busy host does not hide the
+    /// others behind it. At most `groupLimit` groups are refused and `passLimit` live entries passed over; those keep
+    /// their places.
+    mutating func popFirst(isLive: (Entry) -> Bool, group: (Entry) -> String, accept: (Entry) -> Bool,
+                           groupLimit: Int = 64, passLimit: Int = 1024) -> Entry? {
         var passed: [Entry] = []
+        var refused: Set<String> = []
         defer { front.append(contentsOf: passed.reversed()) }
-        while passed.count < scanLimit, let entry = popAny() {
+        while refused.count < groupLimit, passed.count < passLimit, let entry = popAny() {
             guard isLive(entry) else { continue }
-            if accept(entry) { return entry }
+            let name = group(entry)
+            if !refused.contains(name) {
+                if accept(entry) { return entry }
+                refused.insert(name)
+            }
             passed.append(entry)
         }
         return nil

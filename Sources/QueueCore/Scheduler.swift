@@ -539,9 +539,10 @@ public struct Scheduler: Sendable {
             nextToken = min(nextToken ?? wait, wait)
             return false
         }
+        let host = { (entry: LaneQueue.Entry) in tasks[entry.key]!.host }
         let entry = lane == .fast
-            ? fastQueue.popFirst(isLive: isLive, accept: accept)
-            : slowQueue.popFirst(isLive: isLive, accept: accept)
+            ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
+            : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
         self.nextToken = nextToken
         return entry?.key
     }

@@ -73,6 +73,14 @@ struct LaneTests {
         #expect(s.finish(U.a2.key, .success, now: t(2)) == [.answer(w(1, 2), .ready), .forget(key: U.a2.key), start(U.a3, .fast)])
     }
 
+    @Test("per-host limit: a host at its limit does not hide another host behind hundreds of its entries")
+    func perHostLimitManyEntries() {
+        var s = makeScheduler(fast: 8, perHost: 1)
+        for i in 0..<500 { _ = s.get(url("http://a.example/\(i)"), waiter: w(1, UInt64(i)), cache: .missing, now: t(0)) }
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0)) == [start(U.b, .fast)])
+        #expect(s.get(U.c, waiter: w(2, 2), cache: .missing, now: t(0)) == [start(U.c, .fast)])
+    }
+
     @Test("per-host limit counts host:port, and slow and fast tasks together")
     func perHostLimitAuthority() {
         var s = makeScheduler(fast: 4, slow: 2, perHost: 1)

@@ -172,6 +172,14 @@ struct StartRateTests {
         #expect(s.advance(to: t(2000)).contains(start(U.a2, .slow)))
     }
 
+    @Test("a host waiting for tokens does not hold up another host's work queued behind hundreds of its entries")
+    func noHeadOfLineBlocking() {
+        var s = scheduler(perSecond: 1, burst: 1, fast: 100)
+        for i in 0..<300 { _ = s.get(url("http://a.example/\(i)"), waiter: w(1, UInt64(i)), cache: .missing, now: t(0)) }
+        #expect(s.counts.fastRunning == 1 && s.counts.fastWaiting == 299)
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1)).contains(start(U.b, .fast)))
+    }
+
     @Test("over 10 simulated seconds a host gets no more than burst + rate × time starts")
     func bound() {
         var s = scheduler(perSecond: 20, burst: 5, fast: 100)
