@@ -75,6 +75,41 @@ struct ThumbsTests {
         #expect(!tmux.capture().contains("q quits"), "\(tmux.capture())")
     }
 
+    @Test("thumbs.py with chafa draws each visible row's thumbnail as coloured blocks beside its URL")
+    func pictures() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chafa") else {
+            throw HarnessError("chafa is not installed (it is in the Makefile's TEST_PACKAGES: run `make test-deps`)")
+        }
+        let directory = try TemporaryDirectory()
+        let root = directory.path + "/root"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let colours = ["red-blue", "gold-navy", "green-white", "black-orange", "purple-yellow", "cyan-maroon"]
+        for (i, colours) in colours.enumerated() {
+            let made = run("/usr/bin/convert", ["-size", "96x64", "gradient:" + colours, root + "/g\(i).jpg"])
+            #expect(made.status == 0, "convert: \(made.stderr)")
+        }
+        let origin = try Origin(root: root)
+        let daemon = try DaemonUnderTest()
+        let urls = colours.indices.map { origin.url("/g\($0).jpg") }
+        let list = try Self.list(urls, in: directory)
+        let tmux = try Tmux(["python3", Self.script, "--socket", daemon.socket, list], columns: 80, rows: 24)
+        defer { tmux.kill() }
+
+        // Five lines a row (room for a picture of 8x4 cells, and a gap): rows 0-3 fit above the status line.
+        let screen = try tmux.waitForScreen("four pictures", timeout: 20) { $0.contains("rows 0-3 of 6 · 4 ready") }
+        let lines = screen.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let blocks = Set("▀▄█▌▐▖▗▘▝▚▞▙▛▜▟░▒▓")
+        for row in 0...3 {
+            let top = try #require(lines.firstIndex { $0.contains("\(row)  " + urls[row]) }, "row \(row):\n\(screen)")
+            // 96x64 in 8 columns: 2 lines of half blocks (2 pixels a cell, one above the other).
+            let picture = lines[top..<min(lines.count, top + 2)].map { String($0.prefix(8)) }
+            #expect(picture.allSatisfy { $0.contains { blocks.contains($0) } }, "row \(row)'s picture:\n\(picture.joined(separator: "\n"))")
+        }
+        #expect(tmux.capture(escapes: true).contains("\u{1B}[38;"), "the pictures are in colour")
+        tmux.send("q")
+        #expect(try tmux.waitForExit() == 0)
+    }
+
     /// The processes whose parent is `parent`, from /proc (read to the end: its files have no size).
     static func children(of parent: Int32) -> [Int32] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
