@@ -390,7 +390,7 @@ final class Daemon {
                 transferStarted(key, lane: lane)
                 startFetch(key, lane: lane, revalidate: revalidate)
             case .changeLane(let key, let lane):
-                fetcher.setThrottled(key, lane == .slow && scheduler.counts.slowSuspended)
+                fetcher.changeLane(key, to: lane, throttled: lane == .slow && scheduler.counts.slowSuspended)
             case .park(let key):
                 fetcher.stop(key, keepingBody: true)
             case .pauseHost(let host, let until):

@@ -77,6 +77,14 @@ final class CurlFetcher {
         transfers[key]?.limitRate(throttled ? settings.backgroundRateWhileSuspended : 0)
     }
 
+    /// A running transfer changed lane in place: held back or not, and urgent work gets its window back.
+    func changeLane(_ key: String, to lane: Lane, throttled: Bool) {
+        guard let transfer = transfers[key] else { return }
+        transfer.lane = lane
+        transfer.limitRate(throttled ? settings.backgroundRateWhileSuspended : 0)
+        transfer.widenWindowForUrgentWork()
+    }
+
     /// Curl's timer expired.
     func timerFired() {
         deadline = nil
@@ -85,10 +93,15 @@ final class CurlFetcher {
         collectFinished()
     }
 
-    fileprivate func socketChanged(_ fd: Int32, what: Int32) {
+    fileprivate func socketChanged(_ fd: Int32, what: Int32, easy: UnsafeMutableRawPointer?) {
         if what == CURL_POLL_REMOVE {
             loop.remove(fd)
             return
+        }
+        var pointer: UnsafeMutableRawPointer?
+        if let easy, pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer) == CURLE_OK, let pointer {
+            let transfer = Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue()
+            transfer.socket = fd
         }
         var events: UInt32 = 0
         if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }
@@ -165,8 +178,8 @@ final class CurlFetcher {
     }
 }
 
-private let fetcherSocket: curl_socket_callback = { _, fd, what, userdata, _ in
-    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().socketChanged(fd, what: what)
+private let fetcherSocket: curl_socket_callback = { easy, fd, what, userdata, _ in
+    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().socketChanged(fd, what: what, easy: easy)
     return 0
 }
 

@@ -35,6 +35,8 @@ final class Transfer {
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     private var bodyStarted = false
+    /// The receive buffer a background connection gets (`background_window`), 0 for the kernel's.
+    fileprivate let backgroundWindow: Int32
     private var fd: Int32
     private var hash = SHA256()
     private let maxBytes: Int64
@@ -46,6 +48,7 @@ final class Transfer {
         key = request.key
         lane = request.lane
         maxBytes = settings.maxBytes
+        backgroundWindow = Int32(settings.backgroundWindow)
         deniedNetworks = IPNetwork.linkLocal + settings.deniedNetworks
         conditional = request.conditional != nil
         bodyPath = request.bodyPath
@@ -72,6 +75,13 @@ final class Transfer {
         pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)
         pf_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me)
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
+        if lane == .slow, backgroundWindow > 0 {
+            // A connection of its own, with a small window, closed afterwards: never one urgent work shares.
+            pf_easy_setopt_sockopt_callback(easy, transferSocketOptions)
+            pf_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, me)
+            pf_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
+            pf_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
+        }
         pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
         pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
         if resumedFrom > 0 { pf_easy_setopt_string(easy, CURLOPT_RANGE, "\(resumedFrom)-") }
@@ -187,6 +197,24 @@ final class Transfer {
     }
 
     fileprivate func header(_ line: Substring) { headers.take(line) }
+
+    /// The receive buffer a background transfer promoted in place gets: set by hand (the kernel no longer grows a
+    /// buffer once it was set), large.
+    static let urgentWindow: Int32 = 4 << 20
+
+    /// The connection's socket, as curl reported it for polling.
+    var socket: Int32 = -1
+
+    /// Gives the connection room again when this transfer became urgent on a connection opened for background work.
+    func widenWindowForUrgentWork() {
+        guard lane == .fast, backgroundWindow > 0, socket >= 0 else { return }
+        var current: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        // The kernel reports twice the size that was set.
+        guard getsockopt(socket, SOL_SOCKET, SO_RCVBUF, &current, &length) == 0, current <= 2 * backgroundWindow else { return }
+        var size = Self.urgentWindow
+        setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    }
 }
 
 private let transferWrite: pf_data_callback = { data, size, count, userdata in
@@ -199,6 +227,14 @@ private let transferHeader: pf_data_callback = { data, size, count, userdata in
     let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
     transfer.header(Substring(String(decoding: bytes, as: UTF8.self)))
     return size * count
+}
+
+/// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`).
+private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _ in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    var size = transfer.backgroundWindow
+    setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    return 0  // CURL_SOCKOPT_OK
 }
 
 /// Refuses link-local addresses (cloud metadata endpoints) and the configured denied networks, judged on the address

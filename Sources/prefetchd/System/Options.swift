@@ -175,6 +175,12 @@ struct Options {
                     options.fetch.backgroundRateWhileSuspended = value == "0" ? 0 : try size(value)
                 },
                 show: { showSize($0.fetch.backgroundRateWhileSuspended) }),
+        Setting(key: "background_window", placeholder: "SIZE",
+                summary: "TCP receive buffer of connections opened for background fetches, 0 for the kernel's",
+                read: { options, value throws(BadValue) in
+                    options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
+                },
+                show: { showSize($0.fetch.backgroundWindow) }),
         Setting(key: "allowed_formats", placeholder: "LIST",
                 summary: "image formats kept (comma-separated gdk-pixbuf names; svg is off unless listed)",
                 read: { options, value throws(BadValue) in
