@@ -372,6 +372,13 @@ final class Daemon {
         return Waiter(client: client, request: nextRequest)
     }
 
+    /// Answers with the cached `entry`, or with its `variant` (made when it does not exist yet).
+    func deliver(_ entry: IndexEntry, variant: VariantSpec?, fromCache: Bool, stale: Bool = false, on connection: Connection,
+                 to recipient: Recipient) {
+        if let variant { return deliverVariant(of: entry, variant, client: connection.id, to: recipient) }
+        deliver(.success(wire(entry, fromCache: fromCache, stale: stale)), to: recipient, on: connection)
+    }
+
     /// Sends an answer: as the reply to a request, or as a view's event for a row.
     func deliver(_ outcome: Result<CacheEntry, WireError>, to recipient: Recipient, on connection: Connection) {
         switch (recipient, outcome) {
@@ -461,16 +468,14 @@ final class Daemon {
                                    to: recipient, on: connection)
                 }
                 store.touch(key, now: wallClockMilliseconds())
-                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, to: recipient) }
-                deliver(.success(wire(entry, fromCache: false)), to: recipient, on: connection)
+                deliver(entry, variant: pending.variant, fromCache: false, on: connection, to: recipient)
             } catch {
                 deliver(.failure(WireError(.internal, "cannot read the index: \(error)")), to: recipient, on: connection)
             }
         case .failed(let failure):
             if Self.allowsStaleIfError(failure), let entry = try? store.entry(key), !entry.mustRevalidate, !entry.noStore {
                 Log.info("serving \(key) stale: revalidation failed with \(failure.code)")
-                if let spec = pending.variant { return deliverVariant(of: entry, spec, client: connection.id, to: recipient) }
-                return deliver(.success(wire(entry, fromCache: true, stale: true)), to: recipient, on: connection)
+                return deliver(entry, variant: pending.variant, fromCache: true, stale: true, on: connection, to: recipient)
             }
             deliver(.failure(WireError(failure)), to: recipient, on: connection)
         case .cancelled:

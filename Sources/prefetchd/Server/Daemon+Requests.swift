@@ -89,18 +89,13 @@ extension Daemon {
         let id = request.id
         let url: CanonicalURL
         let entry: IndexEntry?
-        var variant: VariantSpec?
+        let variant: VariantSpec?
         do {
             url = try CanonicalURL(text)
             entry = try store.entry(url.key)
-            if let size = request.size {
-                variant = try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
-                                          upscale: request.upscale ?? false)
-            } else if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
-                return fail(connection, id, WireError(.badRequest, "fit, format, quality and upscale need size"))
-            }
-        } catch let invalid as VariantSpec.Invalid {
-            return fail(connection, id, WireError(.badRequest, invalid.message))
+            variant = try Self.variantSpec(request)
+        } catch let error as WireError {
+            return fail(connection, id, error)
         } catch {
             return fail(connection, id, Self.wireError(error))
         }
@@ -108,9 +103,8 @@ extension Daemon {
         func answer(_ entry: IndexEntry, stale: Bool) {
             metrics.cacheHits += 1
             store.touch(url.key, now: now)
-            if let variant { return deliverVariant(of: entry, variant, client: connection.id, to: .request(id)) }
-            metrics.getLatency.observe(0)
-            reply(connection, id, wire(entry, fromCache: true, stale: stale))
+            if variant == nil { metrics.getLatency.observe(0) }
+            deliver(entry, variant: variant, fromCache: true, stale: stale, on: connection, to: .request(id))
         }
         let state = cacheState(entry, now: now)
         if state == .fresh, let entry, scheduler.task(url.key) == nil {
@@ -179,6 +173,22 @@ extension Daemon {
             return "evicted"
         default:
             preconditionFailure("\(op) is not a per-URL change")
+        }
+    }
+
+    /// The variant `get` or `view` asks for, if any.
+    static func variantSpec(_ request: Request) throws(WireError) -> VariantSpec? {
+        guard let size = request.size else {
+            if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
+                throw WireError(.badRequest, "fit, format, quality and upscale need size")
+            }
+            return nil
+        }
+        do {
+            return try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
+                                   upscale: request.upscale ?? false)
+        } catch {
+            throw WireError(.badRequest, error.message)
         }
     }
 

@@ -36,7 +36,7 @@ extension Daemon {
         let variant: VariantSpec?
         do {
             range = try Self.viewRange(request)
-            variant = try Self.viewVariant(request)
+            variant = try Self.variantSpec(request)
         } catch {
             return fail(connection, id, error)
         }
@@ -176,11 +176,7 @@ extension Daemon {
             if state == .fresh, let entry, scheduler.task(url.key) == nil {
                 metrics.cacheHits += 1
                 store.touch(url.key, now: now)
-                if let variant = view.variant {
-                    deliverVariant(of: entry, variant, client: client, to: recipient)
-                } else {
-                    deliver(.success(wire(entry, fromCache: true)), to: recipient, on: connection)
-                }
+                deliver(entry, variant: view.variant, fromCache: true, on: connection, to: recipient)
                 return []
             }
             metrics.cacheMisses += 1
@@ -217,20 +213,5 @@ extension Daemon {
             throw WireError(.badRequest, "ahead and behind must be between 0 and \(maximumLookAround) rows")
         }
         return Viewport.Range(first: first, last: last, ahead: ahead, behind: behind)
-    }
-
-    private static func viewVariant(_ request: Request) throws(WireError) -> VariantSpec? {
-        guard let size = request.size else {
-            if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
-                throw WireError(.badRequest, "fit, format, quality and upscale need size")
-            }
-            return nil
-        }
-        do {
-            return try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
-                                   upscale: request.upscale ?? false)
-        } catch {
-            throw WireError(.badRequest, error.message)
-        }
     }
 }
