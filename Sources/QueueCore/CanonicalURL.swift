@@ -1,13 +1,18 @@
-/// A URL in the canonical form that serves as its dedup key: scheme and host lowercased, default port dropped,
-/// fragment dropped, dot segments removed, percent-encoding normalised. Pure string work, no Foundation.
+/// A URL in the canonical form that serves as its dedup key: scheme and host lowercased, IP addresses in one form
+/// (IPv4 dotted decimal, IPv6 per RFC 5952), default port dropped, fragment dropped, dot segments removed,
+/// percent-encoding normalised. Pure string work, no Foundation.
 public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
     /// Lowercased scheme, e.g. `https`.
     public let scheme: String
-    /// Lowercased host; IPv6 literals keep their brackets.
+    /// Lowercased host; IPv4 addresses in dotted decimal, IPv6 literals in RFC 5952 form inside their brackets.
     public let host: String
     /// The explicit port, or nil when it is the scheme's default.
     public let port: Int?
     /// The whole canonical URL: the dedup key, and what is fetched.
+    ///
+    /// It keeps the userinfo, password included: curl needs it to fetch (also from the durable backlog after a
+    /// restart), and two users' credentials may be allowed different content, so they must not share one cache entry.
+    /// Whatever shows a key to a person (log lines, replies, events) passes it through `redactingUserinfo(in:)`.
     public let key: String
 
     /// `host` or `host:port`: what per-host limits count.
@@ -64,7 +69,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         rest = rest[authorityEnd...]
         var userinfo: [UInt8]? = nil
         if let at = authority.lastIndex(of: UInt8(ascii: "@")) {
-            userinfo = try Self.normalisePercent(authority[authority.startIndex..<at], keep: Self.userinfoChars)
+            userinfo = Self.normalisePercent(authority[authority.startIndex..<at], keep: Self.userinfoChars)
             authority = authority[(at + 1)...]
         }
         let (host, port) = try Self.parseHostPort(authority, scheme: scheme)
@@ -73,11 +78,11 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         let fragmentStart = rest.firstIndex(of: UInt8(ascii: "#")) ?? rest.endIndex
         rest = rest[rest.startIndex..<fragmentStart]
         let queryStart = rest.firstIndex(of: UInt8(ascii: "?")) ?? rest.endIndex
-        var path = try Self.normalisePercent(rest[rest.startIndex..<queryStart], keep: Self.pathChars)
+        var path = Self.normalisePercent(rest[rest.startIndex..<queryStart], keep: Self.pathChars)
         path = Self.removeDotSegments(path)
         if path.isEmpty { path = [UInt8(ascii: "/")] }
         let query = queryStart < rest.endIndex
-            ? try Self.normalisePercent(rest[(queryStart + 1)...], keep: Self.queryChars) : nil
+            ? Self.normalisePercent(rest[(queryStart + 1)...], keep: Self.queryChars) : nil
 
         var key = Array(scheme.utf8) + Array("://".utf8)
         if let userinfo { key += userinfo + [UInt8(ascii: "@")] }
@@ -94,61 +99,36 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         self.key = String(decoding: key, as: UTF8.self)
     }
 
-    private static func parseHostPort(_ authority: ArraySlice<UInt8>, scheme: String) throws(ParseError) -> (String, Int?) {
-        var hostBytes: ArraySlice<UInt8>
-        var portBytes: ArraySlice<UInt8> = []
-        if authority.first == UInt8(ascii: "[") {
-            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { throw .invalid("unclosed [ in the host") }
-            hostBytes = authority[authority.startIndex...close]
-            let after = authority[(close + 1)...]
-            if !after.isEmpty {
-                guard after.first == UInt8(ascii: ":") else { throw .invalid("unexpected text after the IPv6 address") }
-                portBytes = after.dropFirst()
-            }
-            let inner = hostBytes.dropFirst().dropLast()
-            guard inner.contains(UInt8(ascii: ":")),
-                  inner.allSatisfy({ isHexDigit($0) || $0 == 0x3A || $0 == 0x2E }) else {
-                throw .invalid("malformed IPv6 address")
-            }
-        } else {
-            if let colon = authority.lastIndex(of: UInt8(ascii: ":")) {
-                hostBytes = authority[authority.startIndex..<colon]
-                portBytes = authority[(colon + 1)...]
-            } else {
-                hostBytes = authority
-            }
-            guard !hostBytes.isEmpty else { throw .invalid("the host is empty") }
-            guard hostBytes.allSatisfy({ isAlpha($0) || isDigit($0) || $0 == 0x2D || $0 == 0x2E || $0 == 0x5F }) else {
-                throw .invalid("the host contains characters other than letters, digits, '-', '.' and '_'"
-                               + " (internationalised names must be given in punycode)")
-            }
-        }
-        let host = String(decoding: hostBytes.map(lowercased), as: UTF8.self)
-        guard !portBytes.isEmpty else { return (host, nil) }
-        let digits = portBytes.drop { $0 == UInt8(ascii: "0") }   // RFC 3986: port = *DIGIT, leading zeros allowed
-        guard digits.count <= 5, portBytes.allSatisfy(isDigit),
-              let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port) else {
-            throw .invalid("the port must be a number from 1 to 65535")
-        }
-        return (host, defaultPorts[scheme] == port ? nil : port)
-    }
-
     /// Decodes percent-escapes of unreserved characters, uppercases the others, and escapes every byte not in `keep`.
-    private static func normalisePercent(_ bytes: ArraySlice<UInt8>, keep: (UInt8) -> Bool) throws(ParseError) -> [UInt8] {
+    /// A `%` that starts no escape (`%zz`, a final `%`) stays as it was sent: escaping it would ask for another URL.
+    /// An escape right after such a `%` stays encoded when decoding it would make a new escape with that `%`
+    /// (`%%41` must not become `%A`), so a key parses to itself.
+    private static func normalisePercent(_ bytes: ArraySlice<UInt8>, keep: (UInt8) -> Bool) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
+        var loneSign: Int? = nil   // where the last `%` that starts no escape went in `out`
         var i = bytes.startIndex
         while i < bytes.endIndex {
             let b = bytes[i]
-            if b == UInt8(ascii: "%"), i + 2 < bytes.endIndex,
-               let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2]) {
-                let decoded = hi << 4 | lo
-                if isUnreserved(decoded) { out.append(decoded) } else { appendEscape(decoded, to: &out) }
-                i += 3
+            guard b == UInt8(ascii: "%") else {
+                if keep(b) { out.append(b) } else { appendEscape(b, to: &out) }
+                i += 1
                 continue
             }
-            if b != UInt8(ascii: "%"), keep(b) { out.append(b) } else { appendEscape(b, to: &out) }
-            i += 1
+            guard i + 2 < bytes.endIndex, let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2]) else {
+                loneSign = out.count
+                out.append(b)
+                i += 1
+                continue
+            }
+            let decoded = hi << 4 | lo
+            let joinsLoneSign = loneSign.map { out.count - $0 <= 2 } ?? false
+            if isUnreserved(decoded), !(joinsLoneSign && isHexDigit(decoded)) {
+                out.append(decoded)
+            } else {
+                appendEscape(decoded, to: &out)
+            }
+            i += 3
         }
         return out
     }
@@ -182,7 +162,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 0xF)]]
     }
 
-    private static func hexValue(_ b: UInt8) -> UInt8? {
+    static func hexValue(_ b: UInt8) -> UInt8? {
         switch b {
         case 0x30...0x39: return b - 0x30
         case 0x41...0x46: return b - 0x41 + 10
