@@ -36,7 +36,6 @@ _prefetchctl() {
         evict) flags="--all --json --help" ;;
         list) flags="--limit --json --help" ;;
         view) flags="--ahead --behind --size --fit --format --quality --upscale --json --help" ;;
-        ping) flags="--help" ;;
         *) flags="--json --help" ;;
     esac
     if [[ $cur == -* ]]; then

@@ -4,6 +4,8 @@ import Glibc
 struct Arguments {
     var verb: String?
     var operands: [String] = []
+    /// The options given, by their long names (`-o` counts as `--output`), to check them against the verb.
+    var given: [String] = []
     var socket: String?
     var json = false
     var help = false
@@ -26,7 +28,7 @@ struct Arguments {
     var ahead: Int?
     var behind: Int?
 
-    /// Flags that take a value; all others are switches.
+    /// Reads the words; a bad option value is a usage error here, before anything is sent.
     static func parse(_ arguments: [String]) throws(CLIError) -> Arguments {
         var parsed = Arguments()
         var rest = arguments[...]
@@ -47,22 +49,35 @@ struct Arguments {
                 guard let next = rest.popFirst() else { throw .usage("\(flag) needs a value") }
                 return next
             }
-            switch flag {
+            let long = ["-h": "--help", "-o": "--output"][flag] ?? flag
+            if long != "--" { parsed.given.append(long) }
+            switch long {
             case "--": onlyOperands = true
-            case "-h", "--help": parsed.help = true
+            case "--help": parsed.help = true
             case "--version": parsed.version = true
             case "--json": parsed.json = true
             case "--socket": parsed.socket = try value()
-            case "-o", "--output": parsed.output = try value()
+            case "--output": parsed.output = try value()
             case "--timeout":
                 let text = try value()
-                guard let seconds = Double(text), seconds > 0 else { throw .usage("--timeout: '\(text)' is not a positive number of seconds") }
+                guard let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
+                    throw .usage("--timeout: '\(text)' is not a number of seconds above 0 (at most a year)")
+                }
                 parsed.timeout = seconds
             case "--offline": parsed.offline = true
             case "--all": parsed.all = true
-            case "--size": parsed.size = try value()
-            case "--fit": parsed.fit = try value()
-            case "--format": parsed.format = try value()
+            case "--size":
+                let text = try value()
+                guard VariantWords.isSize(text) else { throw .usage("--size: '\(text)' is not WxH with W and H from 1 to 10000") }
+                parsed.size = text
+            case "--fit":
+                let text = try value()
+                guard VariantWords.fits.contains(text.lowercased()) else { throw .usage("--fit: '\(text)' is not contain, cover or fill") }
+                parsed.fit = text
+            case "--format":
+                let text = try value()
+                guard VariantWords.formats.contains(text.lowercased()) else { throw .usage("--format: '\(text)' is not jpeg or png") }
+                parsed.format = text
             case "--upscale": parsed.upscale = true
             case "--quality":
                 let text = try value()
@@ -102,6 +117,22 @@ struct Arguments {
             }
             return nil
         })
+    }
+}
+
+/// The words of a resized variant as the daemon reads them (docs/protocol.md, "variants"), checked here so that a
+/// mistyped option is a usage error like any other.
+enum VariantWords {
+    static let fits: Set<String> = ["contain", "cover", "fill"]
+    static let formats: Set<String> = ["jpeg", "jpg", "png"]
+
+    /// `WxH` (or `WXH`), each side 1 to 10000.
+    static func isSize(_ text: String) -> Bool {
+        let sides = text.lowercased().split(separator: "x", omittingEmptySubsequences: false)
+        return sides.count == 2 && sides.allSatisfy { side in
+            !side.isEmpty && side.count <= 5 && side.allSatisfy { $0.isASCII && $0.isNumber }
+                && (1...10_000).contains(Int(side) ?? 0)
+        }
     }
 }
 

@@ -7,7 +7,12 @@ final class Client {
     private let fd: Int32
     private var lines = LineBuffer(limit: 16 * 1024 * 1024)
     private var nextID: Int64 = 0
-    private let encoder = JSONEncoder()
+    /// `/` as is: escaped, a URL grows by a byte per slash.
+    private let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .withoutEscapingSlashes
+        return encoder
+    }()
     private let decoder = JSONDecoder()
 
     /// Connects and reads the greeting; failures are `CLIError.unreachable`.
@@ -55,13 +60,18 @@ final class Client {
         try send(Request(id: nil, op: op, url: url, urls: urls))
     }
 
-    /// Sends a request, numbering it; returns its id.
+    /// Sends a request, numbering it; returns its id. A request longer than the daemon's line limit is not sent: it
+    /// fails with `line_too_long` and the connection stays usable.
     @discardableResult
     func send(_ request: Request) throws(CLIError) -> Int64 {
-        nextID += 1
         var request = request
-        request.id = .number(nextID)
+        request.id = .number(nextID + 1)
         guard var bytes = try? Array(encoder.encode(request)) else { throw .usage("cannot encode the request") }
+        guard bytes.count <= maximumLineLength else {
+            throw .failed(WireError(.lineTooLong, "not sent: the request would be \(bytes.count) bytes, over the daemon's "
+                                    + "limit of \(maximumLineLength) a line"))
+        }
+        nextID += 1
         bytes.append(0x0A)
         var offset = 0
         while offset < bytes.count {

@@ -31,8 +31,9 @@ enum Help {
 
         `-` reads URLs from stdin, one per line. Human messages go to stderr, data to stdout.
 
-        Exit codes: 0 ok, 1 a fetch failed, 2 usage error, 3 daemon unreachable (or shutting down), 4 request
-        rejected (invalid URL, scheme not allowed, unauthorized), 5 timeout.
+        Exit codes: 0 ok, 1 a fetch failed, 2 usage error (the command line is wrong: found before connecting, for
+        every verb), 3 daemon unreachable (or shutting down), 4 request rejected (invalid URL, scheme not allowed,
+        bad request, unauthorized), 5 timeout.
 
         Example:
           feh "$(prefetchctl get https://example.com/a.jpg)"
@@ -45,7 +46,8 @@ enum Help {
                    [--size WxH [--fit contain|cover|fill] [--format jpeg|png] [--quality N] [--upscale]]
 
             Fetches each URL urgently (or answers from the cache at once) and prints the cached file's path, one
-            line per URL, in the order given. A URL waiting in the background lane is promoted.
+            line per URL, in the order given. A URL waiting in the background lane is promoted. A URL that fails is
+            named on stderr; with several URLs it also leaves an empty line on stdout, so line N is URL N's.
               --timeout SEC   stop waiting after SEC seconds (exit 5); the fetch goes on in the daemon
               --max-stale SEC answer at once from an entry stale by at most SEC seconds, revalidate in the background
               --offline       answer only from the cache (fresh or stale); `not_cached` otherwise
@@ -111,7 +113,7 @@ enum Help {
 
             Example:
               { echo 0 19; sleep 1; echo 20 39; } | prefetchctl view urls.txt
-              printf '%s\n' https://example.com/1.jpg https://example.com/2.jpg '' '0 1' | prefetchctl view -
+              printf '%s\\n' https://example.com/1.jpg https://example.com/2.jpg '' '0 1' | prefetchctl view -
             """
         case "demote", "promote", "cancel", "evict": return """
             Usage: prefetchctl \(verb) URL...|-\(verb == "evict" ? "|--all" : "") [--json]

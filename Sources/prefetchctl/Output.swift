@@ -19,7 +19,12 @@ enum Output {
     }
 
     static func message(_ text: String) {
-        var bytes = Array("prefetchctl: \(text)\n".utf8)
+        stderr("prefetchctl: \(text)\n")
+    }
+
+    /// `text` on stderr as it is.
+    static func stderr(_ text: String) {
+        var bytes = Array(text.utf8)
         _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
     }
 }

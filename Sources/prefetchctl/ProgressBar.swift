@@ -38,7 +38,7 @@ struct ProgressBar {
         if let total = transfer.total, total > 0 {
             let fraction = Double(transfer.bytes) / Double(total)
             progress = bar(fraction, width: barWidth)
-                + [Styled(" " + "\(Int(min(1, fraction) * 100))%".padded(to: 4, right: true))]
+                + [Styled(" " + "\(Units.percent(fraction))%".padded(to: 4, right: true))]
         } else {
             progress = [Styled(spinner(at: now), "36"), Styled(String(repeating: " ", count: barWidth + 4))]
         }
@@ -52,6 +52,11 @@ struct ProgressBar {
 
 /// Human units: decimal byte sizes, rates, short durations, local clock time.
 enum Units {
+    /// `1 URL`, `2 URLs`, `0 entries`: the count and the noun that agrees with it.
+    static func count(_ count: some BinaryInteger, _ singular: String, _ plural: String? = nil) -> String {
+        "\(count) " + (count == 1 ? singular : plural ?? singular + "s")
+    }
+
     /// `999 B`, `1.2 kB`, `34.5 MB`, `123 MB`, `1.2 GB`.
     static func bytes(_ count: Int64) -> String {
         guard count >= 1000 else { return "\(count) B" }
@@ -83,6 +88,14 @@ enum Units {
         if seconds < 3600 { return "\(seconds / 60)m\(two(seconds % 60))s" }
         return "\(seconds / 3600)h\(two(seconds / 60 % 60))m"
     }
+
+    /// `duration(_:)` of a computed number of seconds, rounded up and clamped (the numbers come from the daemon).
+    static func duration(seconds: Double) -> String {
+        duration(Int64(max(0, min(360_000_000, seconds.rounded(.up)))))
+    }
+
+    /// A fraction as a whole percentage from 0 to 100.
+    static func percent(_ fraction: Double) -> Int { Int(max(0, min(1, fraction)) * 100) }
 
     /// `HH:MM:SS` in local time.
     static func clock(_ unixMilliseconds: Int64) -> String {
@@ -218,8 +231,8 @@ final class GetProgress {
         if let total = transfer.total, total > 0 {
             let fraction = Double(transfer.bytes) / Double(total)
             pieces = glyphs.bar(fraction, width: max(10, min(30, line.width - 60)))
-                + [Styled(" \(Int(min(1, fraction) * 100))%  \(Units.bytes(transfer.bytes)) / \(Units.bytes(total))")]
-            let eta = transfer.rate > 0 ? "  ETA " + Units.duration((total - transfer.bytes + transfer.rate - 1) / transfer.rate) : ""
+                + [Styled(" \(Units.percent(fraction))%  \(Units.bytes(transfer.bytes)) / \(Units.bytes(total))")]
+            let eta = transfer.rate > 0 ? "  ETA " + Units.duration(seconds: (Double(total) - Double(transfer.bytes)) / Double(transfer.rate)) : ""
             pieces.append(Styled("  " + Units.rate(transfer.rate) + eta, "2"))
         } else {
             pieces = [Styled(glyphs.spinner(at: now), "36"), Styled(" " + Units.bytes(transfer.bytes)),

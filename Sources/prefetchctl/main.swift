@@ -9,19 +9,24 @@ func runCommand() -> Int32 {
             print("prefetchctl \(prefetchVersion)")
             return ExitCode.ok
         }
-        guard let verb = arguments.verb else {
+        guard let name = arguments.verb else {
+            // Asked for, the usage is data; as the answer to a command line without a verb, a complaint.
+            guard arguments.help else {
+                Output.stderr(Help.general + "\n")
+                return ExitCode.usage
+            }
             print(Help.general)
-            return arguments.help ? ExitCode.ok : ExitCode.usage
-        }
-        if arguments.help {
-            guard let text = Help.verb(verb) else { throw .usage("unknown verb '\(verb)' (see prefetchctl --help)") }
-            print(text)
             return ExitCode.ok
         }
-        guard Help.verb(verb) != nil else { throw .usage("unknown verb '\(verb)' (see prefetchctl --help)") }
+        guard let verb = Verb.named(name) else { throw .usage("unknown verb '\(name)' (see prefetchctl --help)") }
+        if arguments.help {
+            print(Help.verb(verb.name) ?? Help.general)
+            return ExitCode.ok
+        }
+        try verb.check(arguments)
         let socket = DefaultPaths.clientSocket(flag: arguments.socket, environment: ProcessInfo.processInfo.environment)
         let client = try Client(socketPath: socket)
-        switch verb {
+        switch verb.name {
         case "get": return try GetCommand.run(arguments, client: client)
         case "queue": return try BatchCommand.run(.queue, arguments, client: client)
         case "demote": return try BatchCommand.run(.demote, arguments, client: client)

@@ -1,54 +1,71 @@
 import PrefetchProtocol
 
-/// `queue`, `demote`, `promote`, `cancel`, `evict`: URLs streamed in batches, one result per URL.
+/// `queue`, `demote`, `promote`, `cancel`, `evict`: URLs streamed in parts sized by bytes (`URLParts`), one result
+/// per URL, in the order given.
 enum BatchCommand {
-    static let batchSize = 500
+    /// Requests in flight at once.
     static let inFlight = 8
+
+    /// A part of the list: sent and awaiting its reply, or with its results.
+    private struct Part {
+        var id: Int64?
+        var results: [ItemResult]?
+    }
 
     static func run(_ op: Operation, _ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         if op == .evict, arguments.all {
-            guard arguments.operands.isEmpty else { throw .usage("evict --all takes no URLs") }
             let result = try client.call(Request(id: nil, op: .evict, all: true), BatchResult.self)
-            if arguments.json { Output.json(result) } else { Output.message("evicted \(result.evicted ?? 0) entries") }
+            if arguments.json {
+                Output.json(result)
+            } else {
+                Output.message("evicted " + Units.count(result.evicted ?? 0, "entry", "entries"))
+            }
             return ExitCode.ok
         }
-        guard !arguments.wait || op == .queue else { throw .usage("--wait goes with queue only") }
         // Watching starts before the first `queue` request, so no event about these URLs can be missed.
         let waiter = arguments.wait ? try QueueWait(arguments) : nil
-        let urls = arguments.urls().makeIterator()
-        var pending: [Int64] = []
+        var parts = URLParts(arguments.urls().makeIterator())
+        var pending: [Part] = []
         var tally: [String: Int] = [:]
         var exitCode = ExitCode.ok
         var exhausted = false
         var total = 0
-        while !exhausted || !pending.isEmpty {
+        while true {
             while !exhausted, pending.count < inFlight {
-                var batch: [String] = []
-                while batch.count < batchSize, let url = urls.next() { batch.append(url) }
-                if batch.count < batchSize { exhausted = true }
-                if batch.isEmpty { break }
-                total += batch.count
-                pending.append(try client.send(op, urls: batch))
+                guard let urls = parts.next() else {
+                    exhausted = true
+                    break
+                }
+                total += urls.count
+                do throws(CLIError) {
+                    pending.append(Part(id: try client.send(op, urls: urls)))
+                } catch {
+                    // Only a URL too long for any request line is refused before sending; it went alone.
+                    guard case .failed(let refusal) = error else { throw error }
+                    pending.append(Part(results: urls.map { ItemResult(url: $0, status: "rejected", error: refusal) }))
+                }
+            }
+            while let results = pending.first?.results {
+                pending.removeFirst()
+                for item in results {
+                    tally[item.status, default: 0] += 1
+                    waiter?.track(item)
+                    if let error = item.error, item.status == "rejected" {
+                        exitCode = max(exitCode, ExitCode.rejected)
+                        if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
+                    }
+                    if arguments.json {
+                        Output.json(item)
+                    } else if op != .queue {
+                        Output.line("\(item.url) \(item.status)")
+                    }
+                }
             }
             guard !pending.isEmpty else { break }
             let received: (id: Int64?, line: [UInt8])?
             if let waiter { received = try waiter.receive(client) } else { received = try client.receive() }
-            guard let reply = received else { continue }
-            guard let id = reply.id, let position = pending.firstIndex(of: id) else { continue }
-            pending.remove(at: position)
-            for item in try client.decode(BatchResult.self, reply.line).results {
-                tally[item.status, default: 0] += 1
-                waiter?.track(item)
-                if let error = item.error, item.status == "rejected" {
-                    exitCode = max(exitCode, ExitCode.rejected)
-                    if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
-                }
-                if arguments.json {
-                    Output.json(item)
-                } else if op != .queue {
-                    Output.line("\(item.url) \(item.status)")
-                }
-            }
+            guard let reply = received, let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
+            pending[index].results = try client.decode(BatchResult.self, reply.line).results
         }
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
@@ -167,8 +184,8 @@ final class QueueWait {
         line?.stopIfAsked()
         if let deadline, monotonicNow() >= deadline {
             line?.clear()
-            throw .timeout("\(awaited.values.reduce(0) { $0 + $1.count }) URLs still not fetched after \(timeout!) s; "
-                           + "they stay queued")
+            let left = awaited.values.reduce(0) { $0 + $1.count }
+            throw .timeout("\(Units.count(left, "URL")) still not fetched after \(timeout!) s; \(left == 1 ? "it stays" : "they stay") queued")
         }
         while let next = try stream.next(deadline: monotonicNow()) {
             if let event = next.event { handle(event) }

@@ -2,7 +2,8 @@ import FoundationEssentials
 import Glibc
 import PrefetchProtocol
 
-/// `get`: urgent fetches, answered in the order given.
+/// `get`: urgent fetches, answered in the order given. With several URLs, line N of stdout belongs to URL N: a URL
+/// that failed leaves an empty line there, and its error on stderr names it.
 enum GetCommand {
     /// Requests in flight at once.
     static let window = 256
@@ -10,34 +11,49 @@ enum GetCommand {
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         let urls = Array(arguments.urls())
         guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
-        if arguments.size == nil, arguments.fit != nil || arguments.format != nil || arguments.quality != nil || arguments.upscale {
-            throw .usage("--fit, --format, --quality and --upscale go with --size WxH")
-        }
         if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
         let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
         // One URL and stderr on a terminal: a progress bar when the answer takes a while.
         let progress = GetProgress(urls: urls, arguments: arguments)
+        let report = Report(json: arguments.json, several: urls.count > 1)
 
         var answers = [Result<CacheEntry, WireError>?](repeating: nil, count: urls.count)
         var indexByID: [Int64: Int] = [:]
         var sent = 0
         var printed = 0
         var exitCode = ExitCode.ok
-        while printed < urls.count {
+        while true {
             while sent < urls.count, indexByID.count < window {
                 let request = Request(id: nil, op: .get, url: urls[sent], maxStale: arguments.maxStale,
                                       offline: arguments.offline ? true : nil, size: arguments.size, fit: arguments.fit,
                                       format: arguments.format, quality: arguments.quality,
                                       upscale: arguments.upscale ? true : nil)
-                indexByID[try client.send(request)] = sent
+                do throws(CLIError) {
+                    indexByID[try client.send(request)] = sent
+                } catch {
+                    // A URL too long for a request line is refused before sending.
+                    guard case .failed(let refusal) = error else { throw error }
+                    answers[sent] = .failure(refusal)
+                }
                 sent += 1
             }
+            while printed < urls.count, let answer = answers[printed] {
+                if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error)) }
+                if let output = arguments.output, case .success(let entry) = answer {
+                    try copy(entry.path, to: output)
+                } else {
+                    report.answer(urls[printed], answer)
+                }
+                answers[printed] = nil
+                printed += 1
+            }
+            guard printed < urls.count else { return exitCode }
             let received: (id: Int64?, line: [UInt8])?
             if let progress { received = try progress.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
             guard let reply = received else {
-                for index in printed..<urls.count where answers[index] == nil {
-                    report(urls[index], .failure(WireError(.timeout, "no answer within \(arguments.timeout!) s; the fetch goes on")),
-                           arguments)
+                for index in printed..<urls.count {
+                    report.answer(urls[index], answers[index]
+                                  ?? .failure(WireError(.timeout, "no answer within \(arguments.timeout!) s; the fetch goes on")))
                 }
                 return ExitCode.timeout
             }
@@ -48,28 +64,26 @@ enum GetCommand {
                 guard case .failed(let wire) = error else { throw error }
                 answers[index] = .failure(wire)
             }
-            while printed < urls.count, let answer = answers[printed] {
-                if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error)) }
-                if let output = arguments.output, case .success(let entry) = answer {
-                    try copy(entry.path, to: output)
-                } else {
-                    report(urls[printed], answer, arguments)
-                }
-                answers[printed] = nil
-                printed += 1
-            }
         }
-        return exitCode
     }
 
-    private static func report(_ url: String, _ answer: Result<CacheEntry, WireError>, _ arguments: Arguments) {
-        switch (answer, arguments.json) {
-        case (.success(let entry), true): Output.json(entry)
-        case (.success(let entry), false):
-            if entry.stale == true { Output.message("\(url): served stale (past its freshness)") }
-            Output.line(entry.path)
-        case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
-        case (.failure(let error), false): Output.message("\(url): \(error.code): \(error.message)")
+    /// How each answer is printed.
+    private struct Report {
+        let json: Bool
+        /// Several URLs: a failed one keeps its line on stdout, empty, so lines and URLs stay in step.
+        let several: Bool
+
+        func answer(_ url: String, _ answer: Result<CacheEntry, WireError>) {
+            switch (answer, json) {
+            case (.success(let entry), true): Output.json(entry)
+            case (.success(let entry), false):
+                if entry.stale == true { Output.message("\(url): served stale (past its freshness)") }
+                Output.line(entry.path)
+            case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
+            case (.failure(let error), false):
+                Output.message("\(url): \(error.code): \(error.message)")
+                if several { Output.line("") }
+            }
         }
     }
 

@@ -3,7 +3,6 @@ import PrefetchProtocol
 /// `info`, `status`, `list`, `ping`.
 enum InspectCommand {
     static func info(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        guard arguments.operands.count == 1 else { throw .usage("info takes exactly one URL") }
         let info = try client.call(Request(id: nil, op: .info, url: arguments.operands[0]), URLInfo.self)
         if arguments.json { Output.json(info); return ExitCode.ok }
         Output.line("key: \(info.key)")
@@ -27,14 +26,17 @@ enum InspectCommand {
         let status = try client.call(Request(id: nil, op: .status), StatusReport.self)
         if arguments.json { Output.json(status); return ExitCode.ok }
         let cache = status.cache
-        let ratio = cache.hits + cache.misses > 0 ? Double(cache.hits) / Double(cache.hits + cache.misses) * 100 : 0
-        Output.line("prefetchd \(status.version), pid \(status.pid), up \(status.uptime) s, \(status.connections) connections")
+        let lookups = Double(cache.hits) + Double(cache.misses)
+        let ratio = lookups > 0 ? Double(cache.hits) / lookups * 100 : 0
+        Output.line("prefetchd \(status.version), pid \(status.pid), up \(status.uptime) s, "
+                    + Units.count(status.connections, "connection"))
         Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
         Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
                     + "\(status.backlog) more queued\(status.slowSuspended ? " (suspended: urgent work first)" : "")")
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
-        Output.line("cache: \(cache.entries) entries, \(cache.bytes) of \(cache.limit) bytes, hit ratio "
-                    + "\(Int(ratio.rounded()))% (\(cache.hits) hits, \(cache.misses) misses), \(cache.directory)")
+        Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(cache.bytes) of "
+                    + "\(Units.count(cache.limit, "byte")), hit ratio \(Int(ratio.rounded()))% "
+                    + "(\(Units.count(cache.hits, "hit")), \(Units.count(cache.misses, "miss", "misses"))), \(cache.directory)")
         Output.line("fetched \(status.fetched), failed \(status.failed)")
         for paused in status.pausedHosts {
             Output.line("paused host: \(paused.host) until \(paused.until) (failed too often in a row)")

@@ -6,12 +6,7 @@ import PrefetchProtocol
 /// prints `ROW PATH` as visible rows become ready, until stdin ends and the rows of the last range are answered.
 enum ViewCommand {
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        guard arguments.operands.count == 1, let source = arguments.operands.first else {
-            throw .usage("view takes one list: a file of URLs, or - to read the list from stdin up to an empty line")
-        }
-        if arguments.size == nil, arguments.fit != nil || arguments.format != nil || arguments.quality != nil || arguments.upscale {
-            throw .usage("--fit, --format, --quality and --upscale go with --size WxH")
-        }
+        let source = arguments.operands[0]
         var input = Input(fd: 0)
         let urls = try list(source, stdin: &input)
         var session = Session(client: client, json: arguments.json)
@@ -73,31 +68,33 @@ enum ViewCommand {
             self.json = json
         }
 
-        /// Sends the list in parts that fit a request line, waiting for each reply.
+        /// Sends the list in parts sized by bytes (`URLParts`), waiting for each reply; the daemon counts the 100,000
+        /// rows a view may hold over all of them.
         mutating func sendList(_ urls: [String], template: Request) throws(CLIError) {
-            var part: [String] = []
-            var bytes = 0
+            var parts = URLParts(urls.makeIterator())
+            // An empty list is sent too: it replaces the view's list with no rows.
+            var next: [String]? = parts.next() ?? []
             var first = true
-            func flush() throws(CLIError) {
+            while let part = next {
                 var request = template
                 request.urls = part
                 request.append = first ? nil : true
-                let result = try client.call(request, ViewResult.self)
+                let result: ViewResult
+                do throws(CLIError) {
+                    result = try client.call(request, ViewResult.self)
+                } catch {
+                    // A URL too long for a request line goes alone and is refused before sending: name its row.
+                    guard case .failed(let refusal) = error, refusal.code == ErrorCode.lineTooLong.rawValue else { throw error }
+                    throw .failed(WireError(code: refusal.code, message: "row \(rows): \(refusal.message)"))
+                }
                 for row in result.rejected {
                     Output.message("row \(row.row) (\(row.url)): \(row.error.code): \(row.error.message)")
                     rejected.insert(row.row)
                 }
                 rows = result.rows
-                part.removeAll()
-                bytes = 0
                 first = false
+                next = parts.next()
             }
-            for url in urls {
-                if bytes + url.utf8.count + 3 > maximumLineLength - 1024 || part.count == Request.maximumBatch { try flush() }
-                part.append(url)
-                bytes += url.utf8.count + 3
-            }
-            try flush()
         }
 
         /// Reads ranges from stdin and events from the daemon until stdin ends and the visible rows are answered.

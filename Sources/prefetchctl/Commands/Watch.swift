@@ -5,7 +5,6 @@ import PrefetchProtocol
 /// `watch`: the daemon's event stream as a live view on a terminal, plain lines in a pipe, or raw JSON lines.
 enum WatchCommand {
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        guard arguments.operands.isEmpty else { throw .usage("watch takes no URLs") }
         let stream = try EventStream(client)
         do throws(CLIError) {
             if arguments.json { return try raw(stream) }

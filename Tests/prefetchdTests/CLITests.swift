@@ -1,0 +1,361 @@
+import Foundation
+import PrefetchProtocol
+import Synchronization
+import Testing
+
+/// A socket that greets like prefetchd, keeps every request line it reads and answers each with `reply(line)`:
+/// what prefetchctl puts on the wire, which the real daemon does not show.
+final class RecordingDaemon: @unchecked Sendable {
+    let socket: String
+    private let directory: TemporaryDirectory
+    private let listener: Int32
+    private let received = Mutex<[String]>([])
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(reply: @escaping @Sendable (String) -> String) throws {
+        directory = try TemporaryDirectory()
+        socket = directory.path + "/ctl.sock"
+        listener = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(socket.utf8)
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, listen(listener, 1) == 0 else { throw HarnessError("bind/listen \(socket): errno \(errno)") }
+        let fd = listener
+        DispatchQueue.global().async { [self] in
+            defer { finished.signal() }
+            let connection = accept(fd, nil, nil)
+            guard connection >= 0 else { return }
+            defer { close(connection) }
+            func write(_ text: String) {
+                var bytes = Array(text.utf8)
+                var offset = 0
+                while offset < bytes.count {
+                    let n = bytes.withUnsafeMutableBytes { send(connection, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+                    if n <= 0 { return }
+                    offset += n
+                }
+            }
+            write("{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}\n")
+            var buffer = LineBuffer(limit: 1 << 24)
+            while true {
+                while case .line(let bytes)? = buffer.next() {
+                    let line = String(decoding: bytes, as: UTF8.self)
+                    received.withLock { $0.append(line) }
+                    write(reply(line) + "\n")
+                }
+                var chunk = [UInt8](repeating: 0, count: 65536)
+                let n = read(connection, &chunk, chunk.count)
+                if n <= 0 { return }
+                buffer.append(chunk[..<n])
+            }
+        }
+    }
+
+    /// Also wakes the accepting thread when prefetchctl never connected.
+    deinit {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    /// The request lines, once prefetchctl has closed its connection.
+    func lines() -> [String] {
+        _ = finished.wait(timeout: .now() + 60)
+        return received.withLock { $0 }
+    }
+
+    /// The id of a request line, for a reply.
+    static func id(_ line: String) -> Int {
+        ((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any])?["id"] as? Int ?? 0
+    }
+}
+
+/// `prefetchctl` as a user meets it: one exit-code rule for every verb, usage errors, output that says which line is
+/// which URL, plurals, and what it writes on the wire.
+@Suite(.serialized)
+struct CLITests {
+    static let origin = try! Origin()
+
+    @Test("a bad --quality, --size, --fit, --format, --timeout… exits 2 like every usage error, for get and view alike, and sends nothing")
+    func badOptionValues() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/never-sent.jpg")
+        let cases: [[String]] = [
+            ["get", "--size", "100x100", "--quality", "0", url],
+            ["get", "--size", "0x0", url],
+            ["get", "--size", "100", url],
+            ["get", "--size", "100x100", "--fit", "round", url],
+            ["get", "--size", "100x100", "--format", "gif", url],
+            ["get", "--timeout", "1e300", url],
+            ["get", "--timeout", "inf", url],
+            ["get", "--max-stale", "-1", url],
+            ["view", "--size", "0x0", "-"],
+            ["view", "--size", "64x64", "--fit", "round", "-"],
+            ["view", "--ahead", "5000", "-"],
+            ["list", "--limit", "-1"],
+            ["queue", "--wait", "--timeout", "0", url],
+        ]
+        for arguments in cases {
+            // No stdin: a usage error exits before reading it (and a write to its pipe would be a SIGPIPE here).
+            let result = daemon.ctl(arguments: arguments)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.hasPrefix("prefetchctl: "), "\(arguments): \(result.stderr)")
+        }
+        #expect(try Self.origin.count("/never-sent.jpg") == 0, "nothing reached the origin")
+        #expect(!daemon.ctl("info", url).stdout.contains("task:"), "the daemon holds no task for it")
+    }
+
+    @Test("an option the verb does not take is a usage error (exit 2), not silently ignored")
+    func optionsTheVerbDoesNotTake() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/not-this-way.jpg")
+        for arguments in [["status", "--limit", "3"], ["ping", "--size", "64x64"], ["cancel", "--wait", url],
+                          ["queue", "--timeout", "5", url], ["info", "--offline", url], ["demote", "--all"],
+                          ["get", "--ahead", "3", url]] {
+            let result = daemon.ctl(arguments: arguments)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+        }
+        #expect(try Self.origin.count("/not-this-way.jpg") == 0)
+    }
+
+    @Test("status x, list x, ping x (every verb taking no operands) exit 2 instead of ignoring the word; so do info A B and view A B")
+    func extraOperands() throws {
+        let daemon = try DaemonUnderTest()
+        for arguments in [["status", "x"], ["list", "x"], ["ping", "x"], ["formats", "x"], ["metrics", "x"], ["watch", "x"],
+                          ["info", "http://a/1.jpg", "http://a/2.jpg"], ["view", "a.txt", "b.txt"],
+                          ["get", "-", Self.origin.url("/x.jpg")]] {
+            let result = daemon.ctl(arguments: arguments)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+            #expect(result.stdout.isEmpty, "\(arguments): \(result.stdout)")
+        }
+    }
+
+    @Test("a wrong command line is exit 2 even when no daemon is running (checked before connecting), not 3")
+    func usageBeforeConnecting() throws {
+        let directory = try TemporaryDirectory()
+        let socket = directory.path + "/nothing.sock"
+        for arguments in [["status", "x"], ["get"], ["get", "--size", "0x0", "http://a/1.jpg"], ["queue", "--timeout", "1", "http://a/"]] {
+            let result = run(Paths.prefetchctl, ["--socket", socket] + arguments)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+        }
+        #expect(run(Paths.prefetchctl, ["--socket", socket, "status"]).status == 3)
+    }
+
+    @Test("bare prefetchctl prints the usage on stderr and exits 2; --help prints it on stdout and exits 0")
+    func bareCommand() {
+        let bare = run(Paths.prefetchctl, [])
+        #expect(bare.status == 2)
+        #expect(bare.stdout.isEmpty)
+        #expect(bare.stderr.contains("Usage: prefetchctl"))
+        let help = run(Paths.prefetchctl, ["--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("Usage: prefetchctl"))
+        #expect(help.stderr.isEmpty)
+    }
+
+    @Test("get A B C where B fails: line N of stdout is URL N's (B's is empty) and the error line names B")
+    func severalURLsStayInStep() throws {
+        let daemon = try DaemonUnderTest()
+        let a = Self.origin.url("/step-a.jpg"), b = Self.origin.url("/step-b.jpg?status=404"), c = Self.origin.url("/step-c.jpg")
+        let result = daemon.ctl("get", a, b, c)
+        #expect(result.status == 1, "\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.count == 4 && lines[3].isEmpty, "three lines: \(lines)")
+        #expect(lines[0] == daemon.ctl("get", a).stdout.trimmingCharacters(in: .newlines))
+        #expect(lines[1].isEmpty)
+        #expect(lines[2] == daemon.ctl("get", c).stdout.trimmingCharacters(in: .newlines))
+        #expect(result.stderr.contains("\(b): http_status"), "\(result.stderr)")
+
+        // One URL: the path alone, or nothing at all, so `feh "$(prefetchctl get URL)"` keeps working.
+        let one = daemon.ctl("get", a)
+        #expect(one.stdout == lines[0] + "\n")
+        let failed = daemon.ctl("get", b)
+        #expect(failed.status == 1 && failed.stdout.isEmpty)
+    }
+
+    @Test("get --timeout with a slow URL before a cached one prints the cached URL's path too, each on its own line")
+    func timeoutKeepsAnsweredURLs() throws {
+        let daemon = try DaemonUnderTest()
+        let cached = Self.origin.url("/answered.jpg")
+        let path = daemon.ctl("get", cached).stdout.trimmingCharacters(in: .newlines)
+        let result = daemon.ctl("get", "--timeout", "0.5", Self.origin.url("/slow.jpg?delay=5"), cached)
+        #expect(result.status == 5)
+        #expect(result.stdout == "\n" + path + "\n", "\(result.stdout)")
+        #expect(result.stderr.contains("slow.jpg?delay=5: timeout"), "\(result.stderr)")
+    }
+
+    @Test("counts agree with their nouns: 1 URL, 1 entry, 1 miss, 1 connection")
+    func plurals() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", Self.origin.url("/plural.jpg")).status == 0)
+        var status = ""
+        // The `get` connection may not be closed yet when `status` asks.
+        waitUntil(seconds: 5) {
+            status = daemon.ctl("status").stdout
+            return status.contains("1 connection\n")
+        }
+        #expect(status.contains("1 connection\n") && status.contains("cache: 1 entry,") && status.contains("(0 hits, 1 miss)"),
+                "\(status)")
+        let waited = daemon.ctl("queue", "--wait", "--timeout", "0.5", Self.origin.url("/plural-slow.jpg?delay=5"))
+        #expect(waited.status == 5)
+        #expect(waited.stderr.contains("1 URL still not fetched after 0.5 s; it stays queued"), "\(waited.stderr)")
+        let evicted = daemon.ctl("evict", "--all").stderr
+        let count = evicted.split(separator: " ").dropFirst(2).first.flatMap { Int($0) }
+        #expect(evicted == "prefetchctl: evicted \(count ?? -1) \(count == 1 ? "entry" : "entries")\n", "\(evicted)")
+    }
+
+    @Test("request lines carry / as is, not as \\/ (a byte per slash)")
+    func slashesAreNotEscaped() throws {
+        let recorder = try RecordingDaemon { line in
+            "{\"id\":\(RecordingDaemon.id(line)),\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"recorded\"}}"
+        }
+        let url = "http://example.com/a/b/c.jpg"
+        _ = run(Paths.prefetchctl, ["--socket", recorder.socket, "info", url])
+        let line = try #require(recorder.lines().first)
+        #expect(line.contains("\"url\":\"\(url)\""), "\(line)")
+        #expect(!line.contains("\\/"), "\(line)")
+    }
+
+    @Test("queue - of 100,000 URLs of 300 bytes: parts sized by bytes, every request line well under the 64 KiB limit")
+    func partsAreSizedByBytes() throws {
+        let recorder = try RecordingDaemon { line in
+            let urls = ((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any])?["urls"] as? [String] ?? []
+            let results = urls.map { "{\"url\":\"\($0)\",\"key\":\"\($0)\",\"status\":\"queued\"}" }.joined(separator: ",")
+            return "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{\"results\":[\(results)]}}"
+        }
+        let urls = LongList.urls(100_000, length: 300) { "http://example.com/p\($0).jpg?pad=" }
+        let result = run(Paths.prefetchctl, ["--socket", recorder.socket, "queue", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr == "prefetchctl: 100000 queued\n")
+        let lines = recorder.lines()
+        #expect(lines.allSatisfy { $0.utf8.count <= 40 * 1024 }, "longest line: \(lines.map(\.utf8.count).max() ?? 0) bytes")
+        let sent = lines.flatMap { ((try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any])?["urls"] as? [String] ?? [] }
+        #expect(sent == urls, "every URL sent once, in order")
+    }
+
+    @Test("600 URLs of 157 bytes: queue - and cancel - succeed instead of 'Broken pipe' (exit 3) and line_too_long")
+    func issueListOf157ByteURLs() throws {
+        let daemon = try DaemonUnderTest()
+        let urls = LongList.urls(600, length: 157) { Self.origin.url("/m\($0).jpg?delay=600&pad=") }
+        let list = urls.joined(separator: "\n") + "\n"
+        let queued = daemon.ctl(arguments: ["queue", "-"], stdin: list)
+        #expect(queued.status == 0 && queued.stderr == "prefetchctl: 600 queued\n", "\(queued.stderr)")
+        let cancelled = daemon.ctl(arguments: ["cancel", "-"], stdin: list)
+        #expect(cancelled.status == 0, "\(cancelled.stderr)")
+        #expect(cancelled.lines == urls.map { "\($0) cancelled" })
+    }
+
+    @Test("a URL too long for any request line is refused by name (exit 4); the URLs around it are still sent")
+    func urlTooLongForALine() throws {
+        let daemon = try DaemonUnderTest()
+        let huge = Self.origin.url("/huge.jpg?pad=" + String(repeating: "x", count: 70_000))
+        let before = Self.origin.url("/before.jpg?delay=600"), after = Self.origin.url("/after.jpg?delay=600")
+        let queued = daemon.ctl(arguments: ["queue", "--json", "-"], stdin: [before, huge, after].joined(separator: "\n"))
+        #expect(queued.status == 4, "\(queued.stderr)")
+        let statuses = queued.lines.compactMap { line -> String? in
+            ((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any])?["status"] as? String
+        }
+        #expect(statuses == ["queued", "rejected", "queued"], "\(queued.stdout.prefix(300))")
+        #expect(queued.lines.count == 3 && errorCode(queued.lines[1]) == "line_too_long")
+        let got = daemon.ctl("get", huge, before, "--offline")
+        #expect(got.status == 4, "\(got.stderr)")
+        #expect(got.stderr.contains("line_too_long: not sent"), "\(got.stderr.suffix(300))")
+    }
+
+    @Test("view of 1,700 URLs of 34 bytes is sent in parts and answered, instead of line_too_long")
+    func viewOfManyShortURLs() throws {
+        let daemon = try DaemonUnderTest()
+        let urls = LongList.urls(1_700, length: 34) { Self.origin.url("/\($0).jpg?p=") }
+        let directory = try TemporaryDirectory()
+        try (urls.joined(separator: "\n") + "\n").write(toFile: directory.path + "/list.txt", atomically: true, encoding: .utf8)
+        let result = daemon.ctl(arguments: ["view", directory.path + "/list.txt"], stdin: "1690 1699\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(Set(result.lines.compactMap { Int($0.split(separator: " ")[0]) }) == Set(1690...1699), "\(result.stdout)")
+    }
+
+    @Test("the view --help example shows \\n, not a line break")
+    func viewHelpExample() {
+        let help = run(Paths.prefetchctl, ["view", "--help"]).stdout
+        #expect(help.contains("printf '%s\\n' https://example.com/1.jpg https://example.com/2.jpg '' '0 1' | prefetchctl view -"), "\(help)")
+    }
+}
+
+/// Lists of 100,000 URLs of 300 bytes each through a real daemon: every verb that takes a list.
+@Suite(.serialized)
+struct LongListTests {
+    static let origin = try! Origin()
+
+    @Test("queue -, demote - and cancel - of 100,000 URLs of 300 bytes each: all acknowledged, one result line per URL")
+    func queueDemoteCancel() throws {
+        let daemon = try DaemonUnderTest()
+        // The origin holds each answer for 10 minutes: the slow lane fetches one URL meanwhile, not 100,000.
+        let urls = LongList.urls(100_000, length: 300) { Self.origin.url("/q\($0).jpg?delay=600&pad=") }
+        let list = urls.joined(separator: "\n") + "\n"
+        let queued = daemon.ctl(arguments: ["queue", "-"], stdin: list)
+        #expect(queued.status == 0 && queued.stderr == "prefetchctl: 100000 queued\n", "\(queued.status) \(queued.stderr.prefix(500))")
+
+        let demoted = daemon.ctl(arguments: ["demote", "-"], stdin: list)
+        #expect(demoted.status == 0, "\(demoted.stderr.prefix(500))")
+        #expect(demoted.lines.count == 100_000)
+        #expect(zip(demoted.lines, urls).allSatisfy { $0.hasPrefix($1 + " ") && !$0.hasSuffix(" rejected") })
+
+        let cancelled = daemon.ctl(arguments: ["cancel", "-"], stdin: list)
+        #expect(cancelled.status == 0, "\(cancelled.stderr.prefix(500))")
+        #expect(cancelled.lines == urls.map { "\($0) cancelled" })
+        let status = try #require(try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        #expect(status["backlog"] as? Int == 0, "nothing stays queued: \(status)")
+    }
+
+    @Test("get - of 100,000 URLs of 300 bytes each: one answer line per URL, in order")
+    func get() throws {
+        let daemon = try DaemonUnderTest()
+        let cached = Self.origin.url("/g.jpg")
+        let path = daemon.ctl("get", cached).stdout.trimmingCharacters(in: .newlines)
+        #expect(!path.isEmpty)
+        // One cached image under 100,000 names (the fragment is not part of the key), and every 10,000th URL one
+        // that is not cached: each answered at once with --offline.
+        let urls = LongList.urls(100_000, length: 300) { $0 % 10_000 == 0 ? Self.origin.url("/n\($0).jpg?pad=") : cached + "#\($0)-" }
+        let result = daemon.ctl(arguments: ["get", "--offline", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(result.status == 1, "\(result.stderr.prefix(500))")
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        #expect(lines.count == 100_000)
+        #expect(lines.enumerated().allSatisfy { $0.element == ($0.offset % 10_000 == 0 ? "" : path) })
+        let errors = result.stderr.split(separator: "\n")
+        #expect(errors.count == 10, "\(result.stderr.prefix(500))")
+        #expect(zip(errors, stride(from: 0, to: 100_000, by: 10_000)).allSatisfy { $0.hasPrefix("prefetchctl: \(urls[$1]): not_cached") })
+    }
+
+    @Test("view of 100,000 URLs of 300 bytes each is answered; 100,001 rows get the 100,000-row message, not line_too_long")
+    func view() throws {
+        let daemon = try DaemonUnderTest()
+        let directory = try TemporaryDirectory()
+        // Image-CDN URLs have many path segments: each `/` is a byte more when escaped as `\/`.
+        let urls = LongList.urls(100_000, length: 300) { Self.origin.url("/v\($0)" + String(repeating: "/s", count: 30) + ".jpg?pad=") }
+        try (urls.joined(separator: "\n") + "\n").write(toFile: directory.path + "/list.txt", atomically: true, encoding: .utf8)
+        let result = daemon.ctl(arguments: ["view", directory.path + "/list.txt"], stdin: "99990 99999\n")
+        #expect(result.status == 0, "\(result.stderr.prefix(500))")
+        #expect(Set(result.lines.compactMap { Int($0.split(separator: " ")[0]) }) == Set(99990...99999), "\(result.stdout)")
+
+        try (urls.joined(separator: "\n") + "\n" + Self.origin.url("/one-more.jpg") + "\n")
+            .write(toFile: directory.path + "/over.txt", atomically: true, encoding: .utf8)
+        let over = daemon.ctl(arguments: ["view", directory.path + "/over.txt"])
+        #expect(over.status == 4)
+        #expect(over.stderr == "prefetchctl: bad_request: a view holds at most 100000 rows\n", "\(over.stderr.prefix(500))")
+    }
+}
+
+enum LongList {
+    /// `count` URLs of exactly `length` bytes: `prefix(i)` padded with `x`.
+    static func urls(_ count: Int, length: Int, _ prefix: (Int) -> String) -> [String] {
+        (0..<count).map { index in
+            let start = prefix(index)
+            return start + String(repeating: "x", count: max(0, length - start.utf8.count))
+        }
+    }
+}
