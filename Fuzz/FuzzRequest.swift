@@ -1,11 +1,12 @@
 // libFuzzer target for the daemon's request path: line framing (LineBuffer), the JSON request decoder (the same
 // `JSONDecoder().decode(Request.self, …)` as Daemon.handle) and the URL canonicaliser (CanonicalURL).
 //
-// Built by stress/build_fuzz.sh with `swiftc -sanitize=fuzzer -parse-as-library` from Sources/QueueCore,
-// Sources/PrefetchProtocol and this file, as one module (hence no imports of those two modules here).
-// Invariants checked besides "no crash": a canonical key parses again to itself (idempotence), and a line the
-// framer hands out is never longer than its limit.
+// Built by stress/build_fuzz.sh with `swiftc -sanitize=fuzzer -parse-as-library` against QueueCore and
+// PrefetchProtocol (built the same way). Invariants checked besides "no crash": a canonical key parses again to
+// itself (idempotence), and a line the framer hands out is never longer than its limit.
 import FoundationEssentials
+import PrefetchProtocol
+import QueueCore
 
 private let decoder = JSONDecoder()
 

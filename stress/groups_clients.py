@@ -1,6 +1,8 @@
-"""Group 3, hostile clients: the libFuzzer target, garbage over the socket, clients that never read, half-open
-connections, many concurrent connections with the fd count back to its baseline."""
+"""Group 3, hostile clients: the libFuzzer targets (request path, response headers, numeric request fields), garbage
+over the socket, clients that never read, half-open connections, many concurrent connections with the fd count back
+to its baseline."""
 import json
+import math
 import os
 import random
 import socket
@@ -46,37 +48,53 @@ def read_lines(sock, count, timeout=10):
     return lines, closed
 
 
+# The libFuzzer targets built by stress/build_fuzz.sh: (binary, corpus, row, invariant, share of --fuzz-seconds).
+FUZZ_TARGETS = [
+    ("request", "corpus", "libFuzzer: LineBuffer + JSON decoder + CanonicalURL", "no crash, key idempotent", 1),
+    ("headers", "corpus-headers",
+     "libFuzzer: response headers (Cache-Control, Age, Date, Expires, Last-Modified, Retry-After, Content-Length, "
+     "Content-Range)", "no crash, every number in bounds", 0.5),
+    ("numbers", "corpus-numbers", "libFuzzer: numeric request fields (max_stale, first/last/ahead/behind, size, quality, "
+     "limit)", "no crash, checks hold", 0.5),
+]
+
+
 def fuzz(args, table):
     build = os.path.join(ROOT, "stress", "build_fuzz.sh")
-    binary = args.fuzz_binary or os.path.join(tempfile.gettempdir(), f"prefetchd-fuzz-{os.getuid()}")
-    if not args.fuzz_binary:
-        result = subprocess.run([build, binary], capture_output=True, text=True)
+    binaries = args.fuzz_dir or os.path.join(tempfile.gettempdir(), f"prefetchd-fuzz-targets-{os.getuid()}")
+    if not args.fuzz_dir:
+        result = subprocess.run([build, binaries], capture_output=True, text=True)
         if result.returncode != 0:
-            table.add(GROUP, "fuzz target builds (swiftc -sanitize=fuzzer)", "built", result.stderr[-200:], False)
+            table.add(GROUP, "fuzz targets build (swiftc -sanitize=fuzzer)", "built", result.stderr[-200:], False)
             return
+    for name, corpus_name, row, invariant, share in FUZZ_TARGETS:
+        seconds = max(2, math.ceil(args.fuzz_seconds * share))
+        run_target(table, os.path.join(binaries, name), os.path.join(ROOT, "Fuzz", corpus_name), seconds, row,
+                   invariant)
+
+
+def run_target(table, binary, corpus, seconds, row, invariant):
     work = tempfile.mkdtemp(prefix="prefetchd-fuzz-")
     try:
-        corpus = os.path.join(ROOT, "Fuzz", "corpus")
         seeds = len(os.listdir(corpus))
         result = subprocess.run(
-            ["nice", "-n", "10", binary, f"-max_total_time={args.fuzz_seconds}", "-max_len=8192", "-timeout=10",
+            ["nice", "-n", "10", binary, f"-max_total_time={seconds}", "-max_len=8192", "-timeout=10",
              "-rss_limit_mb=2048", f"-artifact_prefix={work}/", "-print_final_stats=1", work, corpus],
-            capture_output=True, text=True, timeout=args.fuzz_seconds + 120,
+            capture_output=True, text=True, timeout=seconds + 120,
             # Let libFuzzer, not the Swift runtime's backtracer, handle a crash: it writes the input to `work`.
             env=dict(os.environ, SWIFT_BACKTRACE="enable=no"))
         runs = [line for line in result.stderr.splitlines() if line.startswith("stat::number_of_executed_units")]
         executed = runs[-1].split(":")[-1].strip() if runs else "?"
         crashes = [f for f in os.listdir(work) if f.startswith(("crash-", "leak-", "timeout-", "oom-"))]
-        detail = f"{executed} inputs in {args.fuzz_seconds}s from {seeds} seeds, exit {result.returncode}"
+        detail = f"{executed} inputs in {seconds}s from {seeds} seeds, exit {result.returncode}"
         fatal = [line for line in result.stderr.splitlines() if "Fatal error" in line or "ERROR: libFuzzer" in line]
         if crashes or result.returncode != 0:
             detail += f", artifacts {crashes[:2]}: {(fatal or ['?'])[0][:160]}"
             for name in crashes[:1]:  # keep the input for a reproduction
-                kept = os.path.join(tempfile.gettempdir(), f"prefetchd-fuzz-{name}")
+                kept = os.path.join(tempfile.gettempdir(), f"prefetchd-fuzz-{os.path.basename(binary)}-{name}")
                 subprocess.run(["cp", os.path.join(work, name), kept])
                 detail += f" (input kept in {kept})"
-        table.add(GROUP, "libFuzzer: LineBuffer + JSON decoder + CanonicalURL", "no crash, key idempotent",
-                  detail, result.returncode == 0 and not crashes)
+        table.add(GROUP, row, invariant, detail, result.returncode == 0 and not crashes)
     finally:
         subprocess.run(["rm", "-rf", work])
 

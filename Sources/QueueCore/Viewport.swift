@@ -19,8 +19,6 @@ public struct Viewport: Equatable, Sendable {
             self.ahead = max(0, ahead)
             self.behind = max(0, behind)
         }
-
-        var visibleCount: Int { last - first + 1 }
     }
 
     /// What a change asks for, to be applied in this order.
@@ -58,7 +56,7 @@ public struct Viewport: Equatable, Sendable {
 
     /// Rows were added at the end of the list; those that fall in the zones now get their work.
     public mutating func append(rows count: Int) -> Plan {
-        change(rowCount: rowCount + max(0, count), range: range)
+        change(rowCount: rowCount.saturatingAdd(max(0, count)), range: range)
     }
 
     /// The client scrolled (or resized): a new visible range.
@@ -110,14 +108,17 @@ public struct Viewport: Equatable, Sendable {
 
     // MARK: Zones
 
+    // Any row numbers a client sends are taken: the bounds saturate instead of overflowing, and `zone` clamps them to
+    // the list.
+
     private static func window(_ range: Range) -> (Int, Int) {
-        (range.first - range.behind, range.last + range.ahead)
+        (range.first - range.behind, range.last.saturatingAdd(range.ahead))
     }
 
     private static func kept(_ range: Range) -> (Int, Int) {
         let (first, last) = window(range)
-        let length = last - first + 1
-        return (first - length, last + length)
+        let length = last.saturatingSubtract(first).saturatingAdd(1)
+        return (first.saturatingSubtract(length), last.saturatingAdd(length))
     }
 
     private func zone(_ range: Range?, _ rowCount: Int, _ bounds: (Range) -> (Int, Int)) -> ClosedRange<Int>? {

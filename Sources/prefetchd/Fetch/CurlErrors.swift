@@ -30,6 +30,12 @@ enum CurlErrors {
             return Failure(code: "tls", message: text, isTransient: false)
         case CURLE_URL_MALFORMAT:
             return Failure(code: "invalid_url", message: text, isTransient: false)
+        case CURLE_OUT_OF_MEMORY where !transfer.bodyStarted:
+            // curl 7.88 reports a header line over its 100 KiB limit as "Out of memory".
+            return Failure(code: "too_large", message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
+        case CURLE_BAD_CONTENT_ENCODING:
+            return Failure(code: "network", message: "cannot decode the body (Content-Encoding: "
+                           + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_PARTIAL_FILE:
             return Failure(code: "network", message: "the body was shorter than its Content-Length", isTransient: true)
         default:

@@ -27,6 +27,8 @@ final class CurlFetcher {
     private(set) var deadline: Int64?
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
+    /// Called just before a finished transfer's response is interpreted.
+    var onConcluding: (String) -> Void = { _ in }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
@@ -141,6 +143,7 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             transfers.removeValue(forKey: transfer.key)
             curl_multi_remove_handle(multi, easy)
+            onConcluding(transfer.key)
             onFinish(conclude(transfer, code: code))
         }
     }
@@ -168,9 +171,8 @@ final class CurlFetcher {
             let retryAfter = headers.retryAfterMilliseconds(now: wallClockMilliseconds())
             return failed(Failure.httpStatus(status, retryAfter: retryAfter))
         }
-        if let expected = transfer.expectedBytes, expected != transfer.received - transfer.resumedFrom {
-            return failed(Failure(code: "network", message: "the body ended after \(transfer.received - transfer.resumedFrom) "
-                                  + "of \(expected) bytes", isTransient: true))
+        if let incomplete = transfer.incompleteBody() {
+            return failed(incomplete)
         }
         let sha256 = transfer.finishBody()
         return FetchResult(key: transfer.key, headers: headers,

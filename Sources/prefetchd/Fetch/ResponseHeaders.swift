@@ -1,94 +1,225 @@
 import CCurl
+import QueueCore
 
 /// The headers of the final response that matter to the cache (a redirect's headers are discarded).
+///
+/// Every number in them comes from a server and is not trusted: parsed strictly, clamped (RFC 9111 section 1.2.2),
+/// combined with saturating arithmetic. Fuzz/FuzzHeaders.swift fuzzes this file.
 struct ResponseHeaders: Equatable {
     var contentType: String?
+    /// The announced body length; see `framingProblem` for values that disagree.
     var contentLength: Int64?
+    var contentRange: String?
+    /// The codings applied to the body (`gzip`, …), all occurrences joined.
+    var contentEncoding: String?
     var etag: String?
     var lastModified: String?
     var cacheControl: String?
     var expires: String?
     var date: String?
+    /// `Age` in seconds (clamped); an invalid value is ignored (RFC 9111 section 5.1).
     var age: Int64?
     var retryAfter: String?
+    var vary: String?
+    /// Why the body's length cannot be trusted (RFC 9112 section 6.3), when it cannot.
+    var framingProblem: String?
+    /// Bytes of this response's header lines so far.
+    var byteCount = 0
+
+    /// Header lines of one response, in bytes, at most: curl 7.88 refuses one line over 100 KiB (with "Out of
+    /// memory") but not many lines, so the transfer counts them.
+    static let maximumBytes = 100 * 1024
+    /// RFC 9111 section 1.2.2: a delta-seconds value above 2^31 is taken as 2^31.
+    static let maximumDeltaSeconds: Int64 = 1 << 31
+    /// The longest freshness lifetime, age or Retry-After in milliseconds, whatever a date says: 2^31 s (68 years).
+    static let maximumSpan: Int64 = maximumDeltaSeconds * 1000
 
     /// Takes one raw header line; a status line starts a new response.
     mutating func take(_ line: Substring) {
         if line.hasPrefix("HTTP/") {
             self = ResponseHeaders()
-            return
         }
+        byteCount = byteCount.saturatingAdd(line.utf8.count)
         guard let colon = line.firstIndex(of: ":") else { return }
         let name = line[..<colon].lowercased()
         let value = String(line[line.index(after: colon)...].trimmingCharacters(in: " \t\r\n"))
+        func joined(_ old: String?) -> String { old.map { $0 + ", " + value } ?? value }
         switch name {
         case "content-type": contentType = value
-        case "content-length": contentLength = Int64(value)
+        case "content-length": takeContentLength(value)
+        case "content-range": contentRange = value
+        case "content-encoding": contentEncoding = joined(contentEncoding)
         case "etag": etag = value
         case "last-modified": lastModified = value
-        case "cache-control": cacheControl = cacheControl.map { $0 + ", " + value } ?? value
+        case "cache-control": cacheControl = joined(cacheControl)
         case "expires": expires = value
         case "date": date = value
-        case "age": age = Int64(value)
+        case "age": age = Self.deltaSeconds(value)
         case "retry-after": retryAfter = value
+        case "vary": vary = joined(vary)
         default: break
         }
     }
 
-    /// `Retry-After` in milliseconds from `now` (Unix ms), from seconds or an HTTP date.
-    func retryAfterMilliseconds(now: Int64) -> Int64? {
-        guard let retryAfter else { return nil }
-        if let seconds = Int64(retryAfter) { return max(0, seconds) * 1000 }
-        guard let date = Self.parseDate(retryAfter) else { return nil }
-        return max(0, date - now)
+    /// `Content-Length`, possibly a list or repeated: every value must be the same number.
+    private mutating func takeContentLength(_ value: String) {
+        for part in value.split(separator: ",", omittingEmptySubsequences: false) {
+            guard let length = Self.digits(part.trimmingCharacters(in: " \t")) else {
+                framingProblem = "the response's Content-Length '\(value.prefix(40))' is not a number"
+                continue
+            }
+            if let contentLength, contentLength != length {
+                framingProblem = "the response has two different Content-Length values (\(contentLength) and \(length))"
+            }
+            contentLength = contentLength ?? length
+        }
     }
 
-    /// The `max-age` directive, in seconds, if present.
+    /// `Retry-After` in milliseconds from `now` (Unix ms), from seconds or an HTTP date, at most `maximumSpan`.
+    func retryAfterMilliseconds(now: Int64) -> Int64? {
+        guard let retryAfter else { return nil }
+        if let seconds = Self.deltaSeconds(retryAfter) { return seconds * 1000 }
+        guard let date = Self.parseDate(retryAfter) else { return nil }
+        return min(max(0, date.saturatingSubtract(now)), Self.maximumSpan)
+    }
+
+    /// The `max-age` directive in seconds (at most 2^31), if present; one that is not a number gives 0, so the
+    /// response is stale at once (RFC 9111 section 4.2.1).
     var maxAge: Int64? {
-        directives.first { $0.name == "max-age" }.flatMap { $0.value.flatMap { Int64($0) } }
+        guard let directive = directives.first(where: { $0.name == "max-age" }) else { return nil }
+        return directive.value.flatMap(Self.deltaSeconds) ?? 0
     }
 
     func has(_ directive: String) -> Bool { directives.contains { $0.name == directive } }
 
     private var directives: [(name: String, value: String?)] {
         (cacheControl ?? "").split(separator: ",").map { (part: Substring) -> (name: String, value: String?) in
-            let pieces: [Substring] = part.split(separator: "=", maxSplits: 1)
+            // Not omitting empty pieces: `=` alone has a name, empty (the fuzzer found the index out of range).
+            let pieces: [Substring] = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             let name = String(pieces[0].trimmingCharacters(in: " \t")).lowercased()
             let value = pieces.count > 1 ? String(pieces[1].trimmingCharacters(in: " \t\"")) : nil
             return (name, value)
         }
     }
 
+    /// `Vary: *`: the response matches no later request, so it is never reused (RFC 9111 section 4.1).
+    var variesOnEverything: Bool {
+        (vary ?? "").split(separator: ",").contains { $0.trimmingCharacters(in: " \t") == "*" }
+    }
+
+    /// Whether a coding other than `identity` was applied to the body.
+    var isEncoded: Bool {
+        (contentEncoding ?? "").split(separator: ",").contains {
+            let coding = $0.trimmingCharacters(in: " \t").lowercased()
+            return !coding.isEmpty && coding != "identity"
+        }
+    }
+
     /// When the response stops being fresh (Unix ms), per RFC 9111 section 4.2: the freshness lifetime from
     /// `max-age` (`s-maxage` is for shared caches and ignored), else `Expires` − `Date`, else 10% of the time since
     /// `Last-Modified` (at most `heuristicCap`), else `defaultTTL`; minus the response's current age (`Age`, `Date`).
-    /// `no-cache` and `no-store` make it stale at once.
+    /// `no-cache`, `no-store` and `Vary: *` make it stale at once. The result is within `now...now + maximumSpan`.
     func freshUntil(now: Int64, defaultTTL: Int64, heuristicCap: Int64 = 86_400_000) -> Int64 {
-        if has("no-store") || has("no-cache") { return now }
+        if has("no-store") || has("no-cache") || variesOnEverything { return now }
         let dateValue = date.flatMap(Self.parseDate) ?? now
-        let currentAge = max(max(0, now - dateValue), (age ?? 0) * 1000)
+        let currentAge = max(now.saturatingSubtract(dateValue), (age ?? 0) * 1000, 0)
         let lifetime: Int64
         if let maxAge {
             lifetime = maxAge * 1000
         } else if let expires {
-            lifetime = Self.parseDate(expires).map { $0 - dateValue } ?? 0  // an invalid Expires means already expired
+            // An invalid Expires means already expired.
+            lifetime = Self.parseDate(expires).map { $0.saturatingSubtract(dateValue) } ?? 0
         } else if let lastModified, let modified = Self.parseDate(lastModified), modified < dateValue {
-            lifetime = min((dateValue - modified) / 10, heuristicCap)
+            lifetime = min(dateValue.saturatingSubtract(modified) / 10, heuristicCap)
         } else {
             lifetime = defaultTTL
         }
-        return now + max(0, lifetime - currentAge)
+        let remaining = min(max(0, lifetime.saturatingSubtract(currentAge)), Self.maximumSpan)
+        return now.saturatingAdd(remaining)
     }
 
     /// The response may be delivered but not kept for later hits.
-    var noStore: Bool { has("no-store") }
+    var noStore: Bool { has("no-store") || variesOnEverything }
     /// A stale copy must never be served, not even when revalidation fails.
     var mustRevalidate: Bool { has("must-revalidate") || has("proxy-revalidate") }
 
-    /// An HTTP date as Unix ms (curl's date parser).
+    /// What a `206` body is, judged against the request: it was asked for from byte `offset` to the end (0: no range
+    /// was asked for). Anything but the rest from `offset`, or the whole file, is refused.
+    func partialBody(requestedFrom offset: Int64) -> PartialBody {
+        guard let contentRange, let range = ContentRange(contentRange) else {
+            return .mismatch("the server answered 206 without a valid Content-Range ('\((contentRange ?? "").prefix(60))')")
+        }
+        guard !isEncoded else {
+            return .mismatch("the server answered 206 with a Content-Encoding: its range is not one of the file's bytes")
+        }
+        if offset > 0, range.first == offset, range.complete.map({ range.last + 1 == $0 }) ?? true {
+            return .rest(bytes: range.last - range.first + 1)
+        }
+        if range.first == 0, let complete = range.complete, range.last + 1 == complete {
+            return .whole(bytes: complete)
+        }
+        let asked = offset > 0 ? "the bytes from \(offset)" : "the whole file"
+        return .mismatch("the server answered a request for \(asked) with Content-Range: \(contentRange.prefix(60))")
+    }
+
+    /// An HTTP date as Unix ms (curl's date parser); dates past the year 292 million saturate.
     static func parseDate(_ text: String) -> Int64? {
         let seconds = curl_getdate(text, nil)
-        return seconds < 0 ? nil : Int64(seconds) * 1000
+        return seconds < 0 ? nil : Int64(seconds).saturatingMultiply(1000)
+    }
+
+    /// RFC 9111 delta-seconds: digits only, a value above 2^31 taken as 2^31.
+    static func deltaSeconds(_ text: some StringProtocol) -> Int64? {
+        digits(text).map { min($0, maximumDeltaSeconds) }
+    }
+
+    /// A non-empty run of ASCII digits as a number, `Int64.max` when it does not fit; nil for anything else.
+    static func digits(_ text: some StringProtocol) -> Int64? {
+        guard !text.isEmpty else { return nil }
+        var value: Int64 = 0
+        for byte in text.utf8 {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+            value = value.saturatingMultiply(10).saturatingAdd(Int64(byte - UInt8(ascii: "0")))
+        }
+        return value
+    }
+}
+
+/// What a `206` response's body is, for a request from a given offset.
+enum PartialBody: Equatable {
+    /// The rest of the file, from the offset asked for: `bytes` of it.
+    case rest(bytes: Int64)
+    /// The whole file, from byte 0 (what was held before is dropped): `bytes` in all.
+    case whole(bytes: Int64)
+    /// Anything else, in words: never appended nor kept.
+    case mismatch(String)
+}
+
+/// `Content-Range: bytes first-last/complete` (or `/*`), RFC 9110 section 14.4.
+struct ContentRange: Equatable {
+    let first: Int64
+    let last: Int64
+    /// The file's length, when the server knows it.
+    let complete: Int64?
+
+    init?(_ text: String) {
+        let trimmed = text.trimmingCharacters(in: " \t")
+        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = trimmed.dropFirst(6).trimmingCharacters(in: " ")
+        let halves = spec.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard halves.count == 2 else { return nil }
+        let ends = halves[0].split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        // A value that does not fit is no range of a file this daemon could hold.
+        guard ends.count == 2, let first = ResponseHeaders.digits(ends[0]), let last = ResponseHeaders.digits(ends[1]),
+              first <= last, last < .max else { return nil }
+        if halves[1] == "*" {
+            complete = nil
+        } else {
+            guard let complete = ResponseHeaders.digits(halves[1]), complete < .max, last < complete else { return nil }
+            self.complete = complete
+        }
+        self.first = first
+        self.last = last
     }
 }
 

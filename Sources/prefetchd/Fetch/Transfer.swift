@@ -34,7 +34,10 @@ final class Transfer {
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
-    private var bodyStarted = false
+    /// Whether body bytes of the final response arrived.
+    private(set) var bodyStarted = false
+    /// The file's length once a `206` body is complete, from its `Content-Range`.
+    private var expectedTotal: Int64?
     /// The receive buffer a background connection gets (`background_window`), 0 for the kernel's.
     fileprivate let backgroundWindow: Int32
     private var fd: Int32
@@ -84,7 +87,13 @@ final class Transfer {
         }
         pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
         pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
-        if resumedFrom > 0 { pf_easy_setopt_string(easy, CURLOPT_RANGE, "\(resumedFrom)-") }
+        if resumedFrom > 0 {
+            pf_easy_setopt_string(easy, CURLOPT_RANGE, "\(resumedFrom)-")
+        } else {
+            // curl decodes what it can (gzip, deflate, br, zstd); the size limit counts the decoded bytes. A resume
+            // asks for the identity encoding only: a range of an encoded body is not a range of the file.
+            pf_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
+        }
         pf_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
         pf_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         pf_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
@@ -117,8 +126,9 @@ final class Transfer {
         return code
     }
 
-    /// The size of this response's body, when the server announced it.
+    /// The size of this response's body, when the server announced it (and it is not the size of an encoded body).
     var expectedBytes: Int64? {
+        guard !headers.isEncoded else { return nil }
         var length: curl_off_t = -1
         pf_easy_getinfo_off_t(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
         return length >= 0 ? Int64(length) : nil
@@ -157,7 +167,7 @@ final class Transfer {
         return total
     }
 
-    /// Drops what a resume had kept: the server sent the whole body again.
+    /// Drops what a resume had kept: the server sent the whole body again, or the bytes held cannot be trusted.
     private func startOver() {
         _ = ftruncate(fd, 0)
         _ = lseek(fd, 0, SEEK_SET)
@@ -166,16 +176,40 @@ final class Transfer {
         resumedFrom = 0
     }
 
+    /// Stops the transfer with a transient failure and drops the bytes held, so that the next attempt starts at 0.
+    private func refuse(_ reason: String) -> Int {
+        startOver()
+        stopReason = Failure(code: "network", message: reason + "; the download starts over", isTransient: true)
+        return 0
+    }
+
     fileprivate func write(_ data: UnsafeRawBufferPointer) -> Int {
         let status = responseCode
         guard (200...299).contains(status) else { return data.count }  // an error page: not kept
         if !bodyStarted {
             bodyStarted = true
-            if resumedFrom > 0 && status != 206 { startOver() }
-            let validator = headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
+            if status == 206 {
+                switch headers.partialBody(requestedFrom: resumedFrom) {
+                case .rest(let bytes):
+                    expectedTotal = resumedFrom.saturatingAdd(bytes)
+                case .whole(let bytes):
+                    if resumedFrom > 0 { startOver() }
+                    expectedTotal = bytes
+                case .mismatch(let reason):
+                    return refuse(reason)
+                }
+            } else if resumedFrom > 0 {
+                startOver()
+            }
+            // An encoded body is stored decoded: its bytes are not the ones a range would count.
+            let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
             onBodyStart(self, validator)
         }
-        if received + Int64(data.count) > maxBytes {
+        let count = Int64(data.count)
+        if let expectedTotal, count > expectedTotal - received {
+            return refuse("the server sent more than the \(expectedTotal - resumedFrom) bytes its Content-Range announced")
+        }
+        if count > maxBytes - received {
             stopReason = Failure(code: "too_large", message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
             return 0
         }
@@ -196,7 +230,42 @@ final class Transfer {
         return data.count
     }
 
-    fileprivate func header(_ line: Substring) { headers.take(line) }
+    /// Takes a header line; false stops the transfer (headers over the size limit, or a length that cannot be trusted).
+    fileprivate func header(_ line: Substring) -> Bool {
+        headers.take(line)
+        if headers.byteCount > ResponseHeaders.maximumBytes {
+            stopReason = Failure(code: "too_large", message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB",
+                                 isTransient: false)
+            return false
+        }
+        if let problem = headers.framingProblem {
+            stopReason = Failure(code: "network", message: problem + " (RFC 9112 section 6.3): the response is refused",
+                                 isTransient: false)
+            return false
+        }
+        return true
+    }
+
+    /// Why the body in the file is not the whole file, if it is not; a `206` that did not bring what was asked for
+    /// drops the bytes held, so that the next attempt starts at 0.
+    func incompleteBody() -> Failure? {
+        if !bodyStarted {
+            if responseCode == 206 {
+                _ = refuse("the server answered 206 with an empty body")
+                return stopReason
+            }
+            if resumedFrom > 0 { startOver() }  // an empty 200: the file is empty, not what a resume had kept
+        }
+        let fresh = received - resumedFrom
+        if let expectedTotal, received != expectedTotal {
+            return Failure(code: "network", message: "the body ended after \(fresh) of \(expectedTotal - resumedFrom) bytes",
+                           isTransient: true)
+        }
+        if let expected = expectedBytes, expected != fresh {
+            return Failure(code: "network", message: "the body ended after \(fresh) of \(expected) bytes", isTransient: true)
+        }
+        return nil
+    }
 
     /// The receive buffer a background transfer promoted in place gets: set by hand (the kernel no longer grows a
     /// buffer once it was set), large.
@@ -225,8 +294,7 @@ private let transferWrite: pf_data_callback = { data, size, count, userdata in
 private let transferHeader: pf_data_callback = { data, size, count, userdata in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-    transfer.header(Substring(String(decoding: bytes, as: UTF8.self)))
-    return size * count
+    return transfer.header(Substring(String(decoding: bytes, as: UTF8.self))) ? size * count : 0
 }
 
 /// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`).

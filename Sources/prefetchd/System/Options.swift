@@ -12,6 +12,8 @@ struct Options {
     var socketMode: mode_t = 0o600
     var cacheDirectory: String
     var maxCacheBytes: Int64 = 1 << 30
+    /// Replies and events buffered for all clients and not yet read; beyond it the worst readers are disconnected.
+    var outputBudget = 64 << 20
     var fastWidth = 8
     var slowWidth = 1
     var perHostLimit: Int?
@@ -108,6 +110,10 @@ struct Options {
         Setting(key: "max_cache_bytes", placeholder: "SIZE", summary: "cache size limit, LRU eviction beyond it",
                 read: { options, value throws(BadValue) in options.maxCacheBytes = try size(value) },
                 show: { showSize($0.maxCacheBytes) }),
+        Setting(key: "output_budget", placeholder: "SIZE",
+                summary: "replies and events buffered for all clients; past it the worst readers are disconnected",
+                read: { options, value throws(BadValue) in options.outputBudget = Int(min(try size(value), 1 << 40)) },
+                show: { showSize(Int64($0.outputBudget)) }),
         Setting(key: "fast_width", placeholder: "N", summary: "parallel urgent fetches",
                 read: { options, value throws(BadValue) in options.fastWidth = Int(try number(value, 1...1024)) },
                 show: { String($0.fastWidth) }),
@@ -123,8 +129,9 @@ struct Options {
         Setting(key: "host_start_rate", placeholder: "N",
                 summary: "fetches started per second per host at most (with bursts of host_start_burst), 0 for no limit",
                 read: { options, value throws(BadValue) in
-                    guard let rate = Double(value), rate >= 0, rate <= 100_000 else {
-                        throw BadValue("'\(value)' is not a number of starts per second between 0 and 100000")
+                    // A rate near 0 would make the wait for a host's next start overflow.
+                    guard let rate = Double(value), rate == 0 || (0.001...100_000).contains(rate) else {
+                        throw BadValue("'\(value)' is not 0 or a number of starts per second from 0.001 to 100000")
                     }
                     options.hostStartRate = rate == 0 ? nil : rate
                 },
@@ -151,7 +158,8 @@ struct Options {
                     options.retry.negativeTTL = try number(value, 0...31_536_000) * 1000
                 },
                 show: { String($0.retry.negativeTTL / 1000) }),
-        Setting(key: "default_ttl", placeholder: "SEC", summary: "freshness when the server gives none",
+        Setting(key: "default_ttl", placeholder: "SEC",
+                summary: "freshness when the server gives none (with Last-Modified: a tenth of its age, at most a day)",
                 read: { options, value throws(BadValue) in options.defaultTTL = try number(value, 0...31_536_000) * 1000 },
                 show: { String($0.defaultTTL / 1000) }),
         Setting(key: "proxy", placeholder: "URL",

@@ -50,6 +50,20 @@ Query parameters (combine freely):
     expires=S          Expires: S seconds from now
     ranges=0           disable Range support (Accept-Ranges: none)
     size=N             body size for generated bodies (underscores allowed)
+    header=NAME:VALUE  add this header line to the response (repeatable; added
+                       to the origin's own, so a second Content-Length is two)
+    big_header=N       add one header line of N bytes (X-Big: aaa...)
+    many_headers=N     add N header lines of 1 KiB each
+    gzip=1             gzip the body (Content-Encoding: gzip, whatever the
+                       request's Accept-Encoding; no ranges)
+    zeros=1            a body of size zero bytes (with gzip=1: a gzip bomb)
+    cut_first=K        the first request for this path gets K bytes of its body
+                       (full Content-Length), then the connection closes
+    lie_range=A        a request with a Range header gets 206 with the bytes
+                       from A to the end (and a Content-Range saying so),
+                       whatever range it asked for
+    range_unasked=A    a request without a Range header gets 206 with the
+                       bytes from A to the end
 
 Conditional / range requests: single ``Range: bytes=A-``, ``A-B`` or ``-N``
 -> 206 + Content-Range (unsatisfiable -> 416); If-Range (ETag or date) that
@@ -62,6 +76,7 @@ import argparse
 import bisect
 import email.utils
 import functools
+import gzip
 import hashlib
 import io
 import json
@@ -571,6 +586,17 @@ class Handler(BaseHTTPRequestHandler):
         extra = []
         if "retry_after" in q:
             extra.append(("Retry-After", q["retry_after"]))
+        for k, v in pairs:
+            if k == "header":
+                name, sep, value = v.partition(":")
+                if not sep or not name.strip():
+                    raise BadRequest("header must be NAME:VALUE, not %r" % v)
+                extra.append((name.strip(), value.strip()))
+        big_header = parse_int(q, "big_header", 0)
+        if big_header:
+            extra.append(("X-Big", "a" * big_header))
+        for n in range(parse_int(q, "many_headers", 0)):
+            extra.append(("X-Many-%d" % n, "m" * 1024))
 
         if method not in ("GET", "HEAD"):
             self._send_text(405, "method not allowed\n", extra=[("Allow", "GET, HEAD")])
@@ -616,6 +642,9 @@ class Handler(BaseHTTPRequestHandler):
         if truthy(q, "html"):
             body = BytesBody(HTML_BODY)
             ctype = "image/jpeg"
+        elif truthy(q, "zeros"):
+            body = BytesBody(bytes(parse_int(q, "size", DEFAULT_SIZE)))
+            ctype = "image/jpeg"
         elif found is not None:
             body = FileBody(*found)
             ctype = EXT_TYPES.get(ext_of(found[0]), "application/octet-stream")
@@ -626,9 +655,12 @@ class Handler(BaseHTTPRequestHandler):
             ctype = "image/jpeg" if jpeg else "application/octet-stream"
         if "ctype" in q:
             ctype = q["ctype"]
+        gzipped = truthy(q, "gzip")
+        if gzipped:
+            body = BytesBody(gzip.compress(b"".join(body.iter_range(0, body.size))))
 
         etag = etag_for(body)
-        ranges_on = q.get("ranges", "1") != "0"
+        ranges_on = q.get("ranges", "1") != "0" and not gzipped
         common = [
             ("ETag", etag),
             ("Last-Modified", LAST_MODIFIED),
@@ -639,6 +671,9 @@ class Handler(BaseHTTPRequestHandler):
             common.append(("Cache-Control", cache_control))
         if "expires" in q:
             common.append(("Expires", email.utils.formatdate(time.time() + float(q["expires"]), usegmt=True)))
+        if gzipped:
+            common.append(("Content-Encoding", "gzip"))
+        common += extra
 
         # --- conditionals ---
         inm = self.headers.get("If-None-Match")
@@ -677,7 +712,12 @@ class Handler(BaseHTTPRequestHandler):
             if r is not None:
                 start, end = r
                 code = 206
+                if "lie_range" in q:
+                    start, end = min(parse_int(q, "lie_range"), body.size - 1), body.size
                 content_range = "bytes %d-%d/%d" % (start, end - 1, body.size)
+        elif "range_unasked" in q:
+            start, end, code = min(parse_int(q, "range_unasked"), body.size - 1), body.size, 206
+            content_range = "bytes %d-%d/%d" % (start, end - 1, body.size)
 
         length = end - start
         no_length = truthy(q, "no_length")
@@ -703,6 +743,10 @@ class Handler(BaseHTTPRequestHandler):
         limit = None
         if short is not None:
             limit = min(short, length)
+        cut_first = parse_int(q, "cut_first", None)
+        if cut_first is not None and count == 1:
+            limit = min(cut_first, length)
+            short = limit
         if reset_after is not None:
             limit = reset_after if limit is None else min(limit, reset_after)
             limit = min(limit, length)

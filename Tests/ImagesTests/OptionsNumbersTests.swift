@@ -1,0 +1,42 @@
+import Testing
+@testable import prefetchd
+
+/// Every configuration key and flag takes the numbers a second administrator might type without a crash: refused
+/// with a message, or taken and printed back.
+@Suite struct OptionsNumbersTests {
+    static let extremes = [
+        "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
+        "99999999999999999999", "-1", "0", "1e400", "1e-300", "-0", "nan", "inf", "0x10", "8388607T", "8388608T",
+        "9223372036854775807K", "-5K", "K", "", " 5", "1.5",
+    ]
+
+    @Test("every setting given the ends of Int64, huge sizes, 1e400, nan or 1e-300 refuses it or takes it and prints it back")
+    func extremeValues() {
+        for setting in Options.settings {
+            for value in Self.extremes {
+                var options = Options(environment: [:])
+                do {
+                    try setting.read(&options, value)
+                } catch {
+                    #expect(!error.message.isEmpty, "\(setting.key) = \(value)")
+                    continue
+                }
+                var again = Options(environment: [:])
+                #expect((try? setting.read(&again, setting.show(options))) != nil, "\(setting.key) = \(value)")
+                #expect(setting.show(again) == setting.show(options), "\(setting.key) = \(value)")
+                _ = options.schedulerConfiguration
+            }
+        }
+    }
+
+    @Test("host_start_rate 1e-300 was taken, and a host waiting for its next start crashed the daemon")
+    func hostStartRateWaitFits() {
+        let setting = Options.setting(key: "host_start_rate")!
+        for value in Self.extremes + ["0.001", "0.0009", "100000", "100000.5", "1e-17"] {
+            var options = Options(environment: [:])
+            guard (try? setting.read(&options, value)) != nil, let rate = options.hostStartRate else { continue }
+            // The scheduler waits (1 - tokens) * 1000 / rate ms for the next token, as an Int64.
+            #expect(1000 / rate < 1e15, "host_start_rate = \(value) makes a wait of \(1000 / rate) ms")
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import Testing
+@testable import prefetchd
+
+/// Headers as a server sends them, interpreted without trusting a number in them.
+private func headers(_ lines: String...) -> ResponseHeaders {
+    var headers = ResponseHeaders()
+    headers.take("HTTP/1.1 200 OK\r\n")
+    for line in lines { headers.take(Substring(line + "\r\n")) }
+    return headers
+}
+
+private let now: Int64 = 1_800_000_000_000
+private let day: Int64 = 86_400_000
+/// 2^31 seconds in milliseconds: RFC 9111's ceiling for delta-seconds.
+private let ceiling: Int64 = 2_147_483_648_000
+
+@Suite struct ResponseHeadersTests {
+    @Test("max-age, Age and Retry-After of 9223372036854775807 (and 2000000000000000000) crashed the daemon; now 2^31 s")
+    func hugeDeltaSeconds() {
+        for value in ["9223372036854775807", "2000000000000000000", "99999999999999999999", "2147483649"] {
+            #expect(headers("Cache-Control: max-age=\(value)").freshUntil(now: now, defaultTTL: day) == now + ceiling, "\(value)")
+            #expect(headers("Cache-Control: max-age=60", "Age: \(value)").freshUntil(now: now, defaultTTL: day) == now, "\(value)")
+            #expect(headers("Retry-After: \(value)").retryAfterMilliseconds(now: now) == ceiling, "\(value)")
+        }
+    }
+
+    @Test("max-age=99999999999999999999 was taken as absent (a day from Last-Modified); an invalid max-age is stale at once")
+    func invalidMaxAge() {
+        let modified = "Last-Modified: Wed, 01 Jan 2020 00:00:00 GMT"
+        #expect(headers("Cache-Control: max-age=99999999999999999999", modified).freshUntil(now: now, defaultTTL: day) == now + ceiling)
+        for value in ["-5", "1.5", "abc", "", "0x10"] {
+            #expect(headers("Cache-Control: max-age=\(value)", modified).freshUntil(now: now, defaultTTL: day) == now, "\(value)")
+        }
+        #expect(headers("Cache-Control: max-age=\"60\"").freshUntil(now: now, defaultTTL: day) == now + 60_000)
+        #expect(headers("Age: -5").age == nil && headers("Age: 12").age == 12)
+    }
+
+    @Test("Cache-Control: = (a directive without a name, found by the fuzzer) crashed the daemon; now it is ignored")
+    func emptyDirective() {
+        for value in ["=", "=,", ", =60", "max-age=60, ="] {
+            #expect(headers("Cache-Control: \(value)").freshUntil(now: now, defaultTTL: day) >= now, "\(value)")
+        }
+        #expect(headers("Cache-Control: =, max-age=60").maxAge == 60)
+    }
+
+    @Test("dates past the year 292 million and Expires far away stay within 2^31 s instead of overflowing")
+    func farDates() {
+        let farAway = headers("Expires: Fri, 31 Dec 99999999 23:59:59 GMT", "Date: Thu, 01 Jan 1970 00:00:01 GMT")
+        #expect((now...(now + ceiling)).contains(farAway.freshUntil(now: now, defaultTTL: day)))
+        let epoch = headers("Expires: Thu, 01 Jan 1970 00:00:00 GMT", "Date: Fri, 31 Dec 9999 23:59:59 GMT")
+        #expect(epoch.freshUntil(now: now, defaultTTL: day) == now)
+        #expect(headers("Retry-After: Fri, 31 Dec 9999 23:59:59 GMT").retryAfterMilliseconds(now: now) == ceiling)
+        #expect(headers("Retry-After: Thu, 01 Jan 1970 00:00:00 GMT").retryAfterMilliseconds(now: now) == 0)
+        #expect(headers("Retry-After: soon").retryAfterMilliseconds(now: now) == nil)
+    }
+
+    @Test("Vary: * was reused from the cache; now it is stale at once and not kept for later hits")
+    func varyStar() {
+        for vary in ["*", "Accept, *", " * "] {
+            let response = headers("Cache-Control: max-age=3600", "Vary: \(vary)")
+            #expect(response.noStore && response.freshUntil(now: now, defaultTTL: day) == now, "\(vary)")
+        }
+        let accept = headers("Cache-Control: max-age=3600", "Vary: Accept")
+        #expect(!accept.noStore && accept.freshUntil(now: now, defaultTTL: day) == now + 3_600_000)
+    }
+
+    @Test("two different Content-Length headers were accepted; now the framing is refused (RFC 9112 section 6.3)")
+    func contentLengths() {
+        #expect(headers("Content-Length: 5", "Content-Length: 7").framingProblem?.contains("5 and 7") == true)
+        #expect(headers("Content-Length: 5, 7").framingProblem != nil)
+        #expect(headers("Content-Length: -1").framingProblem != nil)
+        #expect(headers("Content-Length: 99999999999999999999999").framingProblem == nil)
+        let same = headers("Content-Length: 42", "Content-Length: 42, 42")
+        #expect(same.framingProblem == nil && same.contentLength == 42)
+        #expect(headers("Content-Length: 5", "Content-Length: 7", "HTTP/1.1 200 OK", "Content-Length: 3").framingProblem == nil,
+                "a new response starts afresh")
+    }
+
+    @Test("a 206 is judged against the range asked for: the rest from the offset, or the whole file, nothing else",
+          arguments: [
+              // (offset asked for, Content-Range, expected)
+              (5000, "bytes 5000-19418/19419", PartialBody.rest(bytes: 14419)),
+              (5000, "bytes 5000-19418/*", .rest(bytes: 14419)),
+              (5000, "bytes 0-19418/19419", .whole(bytes: 19419)),  // the resume answered with the whole file
+              (0, "bytes 0-19418/19419", .whole(bytes: 19419)),
+              (5000, "bytes 5100-19418/19419", nil),  // another offset: was appended, 19,319 bytes
+              (5000, "bytes 5000-9999/19419", nil),  // ends before the end
+              (0, "bytes 5100-19418/19419", nil),  // a 206 nobody asked for
+              (0, "bytes 0-19418/*", nil),
+              (5000, "bytes 5000-19418/19418", nil),
+              (5000, "bytes 9000-5000/19419", nil),
+              (5000, "bytes 5000-9223372036854775807/9223372036854775808", nil),
+              (5000, "bytes 5000-99999999999999999999/*", nil),
+              (5000, "items 5000-19418/19419", nil),
+              (5000, "", nil),
+          ] as [(Int64, String, PartialBody?)])
+    func partialBodies(offset: Int64, contentRange: String, expected: PartialBody?) {
+        let response = contentRange.isEmpty ? headers() : headers("Content-Range: \(contentRange)")
+        let judged = response.partialBody(requestedFrom: offset)
+        if let expected {
+            #expect(judged == expected)
+        } else if case .mismatch = judged {
+        } else {
+            Issue.record("\(contentRange) for an offset of \(offset) was taken as \(judged)")
+        }
+    }
+
+    @Test("a 206 with a Content-Encoding is no range of the file; gzip marks a body as encoded, identity does not")
+    func encodedRanges() {
+        let gzipped = headers("Content-Range: bytes 0-99/100", "Content-Encoding: gzip")
+        #expect(gzipped.isEncoded)
+        if case .mismatch = gzipped.partialBody(requestedFrom: 0) {} else { Issue.record("an encoded 206 was accepted") }
+        #expect(!headers("Content-Encoding: identity").isEncoded && !headers().isEncoded)
+    }
+
+    @Test("header bytes are counted per response, so a server sending endless lines can be stopped")
+    func byteCount() {
+        var response = headers("X-A: " + String(repeating: "a", count: 1000))
+        #expect(response.byteCount > 1000)
+        response.take("HTTP/1.1 200 OK\r\n")
+        #expect(response.byteCount == 17)
+    }
+}

@@ -1,0 +1,186 @@
+import Foundation
+import Testing
+
+/// What a server says is not trusted, and every number from outside is clamped or checked (issue 14): responses and
+/// requests that crashed the daemon, cached a corrupt file or were misread, each against a real origin and daemon.
+@Suite(.serialized)
+struct HostileResponseTests {
+    /// The JSON object of a `get --json` line.
+    func entry(_ result: CommandResult) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout) \(result.stderr)")
+    }
+
+    func error(_ result: CommandResult) throws -> (code: String?, message: String) {
+        let error = try entry(result)["error"] as? [String: Any]
+        return (error?["code"] as? String, error?["message"] as? String ?? "")
+    }
+
+    /// Seconds from `fetched_at` to `fresh_until`.
+    func lifetime(_ entry: [String: Any]) -> Int64? {
+        guard let fetched = (entry["fetched_at"] as? NSNumber)?.int64Value,
+              let fresh = (entry["fresh_until"] as? NSNumber)?.int64Value else { return nil }
+        return fresh - fetched
+    }
+
+    @Test("Cache-Control: max-age=9223372036854775807 (and 2000000000000000000) killed the daemon at queue and get; max-age=99999999999999999999 was taken as absent. Now all are fresh for 2^31 s")
+    func hugeMaxAge() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for (n, value) in ["9223372036854775807", "2000000000000000000", "99999999999999999999"].enumerated() {
+            let url = origin.url("/max-age-\(n).jpg?cc=max-age%3D\(value)")
+            #expect(daemon.ctl("queue", url).status == 0)
+            let cached = try entry(daemon.ctl("get", "--json", url))
+            #expect(lifetime(cached).map { (2_147_483_647...2_147_483_649).contains($0) } == true, "\(value): \(cached)")
+            #expect(daemon.ctl("ping").status == 0, "the daemon is alive after max-age=\(value): \(daemon.log.suffix(300))")
+        }
+    }
+
+    @Test("Age: 9223372036854775807 killed the daemon; now the image is served, stale at once")
+    func hugeAge() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let cached = try entry(daemon.ctl("get", "--json", origin.url("/age.jpg?header=Age:%209223372036854775807")))
+        #expect(cached["path"] != nil)
+        #expect(lifetime(cached).map { $0 <= 0 } == true, "\(cached)")
+        #expect(daemon.ctl("ping").status == 0, "\(daemon.log.suffix(300))")
+    }
+
+    @Test("a 503 with Retry-After: 9223372036854775807 killed the daemon; now the get fails with http_status 503")
+    func hugeRetryAfter() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/busy.jpg?status=503&retry_after=9223372036854775807")))
+        #expect(failed.code == "http_status")
+        #expect(daemon.ctl("ping").status == 0, "\(daemon.log.suffix(300))")
+    }
+
+    @Test("get --max-stale 9223372036854775807 (or 2^62) on a stale entry killed the daemon; now the stale copy is served, and a negative max_stale is a bad_request")
+    func hugeMaxStale() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/stale.jpg?cc=max-age%3D0")
+        #expect(daemon.ctl("get", url).status == 0)
+        for seconds in ["9223372036854775807", "4611686018427387904"] {
+            let served = try entry(daemon.ctl("get", "--json", "--max-stale", seconds, url))
+            #expect(served["stale"] as? Bool == true, "\(seconds): \(served)")
+        }
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        connection.send("{\"id\":1,\"op\":\"get\",\"url\":\"\(url)\",\"max_stale\":-9223372036854775808}\n")
+        let refused = connection.receive()?["error"] as? [String: Any]
+        #expect(refused?["code"] as? String == "bad_request")
+        #expect((refused?["message"] as? String)?.contains("max_stale") == true)
+        #expect(daemon.ctl("ping").status == 0, "\(daemon.log.suffix(300))")
+    }
+
+    @Test("a view of rows 0 to 9223372036854775807, or of rows near Int64.max, killed the daemon; now a bad_request")
+    func hugeViewRows() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let url = origin.url("/row.jpg")
+        let cases = [
+            ("\"first\":0,\"last\":9223372036854775807", "at most 1000 visible rows"),
+            ("\"first\":9223372036854775806,\"last\":9223372036854775807", "below 100000"),
+            ("\"first\":9223372036854775807,\"last\":9223372036854775807,\"ahead\":1000", "below 100000"),
+        ]
+        for (n, (fields, message)) in cases.enumerated() {
+            connection.send("{\"id\":\(n),\"op\":\"view\",\"urls\":[\"\(url)\"],\(fields)}\n")
+            let refused = connection.receive()?["error"] as? [String: Any]
+            #expect(refused?["code"] as? String == "bad_request", "\(fields)")
+            #expect((refused?["message"] as? String)?.contains(message) == true, "\(String(describing: refused))")
+        }
+        connection.send("{\"id\":9,\"op\":\"view\",\"urls\":[\"\(url)\"],\"first\":99999,\"last\":100500,\"ahead\":1000}\n")
+        #expect(connection.receive()?["ok"] as? Bool == true, "rows past the end of the list are still fine")
+        #expect(daemon.ctl("ping").status == 0, "\(daemon.log.suffix(300))")
+    }
+
+    @Test("a resume answered 206 with the whole file (Content-Range: bytes 0-19418/19419) was appended and cached as a corrupt 24,419-byte JPEG; now the file is the origin's")
+    func resumeAnsweredWithTheWholeFile() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let cached = try entry(daemon.ctl("get", "--json", origin.url("/whole.jpg?size=19419&cut_first=5000&lie_range=0")))
+        let requests = try origin.stats().log.filter { $0.path == "/whole.jpg" }
+        #expect(requests.count == 2)
+        #expect(requests.last?.range == "bytes=5000-" && requests.last?.status == 206, "the retry resumed and got the lie")
+        #expect(cached["bytes"] as? Int == 19419)
+        #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/whole.jpg?size=19419"))))
+    }
+
+    @Test("a resume answered 206 from another offset (bytes 5100-…) was appended and cached as a corrupt 19,319-byte JPEG; now the partial is dropped, the next attempt starts at 0 and the file is the origin's")
+    func resumeAnsweredFromAnotherOffset() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let cached = try entry(daemon.ctl("get", "--json", origin.url("/offset.jpg?size=19419&cut_first=5000&lie_range=5100")))
+        let requests = try origin.stats().log.filter { $0.path == "/offset.jpg" }
+        #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "cut, lied to, then fetched whole")
+        #expect(cached["bytes"] as? Int == 19419)
+        #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/offset.jpg?size=19419"))))
+    }
+
+    @Test("a 206 to a request that asked for no range was taken as the whole body; now it fails with network, unless it is the whole file")
+    func unaskedPartialContent() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1", "--allow-non-images", "yes"])
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/part.bin?size=19419&range_unasked=5100")))
+        #expect(failed.code == "network")
+        #expect(failed.message.contains("5100-19418/19419"), "\(failed.message)")
+        #expect(try entry(daemon.ctl("info", "--json", origin.url("/part.bin?size=19419&range_unasked=5100")))["cached"] == nil)
+        let whole = try entry(daemon.ctl("get", "--json", origin.url("/all.bin?size=19419&range_unasked=0")))
+        #expect(whole["sha256"] as? String == (try sha256Hex(origin.body("/all.bin?size=19419"))))
+    }
+
+    @Test("a Vary: * response was reused from the cache; now the second get asks the origin again")
+    func varyStar() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/vary.jpg?header=Vary:%20*")
+        #expect(daemon.ctl("get", url).status == 0)
+        #expect(daemon.ctl("get", url).status == 0)
+        #expect(try origin.count("/vary.jpg") == 2)
+    }
+
+    @Test("two different Content-Length headers were accepted; now the response is refused (network, not retried)")
+    func twoContentLengths() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/two-lengths.jpg?header=Content-Length:%205")))
+        #expect(failed.code == "network")
+        #expect(failed.message.contains("Content-Length"), "\(failed.message)")
+        #expect(try origin.count("/two-lengths.jpg") == 1, "permanent: not retried")
+        #expect(daemon.ctl("get", origin.url("/same-length.jpg?header=Content-Length:%202048")).status == 0,
+                "the same length twice is fine")
+    }
+
+    @Test("a 200 KB response header was reported as network: Out of memory and retried; now too_large names the headers")
+    func hugeResponseHeaders() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for path in ["/one-line.jpg?big_header=200000", "/many-lines.jpg?many_headers=200"] {
+            let failed = try error(daemon.ctl("get", "--json", origin.url(path)))
+            #expect(failed.code == "too_large", "\(path): \(failed)")
+            #expect(failed.message.contains("header"), "\(failed.message)")
+            #expect(try origin.count(String(path.prefix { $0 != "?" })) == 1, "\(path): permanent, not retried")
+        }
+    }
+
+    @Test("a Content-Encoding: gzip image was refused as not_an_image (and remembered); now it is decoded and cached, and the size limit counts the decoded bytes")
+    func gzipImage() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-bytes", "1M"])
+        let cached = try entry(daemon.ctl("get", "--json", origin.url("/gz.jpg?gzip=1&size=50000")))
+        #expect(cached["format"] as? String == "jpeg")
+        #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/gz.jpg?size=50000"))))
+        let bomb = try error(daemon.ctl("get", "--json", origin.url("/bomb.jpg?gzip=1&zeros=1&size=64000000")))
+        #expect(bomb.code == "too_large", "\(bomb)")
+    }
+
+    @Test("host_start_rate 1e-300 was accepted and crashed the daemon when a host waited for a start; now it is refused")
+    func tinyHostStartRate() throws {
+        let refused = run(Paths.prefetchd, ["--check-config", "--host-start-rate", "1e-300"])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("--host-start-rate") && refused.stderr.contains("0.001"), "\(refused.stderr)")
+        #expect(run(Paths.prefetchd, ["--check-config", "--host-start-rate", "0.001"]).status == 0)
+    }
+}
