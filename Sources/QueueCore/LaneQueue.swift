@@ -47,7 +47,10 @@ struct LaneQueue: Sendable {
 
     private mutating func popAny() -> Entry? {
         if let entry = front.popLast() { return entry }
-        guard head < back.count else { return nil }
+        guard head < back.count else {
+            releaseStorage()
+            return nil
+        }
         let entry = back[head]
         head += 1
         if head >= 1024, head * 2 >= back.count {
@@ -55,5 +58,14 @@ struct LaneQueue: Sendable {
             head = 0
         }
         return entry
+    }
+
+    /// Empty: gives back the arrays' storage (an array never shrinks by itself), so a burst does not keep its peak.
+    private mutating func releaseStorage() {
+        if front.capacity > 1024 { front = [] }
+        if back.capacity > 1024 {
+            back = []
+            head = 0
+        }
     }
 }

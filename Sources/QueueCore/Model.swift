@@ -53,7 +53,8 @@ public enum Action: Equatable, Sendable {
     case changeLane(key: String, lane: Lane)
     /// Stop a running fetch and drop its bytes; no `finish` is expected for it.
     case abort(key: String)
-    /// Stop a running fetch but keep its bytes: it waits again and resumes where it stopped when it next starts.
+    /// Stop a running fetch but keep its bytes: it waits again and resumes where it stopped when it next starts
+    /// (a `start` of the same key, with a `Range` request when the body can be resumed). No `finish` is expected for it.
     case park(key: String)
     case answer(Waiter, Answer)
     /// The slow lane stopped (true) or resumed (false) admitting; running slow fetches should yield or resume.
@@ -86,6 +87,8 @@ public struct TaskInfo: Equatable, Sendable {
     public var revalidate: Bool
     /// Created for a view and not adopted by an ordinary request.
     public var tentative: Bool
+    /// Running in the slow lane with urgent waiters while the fast lane is full: it moves there in place in its turn.
+    public var promotionPending: Bool
 }
 
 /// Task counts per lane and state, kept up to date by the scheduler.

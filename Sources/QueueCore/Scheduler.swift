@@ -4,6 +4,11 @@
 /// Rules: the fast lane runs up to `fastWidth` tasks; the slow lane admits nothing while the fast lane has
 /// tasks waiting or running, and runs up to `slowWidth` otherwise; one task per key; every waiter gets one answer.
 ///
+/// The widths bound the running transfers at every moment, whatever the order of events: a running task changes
+/// lane in place only into a lane with room. Otherwise a demoted (or released) one is parked, stopped with its bytes
+/// kept, first in line in the slow lane; a promoted one goes on as background work and changes lane in place when its
+/// turn in the fast lane comes; a lane made narrower parks its most recent starts.
+///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`).
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
@@ -52,8 +57,13 @@ public struct Scheduler: Sendable {
         var waiters: [Waiter] = []
         var attempts = 0
         var revalidate: Bool
-        /// Stopped by a demote with its bytes kept: its next start resumes the same attempt.
+        /// Stopped with its bytes kept (`park`): its next start resumes the same attempt.
         var parked = false
+        /// Running in the slow lane, promoted while the fast lane was full: it has an entry in the fast queue and
+        /// changes lane in place when that entry's turn comes.
+        var promotionPending = false
+        /// Its start's place in the order of all starts: a narrower lane parks the most recent ones first.
+        var startOrder: UInt64 = 0
         /// Created for a view and not adopted by a `get` or `queue`: dropped when no view holds it any more.
         var tentative = false
         /// Matches the task's live entry in its lane queue.
@@ -72,6 +82,10 @@ public struct Scheduler: Sendable {
     private var hostFailures: [String: Int] = [:]
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
+    private var startsSoFar: UInt64 = 0
+    /// The disk is full: no background work starts before this, and how many `disk_full` failures came in a row.
+    public private(set) var waitingForDiskUntil: Moment?
+    private var diskFailures = 0
     private var reportedSuspended = false
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
@@ -93,7 +107,8 @@ public struct Scheduler: Sendable {
     public func task(_ key: String) -> TaskInfo? {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
-                     attempts: $0.attempts, revalidate: $0.revalidate, tentative: $0.tentative)
+                     attempts: $0.attempts, revalidate: $0.revalidate, tentative: $0.tentative,
+                     promotionPending: $0.promotionPending)
         }
     }
 
@@ -117,7 +132,7 @@ public struct Scheduler: Sendable {
             if case .delayed(let until) = self.tasks[key]?.state { return until }
             return nil
         }
-        return [retries.min(), pausedHosts.values.min(), nextToken].compactMap { $0 }.min()
+        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil].compactMap { $0 }.min()
     }
 
     /// How many view rows hold `key`.
@@ -175,7 +190,8 @@ public struct Scheduler: Sendable {
         return (.queued, actions)
     }
 
-    /// Makes `key` urgent: a waiting slow task moves to the fast lane, a running one changes lane in place.
+    /// Makes `key` urgent: a waiting slow task moves to the fast lane; a running one changes lane in place, or, when
+    /// the fast lane is full, goes on as background work until its turn in the fast lane comes.
     public mutating func promote(_ key: String, now: Moment) -> [Action] {
         var actions: [Action] = []
         promote(key, into: &actions)
@@ -185,15 +201,15 @@ public struct Scheduler: Sendable {
 
     /// Makes `key` background work: a waiting fast task goes to the front of the slow lane; a running one changes
     /// lane in place, or, when the slow lane is full, is parked (stopped with its bytes kept) at the front of the
-    /// slow lane to resume from where it stopped. Its waiters stay attached.
+    /// slow lane to resume from where it stopped. Its waiters stay attached. A running slow task waiting for its
+    /// promotion stays background work.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
-        demote(key, parkingWhenFull: true, now: now)
-    }
-
-    /// `demote`; without `parkingWhenFull`, a running fetch always goes on in place, the slow lane admitting nothing
-    /// new until it is back within its width.
-    private mutating func demote(_ key: String, parkingWhenFull: Bool, now: Moment) -> [Action] {
-        guard var task = tasks[key], task.lane == .fast else { return [] }
+        guard var task = tasks[key] else { return [] }
+        if task.promotionPending {
+            tasks[key]!.promotionPending = false
+            return []
+        }
+        guard task.lane == .fast else { return [] }
         var actions: [Action] = []
         switch task.state {
         case .waiting:
@@ -202,25 +218,14 @@ public struct Scheduler: Sendable {
             task.lane = .slow
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
-        case .running where counts.slowRunning < configuration.slowWidth || !parkingWhenFull:
-            counts.fastRunning -= 1
-            counts.slowRunning += 1
-            task.lane = .slow
-            actions.append(.changeLane(key: key, lane: .slow))
+            tasks[key] = task
+        case .running where counts.slowRunning < configuration.slowWidth:
+            moveRunning(key, to: .slow, into: &actions)
         case .running:
-            // The slow lane is full: stop the transfer, keeping its bytes, and let it resume first in line.
-            leaveRunning(task)
-            task.lane = .slow
-            task.state = .waiting
-            task.parked = true
-            task.ticket = takeTicket()
-            slowQueue.pushFront(.init(key: key, ticket: task.ticket))
-            counts.slowWaiting += 1
-            actions.append(.park(key: key))
+            park(key, waitingIn: .slow, into: &actions)
         case .delayed:
-            task.lane = .slow
+            tasks[key]!.lane = .slow
         }
-        tasks[key] = task
         admit(now: now, into: &actions)
         return actions
     }
@@ -268,13 +273,13 @@ public struct Scheduler: Sendable {
     }
 
     /// One waiter stops waiting (a view's row scrolled out of sight); the fetch goes on, as background work when
-    /// nobody else waits for it. A running fetch is never stopped for it (a request the origin already has is not
-    /// made twice): it goes on in place, even beyond the slow lane's width.
+    /// nobody else waits for it (`demote`): a running one goes on in place while the slow lane has room and is parked
+    /// otherwise, so the slow lane's width holds however fast a view scrolls.
     public mutating func release(_ waiter: Waiter, now: Moment) -> [Action] {
         guard let key = unregister(waiter) else { return [] }
         tasks[key]?.waiters.removeAll { $0 == waiter }
         guard tasks[key]?.waiters.isEmpty == true else { return [] }
-        return demote(key, parkingWhenFull: false, now: now)
+        return demote(key, now: now)
     }
 
     /// A view row holds `key`: a tentative task for it is not dropped while any row holds it.
@@ -291,6 +296,7 @@ public struct Scheduler: Sendable {
             return []
         }
         holds.removeValue(forKey: key)
+        holds.shrinkIfSparse()
         guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running,
               !task.parked else { return [] }
         var actions: [Action] = []
@@ -307,11 +313,20 @@ public struct Scheduler: Sendable {
         let pausedUntil = noteHostOutcome(task.host, outcome, now: now, into: &actions)
         switch outcome {
         case .success:
+            diskFailures = 0
+            waitingForDiskUntil = nil
             remove(key, answering: .ready, into: &actions)
+        case .failure(let failure) where failure.code == "disk_full":
+            waitForDisk(key, failure, now: now, into: &actions)
         case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
             let delay = configuration.retry.delay(after: task.attempts, retryAfter: failure.retryAfter, random: &random)
             leaveRunning(task)
             tasks[key]!.state = .delayed(until: now + delay)
+            if task.promotionPending {
+                // Urgent waiters wait for it: the retry runs in the fast lane.
+                tasks[key]!.lane = .fast
+                tasks[key]!.promotionPending = false
+            }
             counts.delayed += 1
             delayedKeys.insert(key)
         case .failure(let failure):
@@ -322,9 +337,41 @@ public struct Scheduler: Sendable {
             }
             remove(key, answering: .failed(failure), into: &actions)
         }
+        if let pausedUntil, case .failure(let failure) = outcome, let waiters = tasks[key]?.waiters {
+            // This task's own failure paused the host: its waiters learn what happened to their URL, not only that
+            // the host is paused.
+            for waiter in waiters {
+                unregister(waiter)
+                actions.append(.answer(waiter, .failed(failure)))
+            }
+            tasks[key]!.waiters = []
+        }
         if let pausedUntil { failFast(onHost: task.host, until: pausedUntil, now: now, into: &actions) }
         admit(now: now, into: &actions)
         return actions
+    }
+
+    /// The disk is full (a condition of this machine, not of the URL): the waiters get `disk_full` at once; the
+    /// task keeps its attempts and waits, as background work, for a retry after a backoff that grows while the disk
+    /// stays full; meanwhile no background work starts. Nothing acknowledged is dropped for want of space.
+    private mutating func waitForDisk(_ key: String, _ failure: Failure, now: Moment, into actions: inout [Action]) {
+        diskFailures += 1
+        let until = now + configuration.retry.delay(after: diskFailures, retryAfter: nil, random: &random)
+        waitingForDiskUntil = max(waitingForDiskUntil ?? until, until)
+        var task = tasks[key]!
+        leaveRunning(task)
+        for waiter in task.waiters {
+            unregister(waiter)
+            actions.append(.answer(waiter, .failed(failure)))
+        }
+        task.waiters = []
+        task.lane = .slow
+        task.promotionPending = false
+        task.attempts -= 1  // not the URL's fault: the attempt is given back
+        task.state = .delayed(until: waitingForDiskUntil!)
+        tasks[key] = task
+        counts.delayed += 1
+        delayedKeys.insert(key)
     }
 
     /// Time passed: due retries rejoin their lanes, expired negative entries go.
@@ -352,7 +399,8 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// Applies new lane widths and limits; more work may start at once.
+    /// Applies new lane widths and limits; more work may start at once, and a narrower lane parks the transfers
+    /// that ran beyond its new width.
     public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
         self.configuration = configuration
         var actions: [Action] = []
@@ -391,16 +439,72 @@ public struct Scheduler: Sendable {
             task.lane = .fast
             tasks[key] = task
             enqueue(key, lane: .fast, atFront: false)
+        case .running where task.promotionPending:
+            break
+        case .running where counts.fastRunning < configuration.fastWidth:
+            moveRunning(key, to: .fast, into: &actions)
         case .running:
-            counts.slowRunning -= 1
-            counts.fastRunning += 1
-            task.lane = .fast
+            // The fast lane is full: the transfer goes on as background work and takes a fast slot in its turn.
+            task.promotionPending = true
+            task.ticket = takeTicket()
+            fastQueue.pushBack(.init(key: key, ticket: task.ticket))
             tasks[key] = task
-            actions.append(.changeLane(key: key, lane: .fast))
         case .delayed:
             task.lane = .fast
             tasks[key] = task
         }
+    }
+
+    /// A running task changes lane without stopping (the caller made sure the lane has room).
+    private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
+        if lane == .fast {
+            counts.slowRunning -= 1
+            counts.fastRunning += 1
+        } else {
+            counts.fastRunning -= 1
+            counts.slowRunning += 1
+        }
+        tasks[key]!.lane = lane
+        tasks[key]!.promotionPending = false
+        actions.append(.changeLane(key: key, lane: lane))
+    }
+
+    /// Stops a running task with its bytes kept: it waits first in `lane`, and its next start resumes the same
+    /// attempt.
+    private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action]) {
+        var task = tasks[key]!
+        leaveRunning(task)
+        task.lane = lane
+        task.state = .waiting
+        task.parked = true
+        task.promotionPending = false
+        task.ticket = takeTicket()
+        let entry = LaneQueue.Entry(key: key, ticket: task.ticket)
+        if lane == .fast {
+            fastQueue.pushFront(entry)
+            counts.fastWaiting += 1
+        } else {
+            slowQueue.pushFront(entry)
+            counts.slowWaiting += 1
+        }
+        tasks[key] = task
+        actions.append(.park(key: key))
+    }
+
+    /// A lane made narrower: its transfers beyond the width are parked, the most recent starts first (so the oldest
+    /// resumes first), those waiting for a promotion last (they go to the fast lane, whose waiters they serve).
+    /// Returns whether it parked any.
+    @discardableResult
+    private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
+        let excess = lane == .fast ? counts.fastRunning - configuration.fastWidth
+            : counts.slowRunning - configuration.slowWidth
+        guard excess > 0 else { return false }
+        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
+        let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
+        for task in newestFirst.prefix(excess) {
+            park(task.key, waitingIn: task.promotionPending ? .fast : lane, into: &actions)
+        }
+        return true
     }
 
     /// Removes a task in any state, answering its waiters.
@@ -496,14 +600,18 @@ public struct Scheduler: Sendable {
     }
 
     /// Starts what the widths allow: fast first; slow only when the fast lane is empty.
-    /// Tokens are spent in that order, so urgent work gets them before background work.
+    /// Tokens are spent in that order, so urgent work gets them before background work. A lane beyond its width
+    /// (made narrower) first parks what is too much; a wider fast lane takes pending promotions before the slow lane
+    /// parks any of them.
     private mutating func admit(now: Moment, into actions: inout [Action]) {
         guard !admissionDeferred else { return }
         nextToken = nil
-        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
-            start(key, now: now, into: &actions)
-        }
-        while !counts.slowSuspended, counts.slowRunning < configuration.slowWidth,
+        parkBeyondWidth(.fast, into: &actions)
+        fillFastLane(now: now, into: &actions)
+        // A parked background transfer may free its host for urgent work.
+        if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
+        if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
+        while !counts.slowSuspended, waitingForDiskUntil == nil, counts.slowRunning < configuration.slowWidth,
               let key = popStartable(lane: .slow, now: now) {
             start(key, now: now, into: &actions)
         }
@@ -512,15 +620,32 @@ public struct Scheduler: Sendable {
             actions.append(.slowLaneSuspended(reportedSuspended))
         }
         let tasks = self.tasks
-        let isLive = { (entry: LaneQueue.Entry) in tasks[entry.key].map { $0.ticket == entry.ticket && $0.state == .waiting } ?? false }
+        let isLive = { (entry: LaneQueue.Entry) in
+            tasks[entry.key].map { $0.ticket == entry.ticket && ($0.state == .waiting || $0.promotionPending) } ?? false
+        }
         fastQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
         slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
+        self.tasks.shrinkIfSparse()
+        waitersByClient.shrinkIfSparse()
+    }
+
+    /// Starts waiting fast tasks and takes pending promotions in place, in queue order, while the fast lane has room.
+    private mutating func fillFastLane(now: Moment, into actions: inout [Action]) {
+        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
+            if tasks[key]!.promotionPending {
+                moveRunning(key, to: .fast, into: &actions)
+            } else {
+                start(key, now: now, into: &actions)
+            }
+        }
     }
 
     private mutating func popStartable(lane: Lane, now: Moment) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
-            tasks[entry.key].map { $0.ticket == entry.ticket && $0.state == .waiting && $0.lane == lane } ?? false
+            tasks[entry.key].map {
+                $0.ticket == entry.ticket && ($0.state == .waiting && $0.lane == lane || lane == .fast && $0.promotionPending)
+            } ?? false
         }
         let limit = configuration.perHostLimit
         let running = runningPerHost
@@ -529,7 +654,10 @@ public struct Scheduler: Sendable {
         let buckets = self.buckets
         var nextToken = self.nextToken
         let accept = { (entry: LaneQueue.Entry) in
-            let host = tasks[entry.key]!.host
+            let task = tasks[entry.key]!
+            // A promotion starts nothing: no host limit, pause or token applies to it.
+            if task.promotionPending { return true }
+            let host = task.host
             if let until = paused[host], until > now { return false }
             if let limit, running[host, default: 0] >= limit { return false }
             guard let rate, let bucket = buckets[host] else { return true }
@@ -539,7 +667,11 @@ public struct Scheduler: Sendable {
             nextToken = min(nextToken ?? wait, wait)
             return false
         }
-        let host = { (entry: LaneQueue.Entry) in tasks[entry.key]!.host }
+        // A promotion is a group of its own, never passed over for its host.
+        let host = { (entry: LaneQueue.Entry) -> String in
+            let task = tasks[entry.key]!
+            return task.promotionPending ? "\u{0}" + task.key : task.host
+        }
         let entry = lane == .fast
             ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
             : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
@@ -557,6 +689,8 @@ public struct Scheduler: Sendable {
         var task = tasks[key]!
         task.state = .running
         if task.parked { task.parked = false } else { task.attempts += 1 }
+        startsSoFar += 1
+        task.startOrder = startsSoFar
         tasks[key] = task
         if task.lane == .fast {
             counts.fastWaiting -= 1
@@ -571,5 +705,16 @@ public struct Scheduler: Sendable {
             buckets[task.host] = (tokens - 1, now)
         }
         actions.append(.start(key: key, lane: task.lane, revalidate: task.revalidate))
+    }
+}
+
+extension Dictionary {
+    /// Gives back storage once at most an eighth of it is used (a dictionary never shrinks by itself), so the state
+    /// left after a burst of tasks is the size of what remains, not of the peak.
+    fileprivate mutating func shrinkIfSparse() {
+        guard capacity > 1024, count * 8 < capacity else { return }
+        var smaller = Self(minimumCapacity: count * 2)
+        for (key, value) in self { smaller[key] = value }
+        self = smaller
     }
 }

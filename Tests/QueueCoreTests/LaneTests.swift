@@ -118,6 +118,44 @@ struct LaneTests {
         #expect(s.counts.slowRunning == 3)
     }
 
+    @Test("reconfigure: a narrower slow lane parks its most recent starts; they resume first, in the same attempt")
+    func reconfigureNarrowerSlow() {
+        var s = makeScheduler(slow: 3)
+        for u in [U.s1, U.s2, U.s3] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        _ = s.queue(U.a, cache: .missing, now: t(0))
+        #expect(s.counts.slowRunning == 3)
+        var config = s.configuration
+        config.slowWidth = 1
+        #expect(s.reconfigure(config, now: t(1)) == [.park(key: U.s3.key), .park(key: U.s2.key)])
+        #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 3)
+        #expect(s.finish(U.s1.key, .success, now: t(2)) == [.forget(key: U.s1.key), start(U.s2, .slow)])
+        #expect(s.finish(U.s2.key, .success, now: t(3)) == [.forget(key: U.s2.key), start(U.s3, .slow)])
+        #expect(s.task(U.s3.key)?.attempts == 1)
+    }
+
+    @Test("reconfigure: a narrower fast lane parks its most recent starts at the front of the fast lane")
+    func reconfigureNarrowerFast() {
+        var s = makeScheduler(fast: 3)
+        for (i, u) in [U.a, U.b, U.c, U.a2].enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0)) }
+        var config = s.configuration
+        config.fastWidth = 1
+        #expect(s.reconfigure(config, now: t(1)) == [.park(key: U.c.key), .park(key: U.b.key)])
+        #expect(s.counts.fastRunning == 1 && s.counts.fastWaiting == 3 && s.lane(U.b) == .fast)
+        #expect(s.finish(U.a.key, .success, now: t(2)) == [.answer(w(1, 0), .ready), .forget(key: U.a.key), start(U.b, .fast)])
+    }
+
+    @Test("reconfigure: a wider fast lane takes a pending promotion in place")
+    func reconfigureWiderFastPromotes() {
+        var s = makeScheduler(fast: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))                       // runs slow
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))         // fills the fast lane
+        #expect(s.get(U.s1, waiter: w(1, 2), cache: .missing, now: t(0)) == [])
+        var config = s.configuration
+        config.fastWidth = 2
+        #expect(s.reconfigure(config, now: t(1)) == [.changeLane(key: U.s1.key, lane: .fast)])
+        #expect(s.counts.fastRunning == 2 && s.counts.slowRunning == 0)
+    }
+
     @Test("configuration clamps widths and limits to at least 1")
     func configurationClamps() {
         let config = Scheduler.Configuration(fastWidth: 0, slowWidth: -3, perHostLimit: 0)

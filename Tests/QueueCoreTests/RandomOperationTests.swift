@@ -29,6 +29,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
     case serverError(retryAfter: Int64?)
     case network
     case notFound
+    /// This machine's disk is full: not the URL's fault, and not the host's.
+    case diskFull
 
     var outcome: FetchOutcome {
         switch self {
@@ -36,6 +38,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .serverError(let retryAfter): .failure(.httpStatus(503, retryAfter: retryAfter))
         case .network: .failure(Failure(code: "network", message: "connection reset", isTransient: true))
         case .notFound: .failure(.httpStatus(404))
+        case .diskFull: .failure(Failure(code: "disk_full", message: "writing the body: No space left on device",
+                                         isTransient: true))
         }
     }
 
@@ -46,6 +50,7 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .serverError(let retryAfter?): "transient 503, Retry-After \(retryAfter)ms"
         case .network: "transient network error"
         case .notFound: "permanent 404"
+        case .diskFull: "disk_full (this machine's disk is full)"
         }
     }
 }
@@ -67,6 +72,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
     case advance(by: Int64)
+    /// New lane widths (`reconfigure`); the other settings stay.
+    case widths(fast: Int, slow: Int)
 
     var description: String {
         func k(_ i: Int) -> String { RandomWorld.keys[i].key }
@@ -89,6 +96,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .release(let waiter): return "release \(waiter)"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .advance(let by): return "advance time by \(by)ms"
+        case .widths(let fast, let slow): return "reconfigure to fastWidth \(fast), slowWidth \(slow)"
         }
     }
 }
@@ -105,6 +113,10 @@ enum Situation: String, CaseIterable {
     case promotedInPlace = "promoted in place", demotedInPlace = "demoted in place"
     case demotedWhileWaiting = "demoted while waiting in the fast lane", aborted = "aborted"
     case parked = "parked by a demote while the slow lane was full"
+    case parkedOnRelease = "the last waiter released while the slow lane was full: parked"
+    case parkedByNarrowing = "a narrower lane parked what ran beyond its width"
+    case promotionDeferred = "a running slow task promoted while the fast lane was full: it goes on as background"
+    case promotedInTurn = "a deferred promotion moved to the fast lane in place when its turn came"
     case slowStarted = "slow start", suspended = "slow lane suspended", hostLimited = "waiting on the per-host limit"
     case retryScheduled = "retry scheduled", retryStarted = "retry started", attemptsExhausted = "attempts exhausted"
     case answeredFromNegativeCache = "answered from the negative cache", queueSkipped = "queue skipped"
@@ -115,6 +127,16 @@ enum Situation: String, CaseIterable {
     case dropped = "a tentative task dropped when no longer held"
     case adopted = "a tentative task adopted by an ordinary request"
     case tokenLimited = "waiting for a start token"
+    case diskFull = "disk_full: the task kept as background work waiting for the disk, its attempt given back"
+    case diskFullAnswered = "disk_full answered the task's waiters at once"
+    case diskFullDuringWait = "disk_full while the disk wait lasted: the wait never shortens"
+    case diskFullAgain = "disk_full again before any success: the backoff grows"
+    case waitedForDisk = "waited for disk: a slow task with room to run held back only by the disk wait"
+    case diskWaitEnded = "disk wait ended"
+    case diskWaitCleared = "a success cleared the disk wait"
+    case diskTaskPromoted = "a get for a task waiting for the disk"
+    case diskTaskRemoved = "a task waiting for the disk cancelled or dropped"
+    case diskTaskRetried = "a task that waited for the disk started again"
 }
 
 struct Coverage {
@@ -128,8 +150,10 @@ struct Runner {
     struct Running: Equatable {
         var lane: Lane
         var host: String
-        /// Changed lane in place while running (exempt from its current lane's width).
-        var inPlace: Bool
+        /// Promoted while the fast lane was full: still running in the slow lane, waiting for a fast slot.
+        var promotionPending = false
+        /// The place of its start among all starts (a narrower lane parks the most recent first).
+        var order: Int
     }
 
     enum WaiterState: Equatable {
@@ -138,18 +162,22 @@ struct Runner {
         case gone
     }
 
-    /// What a step may do besides starting work and reporting suspension.
+    /// What a step may do besides starting work, moving a deferred promotion to the fast lane in its turn and
+    /// reporting suspension.
     struct Allowed {
         var changeLane: (key: String, lane: Lane)?
         var abort: String?
-        var park: String?
+        /// The parks expected, in order, with the lane each parked task then waits in.
+        var parks: [(key: String, lane: Lane)] = []
+        /// New widths: a lane beyond its width parks its most recent start, one at a time.
+        var narrowing = false
         var answers: (key: String, answer: Answer)?
         var forget: String?
         var remember: (key: String, failure: Failure, until: Moment)?
         var pauseHost: String?
     }
 
-    let configuration: Scheduler.Configuration
+    var configuration: Scheduler.Configuration
     var scheduler: Scheduler
     var now = Moment(milliseconds: 0)
     var running: [String: Running] = [:]
@@ -165,10 +193,20 @@ struct Runner {
     var parked: Set<String> = []
     /// Per host: start tokens left and when they were counted.
     var buckets: [String: (tokens: Double, at: Moment)] = [:]
+    /// Attempts started per task (a resumed park is the same attempt; disk_full gives one back).
+    var attempts: [String: Int] = [:]
+    /// The disk is full: no slow start before this. Cleared when it passes and by any success.
+    var diskWaitUntil: Moment?
+    /// disk_full failures since the last success: they set the backoff.
+    var diskFailures = 0
+    /// Tasks a disk_full delayed, until when; and those whose disk delay passed that have not started since.
+    var diskDelayed: [String: Moment] = [:]
+    var backFromDisk: Set<String> = []
     var step = 0
     var currentOp: Op?
     /// Counted by hand (cheaper than summing `pending` every step).
     var pendingCount = 0
+    var starts = 0
     var coverage = Coverage()
 
     init(configuration: Scheduler.Configuration, seed: UInt64) {
@@ -220,12 +258,15 @@ struct Runner {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
                 pendingCount += 1
-                let changeLane = running[key]?.lane == .slow ? (key, Lane.fast) : nil
+                let changeLane = expectPromotion(key)
+                if diskDelayed[key] != nil { coverage.note(.diskTaskPromoted) }
                 if !existed, isTentative { tentative.insert(key) }
                 if !isTentative, tentative.remove(key) != nil { coverage.note(.adopted) }
                 try process(actions, Allowed(changeLane: changeLane))
                 let task = scheduler.task(key)
-                guard task?.lane == .fast else { throw fail("after get the task is \(String(describing: task))") }
+                guard task?.lane == .fast || task?.promotionPending == true else {
+                    throw fail("after get the task is \(String(describing: task))")
+                }
                 guard existed || task?.revalidate == (cache == .stale) else { throw fail("new task, wrong revalidate flag") }
             }
 
@@ -265,16 +306,17 @@ struct Runner {
             let key = RandomWorld.keys[index].key
             let before = scheduler.task(key)
             let actions = scheduler.demote(key, now: now)
-            let runningFast = running[key]?.lane == .fast
-            let slowFull = running.values.count { $0.lane == .slow } >= configuration.slowWidth
-            try process(actions, Allowed(changeLane: runningFast && !slowFull ? (key, Lane.slow) : nil,
-                                         park: runningFast && slowFull ? key : nil))
+            let allowed = expectDemotion(key)
+            try process(actions, allowed)
+            if !allowed.parks.isEmpty { coverage.note(.parked) }
             if let before {
                 let after = scheduler.task(key)
-                guard after?.lane == .slow, after?.waiters == before.waiters, after?.attempts == before.attempts else {
+                guard after?.lane == .slow, after?.waiters == before.waiters, after?.attempts == before.attempts,
+                      after?.promotionPending == false else {
                     throw fail("after demote the task is \(String(describing: after)), before \(before)")
                 }
-                guard before.lane == .fast || (after == before && actions == []) else {
+                guard before.lane == .fast || (before.promotionPending && actions == [])
+                        || (after == before && actions == []) else {
                     throw fail("demote of a slow task changed it or acted: \(actions)")
                 }
                 if before.lane == .fast, before.state == .waiting { coverage.note(.demotedWhileWaiting) }
@@ -285,10 +327,11 @@ struct Runner {
         case .promote(let index):
             let key = RandomWorld.keys[index].key
             let existed = scheduler.task(key) != nil
+            let changeLane = expectPromotion(key)
             let actions = scheduler.promote(key, now: now)
-            let changeLane = running[key]?.lane == .slow ? (key, Lane.fast) : nil
             try process(actions, Allowed(changeLane: changeLane))
-            guard existed ? scheduler.task(key)?.lane == .fast : actions == [] else {
+            let after = scheduler.task(key)
+            guard existed ? after?.lane == .fast || after?.promotionPending == true : actions == [] else {
                 throw fail("promote gave \(actions), the task is \(String(describing: scheduler.task(key)))")
             }
 
@@ -318,15 +361,18 @@ struct Runner {
             }
             let actions = scheduler.release(waiter, now: now)
             leave(waiter, key: key)
-            let demotes = before.waiters == [waiter] && before.lane == .fast
-            let runningFast = demotes && running[key]?.lane == .fast
-            try process(actions, Allowed(changeLane: runningFast ? (key, Lane.slow) : nil))
+            let last = before.waiters == [waiter]
+            let demotes = last && before.lane == .fast
+            let allowed = last ? expectDemotion(key) : Allowed()
+            try process(actions, allowed)
             let after = scheduler.task(key)
             guard after?.waiters == before.waiters.filter({ $0 != waiter }),
-                  after?.lane == (demotes ? .slow : before.lane), demotes || actions == [] else {
+                  after?.lane == (demotes ? .slow : before.lane), demotes || actions == [],
+                  !last || after?.promotionPending == false else {
                 throw fail("release left \(String(describing: after)) (before \(before)), actions \(actions)")
             }
             if demotes { coverage.note(.releasedAndDemoted) }
+            if !allowed.parks.isEmpty { coverage.note(.parkedOnRelease) }
 
         case .hold(let index):
             let key = RandomWorld.keys[index].key
@@ -360,13 +406,15 @@ struct Runner {
             guard let task = scheduler.task(key), task.state == .running else {
                 throw fail("the model thinks \(key) runs, the scheduler has \(String(describing: scheduler.task(key)))")
             }
-            running[key] = nil
+            let wasPromoted = running.removeValue(forKey: key)?.promotionPending == true
+            let tries = attempts[key, default: 0]
             let actions = scheduler.finish(key, kind.outcome, now: now)
             var pauseHost: String?
             switch kind.outcome {
             case .success:
                 hostFailures[task.host] = nil
-            case .failure(let failure) where failure.isTransient:
+            case .failure(let failure) where failure.isTransient && kind != .diskFull:
+                // A failure of this machine neither counts against the host nor resets its count.
                 hostFailures[task.host, default: 0] += 1
                 if let threshold = configuration.hostFailureThreshold, hostFailures[task.host]! >= threshold {
                     hostFailures[task.host] = nil
@@ -380,23 +428,31 @@ struct Runner {
             }
             switch kind.outcome {
             case .success:
+                // A file written shows that space is back: background work may start in this very step.
+                if diskWaitUntil != nil { coverage.note(.diskWaitCleared) }
+                diskWaitUntil = nil
+                diskFailures = 0
                 try process(actions, Allowed(answers: (key, .ready), forget: key, pauseHost: pauseHost))
                 guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else { throw fail("success left the task") }
-            case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
-                try process(actions, Allowed(pauseHost: pauseHost))
+            case .failure(let failure) where kind == .diskFull:
+                try expectDiskWait(key, failure, actions)
+            case .failure(let failure) where failure.isTransient && tries < configuration.retry.maxAttempts:
+                // The failure that pauses the host is the answer of this task's waiters (the others of the host get
+                // host_paused); the task becomes background work. A task waiting for its promotion retries in the
+                // fast lane.
+                try process(actions, Allowed(answers: pauseHost == nil ? nil : (key, .failed(failure)), pauseHost: pauseHost))
                 let after = scheduler.task(key)
-                // A pause makes the task background work and answers its waiters host_paused.
                 let expectedWaiters = pauseHost == nil ? task.waiters : []
-                let expectedLane = pauseHost == nil ? task.lane : .slow
+                let expectedLane = pauseHost != nil ? .slow : wasPromoted ? .fast : task.lane
                 guard let until = after?.state.delayedUntil, after?.waiters == expectedWaiters, after?.lane == expectedLane else {
                     throw fail("a retryable failure left the task \(String(describing: after))")
                 }
                 let policy = configuration.retry
-                let backoff = min(policy.maxDelay, policy.baseDelay << Int64(task.attempts - 1))
+                let backoff = min(policy.maxDelay, policy.baseDelay << Int64(tries - 1))
                 let honoured = min(max(failure.retryAfter ?? 0, 0), policy.retryAfterCap)
                 let delay = until.milliseconds - now.milliseconds
                 guard delay >= max(backoff / 2, honoured), delay <= max(backoff, honoured) else {
-                    throw fail("retry delay \(delay)ms after attempt \(task.attempts) (backoff \(backoff), Retry-After \(honoured))")
+                    throw fail("retry delay \(delay)ms after attempt \(tries) (backoff \(backoff), Retry-After \(honoured))")
                 }
                 coverage.note(.retryScheduled)
             case .failure(let failure):
@@ -416,10 +472,79 @@ struct Runner {
         case .advance(let by):
             now = now + by
             pausedHosts = pausedHosts.filter { $0.value > now }
+            if let until = diskWaitUntil, until <= now {
+                diskWaitUntil = nil
+                coverage.note(.diskWaitEnded)
+            }
+            for (key, until) in diskDelayed where until <= now {
+                diskDelayed[key] = nil
+                backFromDisk.insert(key)
+            }
             let actions = scheduler.advance(to: now)
             try process(actions, Allowed())
+
+        case .widths(let fast, let slow):
+            configuration.fastWidth = fast
+            configuration.slowWidth = slow
+            let actions = scheduler.reconfigure(configuration, now: now)
+            try process(actions, Allowed(narrowing: true))
         }
         try checkInvariants()
+    }
+
+    /// A `disk_full` finish of `key`: its waiters are answered with it at once and nothing is forgotten; the task
+    /// gives its attempt back and waits, as background work, until the disk wait ends. The wait is a backoff from the
+    /// retry policy after as many attempts as disk_full failures came since the last success, and never shortens one
+    /// already running; no slow task starts before it ends (checked in `process`, also for this step's starts).
+    mutating func expectDiskWait(_ key: String, _ failure: Failure, _ actions: [Action]) throws(Violation) {
+        diskFailures += 1
+        let policy = configuration.retry
+        let backoff = min(policy.maxDelay, policy.baseDelay << Int64(min(diskFailures - 1, 40)))
+        let lowest = max(diskWaitUntil ?? now, now + backoff / 2), highest = max(diskWaitUntil ?? now, now + backoff)
+        guard let until = scheduler.waitingForDiskUntil, until >= lowest, until <= highest else {
+            throw fail("after disk_full number \(diskFailures) the disk wait ends at "
+                       + "\(String(describing: scheduler.waitingForDiskUntil)), expected \(lowest)...\(highest) (backoff \(backoff), "
+                       + "wait before \(String(describing: diskWaitUntil)))")
+        }
+        coverage.note(.diskFull)
+        if diskWaitUntil != nil { coverage.note(.diskFullDuringWait) }
+        if diskFailures > 1 { coverage.note(.diskFullAgain) }
+        if !pending[key, default: []].isEmpty { coverage.note(.diskFullAnswered) }
+        diskWaitUntil = until
+        attempts[key, default: 0] -= 1
+        try process(actions, Allowed(answers: (key, .failed(failure))))
+        let after = scheduler.task(key)
+        guard after?.state == .delayed(until: until), after?.lane == .slow, after?.waiters == [],
+              after?.promotionPending == false, after?.attempts == attempts[key] else {
+            throw fail("disk_full left the task \(String(describing: after)), expected delayed until \(until) in the "
+                       + "slow lane with no waiters and \(attempts[key] ?? 0) attempts")
+        }
+        diskDelayed[key] = until
+    }
+
+    /// What a promotion of `key` must do: change a running slow task's lane in place when the fast lane has room;
+    /// when it is full, nothing yet (the model notes the promotion pending).
+    mutating func expectPromotion(_ key: String) -> (key: String, lane: Lane)? {
+        guard let task = running[key], task.lane == .slow, !task.promotionPending else { return nil }
+        if running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth { return (key, .fast) }
+        running[key]?.promotionPending = true
+        coverage.note(.promotionDeferred)
+        return nil
+    }
+
+    /// What a demotion of `key` (also by the release of its last waiter) may do: a running fast task changes lane in
+    /// place when the slow lane has room and is parked at its front otherwise; a pending promotion is withdrawn.
+    mutating func expectDemotion(_ key: String) -> Allowed {
+        guard let task = running[key] else { return Allowed() }
+        if task.promotionPending {
+            running[key]?.promotionPending = false
+            return Allowed()
+        }
+        guard task.lane == .fast else { return Allowed() }
+        if running.values.count(where: { $0.lane == .slow }) < configuration.slowWidth {
+            return Allowed(changeLane: (key, .slow))
+        }
+        return Allowed(parks: [(key, .slow)])
     }
 
     /// A waiter disconnects or is released: it must never be answered now.
@@ -432,6 +557,7 @@ struct Runner {
 
     /// Walks one step's actions in order, updating the model.
     mutating func process(_ actions: [Action], _ allowed: Allowed) throws(Violation) {
+        var allowed = allowed
         var slowStarted = false
         for (position, action) in actions.enumerated() {
             switch action {
@@ -451,22 +577,38 @@ struct Runner {
                     let onHost = running.values.count { $0.host == task.host }
                     guard onHost < limit else { throw fail("start of \(key) with \(onHost) on \(task.host) (limit \(limit))") }
                 }
+                if lane == .slow, let until = diskWaitUntil {
+                    throw fail("slow start of \(key) while the disk wait lasts until \(until)")
+                }
                 if configuration.hostStartRate != nil {
                     let tokens = self.tokens(task.host)
                     guard tokens >= 1 else { throw fail("start of \(key) with \(tokens) tokens left on \(task.host)") }
                     buckets[task.host] = (tokens - 1, now)
                 }
-                parked.remove(key)
-                running[key] = Running(lane: lane, host: task.host, inPlace: false)
+                if parked.remove(key) == nil { attempts[key, default: 0] += 1 }
+                if backFromDisk.remove(key) != nil { coverage.note(.diskTaskRetried) }
+                starts += 1
+                running[key] = Running(lane: lane, host: task.host, order: starts)
                 if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
-                if task.attempts > 1 { coverage.note(.retryStarted) }
+                if attempts[key, default: 0] > 1 { coverage.note(.retryStarted) }
 
             case .changeLane(let key, let lane):
-                guard let change = allowed.changeLane, change.key == key, change.lane == lane else {
-                    throw fail("unexpected \(action)")
+                let inTurn = lane == .fast && running[key]?.promotionPending == true
+                if inTurn {
+                    // A deferred promotion takes a fast slot that freed (this step's own starts come after it).
+                    let fastRunning = running.values.count { $0.lane == .fast }
+                    guard fastRunning < configuration.fastWidth else {
+                        throw fail("\(action) with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
+                    }
+                    coverage.note(.promotedInTurn)
+                } else {
+                    guard let change = allowed.changeLane, change.key == key, change.lane == lane else {
+                        throw fail("unexpected \(action)")
+                    }
+                    allowed.changeLane = nil
                 }
                 running[key]?.lane = lane
-                running[key]?.inPlace = true
+                running[key]?.promotionPending = false
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
             case .abort(let key):
@@ -475,13 +617,32 @@ struct Runner {
                 coverage.note(.aborted)
 
             case .park(let key):
-                guard allowed.park == key else { throw fail("unexpected \(action)") }
+                let expected: (key: String, lane: Lane)
+                if allowed.narrowing, let lane = running[key]?.lane {
+                    // The most recent start of a lane beyond its width, a pending promotion only when no other is
+                    // left; that one then waits in the fast lane.
+                    let width = lane == .fast ? configuration.fastWidth : configuration.slowWidth
+                    let inLane = running.filter { $0.value.lane == lane }
+                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
+                    let newest = inLane.max { rank($0.value) < rank($1.value) }!
+                    guard inLane.count > width, newest.key == key else {
+                        throw fail("\(action) with \(inLane.count) running in the \(lane) lane (width \(width)), newest \(newest.key)")
+                    }
+                    expected = (key, newest.value.promotionPending ? .fast : lane)
+                    coverage.note(.parkedByNarrowing)
+                } else {
+                    guard let first = allowed.parks.first, first.key == key else {
+                        throw fail("unexpected \(action), expected parks \(allowed.parks.map(\.key))")
+                    }
+                    allowed.parks.removeFirst()
+                    expected = first
+                }
                 guard running.removeValue(forKey: key) != nil else { throw fail("park of \(key), which is not running") }
                 parked.insert(key)
-                guard scheduler.task(key)?.state == .waiting, scheduler.task(key)?.lane == .slow else {
-                    throw fail("parked \(key) is not waiting in the slow lane")
+                let task = scheduler.task(key)
+                guard task?.lane == expected.lane, task?.state == .waiting, task?.promotionPending == false else {
+                    throw fail("parked \(key) is \(String(describing: task)), expected waiting in the \(expected.lane) lane")
                 }
-                coverage.note(.parked)
 
             case .answer(let waiter, .failed(let failure)) where failure.code == "host_paused":
                 guard let host = allowed.pauseHost, case .pending(let key)? = waiters[waiter],
@@ -524,6 +685,9 @@ struct Runner {
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
                 tentative.remove(key)
                 parked.remove(key)
+                attempts[key] = nil
+                if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
+                backFromDisk.remove(key)
 
             case .remember(let key, let failure, let until):
                 guard let remember = allowed.remember, remember.key == key, remember.failure == failure,
@@ -558,8 +722,9 @@ struct Runner {
             case (.running, let lane):
                 if lane == .fast { recomputed.fastRunning += 1 } else { recomputed.slowRunning += 1 }
                 runningCount += 1
-                guard running[task.key]?.lane == lane else {
-                    throw fail("\(task.key) runs in the \(lane) lane, the model has \(String(describing: running[task.key]))")
+                guard running[task.key]?.lane == lane, running[task.key]?.promotionPending == task.promotionPending else {
+                    throw fail("\(task.key) runs in the \(lane) lane\(task.promotionPending ? ", promotion pending" : ""), "
+                               + "the model has \(String(describing: running[task.key]))")
                 }
             case (.delayed(let until), _):
                 recomputed.delayed += 1
@@ -567,6 +732,12 @@ struct Runner {
                 earliest = min(earliest ?? until, until)
             }
             recomputed.waiters += task.waiters.count
+            guard task.attempts == attempts[task.key, default: 0] else {
+                throw fail("\(task.key) has \(task.attempts) attempts, the model \(attempts[task.key, default: 0])")
+            }
+            guard task.state == .running || !task.promotionPending else {
+                throw fail("\(task.key) is \(task.state) with a promotion pending")
+            }
             guard task.tentative == tentative.contains(task.key) else {
                 throw fail("\(task.key) is \(task.tentative ? "" : "not ")tentative, the model says otherwise")
             }
@@ -592,39 +763,44 @@ struct Runner {
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         guard reportedSuspended == counts.slowSuspended else { throw fail("last report \(reportedSuspended), counts \(counts)") }
-        // nextDeadline is the earliest retry or end of a host pause (or, with start rates, a token that comes sooner).
-        let expectedDeadline = [earliest, pausedHosts.values.min()].compactMap { $0 }.min()
+        guard scheduler.waitingForDiskUntil == diskWaitUntil else {
+            throw fail("the scheduler waits for the disk until \(String(describing: scheduler.waitingForDiskUntil)), "
+                       + "the model until \(String(describing: diskWaitUntil))")
+        }
+        for (key, until) in diskDelayed where scheduler.task(key)?.state != .delayed(until: until) {
+            throw fail("\(key) should wait for the disk until \(until), it is \(String(describing: scheduler.task(key)))")
+        }
+        // nextDeadline is the earliest retry, end of a host pause or end of the disk wait (or, with start rates, a
+        // token that comes sooner).
+        let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
             ? scheduler.nextDeadline == expectedDeadline
             : expectedDeadline.map { expected in scheduler.nextDeadline.map { $0 <= expected } ?? false } ?? true
         guard deadlineMatches else {
             throw fail("nextDeadline \(String(describing: scheduler.nextDeadline)), earliest retry \(String(describing: earliest)), "
-                       + "pauses \(pausedHosts)")
+                       + "pauses \(pausedHosts), disk wait \(String(describing: diskWaitUntil))")
         }
 
-        // Widths: tasks that changed lane in place are exempt; everything admitted respects the width.
-        var slowAdmitted = 0, slowInPlace = 0, fastAdmitted = 0
+        // Widths bound the running tasks at every moment: a lane change in place needs room in the lane it enters.
+        var slowRunning = 0, fastRunning = 0, promotionsPending = 0
         var perHost: [(host: String, running: Int)] = []
         for task in running.values {
-            switch (task.lane, task.inPlace) {
-            case (.slow, false): slowAdmitted += 1
-            case (.slow, true): slowInPlace += 1
-            case (.fast, false): fastAdmitted += 1
-            case (.fast, true): break
-            }
+            if task.lane == .slow { slowRunning += 1 } else { fastRunning += 1 }
+            if task.promotionPending { promotionsPending += 1 }
             if configuration.perHostLimit != nil {
                 if let i = perHost.firstIndex(where: { $0.host == task.host }) { perHost[i].running += 1 }
                 else { perHost.append((task.host, 1)) }
             }
         }
-        guard slowAdmitted <= configuration.slowWidth else {
-            throw fail("\(slowAdmitted) slow tasks admitted (width \(configuration.slowWidth))")
+        guard slowRunning <= configuration.slowWidth, counts.slowRunning <= configuration.slowWidth else {
+            throw fail("\(slowRunning) slow tasks running (counted \(counts.slowRunning)), width \(configuration.slowWidth)")
         }
-        guard counts.slowRunning <= configuration.slowWidth + slowInPlace else {
-            throw fail("slowRunning \(counts.slowRunning) > slowWidth \(configuration.slowWidth) + \(slowInPlace) in place")
+        guard fastRunning <= configuration.fastWidth, counts.fastRunning <= configuration.fastWidth else {
+            throw fail("\(fastRunning) fast tasks running (counted \(counts.fastRunning)), width \(configuration.fastWidth)")
         }
-        guard fastAdmitted <= configuration.fastWidth else {
-            throw fail("\(fastAdmitted) fast tasks admitted (width \(configuration.fastWidth))")
+        // A promotion waits only for a fast slot.
+        guard promotionsPending == 0 || fastRunning >= configuration.fastWidth else {
+            throw fail("\(promotionsPending) promotions pending with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
         }
         if let limit = configuration.perHostLimit {
             for (host, count) in perHost where count > limit {
@@ -641,8 +817,10 @@ struct Runner {
             }
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }
+            // The disk wait holds back the slow lane only: urgent work still starts.
+            let slowLaneFull = counts.slowSuspended || counts.slowRunning >= configuration.slowWidth
             let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
-                : !counts.slowSuspended && counts.slowRunning < configuration.slowWidth
+                : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
                 // Waiting for a token is a reason only while a wake-up for it is due (give or take the rounding to
                 // whole milliseconds, done when the scheduler last looked).
@@ -659,9 +837,10 @@ struct Runner {
                     throw fail("\(task.key) waits in the fast lane with room to run (counts \(counts))")
                 }
             case .slow:
-                guard hostFull || counts.slowSuspended || counts.slowRunning >= configuration.slowWidth else {
+                guard hostFull || slowLaneFull || diskWaitUntil != nil else {
                     throw fail("\(task.key) waits in the slow lane with room to run (counts \(counts))")
                 }
+                if !hostFull, !slowLaneFull { coverage.note(.waitedForDisk) }
             }
         }
     }
@@ -756,32 +935,48 @@ struct Scenario {
                         : .get(spelling: spelling, waiter: waiter, cache: cache())
                 case 18..<26:
                     op = coin() ? .prefetch(spelling: spelling, cache: cache()) : .queue(spelling: spelling, cache: cache())
-                case 26..<29:
+                case 26..<30:
                     // Mostly tentative tasks nobody holds yet: the ones an unhold may drop.
-                    let unheld = runner.tentative.filter { runner.holds[$0] == nil && runner.running[$0] == nil }
+                    let unheld = runner.tentative.filter {
+                        runner.holds[$0] == nil && runner.running[$0] == nil && !runner.parked.contains($0)
+                    }
                         .sorted().compactMap { RandomWorld.keyIndex[$0] }
                     op = .hold(key: below(4) != 0 ? element(unheld) ?? key : pick(lane: nil) ?? key)
-                case 29..<34:
+                case 30..<36:
                     let held = runner.holds.keys.sorted()
-                    let tentative = held.filter { runner.tentative.contains($0) && runner.running[$0] == nil }
-                    let choice = coin() ? element(tentative) ?? element(held) : element(held)
+                    // Droppable ones first: tentative, not running, not parked, nobody waiting.
+                    let tentative = held.filter {
+                        runner.tentative.contains($0) && runner.running[$0] == nil && !runner.parked.contains($0)
+                            && runner.pending[$0, default: []].isEmpty
+                    }
+                    let choice = below(4) != 0 ? element(tentative) ?? element(held) : element(held)
                     op = .unhold(key: choice.flatMap { RandomWorld.keyIndex[$0] } ?? key, dropping: below(4) != 0)
-                case 34..<40: op = .demote(key: pick(lane: .fast) ?? key)
-                case 40..<44: op = .promote(key: pick(lane: .slow) ?? key)
-                case 44..<48: op = .cancel(key: pick(lane: nil) ?? key)
-                case 48..<51: op = .disconnect(client: UInt64(roll(RandomWorld.clients)))
-                case 51..<55:
-                    op = .release(element(issued) ?? Waiter(client: 1, request: 999))
-                case 55..<85 where !runner.running.isEmpty:
+                case 36..<42: op = .demote(key: pick(lane: .fast) ?? key)
+                case 42..<46:
+                    // Running slow tasks half the time: with the fast lane full, their promotion waits for a slot.
+                    let runningSlow = runner.running.filter { $0.value.lane == .slow }.keys.sorted()
+                    op = .promote(key: (coin() ? element(runningSlow).flatMap { RandomWorld.keyIndex[$0] } : nil)
+                                  ?? pick(lane: .slow) ?? key)
+                case 46..<50: op = .cancel(key: pick(lane: nil) ?? key)
+                case 50..<53: op = .disconnect(client: UInt64(roll(RandomWorld.clients)))
+                case 53..<57:
+                    // Mostly a waiter that still waits (the release that demotes, or parks, its task).
+                    let waiting = runner.waiters.filter { if case .pending = $0.value { true } else { false } }.keys
+                        .sorted { ($0.client, $0.request) < ($1.client, $1.request) }
+                    op = .release((below(4) != 0 ? element(waiting) : nil) ?? element(issued) ?? Waiter(client: 1, request: 999))
+                case 57..<59:
+                    op = .widths(fast: roll(1...4), slow: roll(1...2))
+                case 59..<85 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
                     let kind: FinishKind
-                    switch below(8) {
+                    switch below(9) {
                     case 0..<4: kind = .ok
                     case 4: kind = .serverError(retryAfter: nil)
                     case 5: kind = .serverError(retryAfter: Int64(roll(0...3_000)))
                     case 6: kind = .network
-                    default: kind = .notFound
+                    case 7: kind = .notFound
+                    default: kind = .diskFull
                     }
                     op = .finish(key: finishKey, kind)
                 default:

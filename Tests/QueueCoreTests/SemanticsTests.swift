@@ -178,6 +178,51 @@ struct RunningAsSlowTests {
         #expect(s.promote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .fast), .slowLaneSuspended(true)])
         #expect(s.promote(U.a.key, now: t(1)) == [])
     }
+
+    /// fastWidth 1, `b` runs fast (waiter w9.1), `a` runs slow (started before), `s1` waits in the slow lane.
+    func setUpWithFastLaneFull() -> Scheduler {
+        var s = makeScheduler(fast: 1, slow: 1)
+        #expect(s.queue(U.a, cache: .missing, now: t(0)) == (.queued, [start(U.a, .slow)]))
+        #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, []))
+        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        return s
+    }
+
+    @Test("running as slow × get with the fast lane full: goes on as background, then urgent in place when a slot frees")
+    func getWhenFastLaneFull() throws {
+        var s = setUpWithFastLaneFull()
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [])
+        let task = try #require(s.task(U.a.key))
+        #expect(task.lane == .slow && task.state == .running && task.promotionPending && task.waiters == [w(1, 1)])
+        #expect(s.counts.fastRunning == 1 && s.counts.slowRunning == 1)
+        #expect(s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(1)) == [])      // one promotion, however many asks
+        // b ends: a takes the fast slot in place (no start, no restart); s1 still waits (urgent work runs).
+        #expect(s.finish(U.b.key, .success, now: t(2))
+                == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .changeLane(key: U.a.key, lane: .fast)])
+        #expect(s.task(U.a.key)?.attempts == 1 && s.task(U.a.key)?.promotionPending == false)
+        #expect(s.finish(U.a.key, .success, now: t(3))
+                == [.answer(w(1, 1), .ready), .answer(w(2, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow),
+                    .slowLaneSuspended(false)])
+    }
+
+    @Test("running as slow × get with the fast lane full, then its waiter leaves: the promotion is withdrawn")
+    func promotionWithdrawn() {
+        var s = setUpWithFastLaneFull()
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [])
+        #expect(s.release(w(1, 1), now: t(2)) == [])
+        #expect(s.task(U.a.key)?.promotionPending == false && s.lane(U.a) == .slow)
+        // b ends: a stays background (and still holds the one slow slot).
+        #expect(s.finish(U.b.key, .success, now: t(3)) == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .slowLaneSuspended(false)])
+        #expect(s.finish(U.a.key, .success, now: t(4)) == [.forget(key: U.a.key), start(U.s1, .slow)])
+    }
+
+    @Test("running as slow × get with the fast lane full, then a transient failure: the retry is urgent")
+    func pendingPromotionRetries() {
+        var s = setUpWithFastLaneFull()
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [])
+        #expect(s.finish(U.a.key, .failure(.httpStatus(503)), now: t(2)) == [])
+        #expect(s.lane(U.a) == .fast && s.task(U.a.key)?.promotionPending == false && s.waiters(U.a) == [w(1, 1)])
+    }
 }
 
 @Suite("Semantics: waiting in fast lane")
@@ -283,6 +328,7 @@ struct RunningAsFastTests {
         #expect(s.queue(U.s1, cache: .missing, now: t(2)) == (.queued, []))
         #expect(s.demote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .slow)])
         #expect(s.demote(U.b.key, now: t(4)) == [.park(key: U.b.key), .slowLaneSuspended(false)])
+        #expect(s.counts.slowRunning == 1)
         let parked = try #require(s.task(U.b.key))
         #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1 && parked.waiters == [w(2, 1)])
         #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 2)
@@ -309,7 +355,7 @@ struct UnknownTests {
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task == TaskInfo(key: U.a.key, host: "a.example", lane: .fast, state: .running, waiters: [w(1, 1)],
-                                 attempts: 1, revalidate: false, tentative: false))
+                                 attempts: 1, revalidate: false, tentative: false, promotionPending: false))
     }
 
     @Test("unknown × queue: queued, a new slow task starts")

@@ -52,6 +52,22 @@ struct ViewSchedulingTests {
         #expect(s.state(U.a) == .running && s.lane(U.a) == .slow)
     }
 
+    @Test("releasing the last waiter of a running fetch while the slow lane is full parks it; it resumes first")
+    func releaseRunningIntoFullSlowLane() throws {
+        var s = makeScheduler(fast: 2, slow: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow)])
+        #expect(s.release(w(1, 2), now: t(1)) == [.park(key: U.b.key), .slowLaneSuspended(false)])
+        let parked = try #require(s.task(U.b.key))
+        #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1)
+        #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 2)
+        // The slot frees: b resumes (same attempt) before s1, which was queued earlier.
+        #expect(s.finish(U.a.key, .success, now: t(2)) == [.forget(key: U.a.key), start(U.b, .slow)])
+        #expect(s.task(U.b.key)?.attempts == 1)
+    }
+
     @Test("unhold drops a tentative waiting task once no row holds it")
     func drop() {
         var s = makeScheduler()
@@ -81,10 +97,12 @@ struct ViewSchedulingTests {
         #expect(s.unhold(U.a2.key, dropping: true, now: t(1)) == [])
         #expect(s.unhold(U.b2.key, dropping: true, now: t(1)) == [])
         #expect([U.a, U.b, U.a2, U.b2].allSatisfy { s.task($0.key) != nil })
-        // A running tentative fetch released while the slow lane is full goes on in place (no park, no restart).
-        #expect(s.release(w(1, 1), now: t(2)) == [.changeLane(key: U.a2.key, lane: .slow), start(U.b2, .fast)])
-        #expect(s.counts.slowRunning == 2 && s.state(U.a2) == .running)
-        // A task parked by an explicit demote keeps its bytes: never dropped either.
+        // A running tentative fetch released while the slow lane is full is parked with its bytes: never dropped.
+        #expect(s.release(w(1, 1), now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
+        #expect(s.counts.slowRunning == 1 && s.state(U.a2) == .waiting)
+        s.hold(U.a2.key)
+        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [])
+        // Nor one parked by an explicit demote.
         _ = s.queue(U.b, cache: .missing, now: t(2))                       // adopted
         _ = s.get(U.b, waiter: w(3, 1), cache: .missing, now: t(2))
         #expect(s.state(U.b2) == .running)
@@ -92,13 +110,13 @@ struct ViewSchedulingTests {
         #expect(s.release(w(1, 2), now: t(3)) == [])
         s.hold(U.b2.key)
         #expect(s.unhold(U.b2.key, dropping: true, now: t(3)) == [])
-        #expect(s.task(U.b2.key)?.state == .waiting)
+        #expect(s.task(U.a2.key)?.state == .waiting && s.task(U.b2.key)?.state == .waiting)
     }
 }
 
 @Suite("Batches")
 struct BatchTests {
-    @Test("a scroll as one batch: released rows do not start on the way, the new screen does")
+    @Test("a scroll as one batch: released rows do not start on the way, the new screen does, slow_width holds")
     func scroll() {
         var s = makeScheduler(fast: 8, slow: 1)
         let screen0 = (0..<20).map { url("http://v.example/\($0)") }, screen1 = (20..<40).map { url("http://v.example/\($0)") }
@@ -112,8 +130,51 @@ struct BatchTests {
         }
         let started = actions.compactMap { if case .start(let key, _, _) = $0 { key } else { nil } }
         #expect(started == screen1.prefix(8).map(\.key))
-        #expect(actions.filter { if case .changeLane = $0 { true } else { false } }.count == 8)
-        #expect(s.counts.slowRunning == 8 && s.counts.slowWaiting == 12 && s.counts.fastRunning == 8)
+        // One released transfer goes on in place as background work; the other seven are parked with their bytes.
+        #expect(actions.filter { if case .changeLane = $0 { true } else { false } } == [.changeLane(key: screen0[0].key, lane: .slow)])
+        #expect(actions.filter { if case .park = $0 { true } else { false } } == screen0[1..<8].map { .park(key: $0.key) })
+        #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 19 && s.counts.fastRunning == 8)
+        #expect(s.counts == s.recomputedCounts)
+    }
+
+    @Test("a view scrolling 1,000 times never runs more than slow_width background transfers; parked ones resume")
+    func scrollingFast() {
+        var s = makeScheduler(fast: 8, slow: 1)
+        var visible: [(CanonicalURL, Waiter)] = []
+        var request: UInt64 = 0
+        var maxSlow = 0, maxFast = 0, parks = 0
+        var running: Set<String> = []
+        for scroll in 0..<1_000 {
+            let screen = (0..<10).map { url("http://v.example/\((scroll * 3 + $0) % 400)") }
+            let actions = s.batch(now: t(Int64(scroll))) { s in
+                var actions: [Action] = []
+                for (_, waiter) in visible { actions += s.release(waiter, now: t(Int64(scroll))) }
+                visible = screen.map { u in
+                    request += 1
+                    return (u, w(1, request))
+                }
+                for (u, waiter) in visible { actions += s.get(u, waiter: waiter, cache: .missing, now: t(Int64(scroll)), tentative: true) }
+                return actions
+            }
+            for action in actions {
+                switch action {
+                case .start(let key, _, _): running.insert(key)
+                case .park(let key): running.remove(key); parks += 1
+                default: break
+                }
+            }
+            // Every fifth scroll a transfer ends.
+            if scroll % 5 == 0, let key = running.sorted().first {
+                running.remove(key)
+                for case .start(let key, _, _) in s.finish(key, .success, now: t(Int64(scroll))) { running.insert(key) }
+            }
+            maxSlow = max(maxSlow, s.counts.slowRunning)
+            maxFast = max(maxFast, s.counts.fastRunning)
+        }
+        #expect(maxSlow == 1 && maxFast == 8 && running.count == s.counts.fastRunning + s.counts.slowRunning)
+        #expect(parks > 1_000)
+        // Nothing was started from byte 0 again: a parked task resumes within its first attempt.
+        #expect(s.allTasks.allSatisfy { $0.attempts <= 1 })
         #expect(s.counts == s.recomputedCounts)
     }
 
