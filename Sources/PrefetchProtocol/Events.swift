@@ -21,6 +21,8 @@ public struct Event: Codable, Equatable, Sendable {
     public var fast: StatusReport.Lane?
     public var slow: StatusReport.Lane?
     public var slowSuspended: Bool?
+    /// `snapshot`, while the disk is full: when the slow lane tries again (Unix seconds).
+    public var waitingForDisk: Int64?
     public var backlog: Int64?
     /// `snapshot`: every running transfer.
     public var transfers: [Transfer]?
@@ -59,7 +61,7 @@ public struct Event: Codable, Equatable, Sendable {
     enum CodingKeys: String, CodingKey {
         case event, time, url, lane, bytes, total, rate, duration, error, fast, slow, backlog, transfers
         case row, path, width, height, format, variant, stale
-        case slowSuspended = "slow_suspended"
+        case slowSuspended = "slow_suspended", waitingForDisk = "waiting_for_disk"
     }
 }
 

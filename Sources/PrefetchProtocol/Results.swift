@@ -218,6 +218,8 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var failed: Int64
     /// Hosts the circuit breaker paused, and until when (Unix seconds).
     public var pausedHosts: [PausedHost]
+    /// While the disk is full: when the slow lane tries again (Unix seconds). Queued work waits; nothing is dropped.
+    public var waitingForDisk: Int64?
 
     public struct PausedHost: Codable, Equatable, Sendable {
         public var host: String
@@ -229,7 +231,8 @@ public struct StatusReport: Codable, Equatable, Sendable {
     }
 
     public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
-                backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost]) {
+                backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost],
+                waitingForDisk: Int64? = nil) {
         self.version = version
         self.pid = pid
         self.uptime = uptime
@@ -243,11 +246,12 @@ public struct StatusReport: Codable, Equatable, Sendable {
         self.fetched = fetched
         self.failed = failed
         self.pausedHosts = pausedHosts
+        self.waitingForDisk = waitingForDisk
     }
 
     enum CodingKeys: String, CodingKey {
         case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed
-        case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts"
+        case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts", waitingForDisk = "waiting_for_disk"
     }
 }
 

@@ -145,6 +145,10 @@ public enum ErrorCode: String, Codable, CaseIterable, Sendable {
     case addressNotAllowed = "address_not_allowed"
     case unauthorized
     case shuttingDown = "shutting_down"
+    /// The daemon died twice in a row while handling this URL; it is set aside for the negative TTL.
+    case quarantined
+    /// A new client when as many are connected as the descriptor limit leaves room for.
+    case tooManyClients = "too_many_clients"
     case `internal`
 }
 

@@ -11,6 +11,8 @@ final class Daemon {
     let store: Store
     let fetcher: CurlFetcher
     let workers: WorkerPool
+    /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
+    var crashGuard: CrashGuard!
     var scheduler: Scheduler
     private var signals: SignalWatcher?
     private var listenFD: Int32 = -1
@@ -20,6 +22,8 @@ final class Daemon {
     let notifier: SystemdNotifier
 
     var connections: [UInt64: Connection] = [:]
+    /// What all connections hold unsent (`output_budget` bounds it).
+    let output = OutputLedger()
     private var nextClientID: UInt64 = 0
     private var nextRequest: UInt64 = 0
     /// A waiting `get` or visible view row: the key it waits for, the variant it wants made of it, if any, and who
@@ -41,6 +45,8 @@ final class Daemon {
     var variantJobs: [VariantJob: [(client: UInt64, recipient: Recipient)]] = [:]
     /// Each connection's view (`view`): its list and what it looks at.
     var views: [UInt64: View] = [:]
+    /// The keys of all views' rows, each held once.
+    let viewKeys = ViewKeys()
     /// Keys the scheduler holds because they were loaded from the durable backlog.
     var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
@@ -54,6 +60,10 @@ final class Daemon {
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
     private var nextAccessFlush: Int64 = 0
+    private var nextTrim: Int64 = 0
+    /// RLIMIT_NOFILE, and the descriptors open once the daemon is set up (see `clientLimit`).
+    private var descriptorLimit = 1024
+    private var baseDescriptors = 0
     /// When the listener is watched again after running out of descriptors (monotonic ms).
     private var acceptResumesAt: Int64?
     var shuttingDown = false
@@ -69,6 +79,8 @@ final class Daemon {
     var taskCreatedAt: [String: Int64] = [:]
     var transferStartedAt: [String: Int64] = [:]
     var getStartedAt: [Waiter: Int64] = [:]
+    /// Keys handed out in replies → until when (monotonic ms) the size limit spares them (`protectedKeys`).
+    var handedOut: [String: Int64] = [:]
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -97,12 +109,17 @@ final class Daemon {
                                                     httpStatus: failure.status),
                                until: Moment(milliseconds: failure.until))
         }
+        crashGuard = try CrashGuard(store: store, dieOn: options.environment["PREFETCHD_TEST_DIE_ON"])
+        try quarantine(crashGuard.quarantine, now: now)
         let swept = try store.recover()
         if swept.temporaries + swept.badRows + swept.orphans > 0 {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
         }
         fetcher.onFinish = { [unowned self] result in self.fetchFinished(result) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
+        fetcher.onConcluding = { [unowned self] key in self.crashGuard.begin(key) }
+        fetcher.mayConclude = { [unowned self] in self.crashGuard.isFree }
+        crashGuard.onFree = { [unowned self] in self.fetcher.concludeHeld() }
         snapshotTicker = try Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = try Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
@@ -117,9 +134,10 @@ final class Daemon {
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
     func run() throws {
-        Self.raiseDescriptorLimit()
+        descriptorLimit = Self.raiseDescriptorLimit()
         let (fd, path, activation) = try openListeningSocket()
         listenFD = fd
+        baseDescriptors = openDescriptorCount()
         self.activation = activation
         access = AccessPolicy(options: options, socketGroup: activation?.group)
         try loop.add(listenFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
@@ -134,12 +152,30 @@ final class Daemon {
     }
 
     /// Hundreds of clients and thousands of transfers need descriptors: the soft limit goes up to the hard one.
-    private static func raiseDescriptorLimit() {
+    /// Returns the limit in force.
+    private static func raiseDescriptorLimit() -> Int {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        if setrlimit(resource, &limit) != 0 { Log.warning("setrlimit(RLIMIT_NOFILE): \(String(cString: strerror(errno)))") }
+        guard getrlimit(resource, &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = rlimit(rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max)
+            if setrlimit(resource, [raised]) == 0 { limit = raised } else {
+                Log.warning("setrlimit(RLIMIT_NOFILE): \(String(cString: strerror(errno)))")
+            }
+        }
+        return Int(min(limit.rlim_cur, rlim_t(Int32.max)))
+    }
+
+    /// Descriptors each transfer may hold (its socket, its body file, the resolver's pair) and each worker (an
+    /// image and its variant), kept free of clients so that running out of them is never blamed on a server.
+    private static let descriptorsPerTransfer = 4
+    private static let descriptorsPerWorker = 3
+
+    /// How many clients may be connected at once: what the descriptor limit leaves once the daemon's own files
+    /// (counted at start-up) and every transfer the lanes may run are provided for.
+    var clientLimit: Int {
+        let transfers = (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer
+        return max(1, descriptorLimit - baseDescriptors - transfers - options.workerThreads * Self.descriptorsPerWorker)
     }
 
     // MARK: Loop hooks
@@ -157,8 +193,19 @@ final class Daemon {
         } catch {
             Log.error("cannot commit the index: \(error)")
         }
-        for id in dirty { flushConnection(id) }
-        dirty.removeAll()
+        // Flushing may make more connections dirty (a departed client's requests answer others): until none is.
+        while !dirty.isEmpty {
+            let flushing = dirty
+            dirty.removeAll()
+            for id in flushing { flushConnection(id) }
+        }
+        if output.unsent > options.outputBudget { shedOutput() }
+        if monotonicMilliseconds() >= nextTrim {
+            // Memory freed after a burst (a scroll storm, many clients or views gone) goes back to the system; without
+            // this glibc keeps it for the process.
+            malloc_trim(0)
+            nextTrim = monotonicMilliseconds() + 10_000
+        }
         notifier.turnEnded()
     }
 
@@ -208,7 +255,7 @@ final class Daemon {
         loop.remove(listenFD)
         close(listenFD)
         if activation == nil { unlink(options.socketPath) }
-        for task in scheduler.allTasks where task.state == .running { fetcher.stop(task.key, keepingBody: true) }
+        stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
         for (waiter, _) in pendingGets {
             guard let connection = connections[waiter.client], let id = connection.waiting.removeValue(forKey: waiter.request) else { continue }
@@ -217,6 +264,7 @@ final class Daemon {
         pendingGets.removeAll()
         commitQueueBatch(now: wallClockMilliseconds())
         try? store.flushAccesses()
+        try? store.stopWorking()
         try? store.commit()
         for connection in connections.values { _ = connection.flush() }
         loop.stop()
@@ -245,17 +293,25 @@ final class Daemon {
             do {
                 let peer = try AccessPolicy.peer(of: fd)
                 guard access.admits(peer, on: fd) else {
-                    AccessPolicy.refuse(fd: fd, peer: peer, reason: access.refusal(peer))
+                    let reason = access.refusal(peer) + "; ask the administrator to add you to allowed_users or allowed_groups"
+                    AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.unauthorized, reason))
+                    close(fd)
+                    continue
+                }
+                guard connections.count < clientLimit else {
+                    AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.tooManyClients,
+                        "\(connections.count) clients are connected, as many as the descriptor limit leaves room for "
+                        + "(RLIMIT_NOFILE \(descriptorLimit), kept for the transfers and the daemon's own files); try again later"))
                     close(fd)
                     continue
                 }
             } catch {
-                AccessPolicy.refuse(fd: fd, peer: nil, reason: "cannot check the peer: \(error)")
+                AccessPolicy.refuse(fd: fd, peer: nil, error: WireError(.unauthorized, "cannot check the peer: \(error)"))
                 close(fd)
                 continue
             }
             nextClientID += 1
-            let connection = Connection(id: nextClientID, fd: fd)
+            let connection = Connection(id: nextClientID, fd: fd, ledger: output)
             do {
                 try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] events in
                     self.connectionReady(connection, events)
@@ -315,8 +371,47 @@ final class Daemon {
         pendingInput.insert(connection.id)
     }
 
+    /// The client went away without reading its replies: the requests it sent before it left are still carried out
+    /// (a `queue` is acknowledged work, a `get`'s fetch goes on), their replies dropped; then the connection closes.
+    private func abandon(_ connection: Connection) {
+        connection.discardOutput()
+        var budget = Self.abandonedInputLimit
+        while budget > 0, !connection.closeAfterFlush, connections[connection.id] != nil {
+            switch connection.input.next() {
+            case .line(let text)?:
+                handle(text, from: connection)
+                continue
+            case .tooLong?:
+                budget = 0
+                continue
+            case nil:
+                break
+            }
+            guard let bytes = connection.read(), !bytes.isEmpty else { break }
+            budget -= bytes.count
+            connection.input.append(bytes)
+        }
+        closeConnection(connection)
+        commitQueueBatch(now: wallClockMilliseconds())  // acknowledged or not, its `queue`s are durable now
+    }
+
+    /// At most this much of what a departed client left unread is still served.
+    private static let abandonedInputLimit = 1 << 20
+
+    /// Over the output budget: the clients holding the most unread output are disconnected until it fits again.
+    private func shedOutput() {
+        let share = options.outputBudget / max(1, connections.count)
+        for connection in connections.values.sorted(by: { $0.unsent > $1.unsent }) {
+            guard output.unsent > options.outputBudget else { break }
+            Log.warning("closing client \(connection.id): \(connection.unsent) bytes of replies and events unread, over its "
+                        + "share (\(share) bytes) of output_budget (\(options.outputBudget) bytes, \(output.unsent) unsent in all)")
+            closeConnection(connection)
+        }
+    }
+
     func closeConnection(_ connection: Connection) {
         guard connections.removeValue(forKey: connection.id) != nil else { return }
+        connection.discardOutput()
         loop.remove(connection.fd)
         close(connection.fd)
         for request in connection.waiting.keys {
@@ -331,7 +426,7 @@ final class Daemon {
 
     private func flushConnection(_ id: UInt64) {
         guard let connection = connections[id] else { return }
-        guard connection.flush() else { return closeConnection(connection) }
+        guard connection.flush() else { return abandon(connection) }
         if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
         if connection.readClosed && !connection.hasPendingOutput && connection.waiting.isEmpty {
             return closeConnection(connection)
@@ -343,9 +438,10 @@ final class Daemon {
         loop.modify(connection.fd, events: events)
     }
 
+    /// Every line to a client goes out here, passwords in URLs hidden (`user:***@`): replies, events, errors.
     func send<T: Encodable>(_ connection: Connection, _ message: T) {
         do {
-            connection.send(Array(try Self.encoder.encode(message)))
+            connection.send(CanonicalURL.redactingUserinfo(in: Array(try Self.encoder.encode(message))))
         } catch {
             Log.error("cannot encode a reply: \(error)")
         }
@@ -381,6 +477,8 @@ final class Daemon {
 
     /// Sends an answer: as the reply to a request, or as a view's event for a row.
     func deliver(_ outcome: Result<CacheEntry, WireError>, to recipient: Recipient, on connection: Connection) {
+        // Index rows use the key as their URL.
+        if case .success(let entry) = outcome { handedOut[entry.url] = monotonicMilliseconds() + Self.handOutGrace }
         switch (recipient, outcome) {
         case (.request(let id), .success(let entry)): reply(connection, id, entry)
         case (.request(let id), .failure(let error)): fail(connection, id, error)
@@ -399,7 +497,7 @@ final class Daemon {
             case .changeLane(let key, let lane):
                 fetcher.changeLane(key, to: lane, throttled: lane == .slow && scheduler.counts.slowSuspended)
             case .park(let key):
-                fetcher.stop(key, keepingBody: true)
+                parkTransfer(key)
             case .pauseHost(let host, let until):
                 Log.warning("pausing \(host) until \(until.milliseconds / 1000) (Unix time): it failed too often in a row")
                 do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
@@ -436,7 +534,7 @@ final class Daemon {
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         do {
-            if revalidate, let entry = try store.entry(key), entry.etag != nil || entry.lastModified != nil {
+            if revalidate, let entry = try store.liveEntry(key), entry.etag != nil || entry.lastModified != nil {
                 request.conditional = (entry.etag, entry.lastModified)
             } else {
                 request.resumeValidator = try store.partialValidator(key)
@@ -463,7 +561,7 @@ final class Daemon {
         switch answer {
         case .ready:
             do {
-                guard let entry = try store.entry(key) else {
+                guard let entry = try store.liveEntry(key) else {
                     return deliver(.failure(WireError(.internal, "the entry for \(key) vanished from the cache")),
                                    to: recipient, on: connection)
                 }
@@ -473,7 +571,7 @@ final class Daemon {
                 deliver(.failure(WireError(.internal, "cannot read the index: \(error)")), to: recipient, on: connection)
             }
         case .failed(let failure):
-            if Self.allowsStaleIfError(failure), let entry = try? store.entry(key), !entry.mustRevalidate, !entry.noStore {
+            if Self.allowsStaleIfError(failure), let entry = try? store.liveEntry(key), !entry.mustRevalidate, !entry.noStore {
                 Log.info("serving \(key) stale: revalidation failed with \(failure.code)")
                 return deliver(entry, variant: pending.variant, fromCache: true, stale: true, on: connection, to: recipient)
             }
@@ -483,8 +581,20 @@ final class Daemon {
         }
     }
 
-    /// Keys whose files must stay: waited for, or the originals of variants being made.
-    var protectedKeys: Set<String> { Set(pendingGets.values.map(\.key)).union(variantJobs.keys.map(\.key)) }
+    /// Keys whose files are in use: waited for, or the originals of variants being made. Not even `evict` removes
+    /// them.
+    var keysInUse: Set<String> { Set(pendingGets.values.map(\.key)).union(variantJobs.keys.map(\.key)) }
+
+    /// Keys the size limit spares: those in use, and those handed out in a reply less than `handOutGrace` ago (the
+    /// client has yet to open the path; the cache may exceed its limit by that much for a while).
+    var protectedKeys: Set<String> {
+        let now = monotonicMilliseconds()
+        handedOut = handedOut.filter { $0.value > now }
+        return keysInUse.union(handedOut.keys)
+    }
+
+    /// How long a path handed out in a reply is kept from eviction (ms).
+    static let handOutGrace: Int64 = 10_000
 
     func wire(_ entry: IndexEntry, fromCache: Bool, stale: Bool = false) -> CacheEntry {
         CacheEntry(url: entry.url, path: store.files.absolute(entry.file), bytes: entry.bytes, sha256: entry.sha256,
@@ -550,7 +660,7 @@ final class Daemon {
             return ItemResult(url: text, key: url.key, status: "skipped",
                               error: WireError(failure))
         }
-        if cacheState(try store.entry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: "cached") }
+        if cacheState(try store.liveEntry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: "cached") }
         let inserted = try store.enqueue(key: url.key, url: url.key, now: now)
         return ItemResult(url: text, key: url.key, status: inserted ? "queued" : "already")
     }
@@ -569,7 +679,7 @@ final class Daemon {
                     try store.dequeue(row.key)
                     continue
                 }
-                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.entry(url.key), now: now),
+                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
                                                          now: Moment(milliseconds: now))
                 switch outcome {
                 case .cached, .skipped: try store.dequeue(row.key)

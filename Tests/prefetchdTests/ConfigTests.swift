@@ -89,6 +89,75 @@ struct ConfigTests {
         #expect(result.stderr.contains("\(config):2: per_host:"), "\(result.stderr)")
     }
 
+    @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")
+    func byteOrderMark() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try Data([0xEF, 0xBB, 0xBF] + Array("fast_width = 4\nslow_width = 2\n".utf8)).write(to: URL(fileURLWithPath: config))
+        let (result, settings) = check(["--config", config])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(settings["fast_width"] == "4" && settings["slow_width"] == "2")
+    }
+
+    @Test("an invisible character in a key is named in the error, not printed as it is")
+    func invisibleCharacterNamed() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("fast_width = 4\nslow\u{200B}_width = 2\n", to: config)
+        let (result, _) = check(["--config", config])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("\(config):2: 'slow<U+200B>_width' is not a key"), "\(result.stderr)")
+    }
+
+    /// The first fenced block after `heading` in docs/configuration.md.
+    func documentedBlock(after heading: String) throws -> String {
+        let text = try String(contentsOfFile: Paths.repository + "/docs/configuration.md", encoding: .utf8)
+        let section = try #require(text.range(of: heading)).upperBound
+        let open = try #require(text.range(of: "```\n", range: section..<text.endIndex))
+        let close = try #require(text.range(of: "```", range: open.upperBound..<text.endIndex))
+        return String(text[open.upperBound..<close.lowerBound])
+    }
+
+    @Test("the configuration syntax examples failed on a machine without group prefetch: they are valid as written")
+    func documentedExamplesAreValid() throws {
+        let manual = try String(contentsOfFile: Paths.repository + "/docs/man/prefetchd.conf.5", encoding: .utf8)
+        let example = try #require(manual.range(of: ".SH EXAMPLE\n.EX\n"))
+        let end = try #require(manual.range(of: ".EE", range: example.upperBound..<manual.endIndex))
+        let directory = try TemporaryDirectory()
+        for (name, text) in [("configuration.md", try documentedBlock(after: "## Syntax")),
+                             ("prefetchd.conf.5", String(manual[example.upperBound..<end.lowerBound]))] {
+            let config = directory.path + "/" + name + ".conf"
+            try write(text, to: config)
+            let (result, _) = check(["--config", config])
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+        }
+    }
+
+    @Test("default_ttl was silently replaced by the Last-Modified heuristic: its documentation says so, and it holds")
+    func defaultTTLDocumented() throws {
+        let documentation = try String(contentsOfFile: Paths.repository + "/docs/configuration.md", encoding: .utf8)
+        let row = try #require(documentation.split(separator: "\n").first { $0.hasPrefix("| `default_ttl`") })
+        #expect(row.contains("Last-Modified") && row.contains("a tenth") && row.contains("at most a day"))
+        let manual = try String(contentsOfFile: Paths.repository + "/docs/man/prefetchd.conf.5", encoding: .utf8)
+        let item = try #require(manual.range(of: ".BI default_ttl"))
+        let next = manual.range(of: ".TP", range: item.upperBound..<manual.endIndex)?.lowerBound ?? manual.endIndex
+        #expect(manual[item.upperBound..<next].contains("Last\\-Modified"))
+        let help = run(Paths.prefetchd, ["--help"]).stdout
+        let flag = try #require(help.range(of: "--default-ttl"))
+        let flagEnd = help.range(of: "\n  -", range: flag.upperBound..<help.endIndex)?.lowerBound ?? help.endIndex
+        #expect(help[flag.upperBound..<flagEnd].contains("Last-Modified"), "--help on --default-ttl")
+        let example = try String(contentsOfFile: Paths.repository + "/systemd/prefetchd.conf.example", encoding: .utf8)
+        #expect(example.contains("Last-Modified"))
+
+        // What the documentation says: the origin sends Last-Modified (2020) and no Cache-Control.
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--default-ttl", "60"])
+        let line = daemon.ctl("get", "--json", origin.url("/heuristic.jpg?cc=")).stdout
+        let entry = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+        let fetchedAt = try #require(entry["fetched_at"] as? Int), freshUntil = try #require(entry["fresh_until"] as? Int)
+        #expect(abs(freshUntil - fetchedAt - 86_400) <= 1, "a day, not default_ttl's 60 s")
+    }
+
     @Test("every key is documented in docs/configuration.md, prefetchd.conf(5), prefetchd(8), the example file and --help")
     func everyKeyDocumented() throws {
         let keys = check([]).settings.keys.sorted()

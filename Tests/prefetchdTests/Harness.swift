@@ -204,8 +204,12 @@ struct CommandResult {
     var lines: [String] { stdout.split(separator: "\n").map(String.init) }
 }
 
+/// Writing stdin to a child that has already exited must fail the write, not kill the test process.
+private let brokenPipesIgnored: Void = { signal(SIGPIPE, SIG_IGN) }()
+
 /// Runs a program to completion.
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil, stdinData: Data? = nil) -> CommandResult {
+    _ = brokenPipesIgnored
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments

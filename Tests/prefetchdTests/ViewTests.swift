@@ -46,7 +46,7 @@ struct ViewTests {
         return try #require(try JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any], "\(result.stderr)")
     }
 
-    @Test("scrolling 1,000 rows a screen at a time: visible rows first, rows left behind demoted then dropped, nothing fetched twice, no urgent work after close")
+    @Test("scrolling 1,000 rows a screen at a time: visible rows first, rows left behind demoted then dropped, nothing fetched twice but a parked transfer's resume, no urgent work after close")
     func scroll() throws {
         let origin = try Origin()
         try origin.setDelay(0.4)
@@ -69,7 +69,8 @@ struct ViewTests {
                     as? [[String: Any]] ?? []
                 for row in visible(0) {
                     guard let task = tasks.first(where: { $0["url"] as? String == origin.url(paths[row]) }) else { continue }
-                    if task["state"] as? String == "waiting" {
+                    // Never started (a row that was running when it scrolled away is parked, to resume later).
+                    if task["state"] as? String == "waiting", task["attempts"] as? Int == 0 {
                         #expect(task["lane"] as? String == "slow", "row \(row): \(task)")
                         demotedSeen.append(row)
                     }
@@ -128,8 +129,9 @@ struct ViewTests {
         try origin.setDelay(0)
         #expect(waitUntil(seconds: 60) { (try? Self.taskCount(daemon)) == 0 }, "the background work did not drain")
         let counts = try origin.stats().counts
-        for row in 500..<520 { #expect(counts[paths[row]] == 1, "row \(row) was not fetched as background work") }
-        for (path, count) in counts where path.hasPrefix("/v") { #expect(count == 1, "\(path) fetched \(count) times") }
+        for row in 500..<520 { #expect((1...2).contains(counts[paths[row]] ?? 0), "row \(row) was not fetched as background work") }
+        // Once each, or twice for a transfer parked when its row scrolled away (the slow lane was full) and resumed.
+        for (path, count) in counts where path.hasPrefix("/v") { #expect(count <= 2, "\(path) fetched \(count) times") }
     }
 
     static func taskCount(_ daemon: DaemonUnderTest) throws -> Int {

@@ -1,3 +1,4 @@
+import Glibc
 import PrefetchProtocol
 
 /// `info`, `status`, `list`, `ping`.
@@ -34,6 +35,10 @@ enum InspectCommand {
         Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
                     + "\(status.backlog) more queued\(status.slowSuspended ? " (suspended: urgent work first)" : "")")
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
+        if let until = status.waitingForDisk {
+            let seconds = max(0, until - Int64(time(nil)))
+            Output.line("slow lane waits for disk space: the disk is full; trying again in \(seconds) s (queued URLs are kept)")
+        }
         Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(cache.bytes) of "
                     + "\(Units.count(cache.limit, "byte")), hit ratio \(Int(ratio.rounded()))% "
                     + "(\(Units.count(cache.hits, "hit")), \(Units.count(cache.misses, "miss", "misses"))), \(cache.directory)")

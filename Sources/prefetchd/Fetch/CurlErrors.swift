@@ -1,4 +1,5 @@
 import CCurl
+import Glibc
 import QueueCore
 
 /// Maps libcurl's result codes to the protocol's error codes.
@@ -12,6 +13,13 @@ enum CurlErrors {
                            isTransient: false)
         }
         let text = String(cString: curl_easy_strerror(code))
+        var osError = 0
+        pf_easy_getinfo_long(transfer.easy, CURLINFO_OS_ERRNO, &osError)
+        if osError == EMFILE || osError == ENFILE {
+            // This machine ran out of descriptors: a local condition, never counted against the server.
+            return Failure(code: "internal", message: "out of file descriptors here (\(text)); RLIMIT_NOFILE is too low",
+                           isTransient: true)
+        }
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
             // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line).

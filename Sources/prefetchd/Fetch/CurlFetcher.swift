@@ -29,6 +29,10 @@ final class CurlFetcher {
     var onFinish: (FetchResult) -> Void = { _ in }
     /// Called just before a finished transfer's response is interpreted.
     var onConcluding: (String) -> Void = { _ in }
+    /// Whether a finished transfer's response may be interpreted now; when not, it waits for `concludeHeld()`.
+    var mayConclude: () -> Bool = { true }
+    /// Transfers that ended and whose responses are not interpreted yet.
+    private var finished: [(Transfer, CURLcode)] = []
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
@@ -143,6 +147,15 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             transfers.removeValue(forKey: transfer.key)
             curl_multi_remove_handle(multi, easy)
+            finished.append((transfer, code))
+        }
+        concludeHeld()
+    }
+
+    /// Interprets the finished transfers' responses, in order, while `mayConclude` allows.
+    func concludeHeld() {
+        while !finished.isEmpty, mayConclude() {
+            let (transfer, code) = finished.removeFirst()
             onConcluding(transfer.key)
             onFinish(conclude(transfer, code: code))
         }

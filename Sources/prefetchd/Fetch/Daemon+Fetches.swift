@@ -17,11 +17,48 @@ extension Daemon {
         }
     }
 
+    /// Sets aside, at start-up, the URLs that were being handled when the daemon died twice in a row (`CrashGuard`):
+    /// remembered as a `quarantined` failure for the negative TTL, out of the durable queue and the cache.
+    func quarantine(_ keys: [String], now: Int64) throws {
+        for key in keys {
+            let seconds = options.retry.negativeTTL / 1000
+            let failure = Failure(code: "quarantined", message: "set aside for \(seconds) s: the daemon died twice in a row "
+                                  + "while handling this URL's response", isTransient: false)
+            let until = now + options.retry.negativeTTL
+            scheduler.remember(key, failure, until: Moment(milliseconds: until))
+            try store.saveFailure(key: key, code: failure.code, message: failure.message, status: nil, until: until)
+            try store.dequeue(key)
+            try store.removePartial(key)
+            try store.remove(key)
+            Log.error("quarantined \(key): the daemon died twice in a row while handling it; not fetched again for \(seconds) s")
+        }
+    }
+
+    /// Carries out the scheduler's `.park`: the transfer stops, and its partial body stays on disk only when a
+    /// validator was recorded to resume it with (without one the next start begins at byte 0 anyway).
+    func parkTransfer(_ key: String) {
+        let resumable = (try? store.partialValidator(key)) != nil
+        fetcher.stop(key, keepingBody: resumable)
+    }
+
+    /// At shutdown: stops every transfer, keeping only the partial bodies a restart resumes (a recorded validator,
+    /// and the URL in the durable backlog); the others, parked ones included, are deleted with their records, so no
+    /// other temporary file is left behind.
+    func stopTransfersForShutdown() {
+        for task in scheduler.allTasks {
+            let resumable = (try? store.partialValidator(task.key)) != nil && (try? store.isQueued(task.key)) == true
+            if task.state == .running { fetcher.stop(task.key, keepingBody: resumable) }
+            guard !resumable else { continue }
+            do { try store.removePartial(task.key) } catch { Log.error("cannot forget the download of \(task.key): \(error)") }
+        }
+    }
+
     func fetchFinished(_ result: FetchResult) {
         let now = wallClockMilliseconds()
         switch result.outcome {
         case .failure(let failure):
             fetchEnded(result.key, result: "error", failure: failure)
+            crashGuard.end(result.key)
             do {
                 let hasValidator = try store.partialValidator(result.key) != nil
                 if !(failure.isTransient && failure.httpStatus != 416 && hasValidator) { try store.removePartial(result.key) }
@@ -39,6 +76,7 @@ extension Daemon {
                 Log.error("cannot refresh \(result.key): \(error)")
             }
             fetchEnded(result.key, result: "not_modified")
+            crashGuard.end(result.key)
             apply(scheduler.finish(result.key, .success, now: Moment(milliseconds: now)))
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(result.key, deletingBody: false) } catch { Log.error("\(error)") }
@@ -72,6 +110,7 @@ extension Daemon {
                            outcome: Result<ImageInfo?, Failure>) {
         let now = wallClockMilliseconds()
         let moment = Moment(milliseconds: now)
+        crashGuard.end(result.key)
         let info: ImageInfo?
         switch outcome {
         case .failure(let failure):

@@ -32,7 +32,7 @@ extension Daemon {
         let source = store.files.absolute(entry.file)
         let destination = store.files.absolute(relative)
         let maxPixels = options.images.maxPixels
-        workers.run({ () -> Result<(ImageInfo, String), Failure> in
+        let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
             do {
                 try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
                 let info = try Resizer.makeVariant(source: source, spec: resolved, destination: destination, maxPixels: maxPixels)
@@ -45,10 +45,16 @@ extension Daemon {
             } catch {
                 return .failure(Failure(code: "internal", message: "\(error)", isTransient: true))
             }
-        }, completion: { [unowned self] result in self.variantMade(job, relative: relative, result) })
+        }
+        // Decoding an original is a risky step (`CrashGuard`).
+        crashGuard.whenFree { [unowned self] in
+            crashGuard.begin(job.key)
+            workers.run(make, completion: { [unowned self] result in self.variantMade(job, relative: relative, result) })
+        }
     }
 
     private func variantMade(_ job: VariantJob, relative: String, _ result: Result<(ImageInfo, String), Failure>) {
+        crashGuard.end(job.key)
         let waiters = variantJobs.removeValue(forKey: job) ?? []
         metrics.variantDecodes += 1
         let outcome: Result<CacheEntry, Failure>

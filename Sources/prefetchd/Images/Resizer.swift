@@ -40,10 +40,17 @@ enum Resizer {
         let (decoded, stored, sourceFormat) = try decode(source, format: sniffed, spec: spec,
                                                          orientation: header.orientation, maxPixels: maxPixels)
         let outputFormat = spec.outputFormat(forSource: sourceFormat)
+        // The orientation the loader found is the one applied, whatever the header parse guessed.
+        let swapped = (5...8).contains(decoded.orientation)
+        let upright = swapped ? (width: stored.height, height: stored.width) : stored
+        let geometry = VariantGeometry(sourceWidth: upright.width, sourceHeight: upright.height, spec: spec)
+        // An upscaled variant is held to the same limit as an original: it costs as much to keep and to decode.
+        if Int64(geometry.outputWidth) * Int64(geometry.outputHeight) > maxPixels {
+            throw .pixelLimit(width: geometry.outputWidth, height: geometry.outputHeight, limit: maxPixels)
+        }
         let image: Pixbuf
-        let geometry: VariantGeometry
         do throws(GLibError) {
-            (image, geometry) = try shape(decoded, stored: stored, spec: spec, flatten: outputFormat == .jpeg)
+            image = try shape(decoded, uprightSize: upright, geometry: geometry, flatten: outputFormat == .jpeg)
         } catch {
             throw .imageIO("cannot resize \(source): \(error)")
         }
@@ -98,25 +105,19 @@ enum Resizer {
         return (pixbuf, stored, decodedFormat)
     }
 
-    /// Turns the decoded picture upright, then crops and scales it to the spec's geometry; JPEG output is laid
-    /// over white when the picture has alpha.
-    private static func shape(_ decoded: Pixbuf, stored: (width: Int, height: Int), spec: VariantSpec,
-                              flatten: Bool) throws(GLibError) -> (Pixbuf, VariantGeometry) {
-        // The orientation the loader found is the one applied, whatever the header parse guessed.
-        let swapped = (5...8).contains(decoded.orientation)
-        let sourceWidth = swapped ? stored.height : stored.width
-        let sourceHeight = swapped ? stored.width : stored.height
-        let geometry = VariantGeometry(sourceWidth: sourceWidth, sourceHeight: sourceHeight, spec: spec)
+    /// Turns the decoded picture upright, then crops and scales it to `geometry` (worked out for the original's
+    /// upright size); JPEG output is laid over white when the picture has alpha.
+    private static func shape(_ decoded: Pixbuf, uprightSize: (width: Int, height: Int), geometry: VariantGeometry,
+                              flatten: Bool) throws(GLibError) -> Pixbuf {
         let upright = try decoded.upright()
 
         // The decoded picture may be smaller than the original: map the crop onto its pixels.
-        let scaleX = Double(upright.width) / Double(sourceWidth)
-        let scaleY = Double(upright.height) / Double(sourceHeight)
+        let scaleX = Double(upright.width) / Double(uprightSize.width)
+        let scaleY = Double(upright.height) / Double(uprightSize.height)
         let crop = geometry.crop
-        let image = try upright.rendered(x: crop.x * scaleX, y: crop.y * scaleY, regionWidth: crop.width * scaleX,
-                                         regionHeight: crop.height * scaleY, width: geometry.outputWidth,
-                                         height: geometry.outputHeight, background: flatten ? 0xFFFFFF : nil)
-        return (image, geometry)
+        return try upright.rendered(x: crop.x * scaleX, y: crop.y * scaleY, regionWidth: crop.width * scaleX,
+                                    regionHeight: crop.height * scaleY, width: geometry.outputWidth,
+                                    height: geometry.outputHeight, background: flatten ? 0xFFFFFF : nil)
     }
 
     /// Encodes to a temporary file beside `destination`, then renames it into place.

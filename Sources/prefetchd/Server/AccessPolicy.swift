@@ -69,13 +69,11 @@ struct AccessPolicy {
         return []
     }
 
-    /// Tells a refused peer `unauthorized` in one line (no greeting) and logs it; the caller closes `fd`.
-    static func refuse(fd: Int32, peer: Peer?, reason: String) {
+    /// Tells a refused peer why in one line (no greeting) and logs it; the caller closes `fd`.
+    static func refuse(fd: Int32, peer: Peer?, error: WireError) {
         let who = peer.map { "uid \($0.uid) (\(Options.userName($0.uid))), gid \($0.gid), pid \($0.pid)" } ?? "an unknown peer"
-        Log.warning("refused a connection from \(who): \(reason)")
-        let reply = Reply<Ignored>(id: nil, error: WireError(.unauthorized, "\(reason); ask the administrator to add "
-                                                                 + "you to allowed_users or allowed_groups"))
-        guard var line = try? Array(Daemon.encoder.encode(reply)) else { return }
+        Log.warning("refused a connection from \(who): \(error.message)")
+        guard var line = try? Array(Daemon.encoder.encode(Reply<Ignored>(id: nil, error: error))) else { return }
         line.append(0x0A)
         _ = line.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
     }

@@ -1,6 +1,11 @@
 import Glibc
 import PrefetchProtocol
 
+/// The bytes of replies and events buffered for all clients and not yet written, kept by the connections.
+final class OutputLedger {
+    var unsent = 0
+}
+
 /// One client connection: its socket, a line reader and a write buffer.
 final class Connection {
     let id: UInt64
@@ -17,18 +22,40 @@ final class Connection {
     /// Stop reading while this much output is unsent (a client that does not read its replies).
     static let outputHighWater = 4 * 1024 * 1024
 
-    init(id: UInt64, fd: Int32) {
+    /// A watcher with more than this unsent misses events until it catches up: a slow reader gets fresh snapshots,
+    /// not a queue of old ones.
+    static let eventBacklog = 8 * 1024
+    private let ledger: OutputLedger
+
+    init(id: UInt64, fd: Int32, ledger: OutputLedger) {
         self.id = id
         self.fd = fd
+        self.ledger = ledger
     }
 
+    deinit { ledger.unsent -= unsent }
+
+    var unsent: Int { output.count - written }
     var hasPendingOutput: Bool { written < output.count }
-    var isBackedUp: Bool { output.count - written > Self.outputHighWater }
+    var isBackedUp: Bool { unsent > Self.outputHighWater }
+    var isLagging: Bool { unsent > Self.eventBacklog }
 
     func send(_ line: [UInt8]) {
+        guard !discarding else { return }
         output.append(contentsOf: line)
         output.append(0x0A)
+        ledger.unsent += line.count + 1
     }
+
+    /// Drops unsent output and whatever is sent from now on: the peer is gone.
+    func discardOutput() {
+        ledger.unsent -= unsent
+        output.removeAll()
+        written = 0
+        discarding = true
+    }
+
+    private var discarding = false
 
     /// Reads what is available; nil at end of stream or on error.
     func read() -> [UInt8]? {
@@ -51,6 +78,7 @@ final class Connection {
             }
             if count > 0 {
                 written += count
+                ledger.unsent -= count
                 continue
             }
             if count < 0 && errno == EINTR { continue }

@@ -31,7 +31,7 @@ extension Daemon {
             queueBatch.append((connection, request.id, urls))
         case .evict where request.all == true:
             do {
-                let evicted = try store.removeAll(protecting: protectedKeys)
+                let evicted = try store.removeAll(protecting: keysInUse)
                 metrics.evictions += Int64(evicted)
                 reply(connection, request.id, BatchResult(results: [], evicted: evicted))
             } catch {
@@ -41,10 +41,11 @@ extension Daemon {
             view(request, connection: connection, now: now)
         case .demote, .promote, .cancel, .evict:
             guard let urls = batch(request, op, connection) else { return }
+            let inUse = op == .evict ? keysInUse : []
             let results = urls.map { text -> ItemResult in
                 do {
                     let url = try CanonicalURL(text)
-                    return ItemResult(url: text, key: url.key, status: try change(op, url, now: now))
+                    return ItemResult(url: text, key: url.key, status: try change(op, url, inUse: inUse, now: now))
                 } catch {
                     return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
                 }
@@ -60,7 +61,7 @@ extension Daemon {
                     task = TaskSummary(url: url.key, lane: "slow", state: "backlog", attempts: 0, waiters: 0)
                 }
                 reply(connection, request.id, URLInfo(url: text, key: url.key,
-                                                      cached: try store.entry(url.key).map { wire($0, fromCache: true) },
+                                                      cached: try store.liveEntry(url.key).map { wire($0, fromCache: true) },
                                                       task: task, failure: failure))
             } catch {
                 fail(connection, request.id, Self.wireError(error))
@@ -90,9 +91,11 @@ extension Daemon {
         let url: CanonicalURL
         let entry: IndexEntry?
         let variant: VariantSpec?
+        let staleAllowance: Int64?
         do {
+            staleAllowance = try request.staleAllowance()
             url = try CanonicalURL(text)
-            entry = try store.entry(url.key)
+            entry = try store.liveEntry(url.key)
             variant = try Self.variantSpec(request)
         } catch let error as WireError {
             return fail(connection, id, error)
@@ -116,8 +119,8 @@ extension Daemon {
             }
             return answer(entry, stale: state == .stale)
         }
-        if state == .stale, let entry, !entry.mustRevalidate, let maxStale = request.maxStale,
-           now - entry.freshUntil <= maxStale * 1000 {
+        if state == .stale, let entry, !entry.mustRevalidate, let staleAllowance,
+           now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
             answer(entry, stale: true)
             taskCreated(url.key)
             let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
@@ -132,7 +135,7 @@ extension Daemon {
     }
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
-    private func change(_ op: Operation, _ url: CanonicalURL, now: Int64) throws -> String {
+    private func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> String {
         let moment = Moment(milliseconds: now)
         let task = scheduler.task(url.key)
         switch op {
@@ -146,7 +149,7 @@ extension Daemon {
                 guard task.lane == .slow else { return "already" }
             } else {
                 guard try store.isQueued(url.key) else { return "unknown" }
-                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.entry(url.key), now: now), now: moment)
+                let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
                 apply(actions)
                 switch outcome {
                 case .cached:
@@ -168,6 +171,8 @@ extension Daemon {
             try store.dequeue(url.key)
             return "cancelled"
         case .evict:
+            // What a waiting request or a variant being made needs stays (like `evict --all`).
+            guard !inUse.contains(url.key) else { return "in_use" }
             guard try store.remove(url.key) else { return "unknown" }
             metrics.evictions += 1
             return "evicted"
@@ -234,7 +239,8 @@ extension Daemon {
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
                          hits: metrics.cacheHits, misses: metrics.cacheMisses, directory: options.cacheDirectory),
             connections: connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
-            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) })
+            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) },
+            waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 })
     }
 
     static func describe(_ error: any Error) -> String {

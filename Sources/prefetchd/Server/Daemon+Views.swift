@@ -7,23 +7,16 @@ import QueueCore
 extension Daemon {
     /// A connection's list, the rows it looks at, and the waiters of its visible rows.
     final class View {
-        /// One row: a URL to fetch, or the text the client sent and why it cannot be fetched.
-        enum Row {
-            case url(CanonicalURL)
-            case rejected(String, WireError)
-        }
-
-        var rows: [Row] = []
+        let rows: ViewRows
         var viewport = Viewport()
         /// Visible rows still waiting for their answer.
         var waiters: [Int: Waiter] = [:]
         /// The variant every visible row is answered with, when the view asked for a size.
         var variant: VariantSpec?
 
-        func key(_ row: Int) -> String? {
-            if case .url(let url) = rows[row] { return url.key }
-            return nil
-        }
+        init(keys: ViewKeys) { rows = ViewRows(keys: keys) }
+
+        func key(_ row: Int) -> String? { rows.key(row) }
     }
 
     static let maximumViewRows = 100_000
@@ -61,18 +54,18 @@ extension Daemon {
         } else {
             // A new list: the old one's work goes on as ordinary background work, as when the connection closes.
             closeView(of: connection.id)
-            view = View()
+            view = View(keys: viewKeys)
             views[connection.id] = view
         }
         if let variant { view.variant = variant }
         var rejected: [ViewResult.RejectedRow] = []
         for text in urls {
             do {
-                view.rows.append(.url(try CanonicalURL(text)))
+                view.rows.append(try CanonicalURL(text))
             } catch {
                 let error = Self.wireError(error)
                 rejected.append(.init(row: view.rows.count, url: text, error: error))
-                view.rows.append(.rejected(text, error))
+                view.rows.reject(text, error)
             }
         }
         let plans = [view.viewport.append(rows: urls.count), range.map { view.viewport.show($0) } ?? Viewport.Plan()]
@@ -143,7 +136,7 @@ extension Daemon {
                 let exists = scheduler.task(url.key) != nil
                 guard exists || entering.contains(row) else { continue }
                 do {
-                    let cache = exists ? .missing : cacheState(try store.entry(url.key), now: now)
+                    let cache = exists ? .missing : cacheState(try store.liveEntry(url.key), now: now)
                     let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
                     if outcome == .queued { taskCreated(url.key) }
                     actions += queued
@@ -167,7 +160,7 @@ extension Daemon {
             let recipient = Recipient.row(row, url: url.key)
             let entry: IndexEntry?
             do {
-                entry = try store.entry(url.key)
+                entry = try store.liveEntry(url.key)
             } catch {
                 deliver(.failure(Self.wireError(error)), to: recipient, on: connection)
                 return []
@@ -192,26 +185,7 @@ extension Daemon {
     // MARK: Reading the request
 
     private static func viewRange(_ request: Request) throws(WireError) -> Viewport.Range? {
-        guard let first = request.first, let last = request.last else {
-            if request.first != nil || request.last != nil {
-                throw WireError(.badRequest, "first and last go together: the first and the last visible row")
-            }
-            if request.ahead != nil || request.behind != nil {
-                throw WireError(.badRequest, "ahead and behind need first and last")
-            }
-            return nil
-        }
-        guard first >= 0, last >= first else {
-            throw WireError(.badRequest, "first and last must be rows counted from 0, first <= last (got \(first) and \(last))")
-        }
-        let visible = last - first + 1
-        guard visible <= maximumVisibleRows else {
-            throw WireError(.badRequest, "at most \(maximumVisibleRows) visible rows (got \(visible))")
-        }
-        let ahead = request.ahead ?? visible, behind = request.behind ?? visible / 2
-        guard (0...maximumLookAround).contains(ahead), (0...maximumLookAround).contains(behind) else {
-            throw WireError(.badRequest, "ahead and behind must be between 0 and \(maximumLookAround) rows")
-        }
-        return Viewport.Range(first: first, last: last, ahead: ahead, behind: behind)
+        try request.viewRange(maximumRows: maximumViewRows, maximumVisible: maximumVisibleRows,
+                              maximumLookAround: maximumLookAround)
     }
 }

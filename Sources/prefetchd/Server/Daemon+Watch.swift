@@ -13,14 +13,15 @@ extension Daemon {
         sendSnapshot()
     }
 
-    /// Sends `event` to every watcher that keeps up (a watcher with a backlog of unsent output misses events).
+    /// Sends `event` to every watcher that keeps up (a watcher with more than `Connection.eventBacklog` unsent
+    /// misses events).
     func broadcast(_ event: Event) {
         for id in watchers {
             guard let connection = connections[id] else {
                 watchers.remove(id)
                 continue
             }
-            if !connection.isBackedUp { send(connection, event) }
+            if !connection.isLagging { send(connection, event) }
         }
         if watchers.isEmpty { snapshotTicker.disarm() }
     }
@@ -33,6 +34,7 @@ extension Daemon {
         event.fast = .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth)
         event.slow = .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth)
         event.slowSuspended = counts.slowSuspended
+        event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
         event.backlog = backlogOnly
         var samples: [String: (bytes: Int64, time: Int64)] = [:]
         event.transfers = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }.compactMap { task in
@@ -92,7 +94,8 @@ extension Daemon {
         return metrics.render(.init(
             waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
             running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
-            backlog: backlogOnly, slowSuspended: counts.slowSuspended, cacheBytes: store.totalBytes,
+            backlog: backlogOnly, slowSuspended: counts.slowSuspended,
+            waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
             views: views.count, pausedHosts: scheduler.paused.count))
     }

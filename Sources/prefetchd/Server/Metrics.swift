@@ -48,6 +48,7 @@ struct Metrics {
         var running: [String: Int]
         var backlog: Int64
         var slowSuspended: Bool
+        var waitingForDisk: Bool
         var cacheBytes: Int64
         var cacheEntries: Int64
         var cacheLimit: Int64
@@ -109,6 +110,8 @@ struct Metrics {
         for lane in lanes { sample("prefetchd_lane_running", [("lane", lane)], "\(gauges.running[lane, default: 0])") }
         single("prefetchd_backlog", "gauge", "Queued URLs held only in the durable backlog.", "\(gauges.backlog)")
         single("prefetchd_slow_lane_suspended", "gauge", "1 while urgent work holds the slow lane.", gauges.slowSuspended ? "1" : "0")
+        single("prefetchd_waiting_for_disk", "gauge", "1 while the disk is full and background work waits for space.",
+               gauges.waitingForDisk ? "1" : "0")
         single("prefetchd_cache_bytes", "gauge", "Bytes of cached files.", "\(gauges.cacheBytes)")
         single("prefetchd_cache_entries", "gauge", "Cached entries.", "\(gauges.cacheEntries)")
         single("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.", "\(gauges.cacheLimit)")

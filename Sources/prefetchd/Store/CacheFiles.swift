@@ -42,10 +42,16 @@ struct CacheFiles {
     }
 
     /// The size of a file, or nil when it does not exist.
-    func size(of relative: String) -> Int64? {
+    func size(of relative: String) -> Int64? { usage(of: relative)?.size }
+
+    /// The disk space a file takes (its allocated blocks, as `du` counts), or nil when it does not exist.
+    func allocated(_ relative: String) -> Int64? { usage(of: relative)?.allocated }
+
+    /// A regular file's size and allocated bytes.
+    func usage(of relative: String) -> (size: Int64, allocated: Int64)? {
         var info = stat()
         guard stat(absolute(relative), &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return Int64(info.st_size)
+        return (Int64(info.st_size), Int64(info.st_blocks) * 512)
     }
 
     func remove(_ relative: String) { unlink(absolute(relative)) }

@@ -8,6 +8,8 @@ struct DatabaseError: Error, CustomStringConvertible {
     var description: String { "sqlite \(call): \(message) (code \(code))" }
     /// The disk or its quota is full.
     var isDiskFull: Bool { code & 0xFF == SQLITE_FULL || code & 0xFF == SQLITE_IOERR }
+    /// The file is not an SQLite database, or a damaged one.
+    var isCorrupt: Bool { code & 0xFF == SQLITE_CORRUPT || code & 0xFF == SQLITE_NOTADB }
 }
 
 /// One SQLite connection, confined to the loop thread.

@@ -1,3 +1,4 @@
+import CSQLite
 import Glibc
 
 /// The SQLite index, the durable slow-lane backlog and the negative cache, plus the files they describe.
@@ -5,10 +6,12 @@ import Glibc
 /// Writes made during one loop turn share one transaction: `commit()` ends it (callers reply after it).
 final class Store {
     let files: CacheFiles
+    private let lock: CacheLock
     private let db: Database
     private var inTransaction = false
     /// Last accesses not yet written: key → Unix ms.
     private var touched: [String: Int64] = [:]
+    /// Disk space the cached files and variants take (allocated blocks, what `du` shows): `max_cache_bytes` bounds it.
     private(set) var totalBytes: Int64 = 0
     private(set) var entryCount: Int64 = 0
     private(set) var backlogCount: Int64 = 0
@@ -36,17 +39,33 @@ final class Store {
             sha256 TEXT NOT NULL, format TEXT NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,
             PRIMARY KEY(key, spec));
         """,
+        """
+        CREATE TABLE working(key TEXT PRIMARY KEY, deaths INTEGER NOT NULL, active INTEGER NOT NULL);
+        """,
+        """
+        ALTER TABLE entries ADD COLUMN allocated INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE variants ADD COLUMN allocated INTEGER NOT NULL DEFAULT 0;
+        """,
     ]
 
     init(directory: String) throws {
         files = CacheFiles(root: directory)
         try files.prepare()
-        db = try Database(path: directory + "/index.sqlite")
-        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-        try migrate()
+        lock = try CacheLock(directory: directory)
+        let path = directory + "/index.sqlite"
+        do {
+            db = try Self.openIndex(path)
+        } catch let error as DatabaseError where error.isCorrupt {
+            // The index is a cache: set the broken one aside for inspection and start empty (recovery then sweeps
+            // the files no row names).
+            let aside = path + ".corrupt-" + String(wallClockMilliseconds() / 1000)
+            for suffix in ["", "-wal", "-shm"] { rename(path + suffix, aside + suffix) }
+            Log.error("the index \(path) is corrupt (\(error.message)); moved it to \(aside) and starting with an empty index")
+            db = try Self.openIndex(path)
+        }
         let totals = try db.statement("""
             SELECT (SELECT count(*) FROM entries),
-                   (SELECT coalesce(sum(bytes), 0) FROM entries) + (SELECT coalesce(sum(bytes), 0) FROM variants)
+                   (SELECT coalesce(sum(allocated), 0) FROM entries) + (SELECT coalesce(sum(allocated), 0) FROM variants)
             """)
         _ = try totals.step()
         entryCount = totals.int(0)
@@ -56,7 +75,22 @@ final class Store {
         backlogCount = backlog.int(0)
     }
 
-    private func migrate() throws {
+    /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here.
+    private static func openIndex(_ path: String) throws -> Database {
+        let db = try Database(path: path)
+        // Only the daemon reads the index (URLs in it may carry credentials); its WAL and shm files follow this mode.
+        _ = try syscall("chmod", path) { chmod(path, 0o600) }
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        try migrate(db)
+        let check = try db.statement("PRAGMA quick_check(1)")
+        if try check.step(), check.text(0) != "ok" {
+            throw DatabaseError(call: "quick_check", code: SQLITE_CORRUPT, message: check.text(0))
+        }
+        db.resetStatements()
+        return db
+    }
+
+    private static func migrate(_ db: Database) throws {
         let version = try db.statement("PRAGMA user_version")
         _ = try version.step()
         let current = Int(version.int(0))
@@ -112,23 +146,40 @@ final class Store {
             mustRevalidate: select.int(15) != 0, noStore: select.int(16) != 0)
     }
 
+    /// The entry, if its file is still there: a file deleted behind the daemon's back drops its row (and variants),
+    /// so that the caller fetches it again instead of handing out a path that does not exist.
+    func liveEntry(_ key: String) throws(DatabaseError) -> IndexEntry? {
+        guard let entry = try entry(key) else { return nil }
+        guard files.size(of: entry.file) == nil else { return entry }
+        Log.warning("the cached file of \(key) is gone (\(files.absolute(entry.file))); fetching it again")
+        try remove(key)
+        return nil
+    }
+
     /// Records a newly installed file; replaces any earlier row for the key.
     func put(_ entry: IndexEntry) throws(DatabaseError) {
         try write()
         if let old = try self.entry(entry.key) {
-            totalBytes -= old.bytes
+            totalBytes -= try allocated(entry.key)
             entryCount -= 1
             if old.file != entry.file { files.remove(old.file) }
         }
+        let allocated = files.allocated(entry.file) ?? entry.bytes
         try db.statement("""
             INSERT OR REPLACE INTO entries(key, url, file, bytes, sha256, content_type, format, width, height, etag,
-                last_modified, fresh_until, fetched_at, last_access, hits, must_revalidate, no_store)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+                last_modified, fresh_until, fetched_at, last_access, hits, must_revalidate, no_store, allocated)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
             """).bind(entry.key, entry.url, entry.file, entry.bytes, entry.sha256, entry.contentType, entry.format,
                       entry.width, entry.height, entry.etag, entry.lastModified, entry.freshUntil, entry.fetchedAt,
-                      entry.lastAccess, entry.hits, entry.mustRevalidate ? 1 : 0, entry.noStore ? 1 : 0).run()
-        totalBytes += entry.bytes
+                      entry.lastAccess, entry.hits, entry.mustRevalidate ? 1 : 0, entry.noStore ? 1 : 0, allocated).run()
+        totalBytes += allocated
         entryCount += 1
+    }
+
+    /// The disk space an entry's file takes, as recorded.
+    private func allocated(_ key: String) throws(DatabaseError) -> Int64 {
+        let select = try db.statement("SELECT allocated FROM entries WHERE key = ?1").bind(key)
+        return try select.step() ? select.int(0) : 0
     }
 
     /// A 304 confirmed the cached copy: new freshness and validators.
@@ -157,7 +208,8 @@ final class Store {
     func remove(_ key: String) throws(DatabaseError) -> Bool {
         guard let old = try entry(key) else { return false }
         try write()
-        let variants = try db.statement("SELECT file, bytes FROM variants WHERE key = ?1").bind(key)
+        totalBytes -= try allocated(key)
+        let variants = try db.statement("SELECT file, allocated FROM variants WHERE key = ?1").bind(key)
         var variantFiles: [(String, Int64)] = []
         while try variants.step() { variantFiles.append((variants.text(0), variants.int(1))) }
         for (file, bytes) in variantFiles {
@@ -168,7 +220,6 @@ final class Store {
         try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
         files.remove(old.file)
         touched.removeValue(forKey: key)
-        totalBytes -= old.bytes
         entryCount -= 1
         return true
     }
@@ -228,12 +279,15 @@ final class Store {
     /// Records a variant of a cached entry (its original must have a row).
     func putVariant(_ key: String, spec: String, _ variant: Variant) throws(DatabaseError) {
         try write()
-        if let old = try self.variant(key, spec: spec) { totalBytes -= old.bytes }
+        let old = try db.statement("SELECT allocated FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec)
+        if try old.step() { totalBytes -= old.int(0) }
+        let allocated = files.allocated(variant.file) ?? variant.bytes
         try db.statement("""
-            INSERT OR REPLACE INTO variants(key, spec, file, bytes, sha256, format, width, height)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-            """).bind(key, spec, variant.file, variant.bytes, variant.sha256, variant.format, variant.width, variant.height).run()
-        totalBytes += variant.bytes
+            INSERT OR REPLACE INTO variants(key, spec, file, bytes, sha256, format, width, height, allocated)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            """).bind(key, spec, variant.file, variant.bytes, variant.sha256, variant.format, variant.width, variant.height,
+                      allocated).run()
+        totalBytes += allocated
     }
 
     // MARK: Durable backlog
@@ -322,6 +376,44 @@ final class Store {
         return rows
     }
 
+    // MARK: Crash-loop guard
+
+    /// Records, durably before returning, that the daemon is about to handle `key`'s response or image (the steps
+    /// that read what a server sent): if the process dies before `finishedWorking`, the next start knows.
+    func startWorking(_ key: String) throws(DatabaseError) {
+        try write()
+        try db.statement("INSERT INTO working(key, deaths, active) VALUES (?1, 0, 1) ON CONFLICT(key) DO UPDATE SET active = 1")
+            .bind(key).run()
+        try commit()
+    }
+
+    func finishedWorking(_ key: String) throws(DatabaseError) {
+        try write()
+        try db.statement("DELETE FROM working WHERE key = ?1").bind(key).run()
+    }
+
+    /// At a clean stop: what was being handled did not kill the daemon.
+    func stopWorking() throws(DatabaseError) {
+        try write()
+        try db.execute("UPDATE working SET active = 0")
+    }
+
+    /// At start-up: counts a death for every key that was being handled when the process ended without a clean
+    /// stop. Returns the keys that died `limit` times in a row, forgotten here (the caller quarantines them), and the
+    /// others that died and have not been handled since (suspects).
+    func countDeaths(limit: Int) throws(DatabaseError) -> (quarantine: [String], suspects: Set<String>) {
+        try write()
+        try db.execute("UPDATE working SET deaths = deaths + 1, active = 0 WHERE active = 1")
+        var quarantine: [String] = [], suspects: Set<String> = []
+        let select = try db.statement("SELECT key, deaths FROM working")
+        while try select.step() {
+            if select.int(1) >= Int64(limit) { quarantine.append(select.text(0)) } else { suspects.insert(select.text(0)) }
+        }
+        for key in quarantine { try db.statement("DELETE FROM working WHERE key = ?1").bind(key).run() }
+        try commit()
+        return (quarantine, suspects)
+    }
+
     // MARK: Recovery
 
     /// Start-up sweep: drops temporary files (but resumable downloads), rows whose file is missing or the wrong size,
@@ -336,22 +428,41 @@ final class Store {
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
         let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
+        // Rows whose file is missing or of the wrong size go; the others get their disk usage measured again (rows
+        // from before it was recorded, or a file system that allocates differently).
         var bad: [String] = []
-        let rows = try db.statement("SELECT key, file, bytes FROM entries")
+        var remeasured: [(key: String, allocated: Int64)] = []
+        let rows = try db.statement("SELECT key, file, bytes, allocated FROM entries")
         while try rows.step() {
-            if files.size(of: rows.text(1)) != rows.int(2) { bad.append(rows.text(0)) }
+            guard let usage = files.usage(of: rows.text(1)), usage.size == rows.int(2) else {
+                bad.append(rows.text(0))
+                continue
+            }
+            if usage.allocated != rows.int(3) { remeasured.append((rows.text(0), usage.allocated)) }
         }
         for key in bad { try remove(key) }
-        var badVariants: [(String, String, Int64)] = []
-        let variantRows = try db.statement("SELECT key, spec, file, bytes FROM variants")
+        for (key, allocated) in remeasured {
+            totalBytes += allocated - (try self.allocated(key))
+            try db.statement("UPDATE entries SET allocated = ?2 WHERE key = ?1").bind(key, allocated).run()
+        }
+        var badVariants: [(key: String, spec: String)] = []
+        var remeasuredVariants: [(key: String, spec: String, allocated: Int64, was: Int64)] = []
+        let variantRows = try db.statement("SELECT key, spec, file, bytes, allocated FROM variants")
         while try variantRows.step() {
-            if files.size(of: variantRows.text(2)) != variantRows.int(3) {
-                badVariants.append((variantRows.text(0), variantRows.text(1), variantRows.int(3)))
+            let key = variantRows.text(0), spec = variantRows.text(1), was = variantRows.int(4)
+            if let usage = files.usage(of: variantRows.text(2)), usage.size == variantRows.int(3) {
+                if usage.allocated != was { remeasuredVariants.append((key, spec, usage.allocated, was)) }
+            } else {
+                badVariants.append((key, spec))
+                totalBytes -= was
             }
         }
-        for (key, spec, bytes) in badVariants {
+        for (key, spec) in badVariants {
             try db.statement("DELETE FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec).run()
-            totalBytes -= bytes
+        }
+        for (key, spec, allocated, was) in remeasuredVariants {
+            try db.statement("UPDATE variants SET allocated = ?3 WHERE key = ?1 AND spec = ?2").bind(key, spec, allocated).run()
+            totalBytes += allocated - was
         }
         var orphans: [String] = []
         files.forEachCachedFile { name, path in

@@ -1,6 +1,7 @@
 import Glibc
 
-/// A configuration file of `key = value` lines; `#` starts a comment, blank lines are skipped.
+/// A configuration file of `key = value` lines; `#` starts a comment, blank lines are skipped. A UTF-8 byte order
+/// mark at the start (as some Windows editors write) is skipped.
 ///
 /// A value may be wrapped in double quotes (to keep a ` #` in it); a `#` after whitespace ends the value otherwise.
 /// Keys are not checked here: `Options.parse` checks them against its table of settings.
@@ -23,6 +24,7 @@ struct ConfigFile {
     static func parse(_ text: String, path: String) throws -> [Entry] {
         var entries: [Entry] = []
         var seen: [String: Int] = [:]
+        let text = text.hasPrefix(byteOrderMark) ? text.dropFirst() : Substring(text)
         for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let number = index + 1
             let line = trimmed(raw)
@@ -32,7 +34,7 @@ struct ConfigFile {
             }
             let key = trimmed(line[..<equals])
             guard !key.isEmpty, key.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" }) else {
-                throw DaemonError("\(path):\(number): '\(key)' is not a key (letters, digits and _)")
+                throw DaemonError("\(path):\(number): '\(visible(key))' is not a key (letters, digits and _)")
             }
             let value = try Self.value(line[line.index(after: equals)...], at: "\(path):\(number)")
             if let first = seen[key] {
@@ -42,6 +44,26 @@ struct ConfigFile {
             entries.append(Entry(line: number, key: key, value: value))
         }
         return entries
+    }
+
+    private static let byteOrderMark = "\u{FEFF}"
+
+    /// `text` with the characters no one can see (controls, format characters such as a byte order mark or a
+    /// zero-width space, odd spaces) shown as `<U+FEFF>`, so an error about them can be acted on.
+    private static func visible(_ text: String) -> String {
+        var shown = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.properties.generalCategory {
+            case .control, .format, .spaceSeparator, .lineSeparator, .paragraphSeparator, .privateUse, .unassigned,
+                 .surrogate:
+                guard scalar != " " else { shown += " "; continue }
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                shown += "<U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex + ">"
+            default:
+                shown.unicodeScalars.append(scalar)
+            }
+        }
+        return shown
     }
 
     /// The text after `=`: quoted, or up to a comment.

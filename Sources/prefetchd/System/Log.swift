@@ -1,6 +1,9 @@
 import Glibc
+import QueueCore
 
 /// Lines on stderr: with a syslog priority prefix under journald (`JOURNAL_STREAM`), else timestamped.
+/// A password in a URL never reaches a line: everything written to stderr goes through
+/// `CanonicalURL.redactingUserinfo(in:)`.
 enum Log {
     enum Level: Int, Comparable {
         case error = 3, warning = 4, info = 6, debug = 7
@@ -33,9 +36,9 @@ enum Log {
     }
 }
 
-/// Writes `text` to stderr, unbuffered.
+/// Writes `text` to stderr, unbuffered, with passwords in URLs hidden (`user:***@`).
 func writeStandardError(_ text: String) {
-    var bytes = Array(text.utf8)
+    var bytes = CanonicalURL.redactingUserinfo(in: Array(text.utf8))
     _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
 }
 

@@ -50,3 +50,14 @@ func makeDirectories(_ path: String, mode: mode_t) throws(SystemError) {
         }
     }
 }
+
+/// How many descriptors the process has open (the entries of /proc/self/fd, less the one reading it).
+func openDescriptorCount() -> Int {
+    guard let directory = opendir("/proc/self/fd") else { return 0 }
+    defer { closedir(directory) }
+    var count = 0
+    while let entry = readdir(directory) {
+        if entry.pointee.d_name.0 != UInt8(ascii: ".") { count += 1 }
+    }
+    return max(0, count - 1)
+}

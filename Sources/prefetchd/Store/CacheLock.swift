@@ -1,0 +1,44 @@
+import Glibc
+
+/// An exclusive lock on the cache directory (`<cache>/lock`, holding the owner's pid), held for the daemon's life:
+/// a second daemon on the same directory would sweep the first one's downloads in progress at start-up.
+final class CacheLock {
+    private let fd: Int32
+
+    /// Another process holds the lock.
+    struct Held: Error, CustomStringConvertible {
+        let directory: String
+        let holder: String
+        var description: String {
+            "the cache directory \(directory) is in use by another prefetchd (\(holder)); "
+                + "stop it or give this one its own --cache-dir"
+        }
+    }
+
+    init(directory: String) throws {
+        let path = directory + "/lock"
+        fd = try syscall("open", path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
+        do {
+            _ = try syscall("flock", path) { flock(fd, LOCK_EX | LOCK_NB) }
+        } catch where error.errno == EWOULDBLOCK {
+            let holder = Self.readPID(fd).map { "pid \($0)" } ?? "pid unknown"
+            close(fd)
+            throw Held(directory: directory, holder: holder)
+        } catch {
+            close(fd)
+            throw error
+        }
+        let text = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pwrite(fd, text, text.count, 0)
+    }
+
+    deinit { close(fd) }
+
+    private static func readPID(_ fd: Int32) -> Int32? {
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = pread(fd, &buffer, buffer.count, 0)
+        guard count > 0 else { return nil }
+        return Int32(String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: " \n"))
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import Testing
+
+/// Issue 15: the lanes' widths hold on the wire however fast a view scrolls, a parked transfer resumes with a
+/// `Range` request, and SIGTERM leaves no temporary file but the resumable partials the index records.
+@Suite(.serialized)
+struct BoundsTests {
+    static func status(_ daemon: DaemonUnderTest) throws -> (fast: Int, slow: Int) {
+        let result = daemon.ctl("status", "--json")
+        let object = try #require(try JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any], "\(result.stderr)")
+        let fast = object["fast"] as? [String: Any] ?? [:], slow = object["slow"] as? [String: Any] ?? [:]
+        return (fast["running"] as? Int ?? -1, slow["running"] as? Int ?? -1)
+    }
+
+    static func temporaryFiles(_ daemon: DaemonUnderTest) -> Set<String> {
+        Set((try? FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")) ?? [])
+    }
+
+    @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
+    func releasedRowsAreParked() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        // 60 KB at 100 KB/s: still running 0.3 s after they start, with a strong ETag (resumable).
+        let paths = (0..<40).map { "/p\($0).jpg" }
+        let query = "?size=60000&drip=100000"
+        let view = try ViewClient(socket: daemon.socket)
+        try view.send(["urls": paths.map { origin.url($0 + query) }, "first": 0, "last": 9, "ahead": 0, "behind": 0])
+        #expect(view.read { $0.replies.count == 1 })
+        usleep(300_000)
+        try view.send(["first": 30, "last": 39, "ahead": 0, "behind": 0])
+        #expect(view.read { $0.replies.count == 2 })
+        let widths = try Self.status(daemon)
+        #expect(widths.slow <= 1 && widths.fast <= 8, "running: \(widths)")
+        close(view.connection.fd)
+
+        var worstSlow = 0
+        #expect(try waitUntil(seconds: 60) {
+            worstSlow = max(worstSlow, try Self.status(daemon).slow)
+            let list = daemon.ctl("list", "--json")
+            let tasks = try JSONSerialization.jsonObject(with: list.stdoutData) as? [String: Any]
+            return (tasks?["tasks"] as? [Any])?.isEmpty == true
+        }, "the background work did not drain")
+        #expect(worstSlow <= 1)
+
+        // Rows 0-7 ran when they scrolled away: each was fetched again later, as a resume (Range) of the parked
+        // transfer for all but the one that went on in place, and the cached file is the origin's body.
+        let log = try origin.stats().log
+        var resumed = 0
+        for path in paths.prefix(8) {
+            let requests = log.filter { $0.path == path }
+            #expect((1...2).contains(requests.count), "\(path): \(requests.count) requests")
+            if requests.count == 2, let range = requests[1].range {
+                #expect(range.hasPrefix("bytes=") && !range.hasPrefix("bytes=0-"), "\(path): \(range)")
+                resumed += 1
+            }
+            let entry = daemon.ctl("get", "--json", "--offline", origin.url(path + query))
+            let object = try #require(try JSONSerialization.jsonObject(with: entry.stdoutData) as? [String: Any], "\(entry.stderr)")
+            let file = try #require(object["path"] as? String)
+            #expect(FileManager.default.contents(atPath: file) == (try origin.body(path + query)), "\(path)")
+        }
+        #expect(resumed >= 5, "only \(resumed) of the 7 parked transfers resumed with Range")
+    }
+
+    @Test("SIGTERM with transfers running and parked leaves in tmp/ only the resumable partials of queued URLs; they resume")
+    func shutdownLeavesOnlyResumablePartials() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let durable = (0..<2).map { origin.url("/durable\($0).jpg?size=2000000&drip=200000") }
+        #expect(daemon.ctl(arguments: ["queue"] + durable).status == 0)
+        // Urgent and durable: they start at once, next to a view's transfers (not durable) that are parked.
+        let getter = try RawConnection(socket: daemon.socket)
+        _ = getter.receive()
+        for (n, url) in durable.enumerated() { getter.send("{\"id\":\(n + 1),\"op\":\"get\",\"url\":\"\(url)\"}\n") }
+        let view = try ViewClient(socket: daemon.socket)
+        try view.send(["urls": (0..<40).map { origin.url("/v\($0).jpg?size=200000&drip=100000") }, "first": 0, "last": 9])
+        #expect(view.read { $0.replies.count == 1 })
+        usleep(500_000)
+        try view.send(["first": 30, "last": 39])
+        #expect(view.read { $0.replies.count == 2 })
+        usleep(500_000)
+        #expect(Self.temporaryFiles(daemon).count > durable.count, "nothing else was being downloaded")
+
+        daemon.child?.stop(SIGTERM)
+        #expect(daemon.child?.process.terminationStatus == 0)
+        // Download files are named by the SHA-256 of the key (these URLs are canonical already).
+        let names = Set(try durable.map { try sha256Hex(Data($0.utf8)) })
+        #expect(Self.temporaryFiles(daemon) == names)
+
+        try daemon.start()
+        #expect(daemon.ctl(arguments: ["get", "--timeout", "60"] + durable).status == 0)
+        let log = try origin.stats().log
+        for n in 0..<2 {
+            let requests = log.filter { $0.path == "/durable\(n).jpg" }
+            #expect(requests.count == 2 && requests.last?.range?.hasPrefix("bytes=") == true
+                    && requests.last?.range?.hasPrefix("bytes=0-") == false, "\(requests.map(\.range))")
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import Testing
+
+/// Passwords in URLs: the key keeps them (curl needs them to fetch), nothing a person is shown does.
+struct SecretsTests {
+    @Test("http://user:secret@host/… wrote the password to the log: log, status, list, info, watch and metrics show user:***@")
+    func passwordNeverShown() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--log-level", "debug"])
+        let secret = "s3cr3t-Pw"
+        let base = "http://user:\(secret)@127.0.0.1:\(origin.port)"
+        let slow = base + "/secret-slow.jpg?size=60000&drip=30000"   // about 2 s: seen running by list and watch
+        let missing = base + "/secret-missing.jpg?status=404"
+
+        let watcher = try RawConnection(socket: daemon.socket)
+        _ = watcher.receive()
+        watcher.send(#"{"id":"w","op":"watch"}"# + "\n")
+        var shown: [(what: String, text: String)] = []
+
+        shown.append(("queue", daemon.ctl("queue", "--json", slow).stdout))
+        #expect(waitUntil(seconds: 10) { daemon.ctl("list", "--json").stdout.contains("secret-slow.jpg") })
+        for arguments in [["list"], ["list", "--json"], ["status"], ["status", "--json"], ["info", slow],
+                          ["info", "--json", slow]] {
+            shown.append((arguments.joined(separator: " "), daemon.ctl(arguments: arguments).stdout))
+        }
+        let client = try RawConnection(socket: daemon.socket)
+        _ = client.receive()
+        client.send(#"{"id":"g","op":"get","url":"\#(missing)"}"# + "\n")
+        shown.append(("get reply", try Self.text(#require(client.receive()))))
+
+        var slowEnded = false, missingEnded = false, sawTransfer = false
+        while !(slowEnded && missingEnded), let event = watcher.receive() {
+            let text = try Self.text(event)
+            shown.append(("watch", text))
+            let url = event["url"] as? String ?? ""
+            if url.contains("secret-slow.jpg"), event["event"] as? String == "finished" { slowEnded = true }
+            if url.contains("secret-missing.jpg"), event["event"] as? String == "failed" { missingEnded = true }
+            if let transfers = event["transfers"] as? [[String: Any]],
+               transfers.contains(where: { ($0["url"] as? String)?.contains("user:***@") == true }) {
+                sawTransfer = true
+            }
+        }
+        #expect(slowEnded && missingEnded, "the watcher saw both fetches end")
+        #expect(sawTransfer, "a snapshot showed the running transfer, redacted")
+        for url in [slow, missing] {
+            shown.append(("info after", daemon.ctl("info", "--json", url).stdout))
+        }
+        shown.append(("metrics", daemon.ctl("metrics").stdout))
+        shown.append(("log", daemon.log))
+
+        for (what, text) in shown {
+            #expect(!text.contains(secret), "\(what) shows the password: \(text.prefix(2000))")
+        }
+        #expect(daemon.log.contains("user:***@127.0.0.1"), "the log still names the URL: \(daemon.log)")
+        #expect(shown.contains { $0.what == "list --json" && $0.text.contains("user:***@127.0.0.1") })
+        #expect(shown.contains { $0.what == "info after" && $0.text.contains("\"cached\"") }, "fetched with the password")
+        #expect(try origin.count("/secret-slow.jpg") == 1)
+    }
+
+    /// `object` as a JSON line again (slashes escaped by JSONSerialization do not matter to what is looked for).
+    static func text(_ object: [String: Any]) throws -> String {
+        String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self)
+    }
+}

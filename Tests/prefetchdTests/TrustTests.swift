@@ -1,0 +1,215 @@
+import Foundation
+import Glibc
+import Testing
+
+/// What the daemon does with its own state when the world around it misbehaves: a second daemon, a damaged index,
+/// files deleted behind its back, a response that kills it, clients that leave without reading.
+@Suite(.serialized)
+struct TrustTests {
+    func object(_ result: CommandResult) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any],
+                     "\(result.stdout) \(result.stderr)")
+    }
+
+    @Test("a second daemon on the same cache directory refuses to start and names the first one's pid")
+    func secondDaemonRefused() throws {
+        let first = try DaemonUnderTest()
+        let second = run(Paths.prefetchd, ["--socket", first.directory.path + "/other.sock", "--cache-dir", first.cache])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("in use by another prefetchd (pid \(first.child!.process.processIdentifier))"),
+                "\(second.stderr)")
+        #expect(first.ctl("ping").status == 0, "the first daemon goes on")
+    }
+
+    @Test("a corrupt index is moved aside with a timestamp, both paths are logged and the daemon starts empty")
+    func corruptIndexSetAside() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/a.jpg")).status == 0)
+        daemon.child!.stop()
+        let index = daemon.cache + "/index.sqlite"
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: index + suffix) }
+        try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: index))
+        try daemon.start()
+        let aside = try FileManager.default.contentsOfDirectory(atPath: daemon.cache).filter { $0.hasPrefix("index.sqlite.corrupt-") }
+        #expect(aside.count == 1)
+        #expect(daemon.log.contains(index) && daemon.log.contains(aside.first ?? "?"), "\(daemon.log)")
+        #expect(!daemon.log.contains("sqlite exec"), "no raw SQL error is the only message")
+        let status = try object(daemon.ctl("status", "--json"))
+        #expect((status["cache"] as? [String: Any])?["entries"] as? Int == 0)
+        #expect(daemon.ctl("get", origin.url("/a.jpg")).status == 0, "the index works again")
+    }
+
+    @Test("a cached file deleted behind the daemon's back is fetched again instead of handing out a missing path")
+    func deletedFileRefetched() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/gone.jpg")
+        let path = daemon.ctl("get", url).stdout.trimmingCharacters(in: .newlines)
+        try FileManager.default.removeItem(atPath: path)
+        let again = try object(daemon.ctl("get", "--json", url))
+        #expect(again["from_cache"] as? Bool == false)
+        #expect(FileManager.default.fileExists(atPath: try #require(again["path"] as? String)))
+        #expect(try origin.count("/gone.jpg") == 2)
+        #expect(daemon.log.contains("is gone"))
+    }
+
+    @Test("a stale entry whose file was deleted is fetched in full, not 'refreshed' by a 304")
+    func deletedStaleFileNotRevalidated() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/stale.jpg?cc=max-age%3D0")
+        let path = daemon.ctl("get", url).stdout.trimmingCharacters(in: .newlines)
+        try FileManager.default.removeItem(atPath: path)
+        let again = try object(daemon.ctl("get", "--json", url))
+        #expect(FileManager.default.fileExists(atPath: try #require(again["path"] as? String)))
+        #expect(try origin.stats().log.filter { $0.path == "/stale.jpg" }.map(\.status) == [200, 200])
+    }
+
+    @Test("a URL whose response killed the daemon twice in a row is quarantined; every other queued URL is served")
+    func crashLoopQuarantined() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(environment: ["PREFETCHD_TEST_DIE_ON": "poison"])
+        let poison = origin.url("/poison.jpg")
+        let others = (0..<5).map { origin.url("/ok\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue", poison] + others).status == 0)
+        var deaths = 0
+        for _ in 0..<3 {
+            guard waitUntil(seconds: 5, { !daemon.child!.process.isRunning }) else { break }
+            deaths += 1
+            try? daemon.start()  // it may die again before it answers
+        }
+        #expect(deaths == 2, "the poisoned URL killed the daemon twice, then no more")
+        let info = try object(daemon.ctl("info", "--json", poison))
+        #expect((info["failure"] as? [String: Any])?["code"] as? String == "quarantined", "\(info)")
+        #expect(errorCode(daemon.ctl("get", "--json", poison).stdout) == "quarantined")
+        #expect(daemon.log.contains("quarantined"))
+        for url in others {
+            #expect(try object(daemon.ctl("get", "--json", url))["path"] != nil, "\(url)")
+        }
+        #expect(try origin.count("/poison.jpg") == 2, "never fetched again after the second death")
+    }
+
+    @Test("evict of a URL whose variant is being made answers in_use and the waiting get --size gets its variant")
+    func evictDuringVariant() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/v.jpg")
+        #expect(daemon.ctl("get", url).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        connection.send("{\"id\":1,\"op\":\"get\",\"url\":\"\(url)\",\"size\":\"4x4\"}\n{\"id\":2,\"op\":\"evict\",\"urls\":[\"\(url)\"]}\n")
+        var replies: [Int: [String: Any]] = [:]
+        while replies.count < 2, let reply = connection.receive() { replies[reply["id"] as? Int ?? 0] = reply }
+        let variant = try #require(replies[1]?["result"] as? [String: Any], "\(replies)")
+        #expect(FileManager.default.fileExists(atPath: try #require(variant["path"] as? String)))
+        let items = (replies[2]?["result"] as? [String: Any])?["results"] as? [[String: Any]]
+        #expect(items?.first?["status"] as? String == "in_use", "\(replies)")
+    }
+
+    @Test("an upscaled variant beyond max_pixels is refused with pixel_limit instead of being made and kept")
+    func upscaleBeyondPixelLimit() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let result = daemon.ctl("get", "--json", "--size", "10000x7500", "--upscale", "--fit", "fill", origin.url("/up.jpg"))
+        #expect(errorCode(result.stdout) == "pixel_limit", "\(result.stdout) \(result.stderr)")
+        let files = FileManager.default.enumerator(atPath: daemon.cache + "/files")?.allObjects.count ?? 0
+        #expect(files > 0)
+        let status = try object(daemon.ctl("status", "--json"))
+        #expect(((status["cache"] as? [String: Any])?["bytes"] as? Int ?? .max) < 100_000, "no 75 MP variant is kept")
+    }
+
+    @Test("six pipelined gets under a 1 MB cache limit each name a file that still exists when the reply is read")
+    func handedOutPathsSurviveEviction() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-cache-bytes", "1M"])
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        var lines = ""
+        for index in 0..<6 { lines += "{\"id\":\(index),\"op\":\"get\",\"url\":\"\(origin.url("/big\(index).jpg?size=400000"))\"}\n" }
+        connection.send(lines)
+        var paths: [String] = []
+        while paths.count < 6, let reply = connection.receive() {
+            paths.append(try #require((reply["result"] as? [String: Any])?["path"] as? String, "\(reply)"))
+        }
+        usleep(200_000)  // a slow client: it opens the paths a little later
+        for path in paths { #expect(FileManager.default.fileExists(atPath: path), "\(path)") }
+    }
+
+    @Test("a client that sends queue and get and closes without reading still has both carried out (20 times)")
+    func clientLeavingWithoutReading() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for index in 0..<20 {
+            let connection = try RawConnection(socket: daemon.socket)
+            connection.send("{\"id\":1,\"op\":\"queue\",\"urls\":[\"\(origin.url("/q\(index).jpg"))\"]}\n"
+                            + "{\"id\":2,\"op\":\"get\",\"url\":\"\(origin.url("/g\(index).jpg"))\"}\n")
+            // Closing with the greeting unread makes the kernel reset the connection.
+        }
+        for index in 0..<20 {
+            #expect(waitUntil(seconds: 10) { daemon.ctl("get", "--offline", origin.url("/q\(index).jpg")).status == 0 },
+                    "queued URL \(index)")
+            #expect(waitUntil(seconds: 10) { daemon.ctl("get", "--offline", origin.url("/g\(index).jpg")).status == 0 },
+                    "got URL \(index)")
+        }
+    }
+}
+
+/// Descriptors are a budget: clients are admitted only while the transfers keep room for their own.
+@Suite(.serialized)
+struct DescriptorBudgetTests {
+    @Test("with RLIMIT_NOFILE 64 and 60 clients, the extra clients are refused with a logged reason and fetches never fail for want of descriptors")
+    func descriptorLimit() throws {
+        let origin = try Origin()
+        let directory = try TemporaryDirectory()
+        let socket = directory.path + "/ctl.sock"
+        let daemon = try ChildProcess("/usr/bin/prlimit", ["--nofile=64:64", Paths.prefetchd, "--socket", socket,
+                                                          "--cache-dir", directory.path + "/cache"],
+                                      stderrPath: directory.path + "/daemon.log")
+        defer { daemon.stop() }
+        #expect(waitUntil(seconds: 5) { run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0 })
+        var admitted: [RawConnection] = [], refusals: [String] = []
+        for _ in 0..<60 {
+            let connection = try RawConnection(socket: socket)
+            let first = connection.receive()
+            if first?["hello"] != nil {
+                admitted.append(connection)
+            } else {
+                refusals.append((first?["error"] as? [String: Any])?["code"] as? String ?? "?")
+            }
+        }
+        #expect(!admitted.isEmpty && !refusals.isEmpty, "\(admitted.count) admitted")
+        #expect(Set(refusals) == ["too_many_clients"])
+        admitted.removeLast()  // room for prefetchctl, once the daemon saw this one leave
+        #expect(waitUntil(seconds: 5) { run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0 })
+        let urls = (0..<16).map { origin.url("/fd\($0).jpg?delay=0.2") }
+        let got = run(Paths.prefetchctl, ["--socket", socket, "get"] + urls)
+        #expect(got.status == 0, "\(got.stdout) \(got.stderr)")
+        let log = daemon.stderrText
+        #expect(log.components(separatedBy: "refused a connection").count - 1 >= refusals.count, "each refusal is logged")
+        #expect(!log.contains("pausing"), "no host was paused")
+    }
+}
+
+/// Output buffered for clients that do not read is bounded per client and in all.
+@Suite(.serialized)
+struct OutputBudgetTests {
+    @Test("clients that pipeline requests and never read are disconnected once all together pass output_budget; others are served")
+    func nonReadingClientsShed() throws {
+        let daemon = try DaemonUnderTest(["--output-budget", "2M"])
+        let request = String(repeating: "{\"op\":\"formats\"}\n", count: 20_000)
+        var hogs: [RawConnection] = []
+        for _ in 0..<3 {
+            let hog = try RawConnection(socket: daemon.socket)
+            var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+            setsockopt(hog.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            hog.send(request)
+            hogs.append(hog)
+        }
+        #expect(waitUntil(seconds: 10) { daemon.log.contains("over its share") }, "\(daemon.log)")
+        #expect(daemon.ctl("ping").status == 0)
+        let status = daemon.ctl("status", "--json")
+        let object = try #require(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
+        #expect((object["connections"] as? Int ?? 99) < 4, "at least one hog was disconnected")
+    }
+}
