@@ -208,3 +208,32 @@ stress: stress-deps release
 ## stress-quick: the same scenarios scaled down to seconds (part of `make test`)
 stress-quick: stress-deps release
 	python3 stress/stress.py --quick --bin-dir $(BUILD_DIR)/release
+
+# Soak (issue 15, stress/README.md): every feature at once for SOAK_MINUTES; RSS, fds, threads, temporary files, WAL
+# and get latency every 5 s to SOAK_CSV; fails when a column grows beyond noise after the warm-up.
+SOAK_MINUTES ?= 20
+SOAK_CSV ?= $(BUILD_DIR)/soak.csv
+
+.PHONY: soak
+
+## soak: 20 minutes of mixed load (`make soak SOAK_MINUTES=2` to try it); the samples go to .build/soak.csv
+soak: stress-deps release
+	python3 stress/soak.py --bin-dir $(BUILD_DIR)/release --minutes $(SOAK_MINUTES) --csv $(SOAK_CSV)
+
+# Network lab (issue 16, lab/README.md): two network namespaces joined by a user-space delay line (lab/delayline.c,
+# delay, rate, buffer, loss, outages) and nginx with TLS + HTTP/2 and plain HTTP/1.1 on the far side. Needs root.
+LAB_PACKAGES := iproute2 nginx openssl curl gcc libc6-dev imagemagick python3
+
+.PHONY: lab lab-deps lab-check
+
+## lab-deps: what the network lab runs
+lab-deps:
+	$(call apt_install,$(LAB_PACKAGES))
+
+## lab: compiles the delay line (.build/lab/delayline); start a lab with `python3 lab/lab.py up --delay 25 --rate 20`
+lab: lab-deps
+	python3 lab/lab.py build
+
+## lab-check: measures the lab's link (round trip, rate, outage, loss) and its origins with curl; fails when off
+lab-check: lab
+	python3 lab/selfcheck.py

@@ -21,6 +21,7 @@ import groups_origin  # noqa: E402
 import groups_clients  # noqa: E402
 import groups_disk  # noqa: E402
 import groups_access  # noqa: E402
+import groups_bounds  # noqa: E402
 
 GROUPS = {
     "chaos": groups_chaos.run,
@@ -28,6 +29,7 @@ GROUPS = {
     "clients": groups_clients.run,
     "disk": groups_disk.run,
     "access": groups_access.run,
+    "bounds": groups_bounds.run,
 }
 
 
@@ -36,8 +38,11 @@ def main():
     parser.add_argument("--bin-dir", default=".build/release")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default=",".join(GROUPS))
-    parser.add_argument("--fuzz-seconds", type=int, default=None)
-    parser.add_argument("--fuzz-binary", default=None, help="a built fuzzer (else built by stress/build_fuzz.sh)")
+    parser.add_argument("--fuzz-seconds", type=int, default=None,
+                        help="the request fuzz target's time; the header and request-number targets share as much again "
+                        "(default 180, --quick 5)")
+    parser.add_argument("--fuzz-dir", default=None,
+                        help="the fuzz targets, already built (else built by stress/build_fuzz.sh)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
     args = parser.parse_args()
     args.binary = os.path.abspath(os.path.join(args.bin_dir, "prefetchd"))
