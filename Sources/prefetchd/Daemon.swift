@@ -60,7 +60,9 @@ final class Daemon {
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
     private var nextAccessFlush: Int64 = 0
-    private var nextTrim: Int64 = 0
+    /// When freed memory is next given back (`malloc_trim`); 0 for at the end of this turn.
+    var nextTrim: Int64 = 0
+    private var wasIdle = true
     /// RLIMIT_NOFILE, and the descriptors open once the daemon is set up (see `clientLimit`).
     private var descriptorLimit = 1024
     private var baseDescriptors = 0
@@ -200,12 +202,14 @@ final class Daemon {
             for id in flushing { flushConnection(id) }
         }
         if output.unsent > options.outputBudget { shedOutput() }
-        if monotonicMilliseconds() >= nextTrim {
-            // Memory freed after a burst (a scroll storm, many clients or views gone) goes back to the system; without
-            // this glibc keeps it for the process.
+        // Memory freed after a burst (a scroll storm, many clients or views gone) goes back to the system, every
+        // 10 s and as soon as the work runs out; glibc would keep it for the process.
+        let idle = scheduler.counts.tasks == 0
+        if monotonicMilliseconds() >= nextTrim || idle && !wasIdle {
             malloc_trim(0)
             nextTrim = monotonicMilliseconds() + 10_000
         }
+        wasIdle = idle
         notifier.turnEnded()
     }
 

@@ -79,6 +79,7 @@ extension Daemon {
     func closeView(of client: UInt64) {
         guard let view = views.removeValue(forKey: client) else { return }
         apply(view.viewport.close(), to: view, client: client, now: wallClockMilliseconds())
+        if view.rows.count >= 10_000 { nextTrim = 0 }  // a long list's memory goes back at the end of the turn
     }
 
     /// A visible row got its answer.

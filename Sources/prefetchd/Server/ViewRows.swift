@@ -38,6 +38,8 @@ final class ViewKeys {
         keys[Int(id)] = ""
         free.append(id)
         if ids.isEmpty {
+            // The last view closed: give the capacity back too.
+            ids = [:]
             keys = []
             references = []
             free = []
