@@ -275,8 +275,10 @@ class Daemon:
         except (OSError, ValueError, Failed):
             return False
 
-    def check_index(self):
-        result = subprocess.run([sys.executable, CHECK_INDEX, self.cache], capture_output=True, text=True)
+    def check_index(self, allow_temporary=False):
+        """check_index.py on the cache; `allow_temporary` while downloads may be in progress."""
+        arguments = [sys.executable, CHECK_INDEX, self.cache] + (["--allow-temporary"] if allow_temporary else [])
+        result = subprocess.run(arguments, capture_output=True, text=True)
         return result.returncode == 0, result.stdout.strip().replace("\n", "; ")
 
 

@@ -17,7 +17,6 @@ import math
 import os
 import random
 import shutil
-import sqlite3
 import sys
 import threading
 import time
@@ -196,20 +195,6 @@ class Load:
             self.note("evict", client.call(request, timeout=120).get("ok") is True)
 
 
-def index_problems(daemon):
-    """check_index.py's findings, but for variant files (rows of `variants`, which it does not read)."""
-    ok, problems = daemon.check_index()
-    if ok:
-        return True, problems
-    db = sqlite3.connect(f"file:{os.path.join(daemon.cache, 'index.sqlite')}?mode=ro", uri=True)
-    try:
-        variants = {os.path.normpath(os.path.join(daemon.cache, row[0])) for row in db.execute("SELECT file FROM variants")}
-    finally:
-        db.close()
-    left = [p for p in problems.split("; ") if not (p.startswith("orphan file ") and p[len("orphan file "):] in variants)]
-    return not left, "; ".join(left) or "ok"
-
-
 def slope(xs, ys):
     """Least-squares slope and its standard error."""
     n = len(xs)
@@ -305,7 +290,7 @@ def main():
         probe.close()
         alive = daemon.ping_ok()
         daemon.stop()
-        index_ok, problems = index_problems(daemon)
+        index_ok, problems = daemon.check_index()
     finally:
         processes.stop_all()
         if not args.keep:

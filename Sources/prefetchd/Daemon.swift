@@ -81,8 +81,6 @@ final class Daemon {
     var taskCreatedAt: [String: Int64] = [:]
     var transferStartedAt: [String: Int64] = [:]
     var getStartedAt: [Waiter: Int64] = [:]
-    /// Keys handed out in replies → until when (monotonic ms) the size limit spares them (`protectedKeys`).
-    var handedOut: [String: Int64] = [:]
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -431,6 +429,7 @@ final class Daemon {
     private func flushConnection(_ id: UInt64) {
         guard let connection = connections[id] else { return }
         guard connection.flush() else { return abandon(connection) }
+        if !connection.hasPendingOutput { connection.handedOut.removeAll() }
         if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
         if connection.readClosed && !connection.hasPendingOutput && connection.waiting.isEmpty {
             return closeConnection(connection)
@@ -482,7 +481,7 @@ final class Daemon {
     /// Sends an answer: as the reply to a request, or as a view's event for a row.
     func deliver(_ outcome: Result<CacheEntry, WireError>, to recipient: Recipient, on connection: Connection) {
         // Index rows use the key as their URL.
-        if case .success(let entry) = outcome { handedOut[entry.url] = monotonicMilliseconds() + Self.handOutGrace }
+        if case .success(let entry) = outcome { connection.handedOut.insert(entry.url) }
         switch (recipient, outcome) {
         case (.request(let id), .success(let entry)): reply(connection, id, entry)
         case (.request(let id), .failure(let error)): fail(connection, id, error)
@@ -589,16 +588,10 @@ final class Daemon {
     /// them.
     var keysInUse: Set<String> { Set(pendingGets.values.map(\.key)).union(variantJobs.keys.map(\.key)) }
 
-    /// Keys the size limit spares: those in use, and those handed out in a reply less than `handOutGrace` ago (the
-    /// client has yet to open the path; the cache may exceed its limit by that much for a while).
+    /// Keys the size limit spares: those in use, and those named in replies not yet written to their clients.
     var protectedKeys: Set<String> {
-        let now = monotonicMilliseconds()
-        handedOut = handedOut.filter { $0.value > now }
-        return keysInUse.union(handedOut.keys)
+        connections.values.reduce(into: keysInUse) { $0.formUnion($1.handedOut) }
     }
-
-    /// How long a path handed out in a reply is kept from eviction (ms).
-    static let handOutGrace: Int64 = 10_000
 
     func wire(_ entry: IndexEntry, fromCache: Bool, stale: Bool = false) -> CacheEntry {
         CacheEntry(url: entry.url, path: store.files.absolute(entry.file), bytes: entry.bytes, sha256: entry.sha256,

@@ -19,6 +19,8 @@ final class Connection {
     var readClosed = false
     /// Our request numbers for this connection's waiting `get`s → the client's ids.
     var waiting: [UInt64: RequestID?] = [:]
+    /// Keys whose paths are in replies not yet written: the size limit does not evict their files until then.
+    var handedOut: Set<String> = []
     /// Stop reading while this much output is unsent (a client that does not read its replies).
     static let outputHighWater = 4 * 1024 * 1024
 
@@ -50,6 +52,7 @@ final class Connection {
     /// Drops unsent output and whatever is sent from now on: the peer is gone.
     func discardOutput() {
         ledger.unsent -= unsent
+        handedOut.removeAll()
         output.removeAll()
         written = 0
         discarding = true
