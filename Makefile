@@ -237,3 +237,14 @@ lab: lab-deps
 ## lab-check: measures the lab's link (round trip, rate, outage, loss) and its origins with curl; fails when off
 lab-check: lab
 	python3 lab/selfcheck.py
+
+.PHONY: bench-lab bench-lab-quick
+
+## bench-lab: rows L1-L4 on the lab (urgent latency under a backlog, background drain, fast-lane bulk, a person
+## scrolling) over HTTPS + HTTP/2 and HTTP/1.1 on two links, against curl (about 17 minutes; bench/README.md)
+bench-lab: bench-deps lab release
+	python3 bench/lab_bench.py --bin-dir $(BUILD_DIR)/release
+
+## bench-lab-quick: the same rows, fewer gets and files (about 3 minutes)
+bench-lab-quick: bench-deps lab release
+	python3 bench/lab_bench.py --quick --bin-dir $(BUILD_DIR)/release

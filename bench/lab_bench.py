@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""The lab rows (issue 16, part 4): prefetchd against curl on a real link, HTTPS + HTTP/2 and HTTP/1.1.
+
+Brings up the network lab (lab/README.md) and measures, each row a ratio of figures taken side by side in one run:
+
+  L1  urgent `prefetchctl get` latency, one every 0.5 s: idle daemon vs while a 2,000-URL backlog drains
+      (p50, p99, ratio to idle; background files fetched meanwhile; urgent requests nginx served on a connection
+      that also carried background requests)
+  L2  nothing urgent: `prefetchctl queue --wait` of N x 205 KB vs one curl process fetching them serially over one
+      connection, and `--slow-width 4` vs `curl --parallel --parallel-max 4`
+  L3  fast-lane bulk: `prefetchctl get -` of N vs `curl -Z --parallel-max 8`
+  L4  a person scrolling 10-row screens, 2 s per screen, `prefetchctl view --ahead 20`: time until a screen is
+      fully ready (median of screens 2..S) vs a client running `curl -Z` for each screen when it is shown
+
+The daemon runs in the lab's client namespace with a socket and cache of its own in a temporary directory. It
+trusts the lab's CA through a private bind mount of a CA bundle (the system bundle plus the lab CA) over libcurl's
+default CA file, made inside the mount namespace `ip netns exec` creates for it: libcurl reads neither
+CURL_CA_BUNDLE nor SSL_CERT_FILE (Debian builds it with a CA file, so OpenSSL's default paths are never used), and
+prefetchd has no `ca_file` setting yet. Nothing outside that one process sees the bundle.
+
+Usage: lab_bench.py [--quick] [--only L1,L3] [--links 50/20/64K,10/100/64K] [--origins h2,h1]
+                    [--bin-dir DIR] [--daemon-args "--background-window 0"] [--keep]
+Needs root (the lab). Writes bench/results/lab-<date>-<time>-<commit>[-quick].json and prints the table; a full
+run of every row with the default links, origins and daemon options also replaces the table in bench/README.md.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "lab"))
+
+import lab  # noqa: E402
+from benchlib import Client, log, percentile  # noqa: E402
+
+FULL = dict(gets=60, warm=3, backlog=2000, drain_files=200, drain_cap=120, bulk_files=200, screens=10)
+QUICK = dict(gets=12, warm=3, backlog=2000, drain_files=30, drain_cap=45, bulk_files=60, screens=6)
+GET_INTERVAL = 0.5
+SCREEN_ROWS = 10
+SCREEN_SECONDS = 2.0
+VIEW_AHEAD = 20
+# Origins of the lab: name -> (lab origin, what the table calls it)
+ORIGINS = {"h2": ("https", "HTTPS + HTTP/2"), "h1": ("https_h1", "HTTPS + HTTP/1.1"), "http": ("http", "HTTP/1.1")}
+# libcurl's built-in CA file (`curl-config --ca`, CURLINFO_CAINFO), the file the bind mount replaces.
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+TRUST_LAB_CA = 'mount --bind "$0" %s && exec "$@"' % SYSTEM_CA_FILE
+
+
+def parse_link(text):
+    """`50/20/64K`: round trip in ms, rate in Mbit/s, bottleneck buffer -> lab settings (one-way delay)."""
+    try:
+        rtt, rate, buffer = text.split("/")
+        return {"label": "%s ms / %s Mbit/s / %s" % (rtt, rate, buffer), "delay_ms": float(rtt) / 2,
+                "rate_mbit": float(rate), "buffer_bytes": lab.byte_count(buffer)}
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError("a link is RTT_MS/MBIT/BUFFER, like 50/20/64K, not %r" % text) from None
+
+
+def default_bin_dir():
+    """.build/release when both binaries are there and newer than every source file, else .build/debug."""
+    newest = max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(REPO, "Sources"))
+                 for f in fs)
+    release = os.path.join(REPO, ".build", "release")
+    binaries = [os.path.join(release, name) for name in ("prefetchd", "prefetchctl")]
+    if all(os.path.exists(b) and os.path.getmtime(b) >= newest for b in binaries):
+        return release, None
+    return os.path.join(REPO, ".build", "debug"), "release binaries missing or older than Sources: debug build used"
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True).stdout.strip()
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def ms(seconds):
+    return "—" if seconds is None else "%.0f ms" % (seconds * 1000) if seconds < 10 else "%.1f s" % seconds
+
+
+class LabDaemon:
+    """One prefetchd in the client namespace, trusting the lab CA, with a directory of its own; stopped by pid."""
+
+    def __init__(self, bench, name, args=()):
+        self.bench = bench
+        self.dir = os.path.join(bench.work, name)
+        os.makedirs(self.dir)
+        self.socket = os.path.join(self.dir, "ctl.sock")
+        argv = ["sh", "-c", TRUST_LAB_CA, bench.bundle, os.path.join(bench.bins, "prefetchd"),
+                "--socket", self.socket, "--cache-dir", os.path.join(self.dir, "cache"), *bench.daemon_args, *args]
+        self.log = open(os.path.join(self.dir, "daemon.log"), "wb")
+        self.process = bench.net.popen("client", argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while True:
+            failure = None
+            if self.process.poll() is not None:
+                failure = "prefetchd exited with %s; see %s" % (self.process.returncode, self.log.name)
+            else:
+                try:
+                    self.status()
+                    return
+                except (OSError, ValueError):
+                    if time.monotonic() > deadline:
+                        failure = "prefetchd did not answer within 30 s; see %s" % self.log.name
+            if failure:
+                self.stop()
+                raise RuntimeError(failure)
+            time.sleep(0.02)
+
+    def ctl(self, *args):
+        return [os.path.join(self.bench.bins, "prefetchctl"), "--socket", self.socket, *args]
+
+    def status(self):
+        client = Client(self.socket, timeout=30)
+        try:
+            return client.call("status")["result"]
+        finally:
+            client.close()
+
+    def stop(self):
+        self.bench.net.stop_process(self.process)
+        self.log.close()
+
+
+class LabBench:
+    def __init__(self, args, bins, bin_note):
+        self.args = args
+        self.cfg = QUICK if args.quick else FULL
+        self.bins, self.bin_note = bins, bin_note
+        self.daemon_args = shlex.split(args.daemon_args)
+        self.work = tempfile.mkdtemp(prefix="lab-bench-")
+        self.rows = []
+        self.errors = []
+        self.run_id = 0
+        self.net = None
+        self.bundle = os.path.join(self.work, "ca-bundle.pem")
+
+    # ---- plumbing
+
+    def tag(self, what):
+        self.run_id += 1
+        return "%s-%d" % (what, self.run_id)
+
+    def urls(self, origin, tag, count):
+        """`count` distinct URLs of the lab's images (the same files under distinct queries, so none is cached)."""
+        return [self.net.url(lab.IMAGE_PATH % (i % self.net.images), origin) + "?%s-%d" % (tag, i)
+                for i in range(count)]
+
+    def curl(self, *args):
+        """curl on the client side, trusting the lab CA."""
+        return self.net.command("client", ["curl", "-sS", "--fail", "--cacert", self.net.ca_file, *args])
+
+    def curl_config(self, urls, directory):
+        """A curl -K file: one url/output pair per URL, into `directory` (a disk, as the daemon writes one)."""
+        os.makedirs(directory, exist_ok=True)
+        path = directory + ".curlrc"
+        with open(path, "w") as f:
+            for i, url in enumerate(urls):
+                f.write('url = "%s"\noutput = "%s/%d.jpg"\n' % (url, directory, i))
+        return path
+
+    def write_list(self, name, urls):
+        path = os.path.join(self.work, name)
+        with open(path, "w") as f:
+            f.write("".join(u + "\n" for u in urls))
+        return path
+
+    def requests(self, tag):
+        """nginx's log entries (dicts, lab.Lab.access_log) of the URLs made with `tag`."""
+        found = []
+        for entry in self.net.access_log():
+            target = entry["request"].split(" ")[1] if entry["request"].count(" ") >= 2 else ""
+            query = target.partition("?")[2]
+            if query.startswith(tag + "-"):
+                found.append(entry)
+        return found
+
+    def timed(self, argv, stdin=None, timeout=600):
+        """Wall seconds and exit status of argv (stdout discarded)."""
+        start = time.monotonic()
+        with open(stdin, "rb") if stdin else open(os.devnull, "rb") as fin:
+            result = subprocess.run(argv, stdin=fin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    timeout=timeout)
+        return time.monotonic() - start, result.returncode, result.stderr.decode(errors="replace")[-500:]
+
+    def overflow(self):
+        stats = self.net.stats()
+        return stats["s2c"].get("overflowed", 0) + stats["c2s"].get("overflowed", 0)
+
+    def row(self, **fields):
+        self.rows.append(fields)
+        log("%s %s %s: %s vs %s -> %s" % (fields["row"], fields["origin"], fields["what"], fields["ours"],
+                                         fields["peer"], "—" if fields.get("ratio") is None
+                                         else "%.2f" % fields["ratio"]))
+
+    # ---- L1: urgent latency, idle vs backlog draining
+
+    def gets(self, daemon, urls):
+        """One `prefetchctl get` per URL, started GET_INTERVAL apart (or when the one before ends, if later);
+        returns their wall times and how many failed."""
+        latencies, errors = [], 0
+        started = time.monotonic()
+        for i, url in enumerate(urls):
+            delay = started + i * GET_INTERVAL - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "60", url))
+            latencies.append(seconds)
+            errors += rc != 0
+        return latencies, errors
+
+    def l1(self, link, origin):
+        cfg = self.cfg
+        figures = {}
+        for config in ("idle", "busy"):
+            tag = self.tag("l1%s" % config)
+            daemon = LabDaemon(self, tag)
+            try:
+                urgent = self.urls(origin, tag + "u", cfg["warm"] + cfg["gets"])
+                if config == "busy":
+                    backlog = self.write_list(tag + "-backlog.txt", self.urls(origin, tag + "bg", cfg["backlog"]))
+                    _, rc, err = self.timed(daemon.ctl("queue", "-"), stdin=backlog)
+                    if rc != 0:
+                        raise RuntimeError("queue - failed (%d): %s" % (rc, err))
+                    time.sleep(1.0)
+                # The warm-up gets open the urgent side's connection in the condition measured (while the backlog
+                # drains, for busy), so that no counted get pays a handshake the idle daemon does not.
+                warm, warm_errors = self.gets(daemon, urgent[:cfg["warm"]])
+                before, overflow = daemon.status()["fetched"], self.overflow()
+                latencies, errors = self.gets(daemon, urgent[cfg["warm"]:])
+                background = daemon.status()["fetched"] - before - (len(latencies) - errors)
+                overflow = self.overflow() - overflow
+            finally:
+                daemon.stop()
+            log_urgent = self.requests(tag + "u")
+            log_background = self.requests(tag + "bg")
+            background_connections = {e["connection"] for e in log_background}
+            shared = sum(1 for e in log_urgent if e["connection"] in background_connections)
+            figures[config] = {
+                "latencies": latencies, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
+                "p99": percentile(latencies, 99),
+                "max": max(latencies), "first": latencies[0], "warm_up": warm, "errors": errors + warm_errors,
+                "background_fetched": background,
+                "urgent_requests": len(log_urgent), "urgent_on_background_connection": shared,
+                "urgent_connections": len({e["connection"] for e in log_urgent}),
+                "background_connections": len(background_connections), "packets_overflowed": overflow,
+            }
+        idle, busy = figures["idle"], figures["busy"]
+        self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets 0.5 s apart, while a %d-URL "
+                 "backlog drains (p99 ratio to idle)" % (cfg["gets"], cfg["backlog"]),
+                 ours="p50 %s / p99 %s (first %s)" % (ms(busy["p50"]), ms(busy["p99"]), ms(busy["first"])),
+                 peer="idle daemon: p50 %s / p99 %s" % (ms(idle["p50"]), ms(idle["p99"])),
+                 ratio=busy["p99"] / idle["p99"], target="p99 ≤ 1.15 × idle",
+                 met=busy["p99"] <= 1.15 * idle["p99"] and busy["background_fetched"] > 0,
+                 note="p50 ratio %.2f, p95 ratio %.2f (p99 of %d gets is the largest); background files fetched "
+                      "meanwhile %d; warm-up gets (not counted) idle %s, busy %s; urgent requests on a connection that "
+                      "carried background requests: %d of %d; connections urgent %d, background %d; errors %d; "
+                      "packets overflowed %d"
+                      % (busy["p50"] / idle["p50"], busy["p95"] / idle["p95"], len(busy["latencies"]),
+                         busy["background_fetched"], "/".join(ms(s) for s in idle["warm_up"]),
+                         "/".join(ms(s) for s in busy["warm_up"]), busy["urgent_on_background_connection"],
+                         busy["urgent_requests"], busy["urgent_connections"], busy["background_connections"],
+                         busy["errors"] + idle["errors"], busy["packets_overflowed"]),
+                 figures=figures)
+
+    # ---- L2: background drain with nothing urgent
+
+    def drain(self, origin, tag, count, slow_width):
+        daemon = LabDaemon(self, tag, ["--slow-width", str(slow_width)])
+        try:
+            listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
+            seconds, rc, err = self.timed(daemon.ctl("queue", "--wait", "--timeout", str(self.cfg["drain_cap"]), "-"),
+                                          stdin=listing, timeout=self.cfg["drain_cap"] + 60)
+            done = daemon.status()["fetched"]
+        finally:
+            daemon.stop()
+        return self.drain_figures(tag, seconds, done, count, rc)
+
+    def curl_drain(self, origin, tag, count, parallel):
+        config = self.curl_config(self.urls(origin, tag, count), os.path.join(self.work, tag))
+        extra = ["--parallel", "--parallel-max", str(parallel)] if parallel else []
+        seconds, rc, _ = self.timed(self.curl(*extra, "-K", config), timeout=600)
+        done = len(os.listdir(os.path.join(self.work, tag)))
+        shutil.rmtree(os.path.join(self.work, tag))
+        return self.drain_figures(tag, seconds, done, count, rc)
+
+    def drain_figures(self, tag, seconds, done, count, rc):
+        entries = self.requests(tag)
+        return {"seconds": seconds, "files": done, "asked": count, "rate": done / seconds, "rc": rc,
+                "connections": len({e["connection"] for e in entries}), "requests": len(entries),
+                "complete": done >= count}
+
+    def l2(self, link, origin):
+        count = self.cfg["drain_files"]
+        for width in (1, 4):
+            ours = self.drain(origin, self.tag("l2d%d" % width), count, width)
+            peer = self.curl_drain(origin, self.tag("l2c%d" % width), count, 0 if width == 1 else width)
+
+            def text(f):
+                shown = ("%.1f s" % f["seconds"]) if f["complete"] else ("%d of %d in %.0f s (capped)"
+                                                                        % (f["files"], f["asked"], f["seconds"]))
+                return "%s, %.1f files/s, %d connection%s" % (shown, f["rate"], f["connections"],
+                                                              "" if f["connections"] == 1 else "s")
+            what = ("nothing urgent: `queue --wait` of %d × 205 KB" % count if width == 1 else
+                    "nothing urgent: `queue --wait` of %d × 205 KB, --slow-width 4" % count)
+            self.row(row="L2", link=link, origin=origin, what=what + " (files/s ratio)", ours=text(ours),
+                     peer=("curl, one process, serial: " if width == 1 else "curl --parallel --parallel-max 4: ")
+                     + text(peer), ratio=ours["rate"] / peer["rate"], target="≥ 0.9 × curl",
+                     met=ours["rate"] >= 0.9 * peer["rate"], note="", figures={"prefetchd": ours, "curl": peer})
+
+    # ---- L3: fast-lane bulk
+
+    def l3(self, link, origin):
+        count = self.cfg["bulk_files"]
+        tag = self.tag("l3d")
+        daemon = LabDaemon(self, tag)
+        try:
+            listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
+            seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "300", "-"), stdin=listing)
+        finally:
+            daemon.stop()
+        ours = self.drain_figures(tag, seconds, count if rc == 0 else 0, count, rc)
+        peer = self.curl_drain(origin, self.tag("l3c"), count, 8)
+        self.row(row="L3", link=link, origin=origin, what="fast-lane bulk: `get -` of %d × 205 KB (time ratio)" % count,
+                 ours="%.1f s, %d connections" % (ours["seconds"], ours["connections"]),
+                 peer="curl -Z --parallel-max 8: %.1f s, %d connections" % (peer["seconds"], peer["connections"]),
+                 ratio=peer["seconds"] / ours["seconds"], target="≥ 1.0 × curl -Z (speed)",
+                 met=rc == 0 and ours["seconds"] <= peer["seconds"], note="ratio: curl's time ÷ ours",
+                 figures={"prefetchd": ours, "curl": peer})
+
+    # ---- L4: a person scrolling
+
+    def l4(self, link, origin):
+        screens = self.cfg["screens"]
+        tag = self.tag("l4d")
+        listing = self.write_list(tag + ".txt", self.urls(origin, tag, self.net.images))
+        daemon = LabDaemon(self, tag)
+        ready = {}
+        try:
+            view = subprocess.Popen(daemon.ctl("view", listing, "--ahead", str(VIEW_AHEAD)), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+            def read():
+                for line in view.stdout:
+                    row = line.split(b" ", 1)[0]
+                    if row.isdigit():
+                        ready.setdefault(int(row), time.monotonic())
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            shown = []
+            started = time.monotonic()
+            for screen in range(screens):
+                delay = started + screen * SCREEN_SECONDS - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                shown.append(time.monotonic())
+                view.stdin.write(b"%d %d\n" % (screen * SCREEN_ROWS, screen * SCREEN_ROWS + SCREEN_ROWS - 1))
+                view.stdin.flush()
+            view.stdin.close()
+            view.wait(timeout=120)
+            reader.join(timeout=5)
+        finally:
+            daemon.stop()
+        ours = []
+        for screen in range(screens):
+            rows = range(screen * SCREEN_ROWS, (screen + 1) * SCREEN_ROWS)
+            ours.append(max(ready[r] for r in rows) - shown[screen] if all(r in ready for r in rows) else None)
+
+        tag = self.tag("l4c")
+        urls = self.urls(origin, tag, screens * SCREEN_ROWS)
+        naive = [None] * screens
+
+        def fetch(screen):
+            part = urls[screen * SCREEN_ROWS:(screen + 1) * SCREEN_ROWS]
+            config = self.curl_config(part, os.path.join(self.work, "%s-%d" % (tag, screen)))
+            seconds, rc, _ = self.timed(self.curl("-Z", "-K", config))
+            naive[screen] = seconds if rc == 0 else None
+        threads = []
+        started = time.monotonic()
+        for screen in range(screens):
+            delay = started + screen * SCREEN_SECONDS - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            threads.append(threading.Thread(target=fetch, args=(screen,)))
+            threads[-1].start()
+        for thread in threads:
+            thread.join()
+        counted_ours = [s for s in ours[1:] if s is not None]
+        counted_naive = [s for s in naive[1:] if s is not None]
+        ours_median = median(counted_ours) if len(counted_ours) == len(ours) - 1 else None
+        naive_median = median(counted_naive)
+        self.row(row="L4", link=link, origin=origin,
+                 what="scrolling: %d-row screens every %g s, `view --ahead %d`, a screen fully ready "
+                      "(median of screens 2–%d)" % (SCREEN_ROWS, SCREEN_SECONDS, VIEW_AHEAD, screens),
+                 ours=ms(ours_median), peer="curl -Z per screen when shown: %s" % ms(naive_median),
+                 ratio=None if ours_median is None else ours_median / naive_median, target="≤ 0.1 × naive",
+                 met=ours_median is not None and ours_median <= 0.1 * naive_median,
+                 note="per screen, ours: %s; naive: %s" % (", ".join(ms(s) for s in ours),
+                                                           ", ".join(ms(s) for s in naive)),
+                 figures={"prefetchd": ours, "naive": naive})
+
+    # ---- the run
+
+    def run(self):
+        rows = {"L1": self.l1, "L2": self.l2, "L3": self.l3, "L4": self.l4}
+        only = [r.strip().upper() for r in self.args.only.split(",")] if self.args.only else list(rows)
+        started = time.monotonic()
+        self.load_before = os.getloadavg()[0]
+        first = self.args.links[0]
+        self.net = lab.Lab(name=self.args.name, delay_ms=first["delay_ms"], rate_mbit=first["rate_mbit"],
+                           buffer_bytes=first["buffer_bytes"])
+        with self.net:
+            with open(SYSTEM_CA_FILE, "rb") as system, open(self.net.ca_file, "rb") as ours, \
+                    open(self.bundle, "wb") as bundle:
+                bundle.write(system.read() + b"\n" + ours.read())
+            for link in self.args.links:
+                self.net.set_link(delay_ms=link["delay_ms"], rate_mbit=link["rate_mbit"],
+                                  buffer_bytes=link["buffer_bytes"])
+                for name in self.args.origins:
+                    for row in only:
+                        log("%s on %s, %s" % (row, link["label"], ORIGINS[name][1]))
+                        try:
+                            rows[row](link["label"], ORIGINS[name][0])
+                        except (RuntimeError, OSError, subprocess.SubprocessError, ValueError, KeyError) as error:
+                            log("%s failed: %s" % (row, error))
+                            self.errors.append("%s on %s, %s: %s" % (row, link["label"], ORIGINS[name][1], error))
+        return time.monotonic() - started
+
+    def report(self, seconds):
+        commit = git("rev-parse", "--short", "HEAD") or "unknown"
+        dirty = bool(git("status", "--porcelain", "Sources"))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        names = {v[0]: v[1] for v in ORIGINS.values()}
+        load = (self.load_before, os.getloadavg()[0])
+        lines = ["Lab run of %s, commit %s%s, %s mode, %.0f s; binaries %s%s; %d cores, load %.2f before, %.2f "
+                 "after. Link: `RTT / rate / bottleneck buffer` (lab/README.md)." % (
+                     now.strftime("%Y-%m-%d %H:%M UTC"), commit, " with uncommitted changes in Sources" if dirty else "",
+                     "quick" if self.args.quick else "full", seconds, os.path.relpath(self.bins, REPO),
+                     " (%s)" % self.bin_note if self.bin_note else "", os.cpu_count(), *load),
+            "", "| row | network | what | prefetchd | peer | ratio | target | met |", "|---|---|---|---|---|---|---|---|"]
+        for r in self.rows:
+            lines.append("| %s | lab %s, %s | %s%s | %s | %s | %s | %s | %s |" % (
+                r["row"], r["link"], names[r["origin"]], r["what"], " — " + r["note"] if r["note"] else "", r["ours"],
+                r["peer"], "—" if r["ratio"] is None else "%.2f" % r["ratio"], r["target"],
+                "**yes**" if r["met"] else "**no**"))
+        lines += ["", "Rows that could not run: " + "; ".join(self.errors)] if self.errors else []
+        table = "\n".join(lines)
+        print(table)
+        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+        path = os.path.join(HERE, "results", "lab-%s-%s%s.json" % (now.strftime("%Y%m%d-%H%M"), commit,
+                                                                    "-quick" if self.args.quick else ""))
+        with open(path, "w") as f:
+            json.dump({"date": now.isoformat(timespec="seconds"), "commit": commit, "sources_dirty": dirty,
+                       "mode": "quick" if self.args.quick else "full", "seconds": round(seconds, 1), "load": load,
+                       "binaries": self.bins, "binaries_note": self.bin_note, "daemon_args": self.daemon_args,
+                       "config": self.cfg, "links": self.args.links, "origins": self.args.origins,
+                       "curl": subprocess.run(["curl", "--version"], capture_output=True, text=True).stdout.split("\n")[0],
+                       "rows": self.rows, "errors": self.errors, "table": table}, f, indent=1)
+        print("\nresults: %s" % os.path.relpath(path, REPO))
+        if self.args.quick or self.args.only or self.args.custom or self.errors:
+            return
+        readme = os.path.join(HERE, "README.md")  # a full run with every row replaces the table there
+        with open(readme) as f:
+            text = f.read()
+        begin, end = "<!-- lab-results:begin -->", "<!-- lab-results:end -->"
+        if begin in text and end in text:
+            header = lines[0].replace("Link: `RTT / rate / bottleneck buffer` (lab/README.md).",
+                                      "Raw figures: `%s`." % os.path.relpath(path, REPO))
+            table = "\n".join([header] + lines[1:])
+            with open(readme, "w") as f:
+                f.write(text.split(begin)[0] + begin + "\n" + table + "\n" + end + text.split(end, 1)[1])
+            print("table written to bench/README.md")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="prefetchd against curl on the network lab (issue 16). Needs root.")
+    parser.add_argument("--quick", action="store_true", help="fewer gets and files, one link")
+    parser.add_argument("--only", help="rows to run, e.g. L1,L4 (default: all)")
+    parser.add_argument("--links", type=lambda t: [parse_link(x) for x in t.split(",")],
+                        help="RTT_MS/MBIT/BUFFER,... (default 50/20/64K,10/100/64K; quick: 50/20/64K)")
+    parser.add_argument("--origins", type=lambda t: t.split(","), default=["h2", "h1"],
+                        help="h2 (HTTPS :443, HTTP/2), h1 (HTTPS :8443, HTTP/1.1), http (:80) (default h2,h1)")
+    parser.add_argument("--bin-dir", help="where prefetchd and prefetchctl are (default: .build/release when up to "
+                                          "date, else .build/debug)")
+    parser.add_argument("--daemon-args", default="", help="extra prefetchd options for every daemon")
+    parser.add_argument("--name", default="lbench", help="the lab's name (default lbench)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (daemon logs)")
+    args = parser.parse_args()
+    args.custom = args.links is not None or args.origins != ["h2", "h1"] or bool(args.daemon_args)
+    if args.links is None:
+        args.links = [parse_link("50/20/64K")] + ([] if args.quick else [parse_link("10/100/64K")])
+    unknown = [o for o in args.origins if o not in ORIGINS]
+    if unknown:
+        parser.error("unknown origin %s (h2, h1, http)" % ", ".join(unknown))
+    if os.geteuid() != 0:
+        parser.error("the lab needs root")
+    bins, bin_note = (args.bin_dir, None) if args.bin_dir else default_bin_dir()
+    for binary in ("prefetchd", "prefetchctl"):
+        if not os.access(os.path.join(bins, binary), os.X_OK):
+            parser.error("%s/%s is missing; run `make release` (or give --bin-dir)" % (bins, binary))
+    if bin_note:
+        log("note: " + bin_note)
+    bench = LabBench(args, bins, bin_note)
+    try:
+        seconds = bench.run()
+        bench.report(seconds)
+    finally:
+        if args.keep:
+            log("kept %s" % bench.work)
+        else:
+            shutil.rmtree(bench.work, ignore_errors=True)
+    return 1 if bench.errors else 0  # unmet targets are results (the table says so), not failures
+
+
+if __name__ == "__main__":
+    sys.exit(main())
