@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 /// What the daemon does with its own state when the world around it misbehaves: a second daemon, a damaged index,
@@ -132,6 +133,22 @@ struct TrustTests {
             let reply = try #require(connection.receive())
             let path = try #require((reply["result"] as? [String: Any])?["path"] as? String, "\(reply)")
             #expect(FileManager.default.fileExists(atPath: path), "\(path)")
+        }
+    }
+
+    @Test("sixteen concurrent get -o of 400 KB images arriving together under a 1 MB cache limit all write their file (none fails with cannot open)")
+    func concurrentGetOutputs() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-cache-bytes", "1M"])
+        let results = Mutex<[Int: (CommandResult, Int)]>([:])
+        DispatchQueue.concurrentPerform(iterations: 16) { index in
+            let output = daemon.directory.path + "/out\(index).jpg"
+            let result = daemon.ctl("get", "-o", output, origin.url("/o\(index).jpg?size=400000&delay=0.5"))
+            let size = (try? FileManager.default.attributesOfItem(atPath: output)[.size] as? Int) ?? -1
+            results.withLock { $0[index] = (result, size ?? -1) }
+        }
+        for (index, (result, size)) in results.withLock({ $0 }).sorted(by: { $0.key < $1.key }) {
+            #expect(result.status == 0 && size == 400_000, "\(index): \(result.stderr) \(size)")
         }
     }
 

@@ -22,14 +22,16 @@ enum GetCommand {
         var sent = 0
         var printed = 0
         var exitCode = ExitCode.ok
+        var askedAgain = 0
+        func request(_ url: String) -> Request {
+            Request(id: nil, op: .get, url: url, maxStale: arguments.maxStale, offline: arguments.offline ? true : nil,
+                    size: arguments.size, fit: arguments.fit, format: arguments.format, quality: arguments.quality,
+                    upscale: arguments.upscale ? true : nil)
+        }
         while true {
             while sent < urls.count, indexByID.count < window {
-                let request = Request(id: nil, op: .get, url: urls[sent], maxStale: arguments.maxStale,
-                                      offline: arguments.offline ? true : nil, size: arguments.size, fit: arguments.fit,
-                                      format: arguments.format, quality: arguments.quality,
-                                      upscale: arguments.upscale ? true : nil)
                 do throws(CLIError) {
-                    indexByID[try client.send(request)] = sent
+                    indexByID[try client.send(request(urls[sent]))] = sent
                 } catch {
                     // A URL too long for a request line is refused before sending.
                     guard case .failed(let refusal) = error else { throw error }
@@ -40,7 +42,14 @@ enum GetCommand {
             while printed < urls.count, let answer = answers[printed] {
                 if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error)) }
                 if let output = arguments.output, case .success(let entry) = answer {
-                    try copy(entry.path, to: output)
+                    guard try copy(entry.path, to: output, lastTry: askedAgain == 2) else {
+                        // Evicted between the reply and the copy (a cache smaller than what its clients use at
+                        // once): asked again, the daemon fetches it again.
+                        askedAgain += 1
+                        answers[printed] = nil
+                        indexByID[try client.send(request(urls[printed]))] = printed
+                        break
+                    }
                 } else {
                     report.answer(urls[printed], answer)
                 }
@@ -87,9 +96,10 @@ enum GetCommand {
         }
     }
 
-    /// Copies the cached file to `destination` (`-` is stdout).
-    private static func copy(_ path: String, to destination: String) throws(CLIError) {
+    /// Copies the cached file to `destination` (`-` is stdout); false when the file is gone (unless `lastTry`).
+    private static func copy(_ path: String, to destination: String, lastTry: Bool) throws(CLIError) -> Bool {
         let input = open(path, O_RDONLY | O_CLOEXEC)
+        if input < 0, errno == ENOENT, !lastTry { return false }
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
         let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
@@ -107,6 +117,7 @@ enum GetCommand {
                 offset += written
             }
         }
+        return true
     }
 }
 
