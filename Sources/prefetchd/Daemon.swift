@@ -247,8 +247,9 @@ final class Daemon {
         }
     }
 
-    /// Stops admitting, answers every waiter `shutting_down`, stops the transfers keeping their partial bodies for the
-    /// next start (acknowledged queue entries stay in the index), commits and leaves the loop.
+    /// Stops admitting, answers every waiter `shutting_down`, stops the transfers keeping only the partial bodies the
+    /// next start resumes (queued URLs with a validator; acknowledged queue entries stay in the index), records that
+    /// nothing was being handled (`CrashGuard`), commits and leaves the loop.
     private func shutdown(reason: String) {
         guard !shuttingDown else { return }
         shuttingDown = true
