@@ -101,9 +101,12 @@ final class Origin: @unchecked Sendable {
     let port: Int
     private let directory: TemporaryDirectory
 
-    init(root: String? = nil) throws {
+    /// Serves HTTPS when given a certificate chain and its key (PEM files).
+    init(root: String? = nil, tls: (certificate: String, key: String)? = nil) throws {
         directory = try TemporaryDirectory()
-        child = try ChildProcess("/usr/bin/env", ["python3", Paths.fixtures + "/origin.py", "--port", "0"] + (root.map { ["--root", $0] } ?? []),
+        scheme = tls == nil ? "http" : "https"
+        child = try ChildProcess("/usr/bin/env", ["python3", Paths.fixtures + "/origin.py", "--port", "0"] + (root.map { ["--root", $0] } ?? [])
+                                 + (tls.map { ["--tls-cert", $0.certificate, "--tls-key", $0.key] } ?? []),
                                  stderrPath: directory.path + "/origin.err")
         let line = child.stdout.fileHandleForReading.readLine()
         guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
@@ -112,7 +115,9 @@ final class Origin: @unchecked Sendable {
         self.port = port
     }
 
-    func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
+    private let scheme: String
+
+    func url(_ path: String) -> String { "\(scheme)://127.0.0.1:\(port)\(path)" }
 
     struct Stats: Decodable {
         struct Entry: Decodable {

@@ -16,6 +16,10 @@ struct FetchSettings {
     var backgroundWindow: Int64 = 16 * 1024
     /// An upstream proxy URL; without one curl honours `http_proxy`, `https_proxy` and `no_proxy`.
     var proxy: String?
+    /// Certificate authorities trusted instead of the system's: a PEM bundle, and a directory of hashed certificates
+    /// (`c_rehash`), for servers behind a private CA.
+    var caFile: String?
+    var caPath: String?
     /// Networks never connected to, checked on the address actually connected (link-local ones always are).
     var deniedNetworks: [IPNetwork] = []
 }

@@ -107,6 +107,8 @@ final class Transfer {
         pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
         if let proxy = settings.proxy { pf_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
+        if let caFile = settings.caFile { pf_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
+        if let caPath = settings.caPath { pf_easy_setopt_string(easy, CURLOPT_CAPATH, caPath) }
     }
 
     deinit {

@@ -166,6 +166,16 @@ struct Options {
                 summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
                 read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : value },
                 show: { $0.fetch.proxy ?? "" }),
+        Setting(key: "ca_file", placeholder: "PATH",
+                summary: "trust the certificate authorities in this PEM file instead of the system's (a private CA)",
+                defaultText: "the system's",
+                read: { options, value throws(BadValue) in options.fetch.caFile = value.isEmpty ? nil : try readable(value, directory: false) },
+                show: { $0.fetch.caFile ?? "" }),
+        Setting(key: "ca_path", placeholder: "DIR",
+                summary: "trust the certificate authorities in this directory of hashed certificates (c_rehash)",
+                defaultText: "the system's",
+                read: { options, value throws(BadValue) in options.fetch.caPath = value.isEmpty ? nil : try readable(value, directory: true) },
+                show: { $0.fetch.caPath ?? "" }),
         Setting(key: "deny_networks", placeholder: "LIST",
                 summary: "networks never connected to, in CIDR form, comma-separated (link-local ones always are)",
                 defaultText: "none",
@@ -417,6 +427,19 @@ struct Options {
     private static func absolutePath(_ text: String) throws(BadValue) -> String {
         guard text.hasPrefix("/") else { throw BadValue("'\(text)' is not an absolute path") }
         return text
+    }
+
+    /// An absolute path to a file (or directory) the daemon can read now.
+    private static func readable(_ text: String, directory: Bool) throws(BadValue) -> String {
+        let path = try absolutePath(text)
+        var info = stat()
+        guard stat(path, &info) == 0, access(path, R_OK) == 0 else {
+            throw BadValue("cannot read '\(path)': \(String(cString: strerror(errno)))")
+        }
+        guard ((info.st_mode & S_IFMT) == S_IFDIR) == directory else {
+            throw BadValue("'\(path)' is not a \(directory ? "directory" : "file")")
+        }
+        return path
     }
 
     private static func fileMode(_ text: String) throws(BadValue) -> mode_t {

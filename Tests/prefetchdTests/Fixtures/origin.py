@@ -829,6 +829,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="prefetchd test origin server")
     ap.add_argument("--port", type=int, default=0, help="port (0 = ephemeral)")
     ap.add_argument("--root", default=None, help="serve existing files from DIR")
+    ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate chain (PEM)")
+    ap.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
     args = ap.parse_args(argv)
     if args.root is not None:
         ROOT = os.path.realpath(args.root)
@@ -842,6 +844,11 @@ def main(argv=None):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
     server = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     try:
         sys.stdout.write("PORT %d\n" % server.server_address[1])
         sys.stdout.flush()

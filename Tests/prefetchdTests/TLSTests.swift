@@ -1,0 +1,61 @@
+import Foundation
+import Testing
+
+/// Image servers behind a private certificate authority (`ca_file`, `ca_path`).
+@Suite(.serialized)
+struct TLSTests {
+    /// A CA of the test's own and a certificate it signed for 127.0.0.1, made with openssl.
+    struct PrivateCA {
+        let directory: TemporaryDirectory
+        var caFile: String { directory.path + "/ca.pem" }
+        var certificate: String { directory.path + "/server.pem" }
+        var key: String { directory.path + "/server.key" }
+
+        init() throws {
+            directory = try TemporaryDirectory()
+            let d = directory.path
+            let steps: [[String]] = [
+                ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=prefetchd test CA",
+                 "-keyout", d + "/ca.key", "-out", d + "/ca.pem"],
+                ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", d + "/server.key",
+                 "-out", d + "/server.csr"],
+                ["x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", d + "/san.cnf", "-out", d + "/server.pem"],
+            ]
+            try "subjectAltName = IP:127.0.0.1\n".write(toFile: d + "/san.cnf", atomically: true, encoding: .utf8)
+            for step in steps {
+                let result = run("/usr/bin/openssl", step)
+                guard result.status == 0 else { throw HarnessError("openssl \(step[0]): \(result.stderr)") }
+            }
+        }
+    }
+
+    @Test("an image server behind a private CA fails with tls naming the cause, and works with ca_file; the daemon keeps serving")
+    func privateCA() throws {
+        let ca = try PrivateCA()
+        let origin = try Origin(tls: (ca.certificate, ca.key))
+        let url = origin.url("/private.jpg")
+
+        let untrusting = try DaemonUnderTest()
+        let refused = untrusting.ctl("get", "--json", url)
+        #expect(errorCode(refused.stdout) == "tls", "\(refused.stdout) \(refused.stderr)")
+        #expect(refused.stdout.contains("certificate"), "the message names the cause: \(refused.stdout)")
+        #expect(untrusting.ctl("ping").status == 0)
+
+        let trusting = try DaemonUnderTest(["--ca-file", ca.caFile])
+        let fetched = trusting.ctl("get", url)
+        #expect(fetched.status == 0, "\(fetched.stdout) \(fetched.stderr)")
+        #expect(FileManager.default.fileExists(atPath: fetched.stdout.trimmingCharacters(in: .newlines)))
+    }
+
+    @Test("ca_file naming a file that cannot be read is refused at start-up with the path and the reason")
+    func unreadableCAFile() throws {
+        let directory = try TemporaryDirectory()
+        let missing = directory.path + "/no-such-ca.pem"
+        let result = run(Paths.prefetchd, ["--check-config", "--ca-file", missing])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains(missing) && result.stderr.contains("No such file"), "\(result.stderr)")
+        let notAFile = run(Paths.prefetchd, ["--check-config", "--ca-file", directory.path])
+        #expect(notAFile.status != 0 && notAFile.stderr.contains("is not a file"), "\(notAFile.stderr)")
+    }
+}
