@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 
-from lib import Client, Daemon, Origin, Failed, fd_count, log, outcome, scratch, wait_until
+from lib import Client, Daemon, Origin, Failed, fd_count, outcome, percentile, proc_status, scratch, wait_until
 
 GROUP = "bounds"
 
@@ -31,19 +31,7 @@ RSS_RETURN = 0.20
 
 def rss_kib(pid):
     """VmRSS (resident now) of a live process, in KiB; 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
+    return proc_status(pid, "VmRSS")
 
 
 class Sampler(threading.Thread):

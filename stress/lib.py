@@ -29,16 +29,27 @@ def log(*parts):
     print("[stress]", *parts, file=sys.stderr, flush=True)
 
 
-def peak_rss_kib(pid):
-    """VmHWM (peak resident set) of a live process, in KiB; 0 when it is gone."""
+def proc_status(pid, field):
+    """A numeric field of /proc/PID/status (VmRSS, VmHWM in KiB, Threads); 0 when the process is gone."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def peak_rss_kib(pid):
+    """VmHWM (peak resident set) of a live process, in KiB; 0 when it is gone."""
+    return proc_status(pid, "VmHWM")
+
+
+def percentile(values, fraction, empty=float("nan")):
+    """The value below which `fraction` of `values` lie; `empty` when there are none."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else empty
 
 
 def fd_count(pid):

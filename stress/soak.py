@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lib import Daemon, Failed, Origin, Processes, fd_count, log, scratch  # noqa: E402
+from lib import Daemon, Failed, Origin, Processes, fd_count, log, percentile, proc_status, scratch  # noqa: E402
 
 INTERVAL = 5.0
 # Growth over the post-warm-up window that counts as real, per column: (relative to the column's mean, absolute).
@@ -35,22 +35,6 @@ TOLERANCE = {
     "wal_kib": (0.25, 4096),
     "get_p99_ms": (0.50, 20),
 }
-
-
-def proc_status(pid, field):
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
 class Load:
@@ -275,8 +259,8 @@ def main():
                     "threads": proc_status(daemon.pid, "Threads"),
                     "tmp_files": len(os.listdir(tmp)) if os.path.isdir(tmp) else 0,
                     "wal_kib": os.path.getsize(wal) // 1024 if os.path.exists(wal) else 0,
-                    "get_p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
-                    "get_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+                    "get_p50_ms": round(percentile(latencies, 0.5, empty=0.0) * 1000, 1),
+                    "get_p99_ms": round(percentile(latencies, 0.99, empty=0.0) * 1000, 1),
                     "gets": len(latencies),
                     "fetched": status["fetched"],
                     "cache_mib": round(status["cache"]["bytes"] / 1048576, 1),
