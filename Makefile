@@ -74,7 +74,7 @@ release: deps
 	install -m 0755 $(BUILD_DIR)/static-prefetchctl/release/prefetchctl $(BUILD_DIR)/release/prefetchctl
 
 ## test: the whole suite plus the project's static checks
-test: test-deps check-core check-systemd stress-quick
+test: test-deps check-core check-systemd stress-quick lab-test
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --no-parallel
 
@@ -224,7 +224,7 @@ soak: stress-deps release
 # delay, rate, buffer, loss, outages) and nginx with TLS + HTTP/2 and plain HTTP/1.1 on the far side. Needs root.
 LAB_PACKAGES := iproute2 nginx openssl curl gcc libc6-dev imagemagick python3
 
-.PHONY: lab lab-deps lab-check
+.PHONY: lab lab-deps lab-check lab-test
 
 ## lab-deps: what the network lab runs
 lab-deps:
@@ -237,6 +237,11 @@ lab: lab-deps
 ## lab-check: measures the lab's link (round trip, rate, outage, loss) and its origins with curl; fails when off
 lab-check: lab
 	python3 lab/selfcheck.py
+
+## lab-test: short tests of the lane transport on the network lab (issue 16): connections per lane, promotion in
+## place, private CA (part of `make test`; the debug binaries, where `build` puts them)
+lab-test: lab build
+	python3 lab/lab_tests.py --bin-dir .build/debug
 
 .PHONY: bench-lab bench-lab-quick
 

@@ -78,8 +78,6 @@ class Bench:
         self.lines = []
         self.notes = []
         self.counter = 0
-        self.help_text = subprocess.run([os.path.join(self.bins, "prefetchd"), "--help"], capture_output=True,
-                                        text=True).stdout
 
     def fresh(self, name):
         self.counter += 1
@@ -109,8 +107,7 @@ class Bench:
     def b1(self):
         cfg = self.cfg
         origin = ShapedOrigin(self.corpus, SHAPED_RATE, SHAPED_LATENCY, self.work)
-        has_rate_option = "--background-rate" in self.help_text
-        configs = ["idle", "prefetchd", "full-speed", "fifo"]
+        configs = ["idle", "prefetchd", "fifo"]
         samples = {c: [] for c in configs}
         rep_p99 = {c: [] for c in configs}
         censored = {c: 0 for c in configs}
@@ -120,8 +117,6 @@ class Bench:
         try:
             for rep in range(cfg["b1_reps"]):
                 for config in rotated(configs, rep):
-                    if config == "full-speed" and not has_rate_option:
-                        continue
                     if config == "fifo" and rep > 0:
                         continue  # the FIFO is orders of magnitude off: one shorter run says so
                     tag = "r%d-%s" % (rep, config)
@@ -158,8 +153,7 @@ class Bench:
         result["setup"] = {"rate_bytes_per_s": SHAPED_RATE, "latency_s": SHAPED_LATENCY,
                            "backlog": cfg["b1_backlog"], "gets_per_run": cfg["b1_gets"],
                            "fifo_gets": cfg["b1_fifo_gets"], "percentile": "nearest rank",
-                           "interval_s": B1_INTERVAL, "reps": cfg["b1_reps"],
-                           "background_rate_option": has_rate_option}
+                           "interval_s": B1_INTERVAL, "reps": cfg["b1_reps"]}
         self.rows["B1"] = result
         idle = result["idle"]
 
@@ -191,17 +185,6 @@ class Bench:
                       fmt_ms(ours["p99_per_rep_s"]["min"]), fmt_ms(ours["p99_per_rep_s"]["max"]),
                       fmt_ms(idle["p99_per_rep_s"]["min"]), fmt_ms(idle["p99_per_rep_s"]["max"]),
                       ours["backlog_fetched_per_run"]))
-        full = result["full-speed"]
-        if full is None:
-            self.line("B1", "…compared with slow transfers left at full speed (SGImageCache)", fig(ours),
-                      "prefetchd --background-rate 0", "n/a (option missing)", None, "—", None, rss, cpu)
-        else:
-            rss_f, cpu_f = rss_cpu("full-speed")
-            self.line("B1", "…compared with slow transfers left at full speed (SGImageCache)", fig(ours),
-                      "prefetchd --background-rate 0", fig(full), ours["p99_s"] / full["p99_s"], "—", None,
-                      rss_f, cpu_f, note="peer p99/idle %.2f, p95/idle %.2f; the peer fetched %s backlog files "
-                      "per run meanwhile" % (full["p99_s"] / idle["p99_s"], full["p95_s"] / idle["p95_s"],
-                                             full["backlog_fetched_per_run"]))
         fifo = result["fifo"]
         self.line("B1", "…compared with a naive FIFO", fig(ours), "xargs -P 6 curl (backlog, then urgent URLs)",
                   fig(fifo), ours["p99_s"] / fifo["p99_s"], "—", None,
@@ -211,8 +194,7 @@ class Bench:
 
     def b1_daemon(self, origin, config, backlog, urgent):
         directory = self.fresh("b1-" + config)
-        args = ["--background-rate", "0"] if config == "full-speed" else []
-        d = Daemon(self.bins, directory, args).start()
+        d = Daemon(self.bins, directory, []).start()
         try:
             if config != "idle":
                 listing = self.write_lines("b1-backlog.txt", backlog)

@@ -499,7 +499,7 @@ final class Daemon {
                 transferStarted(key, lane: lane)
                 startFetch(key, lane: lane, revalidate: revalidate)
             case .changeLane(let key, let lane):
-                fetcher.changeLane(key, to: lane, throttled: lane == .slow && scheduler.counts.slowSuspended)
+                fetcher.changeLane(key, to: lane)
             case .park(let key):
                 parkTransfer(key)
             case .pauseHost(let host, let until):
@@ -510,9 +510,7 @@ final class Daemon {
             case .answer(let waiter, let answer):
                 answerWaiter(waiter, answer)
             case .slowLaneSuspended(let suspended):
-                for task in scheduler.allTasks where task.lane == .slow && task.state == .running {
-                    fetcher.setThrottled(task.key, suspended)
-                }
+                fetcher.holdBackground(suspended)
             case .forget(let key):
                 loadedFromBacklog.remove(key)
                 taskCreatedAt.removeValue(forKey: key)
@@ -543,7 +541,7 @@ final class Daemon {
             } else {
                 request.resumeValidator = try store.partialValidator(key)
             }
-            try fetcher.start(request, throttled: lane == .slow && scheduler.counts.slowSuspended)
+            try fetcher.start(request)
             Log.debug("start \(lane) \(key)")
         } catch {
             apply(scheduler.finish(key, .failure(.local("cannot start the transfer", error)), now: Moment(milliseconds: wallClockMilliseconds())))

@@ -78,6 +78,20 @@ struct ConfigTests {
         }
     }
 
+    @Test("a configuration written for an older version, with the retired background_rate, still starts: a warning names it")
+    func retiredSetting() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("background_rate = 32K\nslow_width = 2\n", to: config)
+        let (result, settings) = check(["--config", config, "--background-rate", "0"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("\(config):1: background_rate is ignored: background work is now held back"),
+                "\(result.stderr)")
+        #expect(result.stderr.contains("--background-rate is ignored"), "\(result.stderr)")
+        #expect(settings["slow_width"] == "2", "the lines after it are read")
+        #expect(settings["background_rate"] == nil)
+    }
+
     @Test("the daemon refuses to start on a bad configuration file and says which line")
     func daemonRefusesBadFile() throws {
         let directory = try TemporaryDirectory()

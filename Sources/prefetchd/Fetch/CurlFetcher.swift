@@ -17,14 +17,27 @@ struct FetchResult {
     let outcome: Result<Body, Failure>
 }
 
-/// All transfers, driven by one curl multi handle on the event loop (socket and timer callbacks, no polling).
+/// All transfers, in two connection pools: urgent work in one, background work in the other, so urgent work never
+/// shares a connection with background work that is held back. Holding the background lane stops reading its pool
+/// (no rate limit, no pause: curl is simply not called), and a transfer promoted in place keeps its connection.
 final class CurlFetcher {
-    private let multi: UnsafeMutableRawPointer
     private let loop: EventLoop
-    var settings: FetchSettings
+    private let fastPool: ConnectionPool
+    private let slowPool: ConnectionPool
+    var settings: FetchSettings {
+        didSet { fastPool.setConnectionsPerHost(settings.connectionsPerHost) }
+    }
     private var transfers: [String: Transfer] = [:]
-    /// When curl wants `socketAction(timeout)` (monotonic ms).
-    private(set) var deadline: Int64?
+    /// Whether background work is held back because urgent work runs.
+    private var backgroundHeld = false
+    /// When the background pool was last held (monotonic ms), while it is.
+    private var heldSince: Int64?
+    /// Background transfers that let go of their connections during a long hold, to start again when it ends.
+    private var letGo: [String: TransferRequest] = [:]
+    /// How long background transfers stay on held connections. After that they let go (bytes kept) and resume with
+    /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) or curl's connect timeout turns the
+    /// hold into a failed attempt.
+    static let longestHold: Int64 = 15_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
     /// Called just before a finished transfer's response is interpreted.
@@ -38,117 +51,133 @@ final class CurlFetcher {
 
     init(loop: EventLoop, settings: FetchSettings) {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-        multi = curl_multi_init()
         self.loop = loop
         self.settings = settings
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        pf_multi_setopt_socket_callback(multi, fetcherSocket)
-        pf_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, me)
-        pf_multi_setopt_timer_callback(multi, fetcherTimer)
-        pf_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, me)
-        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, settings.connectionsPerHost)
-        pf_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        fastPool = ConnectionPool(loop: loop, connectionsPerHost: settings.connectionsPerHost)
+        // The scheduler bounds the background lane; its pool needs no limit of its own.
+        slowPool = ConnectionPool(loop: loop, connectionsPerHost: 0)
+        fastPool.afterAction = { [unowned self] in self.collectFinished(from: self.fastPool) }
+        slowPool.afterAction = { [unowned self] in self.collectFinished(from: self.slowPool) }
     }
 
     deinit {
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
-        curl_multi_cleanup(multi)
     }
 
-    var runningCount: Int { transfers.count }
+    var runningCount: Int { transfers.count + letGo.count }
+
+    /// When the loop must call `timerFired()` (monotonic ms).
+    var deadline: Int64? {
+        let letGoAt = heldSince.map { $0 + Self.longestHold }
+        return [fastPool.deadline, slowPool.deadline, letGoAt].compactMap { $0 }.min()
+    }
 
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? {
         transfers[key].map { ($0.received, $0.expectedBytes) }
     }
 
-    func start(_ request: TransferRequest, throttled: Bool) throws {
+    private func pool(_ lane: Lane) -> ConnectionPool { lane == .fast ? fastPool : slowPool }
+
+    func start(_ request: TransferRequest) throws {
         precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
         let transfer = try Transfer(request, settings: settings)
         transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
-        if throttled { transfer.limitRate(settings.backgroundRateWhileSuspended) }
         transfers[request.key] = transfer
-        curl_multi_add_handle(multi, transfer.easy)
+        curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
     }
 
     /// Stops a transfer; its partial body is deleted, or kept on disk to resume from when `keepingBody`.
     func stop(_ key: String, keepingBody: Bool) {
-        guard let transfer = transfers.removeValue(forKey: key) else { return }
-        curl_multi_remove_handle(multi, transfer.easy)
-        if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
-    }
-
-    /// Holds a background transfer to a low rate while urgent work runs, or lets it run at full speed.
-    func setThrottled(_ key: String, _ throttled: Bool) {
-        transfers[key]?.limitRate(throttled ? settings.backgroundRateWhileSuspended : 0)
-    }
-
-    /// A running transfer changed lane in place: held back or not, and urgent work gets its window back.
-    func changeLane(_ key: String, to lane: Lane, throttled: Bool) {
-        guard let transfer = transfers[key] else { return }
-        transfer.lane = lane
-        transfer.limitRate(throttled ? settings.backgroundRateWhileSuspended : 0)
-        transfer.widenWindowForUrgentWork()
-    }
-
-    /// Curl's timer expired.
-    func timerFired() {
-        deadline = nil
-        var running: Int32 = 0
-        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
-        collectFinished()
-    }
-
-    fileprivate func socketChanged(_ fd: Int32, what: Int32, easy: UnsafeMutableRawPointer?) {
-        if what == CURL_POLL_REMOVE {
-            loop.remove(fd)
+        if let request = letGo.removeValue(forKey: key) {
+            if !keepingBody { unlink(request.bodyPath) }
             return
         }
-        var pointer: UnsafeMutableRawPointer?
-        if let easy, pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer) == CURLE_OK, let pointer {
-            let transfer = Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue()
-            transfer.socket = fd
+        guard let transfer = transfers.removeValue(forKey: key) else { return }
+        curl_multi_remove_handle(pool(transfer.pool).multi, transfer.easy)
+        if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
+        updateHold()
+    }
+
+    /// Holds background work back while urgent work runs, or lets it go on.
+    func holdBackground(_ held: Bool) {
+        backgroundHeld = held
+        updateHold()
+    }
+
+    /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.
+    func changeLane(_ key: String, to lane: Lane) {
+        if var request = letGo[key], lane == .fast {
+            letGo[key] = nil
+            request.lane = .fast
+            return restart(request)
         }
-        var events: UInt32 = 0
-        if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }
-        if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { events |= UInt32(EPOLLOUT.rawValue) }
-        if loop.isRegistered(fd) {
-            loop.modify(fd, events: events)
-        } else {
-            do {
-                try loop.add(fd, events: events) { [unowned self] ready in self.socketReady(fd, ready) }
-            } catch {
-                Log.error("cannot watch a curl socket: \(error)")
-            }
+        guard let transfer = transfers[key] else { return }
+        transfer.lane = lane
+        if lane == .fast { transfer.widenWindowForUrgentWork() }
+        updateHold()
+    }
+
+    /// The background pool is held while urgent work runs, unless a transfer promoted in place still runs on it.
+    private func updateHold() {
+        let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
+        let held = backgroundHeld && !urgentOnBackgroundConnection
+        if held != slowPool.isHeld { heldSince = held ? monotonicMilliseconds() : nil }
+        slowPool.hold(held)
+        if !held {
+            let waiting = letGo.values
+            letGo = [:]
+            for request in waiting { restart(request) }
         }
     }
 
-    fileprivate func timerChanged(_ milliseconds: Int) {
-        deadline = milliseconds < 0 ? nil : monotonicMilliseconds() + Int64(milliseconds)
+    /// Curl's timer of either pool expired, or a hold lasted long.
+    func timerFired() {
+        let now = monotonicMilliseconds()
+        fastPool.fireTimerIfDue(now: now)
+        slowPool.fireTimerIfDue(now: now)
+        if let since = heldSince, now - since >= Self.longestHold { letGoOfHeldConnections() }
     }
 
-    private func socketReady(_ fd: Int32, _ events: UInt32) {
-        var mask: Int32 = 0
-        if events & UInt32(EPOLLIN.rawValue) != 0 { mask |= CURL_CSELECT_IN }
-        if events & UInt32(EPOLLOUT.rawValue) != 0 { mask |= CURL_CSELECT_OUT }
-        if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
-        var running: Int32 = 0
-        curl_multi_socket_action(multi, fd, mask, &running)
-        collectFinished()
+    /// A long hold: the held background transfers stop, keeping what a resume can continue from.
+    private func letGoOfHeldConnections() {
+        heldSince = nil
+        for transfer in transfers.values where transfer.pool == .slow && transfer.lane == .slow {
+            let request = transfer.continuation
+            transfers[transfer.key] = nil
+            curl_multi_remove_handle(slowPool.multi, transfer.easy)
+            if request.resumeValidator != nil { transfer.closeFile() } else { transfer.discardBody() }
+            letGo[transfer.key] = request
+            Log.debug("held for \(Self.longestHold / 1000) s: \(transfer.key) lets go of its connection until urgent work ends")
+        }
     }
 
-    private func collectFinished() {
+    /// Starts a transfer that let go of its connection again; a failure to start ends it like a failed transfer.
+    private func restart(_ request: TransferRequest) {
+        do {
+            try start(request)
+        } catch {
+            onFinish(FetchResult(key: request.key, headers: ResponseHeaders(),
+                                 outcome: .failure(.local("cannot start the transfer again", error))))
+        }
+    }
+
+    private func collectFinished(from pool: ConnectionPool) {
         var pending: Int32 = 0
-        while let message = curl_multi_info_read(multi, &pending) {
+        var ended = false
+        while let message = curl_multi_info_read(pool.multi, &pending) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
             let code = message.pointee.data.result
             var pointer: UnsafeMutableRawPointer?
             pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer)
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
+            transfer.narrowWindowAfterUrgentWork()
             transfers.removeValue(forKey: transfer.key)
-            curl_multi_remove_handle(multi, easy)
+            curl_multi_remove_handle(pool.multi, easy)
             finished.append((transfer, code))
+            ended = true
         }
+        if ended { updateHold() }
         concludeHeld()
     }
 
@@ -191,14 +220,4 @@ final class CurlFetcher {
         return FetchResult(key: transfer.key, headers: headers,
                            outcome: .success(.downloaded(path: transfer.bodyPath, bytes: transfer.received, sha256: sha256)))
     }
-}
-
-private let fetcherSocket: curl_socket_callback = { easy, fd, what, userdata, _ in
-    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().socketChanged(fd, what: what, easy: easy)
-    return 0
-}
-
-private let fetcherTimer: curl_multi_timer_callback = { _, milliseconds, userdata in
-    Unmanaged<CurlFetcher>.fromOpaque(userdata!).takeUnretainedValue().timerChanged(milliseconds)
-    return 0
 }

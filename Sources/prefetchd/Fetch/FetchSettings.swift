@@ -7,13 +7,12 @@ struct FetchSettings {
     var lowSpeedLimit: Int64 = 1024
     var lowSpeedTime: Int64 = 30
     var connectionsPerHost: Int = 6
-    /// The rate a running background transfer is held to while urgent work runs (bytes/s).
-    var backgroundRateWhileSuspended: Int64 = 32 * 1024
-    /// The receive buffer of connections opened for background work (bytes), or 0 to leave it to the kernel. Holding
-    /// a transfer's reading back does not stop the server while the TCP window is open, and Linux opens it to
-    /// megabytes; a small buffer keeps the window small, so a held-back background transfer stops taking bandwidth
-    /// from urgent ones almost at once. Its cost: background throughput at most this much per round trip.
-    var backgroundWindow: Int64 = 16 * 1024
+    /// The receive buffer of the background pool's connections (bytes), or 0 to leave it to the kernel. Not reading
+    /// a held connection does not stop its server while the TCP window is open, and Linux opens it to megabytes; a
+    /// buffer near the path's bandwidth-delay product lets about one window cross after the hold, so urgent work
+    /// gets the link within a round trip. Its cost: background throughput at most about this much per round trip
+    /// (docs/transport.md).
+    var backgroundWindow: Int64 = 128 * 1024
     /// An upstream proxy URL; without one curl honours `http_proxy`, `https_proxy` and `no_proxy`.
     var proxy: String?
     /// Certificate authorities trusted instead of the system's: a PEM bundle, and a directory of hashed certificates

@@ -20,6 +20,10 @@ final class Transfer {
     let easy: UnsafeMutableRawPointer
     let bodyPath: String
     var lane: Lane
+    /// The lane whose connection pool carries it: the lane it started in (a lane change keeps the connection).
+    let pool: Lane
+    /// What starts it again from where it is: its request, resuming the body once it started with a validator.
+    private(set) var continuation: TransferRequest
     /// Whether a conditional request was sent (a 304 is then expected, not an error).
     let conditional: Bool
     /// Bytes in the body file, resumed ones included.
@@ -50,6 +54,8 @@ final class Transfer {
         self.easy = easy
         key = request.key
         lane = request.lane
+        pool = request.lane
+        continuation = request
         maxBytes = settings.maxBytes
         backgroundWindow = Int32(settings.backgroundWindow)
         deniedNetworks = IPNetwork.linkLocal + settings.deniedNetworks
@@ -58,7 +64,9 @@ final class Transfer {
         let truncate = request.resumeValidator == nil ? O_TRUNC : 0
         fd = try syscall("open", request.bodyPath) { open(request.bodyPath, O_WRONLY | O_CREAT | O_CLOEXEC | truncate, CacheFiles.fileMode) }
 
-        var headerLines = ["Accept: image/*,*/*;q=0.8"]
+        // RFC 9218 priorities, for the servers and CDNs that order their sending by them: background is the least
+        // urgent and incremental.
+        var headerLines = ["Accept: image/*,*/*;q=0.8", request.lane == .fast ? "Priority: u=1" : "Priority: u=7, i"]
         if let conditional = request.conditional {
             if let etag = conditional.etag { headerLines.append("If-None-Match: \(etag)") }
             if let modified = conditional.lastModified { headerLines.append("If-Modified-Since: \(modified)") }
@@ -78,12 +86,10 @@ final class Transfer {
         pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)
         pf_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me)
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
-        if lane == .slow, backgroundWindow > 0 {
-            // A connection of its own, with a small window, closed afterwards: never one urgent work shares.
+        if pool == .slow, backgroundWindow > 0 {
+            // Connections of the background pool get a bounded window: a held transfer stops taking the link soon.
             pf_easy_setopt_sockopt_callback(easy, transferSocketOptions)
             pf_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, me)
-            pf_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
-            pf_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
         }
         pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
         pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
@@ -115,11 +121,6 @@ final class Transfer {
         curl_easy_cleanup(easy)
         curl_slist_free_all(requestHeaders)
         closeFile()
-    }
-
-    /// Limits the download rate (background work yielding to urgent work); 0 lifts the limit.
-    func limitRate(_ bytesPerSecond: Int64) {
-        pf_easy_setopt_off_t(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(bytesPerSecond))
     }
 
     var responseCode: Int {
@@ -205,6 +206,8 @@ final class Transfer {
             }
             // An encoded body is stored decoded: its bytes are not the ones a range would count.
             let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
+            continuation.conditional = nil
+            continuation.resumeValidator = validator
             onBodyStart(self, validator)
         }
         let count = Int64(data.count)
@@ -275,17 +278,31 @@ final class Transfer {
 
     /// The connection's socket, as curl reported it for polling.
     var socket: Int32 = -1
+    /// The background connection whose window was widened for this transfer promoted in place.
+    private var widenedSocket: Int32?
 
-    /// Gives the connection room again when this transfer became urgent on a connection opened for background work.
+    /// Gives the connection room when this transfer became urgent on a connection of the background pool.
     func widenWindowForUrgentWork() {
-        guard lane == .fast, backgroundWindow > 0, socket >= 0 else { return }
-        var current: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        // The kernel reports twice the size that was set.
-        guard getsockopt(socket, SOL_SOCKET, SO_RCVBUF, &current, &length) == 0, current <= 2 * backgroundWindow else { return }
-        var size = Self.urgentWindow
-        setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        guard pool == .slow, backgroundWindow > 0, socket >= 0, widenedSocket == nil else { return }
+        setReceiveBuffer(socket, Self.urgentWindow)
+        widenedSocket = socket
     }
+
+    /// Gives a connection widened for urgent work its background window back before it carries background work
+    /// again; called when the transfer ended and the connection, if curl keeps it, is idle.
+    func narrowWindowAfterUrgentWork() {
+        guard let widened = widenedSocket else { return }
+        widenedSocket = nil
+        var alive: curl_socket_t = -1
+        guard pf_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &alive) == CURLE_OK, alive == widened else { return }
+        setReceiveBuffer(widened, backgroundWindow)
+    }
+}
+
+/// Sets a socket's receive buffer, which bounds the TCP window it announces.
+private func setReceiveBuffer(_ socket: Int32, _ bytes: Int32) {
+    var size = bytes
+    setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
 }
 
 private let transferWrite: pf_data_callback = { data, size, count, userdata in
@@ -301,9 +318,7 @@ private let transferHeader: pf_data_callback = { data, size, count, userdata in
 
 /// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`).
 private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _ in
-    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    var size = transfer.backgroundWindow
-    setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    setReceiveBuffer(socket, Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue().backgroundWindow)
     return 0  // CURL_SOCKOPT_OK
 }
 

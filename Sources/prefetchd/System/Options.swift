@@ -83,7 +83,8 @@ struct Options {
         let show: @Sendable (Options) -> String
 
         /// `--fast-width` for `fast_width`.
-        var flag: String { "--" + String(key.map { $0 == "_" ? "-" : $0 }) }
+        var flag: String { Self.flag(forKey: key) }
+        static func flag(forKey key: String) -> String { "--" + String(key.map { $0 == "_" ? "-" : $0 }) }
     }
 
     /// A value a setting cannot take.
@@ -187,14 +188,9 @@ struct Options {
                     }
                 },
                 show: { $0.fetch.deniedNetworks.map(\.description).joined(separator: ",") }),
-        Setting(key: "background_rate", placeholder: "SIZE",
-                summary: "bytes/s a running background fetch is held to while urgent work runs, 0 for no limit",
-                read: { options, value throws(BadValue) in
-                    options.fetch.backgroundRateWhileSuspended = value == "0" ? 0 : try size(value)
-                },
-                show: { showSize($0.fetch.backgroundRateWhileSuspended) }),
         Setting(key: "background_window", placeholder: "SIZE",
-                summary: "TCP receive buffer of connections opened for background fetches, 0 for the kernel's",
+                summary: "TCP receive buffer of background connections: what still arrives once urgent work holds them "
+                    + "back, and their speed per round trip; 0 for the kernel's",
                 read: { options, value throws(BadValue) in
                     options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
                 },
@@ -242,6 +238,16 @@ struct Options {
     static func setting(key: String) -> Setting? { settings.first { $0.key == key } }
     static func setting(flag: String) -> Setting? { settings.first { $0.flag == flag } }
 
+    /// Settings that no longer exist, and why: accepted with a warning and ignored, so an old configuration starts.
+    static let retired = [
+        "background_rate": "background work is now held back by not reading its connections (background_window bounds "
+            + "what still arrives)",
+    ]
+
+    private static func warnRetired(_ name: String, key: String) {
+        writeStandardError("prefetchd: warning: \(name) is ignored: \(retired[key] ?? "")\n")
+    }
+
     // MARK: Parsing
 
     enum Parsed {
@@ -277,6 +283,11 @@ struct Options {
             case "--check-config": check = true
             case "--config": configPath = try value()
             default:
+                if let key = retired.keys.first(where: { Setting.flag(forKey: $0) == flag }) {
+                    _ = try value()
+                    warnRetired(flag, key: key)
+                    continue
+                }
                 guard let setting = setting(flag: flag) else {
                     throw DaemonError("unknown option '\(argument)' (see prefetchd --help)")
                 }
@@ -291,6 +302,10 @@ struct Options {
             let file = try ConfigFile(path: configPath)
             for entry in file.entries {
                 let location = "\(configPath):\(entry.line)"
+                if retired[entry.key] != nil {
+                    warnRetired("\(location): \(entry.key)", key: entry.key)
+                    continue
+                }
                 guard let setting = setting(key: entry.key) else {
                     throw DaemonError("\(location): unknown key '\(entry.key)' (see prefetchd.conf(5))")
                 }

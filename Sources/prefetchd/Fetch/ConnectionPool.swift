@@ -1,0 +1,114 @@
+import CCurl
+import CSystem
+import Glibc
+
+/// One lane's connections: a curl multi handle driven from the event loop by its socket and timer callbacks. Each
+/// multi keeps its own connection cache, so transfers of two pools never share a connection, not even an HTTP/2
+/// one (docs/transport.md). A held pool is not read at all: its sockets leave the loop and its timer waits, so
+/// its servers stop sending once the receive window is full, and it goes on where it was when let go.
+final class ConnectionPool {
+    let multi: UnsafeMutableRawPointer
+    private let loop: EventLoop
+    /// The events curl asked for on each of this pool's sockets, also while they are out of the loop.
+    private var interest: [Int32: UInt32] = [:]
+    /// When curl wants `socketAction(timeout)` (monotonic ms).
+    private var timerDeadline: Int64?
+    private(set) var isHeld = false
+    /// Called after curl ran, to collect the transfers that ended.
+    var afterAction: () -> Void = {}
+
+    init(loop: EventLoop, connectionsPerHost: Int) {
+        multi = curl_multi_init()
+        self.loop = loop
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        pf_multi_setopt_socket_callback(multi, poolSocket)
+        pf_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, me)
+        pf_multi_setopt_timer_callback(multi, poolTimer)
+        pf_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, me)
+        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, connectionsPerHost)
+        pf_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+    }
+
+    deinit {
+        for fd in interest.keys where loop.isRegistered(fd) { loop.remove(fd) }
+        curl_multi_cleanup(multi)
+    }
+
+    /// When the loop must call `timerFired()`; none while held.
+    var deadline: Int64? { isHeld ? nil : timerDeadline }
+
+    func setConnectionsPerHost(_ count: Int) {
+        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, count)
+    }
+
+    /// Stops reading this pool's sockets, or reads them again: the loop's next turn finds what arrived meanwhile and
+    /// fires curl's timer if it passed.
+    func hold(_ held: Bool) {
+        guard held != isHeld else { return }
+        isHeld = held
+        if held {
+            for fd in interest.keys { loop.remove(fd) }
+        } else {
+            for (fd, events) in interest { watch(fd, events) }
+        }
+    }
+
+    /// Runs curl's timeouts if its timer passed.
+    func fireTimerIfDue(now: Int64) {
+        guard !isHeld, let due = timerDeadline, due <= now else { return }
+        timerDeadline = nil
+        var running: Int32 = 0
+        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
+        afterAction()
+    }
+
+    fileprivate func socketChanged(_ fd: Int32, what: Int32, easy: UnsafeMutableRawPointer?) {
+        if what == CURL_POLL_REMOVE {
+            interest.removeValue(forKey: fd)
+            loop.remove(fd)
+            return
+        }
+        var pointer: UnsafeMutableRawPointer?
+        if let easy, pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer) == CURLE_OK, let pointer {
+            Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue().socket = fd
+        }
+        var events: UInt32 = 0
+        if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }
+        if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { events |= UInt32(EPOLLOUT.rawValue) }
+        interest[fd] = events
+        if !isHeld { watch(fd, events) }
+    }
+
+    private func watch(_ fd: Int32, _ events: UInt32) {
+        if loop.isRegistered(fd) { return loop.modify(fd, events: events) }
+        do {
+            try loop.add(fd, events: events) { [unowned self] ready in self.socketReady(fd, ready) }
+        } catch {
+            Log.error("cannot watch a curl socket: \(error)")
+        }
+    }
+
+    fileprivate func timerChanged(_ milliseconds: Int) {
+        timerDeadline = milliseconds < 0 ? nil : monotonicMilliseconds() + Int64(milliseconds)
+    }
+
+    private func socketReady(_ fd: Int32, _ events: UInt32) {
+        var mask: Int32 = 0
+        if events & UInt32(EPOLLIN.rawValue) != 0 { mask |= CURL_CSELECT_IN }
+        if events & UInt32(EPOLLOUT.rawValue) != 0 { mask |= CURL_CSELECT_OUT }
+        if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
+        var running: Int32 = 0
+        curl_multi_socket_action(multi, fd, mask, &running)
+        afterAction()
+    }
+}
+
+private let poolSocket: curl_socket_callback = { easy, fd, what, userdata, _ in
+    Unmanaged<ConnectionPool>.fromOpaque(userdata!).takeUnretainedValue().socketChanged(fd, what: what, easy: easy)
+    return 0
+}
+
+private let poolTimer: curl_multi_timer_callback = { _, milliseconds, userdata in
+    Unmanaged<ConnectionPool>.fromOpaque(userdata!).takeUnretainedValue().timerChanged(milliseconds)
+    return 0
+}

@@ -1,0 +1,35 @@
+import Foundation
+import Testing
+
+/// The lane transport (docs/transport.md) on the loopback origin: what a hold does to a background download.
+/// Connections per lane and promotion in place over HTTP/2 are tested on the network lab (lab/lab_tests.py).
+@Suite(.serialized)
+struct LaneTransportTests {
+    @Test("a background download held past 15 s by a long urgent get lets go of its connection and resumes with Range")
+    func longHoldResumes() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        // 2 MB at 200 KB/s with a strong ETag: running, and resumable, when the urgent get starts.
+        let background = "/held.jpg?size=2000000&drip=200000"
+        #expect(daemon.ctl("queue", origin.url(background)).status == 0)
+        #expect(try waitUntil(seconds: 10) { try origin.stats().log.contains { $0.path == "/held.jpg" } })
+        usleep(1_000_000)
+
+        // Urgent work for 17 s: the background lane is held all that time.
+        let urgent = daemon.ctl("get", "--timeout", "40", origin.url("/urgent.jpg?delay=17"))
+        #expect(urgent.status == 0, "\(urgent.stderr)")
+
+        #expect(try waitUntil(seconds: 60) { daemon.ctl("get", "--offline", origin.url(background)).status == 0 },
+                "the held download did not finish after the urgent work")
+        let requests = try origin.stats().log.filter { $0.path == "/held.jpg" }
+        #expect(requests.count == 2, "\(requests.count) requests")
+        if requests.count == 2 {
+            let range = requests[1].range ?? ""
+            #expect(range.hasPrefix("bytes=") && !range.hasPrefix("bytes=0-"), "the second request asked for \(range)")
+        }
+        let entry = daemon.ctl("get", "--json", "--offline", origin.url(background))
+        let object = try #require(try JSONSerialization.jsonObject(with: entry.stdoutData) as? [String: Any], "\(entry.stderr)")
+        let file = try #require(object["path"] as? String)
+        #expect(FileManager.default.contents(atPath: file) == (try origin.body(background)))
+    }
+}

@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Short tests of the lane transport on the network lab (issue 16, part 5; part of `make test`).
+
+They assert order and connections from nginx's access log (its `$connection` id per request), never timings:
+
+  1  an urgent get made while background transfers are held never shares their connection (HTTP/2 and HTTP/1.1)
+  2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1)
+  3  promotion in place over HTTP/2 resumes without a lost byte (one request, no Range, the origin's SHA-256)
+  4  an origin behind a private CA works with ca_file and fails with `tls` without it
+
+Brings up one lab (lab/README.md) named `labtest`, starts a fresh daemon per test in its client namespace (a
+directory of its own under one temporary directory), prints one line per test with what was expected and what was
+observed, and exits 1 when any test fails. The lab, every daemon (stopped by pid) and the temporary directory go
+at the end, also after an exception, Ctrl-C or SIGTERM.
+
+Usage: lab_tests.py [--bin-dir .build/debug] [--only 1,3] [--daemon-args "--slow-width 4"] [--keep]  (needs root)
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import lab  # noqa: E402
+
+LAB_NAME = "labtest"
+LINK = dict(delay_ms=25, rate_mbit=20, buffer_bytes=64 * 1024)
+IMAGES = 40
+ORIGINS = {"h2": ("https", "HTTPS + HTTP/2 (:443)"), "h1": ("https_h1", "HTTPS HTTP/1.1 (:8443)")}
+BACKLOG = 200  # test 1: background URLs queued before the urgent gets
+URGENT_GETS = 5  # test 1: urgent gets, GET_GAP apart
+GET_GAP = 0.3
+DRAIN = 20  # test 2
+DRAIN_CONNECTIONS = 2
+LARGE = "/large/20M.bin"  # test 3: about 8 s on the lab's link, so the promotion lands mid-transfer
+PROMOTE_AFTER = 256 * 1024  # test 3: bytes the background transfer has received before the urgent get
+WAIT = 60  # seconds any one step may take before the test gives up (a failure, not a timing assertion)
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                   "NO_PROXY")
+
+
+class TestFailure(Exception):
+    """A step of a test could not be done (the daemon did not start, a poll ran out); the test fails with it."""
+
+
+class Client:
+    """A blocking client of the daemon's protocol (docs/protocol.md): newline-delimited JSON on a Unix socket."""
+
+    def __init__(self, path, timeout=10):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+            self.reader = self.sock.makefile("rb")
+            greeting = json.loads(self.reader.readline() or b"{}")
+        except BaseException:
+            self.sock.close()
+            raise
+        if greeting.get("hello") != "prefetchd":
+            self.close()
+            raise ValueError("not a prefetchd greeting: %r" % greeting)
+        self.next_id = 0
+
+    def call(self, op, **fields):
+        self.next_id += 1
+        self.sock.sendall(json.dumps(dict(fields, id=self.next_id, op=op)).encode() + b"\n")
+        while True:
+            line = self.reader.readline()
+            if not line:
+                raise ConnectionError("the daemon closed the connection")
+            reply = json.loads(line)
+            if reply.get("id") == self.next_id:
+                if not reply.get("ok"):
+                    raise TestFailure("%s answered %s" % (op, reply.get("error")))
+                return reply["result"]
+
+    def close(self):
+        self.reader.close()
+        self.sock.close()
+
+
+class Daemon:
+    """One prefetchd in the lab's client namespace with a socket, cache and empty configuration file of its own
+    (a host's /etc/prefetchd/prefetchd.conf and proxy variables do not apply), trusting the lab's CA unless
+    `lab_ca` is false; stopped by pid."""
+
+    def __init__(self, run, name, args=(), lab_ca=True):
+        self.run = run
+        self.dir = os.path.join(run.work, name)
+        os.makedirs(self.dir)
+        self.socket = os.path.join(self.dir, "ctl.sock")
+        config = os.path.join(self.dir, "empty.conf")
+        open(config, "w").close()
+        env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        self.log_path = os.path.join(self.dir, "daemon.log")
+        with open(self.log_path, "wb") as log:
+            self.process = run.net.popen("client", [os.path.join(run.bins, "prefetchd"), "--config", config,
+                                                    "--socket", self.socket,
+                                                    "--cache-dir", os.path.join(self.dir, "cache"),
+                                                    *(["--ca-file", run.net.ca_file] if lab_ca else []),
+                                                    *run.daemon_args, *args],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+        self.pid = self.process.pid
+        run.daemons.append(self)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None:
+                raise TestFailure("prefetchd exited with %s: %s" % (self.process.returncode, self.log_tail()))
+            try:
+                self.call("status")
+                return
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise TestFailure("prefetchd did not answer within 30 s: %s" % self.log_tail())
+            time.sleep(0.02)
+
+    def call(self, op, **fields):
+        client = Client(self.socket)
+        try:
+            return client.call(op, **fields)
+        finally:
+            client.close()
+
+    def ctl(self, *args):
+        return [os.path.join(self.run.bins, "prefetchctl"), "--socket", self.socket, *args]
+
+    def ctl_run(self, *args, stdin_text=None):
+        """prefetchctl ARGS: (exit status, stdout, stderr)."""
+        result = subprocess.run(self.ctl(*args), input=stdin_text or "", capture_output=True, text=True,
+                                timeout=WAIT + 30)
+        return result.returncode, result.stdout, result.stderr
+
+    def get_json(self, url, *extra):
+        """`prefetchctl --json get URL`: (exit status, the CacheEntry or {"error": ...} object, stderr)."""
+        rc, out, err = self.ctl_run("--json", "get", "--timeout", str(WAIT), *extra, url)
+        try:
+            answer = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        except ValueError:
+            answer = {"unparsed": out.strip()}
+        return rc, answer, err.strip()
+
+    def stop(self):
+        if self.process is not None:
+            self.run.net.stop_process(self.process)
+            self.process = None
+
+    def log_tail(self, lines=15):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "\n      ".join(["daemon log (%s):" % self.log_path] + f.read().splitlines()[-lines:])
+        except OSError:
+            return "(no daemon log)"
+
+
+def fetched_without_failure(daemon):
+    """The daemon's `fetched` counter; a TestFailure at the first failed fetch (the tests' fetches all succeed)."""
+    status = daemon.call("status")
+    if status["failed"]:
+        raise TestFailure("%d fetches failed: %s" % (status["failed"], daemon.log_tail(3)))
+    return status["fetched"]
+
+
+class Run:
+    def __init__(self, bins, keep, daemon_args):
+        self.bins = bins
+        self.daemon_args = daemon_args
+        self.keep = keep
+        self.work = tempfile.mkdtemp(prefix="prefetchd-labtest-")
+        self.net = None
+        self.daemons = []
+        self.results = []  # (name, ok)
+
+    # ---- plumbing
+
+    def url(self, origin, tag, number):
+        """An image of the lab under a query unique to `tag`, so that nginx's log splits by test and nothing is
+        cached from an earlier test."""
+        return self.net.url(lab.IMAGE_PATH % (number % self.net.images), origin) + "?%s-%d" % (tag, number)
+
+    def requests(self, tag):
+        """nginx's log entries for the URLs made with `tag`, oldest first."""
+        found = []
+        for entry in self.net.access_log():
+            parts = entry["request"].split(" ")
+            if len(parts) >= 3 and parts[1].partition("?")[2].startswith(tag + "-"):
+                found.append(entry)
+        return found
+
+    def poll(self, what, check, timeout=WAIT, interval=0.05):
+        """Calls check() until it returns something true; a TestFailure naming `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TestFailure("%s: not within %d s" % (what, timeout))
+            time.sleep(interval)
+
+    def stop_daemons(self):
+        for daemon in self.daemons:
+            try:
+                daemon.stop()
+            except Exception as error:  # keep stopping the others
+                print("could not stop prefetchd pid %d: %s" % (daemon.pid, error), file=sys.stderr)
+        self.daemons = []
+
+    def record(self, name, started, checks, details=""):
+        """One result line. `checks`: [(what was expected, what was observed, ok)]."""
+        ok = all(passed for _, _, passed in checks)
+        expected = "; ".join(e for e, _, _ in checks)
+        observed = "; ".join(o if passed else "**%s**" % o for _, o, passed in checks)
+        seconds = time.monotonic() - started
+        self.results.append((name, ok))
+        print("%-4s %s (%.1f s)\n     expected: %s\n     observed: %s" % ("ok" if ok else "FAIL", name, seconds,
+                                                                           expected, observed), flush=True)
+        if not ok and details:
+            print("     " + details, flush=True)
+
+    def attempt(self, name, test, *args):
+        """Runs one test with daemons of its own; a step that cannot be done fails the test, not the run."""
+        started = time.monotonic()
+        try:
+            test(name, started, *args)
+        except (TestFailure, OSError, ValueError, KeyError, subprocess.SubprocessError) as error:
+            details = " | ".join(d.log_tail() for d in self.daemons)
+            self.record(name, started, [("the test runs to its end", "%s: %s" % (type(error).__name__, error), False)],
+                        details)
+        finally:
+            self.stop_daemons()
+
+    # ---- 1: urgent and background connections are disjoint
+
+    def test_urgent_connections(self, name, started, origin):
+        tag = "t1%s" % origin
+        daemon = Daemon(self, tag)
+        backlog = "".join(self.url(ORIGINS[origin][0], tag + "bg", i) + "\n" for i in range(BACKLOG))
+        rc, _, err = daemon.ctl_run("queue", "-", stdin_text=backlog)
+        if rc != 0:
+            raise TestFailure("queue - exited %d: %s" % (rc, err.strip()))
+        # The background connection is open and busy before the first urgent get.
+        self.poll("a first background file", lambda: fetched_without_failure(daemon) >= 1)
+        failures = []
+        window_start = time.time()
+        for i in range(URGENT_GETS):
+            if i:
+                time.sleep(GET_GAP)
+            rc, answer, err = daemon.get_json(self.url(ORIGINS[origin][0], tag + "u", i))
+            if rc != 0 or "path" not in answer:
+                failures.append("get %d: exit %d %s %s" % (i, rc, answer.get("error", ""), err))
+        window_end = time.time()
+        daemon.stop()
+        urgent, background = self.requests(tag + "u"), self.requests(tag + "bg")
+        urgent_ids = {e["connection"] for e in urgent}
+        background_ids = {e["connection"] for e in background}
+        shared = sorted(urgent_ids & background_ids)
+        meanwhile = [e for e in background if window_start <= e["msec"] <= window_end and e["status"] == 200]
+        protocols = sorted({e["protocol"] for e in urgent + background})
+        self.record(name, started, [
+            ("%d gets succeed" % URGENT_GETS, "%d of %d succeeded%s" % (
+                URGENT_GETS - len(failures), URGENT_GETS, " (%s)" % "; ".join(failures) if failures else ""),
+             not failures),
+            ("%d urgent requests logged" % URGENT_GETS, "%d (%s)" % (len(urgent), ", ".join(protocols)),
+             len(urgent) == URGENT_GETS),
+            ("urgent and background connection ids disjoint",
+             "urgent %s, background %s, shared %s" % (sorted(urgent_ids), sorted(background_ids), shared or "none"),
+             not shared and bool(background_ids)),
+            ("background files served while the gets ran >= 1",
+             "%d (of %d background requests so far)" % (len(meanwhile), len(background)), len(meanwhile) >= 1),
+        ], daemon.log_tail())
+
+    # ---- 2: a background drain uses at most 2 connections
+
+    def test_drain_connections(self, name, started, origin):
+        tag = "t2%s" % origin
+        daemon = Daemon(self, tag)
+        urls = [self.url(ORIGINS[origin][0], tag, i) for i in range(DRAIN)]
+        rc, _, err = daemon.ctl_run("queue", "--wait", "--timeout", str(WAIT), "-", stdin_text="\n".join(urls) + "\n")
+        fetched = daemon.call("status")["fetched"]
+        daemon.stop()
+        entries = self.requests(tag)
+        served = {e["request"].split(" ")[1] for e in entries if e["status"] == 200}
+        connections = sorted({e["connection"] for e in entries})
+        self.record(name, started, [
+            ("queue --wait exits 0, %d fetched" % DRAIN,
+             "exit %d, %d fetched%s" % (rc, fetched, (" (%s)" % err.strip().splitlines()[-1]) if rc and err.strip()
+                                        else ""),
+             rc == 0 and fetched == DRAIN),
+            ("nginx served each of the %d once" % DRAIN, "%d requests, %d distinct URLs with 200"
+             % (len(entries), len(served)), len(entries) == DRAIN and len(served) == DRAIN),
+            ("connections <= %d" % DRAIN_CONNECTIONS, "%d %s" % (len(connections), connections),
+             1 <= len(connections) <= DRAIN_CONNECTIONS),
+        ], daemon.log_tail())
+
+    # ---- 3: promotion in place
+
+    def test_promotion(self, name, started):
+        tag = "t3"
+        url = self.net.url(LARGE) + "?%s-0" % tag
+        with open(os.path.join(self.net.docroot, LARGE.lstrip("/")), "rb") as f:
+            origin_sha = hashlib.sha256(f.read()).hexdigest()
+        size = os.path.getsize(os.path.join(self.net.docroot, LARGE.lstrip("/")))
+        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
+        rc, _, err = daemon.ctl_run("queue", url)
+        if rc != 0:
+            raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
+
+        def task():
+            tasks = daemon.call("list")["tasks"]
+            return next((t for t in tasks if t["url"] == url), None)
+
+        def running_slow():
+            t = task()
+            if t is None:
+                raise TestFailure("the task of %s is gone before it was promoted (finished or failed): %s"
+                                  % (url, daemon.log_tail()))
+            return t if t["lane"] == "slow" and t["state"] == "running" and t.get("bytes", 0) >= PROMOTE_AFTER else None
+        before = self.poll("%s running in the slow lane with %d bytes" % (LARGE, PROMOTE_AFTER), running_slow)
+        get = subprocess.Popen(daemon.ctl("--json", "get", "--timeout", str(WAIT), url), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            def promoted():
+                t = task()
+                return {"gone": True} if t is None else t if t["lane"] == "fast" else None
+            after = self.poll("the task in the fast lane", promoted)
+            after = None if after.get("gone") else after
+            out, err = get.communicate(timeout=WAIT + 30)
+        finally:
+            if get.poll() is None:
+                get.kill()
+                get.wait()
+        daemon.stop()
+        try:
+            answer = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            answer = {}
+        cached_sha = None
+        if answer.get("path") and os.path.exists(answer["path"]):
+            with open(answer["path"], "rb") as f:
+                cached_sha = hashlib.sha256(f.read()).hexdigest()
+        entries = self.requests(tag)
+        logged = ["status %s, %s bytes sent, range %r, connection %s" % (e["status"], e["bytes_sent"],
+                                                                        e["range"], e["connection"]) for e in entries]
+        self.record(name, started, [
+            ("promoted while running in the slow lane", "slow lane at %d of %s bytes, then %s" % (
+                before.get("bytes", 0), before.get("total", "?"),
+                "fast lane at %d bytes" % after.get("bytes", 0) if after else "gone before it was seen in the fast lane"),
+             after is not None and after["state"] == "running" and after.get("bytes", 0) >= before.get("bytes", 0)),
+            ("the get succeeds (not from the cache)", "exit %d, from_cache %s%s" % (
+                get.returncode, answer.get("from_cache"), (" " + err.strip()[-200:]) if get.returncode else ""),
+             get.returncode == 0 and answer.get("from_cache") is False),
+            ("nginx logged one request, no Range, HTTP/2", "%d: %s (%s)" % (
+                len(entries), "; ".join(logged), ", ".join(sorted({e["protocol"] for e in entries}))),
+             len(entries) == 1 and entries[0]["range"] == "" and entries[0]["status"] == 200
+             and entries[0]["protocol"] == "HTTP/2.0"),
+            ("cached SHA-256 = origin's (%s…, %d bytes)" % (origin_sha[:12], size),
+             "%s… (%s bytes)" % ((cached_sha or "no file")[:12], answer.get("bytes")), cached_sha == origin_sha),
+        ], daemon.log_tail())
+
+    # ---- 4: a private CA
+
+    def test_private_ca(self, name, started):
+        tag = "t4"
+        without = Daemon(self, tag + "-system-ca", lab_ca=False)
+        rc_without, answer_without, _ = without.get_json(self.url("https", tag + "no", 0))
+        without.stop()
+        with_ca = Daemon(self, tag + "-lab-ca")
+        rc_with, answer_with, err_with = with_ca.get_json(self.url("https", tag + "ca", 0))
+        with_ca.stop()
+        code = (answer_without.get("error") or {}).get("code")
+        self.record(name, started, [
+            ("without --ca-file: exit 1, error code tls", "exit %d, %s" % (
+                rc_without, json.dumps(answer_without.get("error") or answer_without)),
+             rc_without == 1 and code == "tls"),
+            ("with --ca-file: the get succeeds", "exit %d%s" % (rc_with, "" if rc_with == 0 else ", %s %s" % (
+                json.dumps(answer_with.get("error") or answer_with), err_with)),
+             rc_with == 0 and bool(answer_with.get("path"))),
+            ("nginx served only the second", "%d and %d requests" % (len(self.requests(tag + "no")),
+                                                                     len(self.requests(tag + "ca"))),
+             not self.requests(tag + "no") and len(self.requests(tag + "ca")) == 1),
+        ], without.log_tail() + " | " + with_ca.log_tail())
+
+    # ---- the run
+
+    def main(self, only):
+        tests = [
+            ("1", "an urgent get made while background transfers are held never shares their connection",
+             self.test_urgent_connections, list(ORIGINS)),
+            ("2", "a background drain of %d files opens at most %d connections" % (DRAIN, DRAIN_CONNECTIONS),
+             self.test_drain_connections, list(ORIGINS)),
+            ("3", "promotion in place over HTTP/2 resumes without a lost byte", self.test_promotion, [None]),
+            ("4", "an origin behind a private CA works with ca_file and fails with tls without it",
+             self.test_private_ca, [None]),
+        ]
+        started = time.monotonic()
+        self.net = lab.Lab(name=LAB_NAME, images=IMAGES, **LINK)
+        with self.net:
+            print("lab %r up in %.1f s: %g ms one way, %g Mbit/s, %d-byte buffer; binaries %s" % (
+                LAB_NAME, time.monotonic() - started, LINK["delay_ms"], LINK["rate_mbit"], LINK["buffer_bytes"],
+                os.path.relpath(self.bins, REPO)), flush=True)
+            tests_started = time.monotonic()
+            for number, title, test, origins in tests:
+                if only and number not in only:
+                    continue
+                for origin in origins:
+                    label = "%s. %s%s" % (number, title, " — %s" % ORIGINS[origin][1] if origin else "")
+                    self.attempt(label, test, *([origin] if origin else []))
+            if self.keep:
+                shutil.copy(os.path.join(self.net.dir, "access.log"), os.path.join(self.work, "access.log"))
+            failed = [n for n, ok in self.results if not ok]
+            print("%d of %d passed in %.1f s (lab setup %.1f s)%s" % (
+                len(self.results) - len(failed), len(self.results), time.monotonic() - tests_started,
+                tests_started - started, "" if not failed else "; FAILED: " + "; ".join(failed)), flush=True)
+        return 1 if failed else 0
+
+
+def interrupted(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Short tests of the lane transport on the network lab (issue 16). "
+                                                 "Needs root.")
+    parser.add_argument("--bin-dir", default=os.path.join(REPO, ".build", "debug"),
+                        help="where prefetchd and prefetchctl are (default .build/debug)")
+    parser.add_argument("--only", help="tests to run, e.g. 1,3 (default: all)")
+    parser.add_argument("--daemon-args", default="", help="extra prefetchd options for every daemon (to see a "
+                                                          "test fail: --only 2 --daemon-args '--slow-width 4')")
+    parser.add_argument("--keep", action="store_true", help="keep the daemons' directories and nginx's log")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        parser.error("the lab needs root")
+    bins = os.path.abspath(args.bin_dir)
+    for binary in ("prefetchd", "prefetchctl"):
+        if not os.access(os.path.join(bins, binary), os.X_OK):
+            parser.error("%s is missing (build first, or give --bin-dir)" % os.path.join(bins, binary))
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
+    run = Run(bins, args.keep, shlex.split(args.daemon_args))
+    status = 1
+    try:
+        status = run.main({t.strip() for t in args.only.split(",")} if args.only else None)
+    except lab.LabError as error:
+        print("lab: %s" % error, file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        status = 130
+    finally:
+        run.stop_daemons()  # normally done per test; here after an interruption (the lab stops them too)
+        if args.keep:
+            print("kept %s" % run.work, file=sys.stderr)
+        else:
+            shutil.rmtree(run.work, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
