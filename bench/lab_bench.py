@@ -12,11 +12,8 @@ Brings up the network lab (lab/README.md) and measures, each row a ratio of figu
   L4  a person scrolling 10-row screens, 2 s per screen, `prefetchctl view --ahead 20`: time until a screen is
       fully ready (median of screens 2..S) vs a client running `curl -Z` for each screen when it is shown
 
-The daemon runs in the lab's client namespace with a socket and cache of its own in a temporary directory. It
-trusts the lab's CA through a private bind mount of a CA bundle (the system bundle plus the lab CA) over libcurl's
-default CA file, made inside the mount namespace `ip netns exec` creates for it: libcurl reads neither
-CURL_CA_BUNDLE nor SSL_CERT_FILE (Debian builds it with a CA file, so OpenSSL's default paths are never used), and
-prefetchd has no `ca_file` setting yet. Nothing outside that one process sees the bundle.
+The daemon runs in the lab's client namespace with a socket and cache of its own in a temporary directory, and
+trusts the lab's CA with `--ca-file`.
 
 Usage: lab_bench.py [--quick] [--only L1,L3] [--links 50/20/64K,10/100/64K] [--origins h2,h1]
                     [--bin-dir DIR] [--daemon-args "--background-window 0"] [--keep]
@@ -53,9 +50,6 @@ SCREEN_SECONDS = 2.0
 VIEW_AHEAD = 20
 # Origins of the lab: name -> (lab origin, what the table calls it)
 ORIGINS = {"h2": ("https", "HTTPS + HTTP/2"), "h1": ("https_h1", "HTTPS + HTTP/1.1"), "http": ("http", "HTTP/1.1")}
-# libcurl's built-in CA file (`curl-config --ca`, CURLINFO_CAINFO), the file the bind mount replaces.
-SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
-TRUST_LAB_CA = 'mount --bind "$0" %s && exec "$@"' % SYSTEM_CA_FILE
 
 
 def parse_link(text):
@@ -99,8 +93,8 @@ class LabDaemon:
         self.dir = os.path.join(bench.work, name)
         os.makedirs(self.dir)
         self.socket = os.path.join(self.dir, "ctl.sock")
-        argv = ["sh", "-c", TRUST_LAB_CA, bench.bundle, os.path.join(bench.bins, "prefetchd"),
-                "--socket", self.socket, "--cache-dir", os.path.join(self.dir, "cache"), *bench.daemon_args, *args]
+        argv = [os.path.join(bench.bins, "prefetchd"), "--ca-file", bench.net.ca_file, "--socket", self.socket,
+                "--cache-dir", os.path.join(self.dir, "cache"), *bench.daemon_args, *args]
         self.log = open(os.path.join(self.dir, "daemon.log"), "wb")
         self.process = bench.net.popen("client", argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 30
@@ -146,7 +140,6 @@ class LabBench:
         self.errors = []
         self.run_id = 0
         self.net = None
-        self.bundle = os.path.join(self.work, "ca-bundle.pem")
 
     # ---- plumbing
 
@@ -423,9 +416,6 @@ class LabBench:
         self.net = lab.Lab(name=self.args.name, delay_ms=first["delay_ms"], rate_mbit=first["rate_mbit"],
                            buffer_bytes=first["buffer_bytes"])
         with self.net:
-            with open(SYSTEM_CA_FILE, "rb") as system, open(self.net.ca_file, "rb") as ours, \
-                    open(self.bundle, "wb") as bundle:
-                bundle.write(system.read() + b"\n" + ours.read())
             for link in self.args.links:
                 self.net.set_link(delay_ms=link["delay_ms"], rate_mbit=link["rate_mbit"],
                                   buffer_bytes=link["buffer_bytes"])

@@ -57,8 +57,10 @@ public enum Action: Equatable, Sendable {
     /// (a `start` of the same key, with a `Range` request when the body can be resumed). No `finish` is expected for it.
     case park(key: String)
     case answer(Waiter, Answer)
-    /// The slow lane stopped (true) or resumed (false) admitting; running slow fetches should yield or resume.
-    case slowLaneSuspended(Bool)
+    /// Urgent fetches started running (true), or none runs any more (false): running background fetches should be
+    /// held back on the wire, or go on. Urgent work that cannot start (its host's limit, a paused host) holds
+    /// nothing back, since it takes no bandwidth and may wait for the very background fetch that would be held.
+    case holdBackground(Bool)
     /// The key's task is gone (done, given up or cancelled): its durable backlog entry can go.
     case forget(key: String)
     /// A permanent failure to remember (and persist) until `until`.

@@ -86,7 +86,7 @@ public struct Scheduler: Sendable {
     /// The disk is full: no background work starts before this, and how many `disk_full` failures came in a row.
     public private(set) var waitingForDiskUntil: Moment?
     private var diskFailures = 0
-    private var reportedSuspended = false
+    private var reportedHold = false
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
     /// Per host: tokens left and when they were counted (only with `hostStartRate`).
@@ -615,9 +615,9 @@ public struct Scheduler: Sendable {
               let key = popStartable(lane: .slow, now: now) {
             start(key, now: now, into: &actions)
         }
-        if counts.slowSuspended != reportedSuspended {
-            reportedSuspended = counts.slowSuspended
-            actions.append(.slowLaneSuspended(reportedSuspended))
+        if (counts.fastRunning > 0) != reportedHold {
+            reportedHold = counts.fastRunning > 0
+            actions.append(.holdBackground(reportedHold))
         }
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in

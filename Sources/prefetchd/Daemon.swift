@@ -509,8 +509,8 @@ final class Daemon {
                 fetcher.stop(key, keepingBody: false)
             case .answer(let waiter, let answer):
                 answerWaiter(waiter, answer)
-            case .slowLaneSuspended(let suspended):
-                fetcher.holdBackground(suspended)
+            case .holdBackground(let held):
+                fetcher.holdBackground(held)
             case .forget(let key):
                 loadedFromBacklog.remove(key)
                 taskCreatedAt.removeValue(forKey: key)

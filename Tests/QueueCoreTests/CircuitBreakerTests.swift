@@ -15,7 +15,7 @@ struct CircuitBreakerTests {
         var s = breaker()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         #expect(s.finish(U.a.key, .failure(Self.network), now: t(10))
-                == [.answer(w(1, 1), .failed(Self.network)), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .failed(Self.network)), .forget(key: U.a.key), .holdBackground(false)])
         _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(20))
         let second = s.finish(U.a2.key, .failure(Self.network), now: t(30))
         #expect(second.first == .pauseHost(host: "a.example", until: t(5_030)))

@@ -8,7 +8,7 @@ struct LaneTests {
         var s = makeScheduler(fast: 1)
         #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, [start(U.s1, .slow)]))
         #expect(s.queue(U.s2, cache: .missing, now: t(0)) == (.queued, []))
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.counts.slowSuspended)
         #expect(s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(1)) == [])   // pending fast work
         // A slow task ends while urgent work runs: nothing slow is admitted.
@@ -18,7 +18,7 @@ struct LaneTests {
         #expect(s.queue(U.s3, cache: .missing, now: t(3)) == (.queued, []))
         // The fast lane empties: the slow lane resumes, s2 first.
         #expect(s.finish(U.b.key, .success, now: t(4))
-                == [.answer(w(1, 2), .ready), .forget(key: U.b.key), start(U.s2, .slow), .slowLaneSuspended(false)])
+                == [.answer(w(1, 2), .ready), .forget(key: U.b.key), start(U.s2, .slow), .holdBackground(false)])
         #expect(!s.counts.slowSuspended)
         #expect(s.finish(U.s2.key, .success, now: t(5)) == [.forget(key: U.s2.key), start(U.s3, .slow)])
     }
@@ -32,13 +32,13 @@ struct LaneTests {
         #expect(s.counts.fastWaiting == 1 && s.counts.slowSuspended)
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.a2, .fast)])
         #expect(s.finish(U.a2.key, .success, now: t(2))
-                == [.answer(w(1, 2), .ready), .forget(key: U.a2.key), start(U.s1, .slow), .slowLaneSuspended(false)])
+                == [.answer(w(1, 2), .ready), .forget(key: U.a2.key), start(U.s1, .slow), .holdBackground(false)])
     }
 
     @Test("fast width: at most fastWidth fast tasks run, the rest wait in order")
     func fastWidth() {
         var s = makeScheduler(fast: 2)
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0)) == [start(U.b, .fast)])
         #expect(s.get(U.c, waiter: w(1, 3), cache: .missing, now: t(0)) == [])
         #expect(s.get(U.a2, waiter: w(1, 4), cache: .missing, now: t(0)) == [])
@@ -63,7 +63,7 @@ struct LaneTests {
     @Test("per-host limit: a blocked task keeps its place, other hosts go ahead")
     func perHostLimit() {
         var s = makeScheduler(fast: 4, perHost: 1)
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0)) == [])
         #expect(s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0)) == [])
         #expect(s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0)) == [start(U.b, .fast)])
@@ -81,15 +81,15 @@ struct LaneTests {
         #expect(s.get(U.c, waiter: w(2, 2), cache: .missing, now: t(0)) == [start(U.c, .fast)])
     }
 
-    @Test("per-host limit counts host:port, and slow and fast tasks together")
+    @Test("per-host limit counts host:port, and slow and fast tasks together; urgent work waiting for a background fetch's host does not hold that fetch back (it would wait for ever)")
     func perHostLimitAuthority() {
         var s = makeScheduler(fast: 4, slow: 2, perHost: 1)
         let p1 = url("http://a.example:8080/1")
         #expect(s.queue(U.a, cache: .missing, now: t(0)) == (.queued, [start(U.a, .slow)]))
         #expect(s.queue(p1, cache: .missing, now: t(0)) == (.queued, [start(p1, .slow)]))   // other port, other host
-        #expect(s.get(U.a2, waiter: w(1, 1), cache: .missing, now: t(0)) == [.slowLaneSuspended(true)])
+        #expect(s.get(U.a2, waiter: w(1, 1), cache: .missing, now: t(0)) == [])
         #expect(s.counts.fastWaiting == 1)
-        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key), start(U.a2, .fast)])
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key), start(U.a2, .fast), .holdBackground(true)])
     }
 
     @Test("reconfigure: widening the fast lane starts more work at once")
@@ -172,7 +172,7 @@ struct CancelDisconnectWithdrawTests {
         _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
         #expect(s.cancel(U.a.key, now: t(1)) == [.abort(key: U.a.key), .answer(w(1, 1), .cancelled),
                                                  .answer(w(2, 1), .cancelled), .forget(key: U.a.key),
-                                                 .slowLaneSuspended(false)])
+                                                 .holdBackground(false)])
         #expect(s.allTasks.isEmpty && s.counts == LaneCounts())
         // No finish is expected for an aborted fetch; a late one is ignored.
         #expect(s.finish(U.a.key, .success, now: t(2)) == [])
@@ -219,7 +219,7 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.counts.waiters == 1 && s.counts == s.recomputedCounts)
         #expect(s.finish(U.b.key, .success, now: t(1)) == [.forget(key: U.b.key)])
         #expect(s.finish(U.a.key, .success, now: t(1))
-                == [.answer(w(2, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(2, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
         #expect(s.disconnect(client: 1) == [])
         #expect(s.disconnect(client: 99) == [])
     }
@@ -244,7 +244,7 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.release(w(7, 7), now: t(0)) == [])     // unknown
         #expect(s.waiters(U.a) == [w(1, 2)] && s.counts.waiters == 1 && s.lane(U.a) == .fast)
         #expect(s.finish(U.a.key, .success, now: t(1))
-                == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .holdBackground(false)])
         // The client's other waiters are unaffected by the earlier release.
         _ = s.get(U.b, waiter: w(1, 3), cache: .missing, now: t(2))
         #expect(s.disconnect(client: 1) == [])
@@ -260,19 +260,19 @@ struct RetryTests {
     func transientRetry() throws {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .stale, now: t(0))
-        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(100)) == [.slowLaneSuspended(false)])
+        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(100)) == [.holdBackground(false)])
         let until = try #require(s.state(U.a)?.delayedUntil)
         #expect((600...1_100).contains(until.milliseconds))   // attempt 1: [base/2, base] after now
         #expect(s.nextDeadline == until)
         #expect(s.counts.delayed == 1 && s.counts.waiters == 1 && s.counts == s.recomputedCounts)
         #expect(s.advance(to: until + -1) == [])
         #expect(s.state(U.a)?.delayedUntil == until)
-        #expect(s.advance(to: until) == [start(U.a, .fast, revalidate: true), .slowLaneSuspended(true)])
+        #expect(s.advance(to: until) == [start(U.a, .fast, revalidate: true), .holdBackground(true)])
         #expect(s.nextDeadline == nil)
         let task = try #require(s.task(U.a.key))
         #expect(task.attempts == 2 && task.waiters == [w(1, 1)] && task.state == .running)
         #expect(s.finish(U.a.key, .success, now: until + 5)
-                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
     }
 
     @Test("transient failure: the second backoff is twice the first (exponential)")
@@ -295,7 +295,7 @@ struct RetryTests {
         _ = s.finish(U.a.key, .failure(.httpStatus(429, retryAfter: 30_000)), now: t(1_000))
         #expect(s.nextDeadline == t(31_000))
         #expect(s.advance(to: t(30_999)) == [])
-        #expect(s.advance(to: t(31_000)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.advance(to: t(31_000)) == [start(U.a, .fast), .holdBackground(true)])
     }
 
     @Test("Retry-After is capped at retryAfterCap")
@@ -315,7 +315,7 @@ struct RetryTests {
         #expect(s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(1)) == [])   // attached, still delayed
         #expect(s.lane(U.s1) == .fast && s.state(U.s1)?.delayedUntil != nil && !s.counts.slowSuspended)
         let until = try #require(s.nextDeadline)
-        #expect(s.advance(to: until) == [start(U.s1, .fast), .slowLaneSuspended(true)])
+        #expect(s.advance(to: until) == [start(U.s1, .fast), .holdBackground(true)])
     }
 
     @Test("retries that fall due together restart in deadline order, whatever the hash seed")
@@ -327,8 +327,8 @@ struct RetryTests {
             _ = s.get(late, waiter: w(1, 1), cache: .missing, now: t(0))
             _ = s.get(early, waiter: w(1, 2), cache: .missing, now: t(0))
             #expect(s.finish(late.key, .failure(.httpStatus(503, retryAfter: 5_000)), now: t(0)) == [start(early, .fast)])
-            #expect(s.finish(early.key, .failure(.httpStatus(503, retryAfter: 3_000)), now: t(0)) == [.slowLaneSuspended(false)])
-            #expect(s.advance(to: t(10_000)) == [start(early, .fast), .slowLaneSuspended(true)])
+            #expect(s.finish(early.key, .failure(.httpStatus(503, retryAfter: 3_000)), now: t(0)) == [.holdBackground(false)])
+            #expect(s.advance(to: t(10_000)) == [start(early, .fast), .holdBackground(true)])
             #expect(s.state(late) == .waiting)
         }
     }
@@ -338,14 +338,14 @@ struct RetryTests {
         var s = makeScheduler(retry: RetryPolicy(maxAttempts: 2, baseDelay: 100, maxDelay: 1_000))
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
-        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(0)) == [.slowLaneSuspended(false)])
-        #expect(s.advance(to: t(1_000)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(0)) == [.holdBackground(false)])
+        #expect(s.advance(to: t(1_000)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.finish(U.a.key, .failure(Self.unavailable), now: t(1_000)) == [
             .answer(w(1, 1), .failed(Self.unavailable)), .answer(w(2, 1), .failed(Self.unavailable)),
-            .forget(key: U.a.key), .slowLaneSuspended(false),
+            .forget(key: U.a.key), .holdBackground(false),
         ])
         #expect(s.rememberedFailure(U.a.key, now: t(1_000)) == nil)
-        #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(1_001)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(1_001)) == [start(U.a, .fast), .holdBackground(true)])
     }
 
     @Test("maxAttempts 1: a transient failure is answered at once")
@@ -355,7 +355,7 @@ struct RetryTests {
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         _ = s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(0))
         #expect(s.finish(U.s1.key, .failure(network), now: t(5))
-                == [.answer(w(1, 1), .failed(network)), .forget(key: U.s1.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .failed(network)), .forget(key: U.s1.key), .holdBackground(false)])
         #expect(s.nextDeadline == nil)
     }
 

@@ -186,7 +186,7 @@ struct Runner {
     var negative: [String: (failure: Failure, until: Moment)] = [:]
     var hostFailures: [String: Int] = [:]
     var pausedHosts: [String: Moment] = [:]
-    var reportedSuspended = false
+    var reportedHold = false
     /// Keys whose task is tentative, held counts, and tasks parked with their bytes.
     var tentative: Set<String> = []
     var holds: [String: Int] = [:]
@@ -673,11 +673,11 @@ struct Runner {
                 case .cancelled: coverage.note(.answeredCancelled)
                 }
 
-            case .slowLaneSuspended(let suspended):
-                guard suspended != reportedSuspended else { throw fail("\(action) repeats the last report") }
+            case .holdBackground(let held):
+                guard held != reportedHold else { throw fail("\(action) repeats the last report") }
                 guard position == actions.count - 1 else { throw fail("\(action) is not the last action: \(actions)") }
-                reportedSuspended = suspended
-                if suspended { coverage.note(.suspended) }
+                reportedHold = held
+                if held { coverage.note(.suspended) }
 
             case .forget(let key):
                 guard allowed.forget == key else { throw fail("unexpected \(action)") }
@@ -762,7 +762,8 @@ struct Runner {
         guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
-        guard reportedSuspended == counts.slowSuspended else { throw fail("last report \(reportedSuspended), counts \(counts)") }
+        // Background transfers are held exactly while urgent ones run.
+        guard reportedHold == (counts.fastRunning > 0) else { throw fail("last report \(reportedHold), counts \(counts)") }
         guard scheduler.waitingForDiskUntil == diskWaitUntil else {
             throw fail("the scheduler waits for the disk until \(String(describing: scheduler.waitingForDiskUntil)), "
                        + "the model until \(String(describing: diskWaitUntil))")

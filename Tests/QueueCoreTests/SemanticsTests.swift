@@ -36,12 +36,12 @@ struct CachedButStaleTests {
     func get() throws {
         var s = makeScheduler()
         #expect(s.get(U.a, waiter: w(1, 1), cache: .stale, now: t(0))
-                == [start(U.a, .fast, revalidate: true), .slowLaneSuspended(true)])
+                == [start(U.a, .fast, revalidate: true), .holdBackground(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task.revalidate)
         #expect(task.lane == .fast && task.state == .running && task.waiters == [w(1, 1)] && task.attempts == 1)
         #expect(s.finish(U.a.key, .success, now: t(5))
-                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
     }
 
     @Test("cached but stale × queue: refresh queued in the slow lane (start with revalidate=true)")
@@ -59,7 +59,7 @@ struct CachedButStaleTests {
         _ = s.queue(U.s1, cache: .missing, now: t(0))     // occupies the one slow slot
         #expect(s.queue(U.a, cache: .stale, now: t(0)) == (.queued, []))
         #expect(s.get(U.a, waiter: w(1, 1), cache: .stale, now: t(1))
-                == [start(U.a, .fast, revalidate: true), .slowLaneSuspended(true)])
+                == [start(U.a, .fast, revalidate: true), .holdBackground(true)])
     }
 
     @Test("cached but stale × demote: no task exists, no action")
@@ -85,13 +85,13 @@ struct WaitingInSlowLaneTests {
     func get() throws {
         var s = setUp()
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1))
-                == [start(U.a, .fast), .slowLaneSuspended(true)])
+                == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.allTasks.count == 2)
         let task = try #require(s.task(U.a.key))
         #expect(task.lane == .fast && task.state == .running && task.attempts == 1 && task.waiters == [w(1, 1)])
         #expect(s.counts.slowWaiting == 0 && s.counts.fastRunning == 1 && s.counts.slowRunning == 1)
         #expect(s.finish(U.a.key, .success, now: t(2))
-                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
     }
 
     @Test("waiting in slow lane × get with the fast lane full: promoted, waits in the fast lane")
@@ -99,7 +99,7 @@ struct WaitingInSlowLaneTests {
         var s = makeScheduler(fast: 1)
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         _ = s.queue(U.a, cache: .missing, now: t(0))
-        #expect(s.get(U.b, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.b, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .holdBackground(true)])
         #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(0)) == [])
         #expect(s.state(U.a) == .waiting && s.lane(U.a) == .fast)
         #expect(s.counts.fastWaiting == 1 && s.counts.slowWaiting == 0)
@@ -128,7 +128,7 @@ struct WaitingInSlowLaneTests {
     @Test("waiting in slow lane × promote: moves to the fast lane and starts")
     func promote() {
         var s = setUp()
-        #expect(s.promote(U.a.key, now: t(1)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.promote(U.a.key, now: t(1)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.waiters(U.a) == [])
     }
 }
@@ -147,13 +147,13 @@ struct RunningAsSlowTests {
     func get() throws {
         var s = setUp()
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1))
-                == [.changeLane(key: U.a.key, lane: .fast), .slowLaneSuspended(true)])
+                == [.changeLane(key: U.a.key, lane: .fast), .holdBackground(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task.lane == .fast && task.state == .running && task.attempts == 1 && task.waiters == [w(1, 1)])
         #expect(s.counts.fastRunning == 1 && s.counts.slowRunning == 0 && s.counts.slowWaiting == 1)
         // The freed slow slot is not used while urgent work runs; it is once a finishes.
         #expect(s.finish(U.a.key, .success, now: t(2))
-                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow), .holdBackground(false)])
     }
 
     @Test("running as slow × queue: no-op")
@@ -175,7 +175,7 @@ struct RunningAsSlowTests {
     @Test("running as slow × promote: changeLane to fast in place")
     func promote() {
         var s = setUp()
-        #expect(s.promote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .fast), .slowLaneSuspended(true)])
+        #expect(s.promote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .fast), .holdBackground(true)])
         #expect(s.promote(U.a.key, now: t(1)) == [])
     }
 
@@ -184,7 +184,7 @@ struct RunningAsSlowTests {
         var s = makeScheduler(fast: 1, slow: 1)
         #expect(s.queue(U.a, cache: .missing, now: t(0)) == (.queued, [start(U.a, .slow)]))
         #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, []))
-        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .holdBackground(true)])
         return s
     }
 
@@ -202,7 +202,7 @@ struct RunningAsSlowTests {
         #expect(s.task(U.a.key)?.attempts == 1 && s.task(U.a.key)?.promotionPending == false)
         #expect(s.finish(U.a.key, .success, now: t(3))
                 == [.answer(w(1, 1), .ready), .answer(w(2, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow),
-                    .slowLaneSuspended(false)])
+                    .holdBackground(false)])
     }
 
     @Test("running as slow × get with the fast lane full, then its waiter leaves: the promotion is withdrawn")
@@ -212,7 +212,7 @@ struct RunningAsSlowTests {
         #expect(s.release(w(1, 1), now: t(2)) == [])
         #expect(s.task(U.a.key)?.promotionPending == false && s.lane(U.a) == .slow)
         // b ends: a stays background (and still holds the one slow slot).
-        #expect(s.finish(U.b.key, .success, now: t(3)) == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .slowLaneSuspended(false)])
+        #expect(s.finish(U.b.key, .success, now: t(3)) == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .holdBackground(false)])
         #expect(s.finish(U.a.key, .success, now: t(4)) == [.forget(key: U.a.key), start(U.s1, .slow)])
     }
 
@@ -230,7 +230,7 @@ struct WaitingInFastLaneTests {
     /// fastWidth 1: `b` runs fast, `a` waits in the fast lane with waiter w1.1.
     func setUp() -> Scheduler {
         var s = makeScheduler(fast: 1)
-        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .holdBackground(true)])
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [])
         #expect(s.state(U.a) == .waiting && s.lane(U.a) == .fast)
         return s
@@ -244,7 +244,7 @@ struct WaitingInFastLaneTests {
         #expect(s.allTasks.count == 2 && s.counts.waiters == 3)
         #expect(s.finish(U.b.key, .success, now: t(2)) == [.answer(w(9, 1), .ready), .forget(key: U.b.key), start(U.a, .fast)])
         #expect(s.finish(U.a.key, .success, now: t(3))
-                == [.answer(w(1, 1), .ready), .answer(w(2, 1), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .answer(w(2, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
     }
 
     @Test("waiting in fast lane × queue: already, and it stays fast")
@@ -259,7 +259,7 @@ struct WaitingInFastLaneTests {
         var s = makeScheduler(fast: 1, slow: 1)
         #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, [start(U.s1, .slow)]))
         #expect(s.queue(U.s2, cache: .missing, now: t(0)) == (.queued, []))
-        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.b, waiter: w(9, 1), cache: .missing, now: t(0)) == [start(U.b, .fast), .holdBackground(true)])
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [])
 
         #expect(s.demote(U.a.key, now: t(1)) == [])
@@ -267,7 +267,7 @@ struct WaitingInFastLaneTests {
         #expect(s.counts.fastWaiting == 0 && s.counts.slowWaiting == 2)
         // Fast lane empties: the slow lane resumes, but its one slot is still held by s1.
         #expect(s.finish(U.b.key, .success, now: t(2))
-                == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .slowLaneSuspended(false)])
+                == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .holdBackground(false)])
         // a was put in front of s2, which was queued earlier.
         #expect(s.finish(U.s1.key, .success, now: t(3)) == [.forget(key: U.s1.key), start(U.a, .slow)])
         #expect(s.finish(U.a.key, .success, now: t(4))
@@ -287,7 +287,7 @@ struct WaitingInFastLaneTests {
 struct RunningAsFastTests {
     func setUp() -> Scheduler {
         var s = makeScheduler()
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         return s
     }
 
@@ -298,7 +298,7 @@ struct RunningAsFastTests {
         #expect(s.waiters(U.a) == [w(1, 1), w(2, 7)])
         #expect(s.task(U.a.key)?.attempts == 1)
         #expect(s.finish(U.a.key, .success, now: t(2))
-                == [.answer(w(1, 1), .ready), .answer(w(2, 7), .ready), .forget(key: U.a.key), .slowLaneSuspended(false)])
+                == [.answer(w(1, 1), .ready), .answer(w(2, 7), .ready), .forget(key: U.a.key), .holdBackground(false)])
     }
 
     @Test("running as fast × queue: no-op")
@@ -312,7 +312,7 @@ struct RunningAsFastTests {
     func demote() throws {
         var s = setUp()
         #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, []))
-        #expect(s.demote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .slowLaneSuspended(false)])
+        #expect(s.demote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
         let task = try #require(s.task(U.a.key))
         #expect(task.lane == .slow && task.state == .running && task.attempts == 1 && task.waiters == [w(1, 1)])
         // a holds the one slow slot, so s1 keeps waiting.
@@ -327,7 +327,7 @@ struct RunningAsFastTests {
         #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
         #expect(s.queue(U.s1, cache: .missing, now: t(2)) == (.queued, []))
         #expect(s.demote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .slow)])
-        #expect(s.demote(U.b.key, now: t(4)) == [.park(key: U.b.key), .slowLaneSuspended(false)])
+        #expect(s.demote(U.b.key, now: t(4)) == [.park(key: U.b.key), .holdBackground(false)])
         #expect(s.counts.slowRunning == 1)
         let parked = try #require(s.task(U.b.key))
         #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1 && parked.waiters == [w(2, 1)])
@@ -340,8 +340,8 @@ struct RunningAsFastTests {
     @Test("running as fast × demote: yields to other urgent work (slow lane suspended again)")
     func demoteThenUrgent() {
         var s = setUp()
-        #expect(s.demote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .slowLaneSuspended(false)])
-        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(2)) == [start(U.b, .fast), .slowLaneSuspended(true)])
+        #expect(s.demote(U.a.key, now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(2)) == [start(U.b, .fast), .holdBackground(true)])
         #expect(s.promote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .fast)])
         #expect(s.counts.fastRunning == 2 && s.counts.slowRunning == 0)
     }
@@ -352,7 +352,7 @@ struct UnknownTests {
     @Test("unknown × get: a new fast task starts")
     func get() throws {
         var s = makeScheduler()
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task == TaskInfo(key: U.a.key, host: "a.example", lane: .fast, state: .running, waiters: [w(1, 1)],
                                  attempts: 1, revalidate: false, tentative: false, promotionPending: false))
@@ -382,7 +382,7 @@ struct UnknownTests {
     func dedupByCanonicalKey() {
         var s = makeScheduler()
         #expect(s.get(url("HTTP://A.Example:80/a#top"), waiter: w(1, 1), cache: .missing, now: t(0))
-                == [start(U.a, .fast), .slowLaneSuspended(true)])
+                == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.get(url("http://a.example/./a"), waiter: w(1, 2), cache: .missing, now: t(0)) == [])
         #expect(s.queue(url("http://a.EXAMPLE/%61"), cache: .missing, now: t(0)) == (.already, []))
         #expect(s.allTasks.count == 1 && s.waiters(U.a) == [w(1, 1), w(1, 2)])
@@ -396,12 +396,12 @@ struct FailedRecentlyTests {
     /// a fails permanently at t=1000; it is remembered until t=11000.
     func setUp() -> Scheduler {
         var s = makeScheduler()
-        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.finish(U.a.key, .failure(Self.notFound), now: t(1_000)) == [
             .remember(key: U.a.key, Self.notFound, until: t(11_000)),
             .answer(w(1, 1), .failed(Self.notFound)),
             .forget(key: U.a.key),
-            .slowLaneSuspended(false),
+            .holdBackground(false),
         ])
         return s
     }
@@ -422,7 +422,7 @@ struct FailedRecentlyTests {
         #expect(s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(10_999)) == [.answer(w(2, 1), .failed(Self.notFound))])
         #expect(s.advance(to: t(11_000)) == [])
         #expect(s.rememberedFailure(U.a.key, now: t(11_000)) == nil)
-        #expect(s.get(U.a, waiter: w(2, 2), cache: .missing, now: t(11_000)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(2, 2), cache: .missing, now: t(11_000)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.task(U.a.key)?.attempts == 1)
     }
 
@@ -463,6 +463,6 @@ struct FailedRecentlyTests {
         var s = makeScheduler()
         s.remember(U.a.key, Self.notFound, until: t(500))
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(499)) == [.answer(w(1, 1), .failed(Self.notFound))])
-        #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(500)) == [start(U.a, .fast), .slowLaneSuspended(true)])
+        #expect(s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(500)) == [start(U.a, .fast), .holdBackground(true)])
     }
 }

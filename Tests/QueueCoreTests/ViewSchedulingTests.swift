@@ -48,7 +48,7 @@ struct ViewSchedulingTests {
     func releaseRunning() {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
-        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .slowLaneSuspended(false)])
+        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
         #expect(s.state(U.a) == .running && s.lane(U.a) == .slow)
     }
 
@@ -59,7 +59,7 @@ struct ViewSchedulingTests {
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow)])
-        #expect(s.release(w(1, 2), now: t(1)) == [.park(key: U.b.key), .slowLaneSuspended(false)])
+        #expect(s.release(w(1, 2), now: t(1)) == [.park(key: U.b.key), .holdBackground(false)])
         let parked = try #require(s.task(U.b.key))
         #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1)
         #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 2)

@@ -32,4 +32,23 @@ struct LaneTransportTests {
         let file = try #require(object["path"] as? String)
         #expect(FileManager.default.contents(atPath: file) == (try origin.body(background)))
     }
+
+    @Test("per_host 1: an urgent get waiting for the host of a running background download does not hold it back, and is served after it")
+    func urgentWaitingForTheHostHoldsNothing() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--per-host", "1"])
+        // 600 KB at 300 KB/s: about 2 s.
+        let background = "/host-bg.jpg?size=600000&drip=300000"
+        #expect(daemon.ctl("queue", origin.url(background)).status == 0)
+        #expect(try waitUntil(seconds: 10) { try origin.stats().log.contains { $0.path == "/host-bg.jpg" } })
+
+        let urgent = daemon.ctl("get", "--timeout", "20", origin.url("/host-urgent.jpg"))
+        #expect(urgent.status == 0, "\(urgent.stderr)")
+        let log = try origin.stats().log
+        let backgroundEnd = try #require(log.first { $0.path == "/host-bg.jpg" }?.end, "the background download did not end")
+        let urgentStart = try #require(log.first { $0.path == "/host-urgent.jpg" }?.start)
+        // The origin logs a dripped body's end after its last pause between chunks (up to 0.1 s late).
+        #expect(urgentStart >= backgroundEnd - 0.2, "the host's limit let both run at once")
+        #expect(log.filter { $0.path == "/host-bg.jpg" }.count == 1, "the background download was held and started over")
+    }
 }

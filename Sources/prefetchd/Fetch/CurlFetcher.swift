@@ -32,11 +32,12 @@ final class CurlFetcher {
     private var backgroundHeld = false
     /// When the background pool was last held (monotonic ms), while it is.
     private var heldSince: Int64?
-    /// Background transfers that let go of their connections during a long hold, to start again when it ends.
+    /// Background transfers that let go of their connections during a hold, to start again when it ends.
     private var letGo: [String: TransferRequest] = [:]
+    /// Transfers that could not start again after letting go; they end as failures on the next timer.
+    private var failedRestarts: [FetchResult] = []
     /// How long background transfers stay on held connections. After that they let go (bytes kept) and resume with
-    /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) or curl's connect timeout turns the
-    /// hold into a failed attempt.
+    /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) turns the hold into a failed attempt.
     static let longestHold: Int64 = 15_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
@@ -61,6 +62,7 @@ final class CurlFetcher {
     }
 
     deinit {
+        letGo = [:]
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
     }
 
@@ -69,7 +71,8 @@ final class CurlFetcher {
     /// When the loop must call `timerFired()` (monotonic ms).
     var deadline: Int64? {
         let letGoAt = heldSince.map { $0 + Self.longestHold }
-        return [fastPool.deadline, slowPool.deadline, letGoAt].compactMap { $0 }.min()
+        let failuresAt: Int64? = failedRestarts.isEmpty ? nil : 0
+        return [fastPool.deadline, slowPool.deadline, letGoAt, failuresAt].compactMap { $0 }.min()
     }
 
     /// Bytes received and expected for a running transfer.
@@ -83,8 +86,12 @@ final class CurlFetcher {
         precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
         let transfer = try Transfer(request, settings: settings)
         transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
+        let added = curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
+        guard added == CURLM_OK else {
+            transfer.closeFile()
+            throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
+        }
         transfers[request.key] = transfer
-        curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
     }
 
     /// Stops a transfer; its partial body is deleted, or kept on disk to resume from when `keepingBody`.
@@ -94,6 +101,7 @@ final class CurlFetcher {
             return
         }
         guard let transfer = transfers.removeValue(forKey: key) else { return }
+        transfer.narrowWindowAfterUrgentWork(stillOnConnection: true)
         curl_multi_remove_handle(pool(transfer.pool).multi, transfer.easy)
         if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
         updateHold()
@@ -107,58 +115,75 @@ final class CurlFetcher {
 
     /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.
     func changeLane(_ key: String, to lane: Lane) {
-        if var request = letGo[key], lane == .fast {
+        if var request = letGo[key] {
+            guard lane == .fast else { return }
             letGo[key] = nil
             request.lane = .fast
             return restart(request)
         }
         guard let transfer = transfers[key] else { return }
         transfer.lane = lane
-        if lane == .fast { transfer.widenWindowForUrgentWork() }
+        if lane == .fast {
+            transfer.widenWindowForUrgentWork()
+        } else {
+            transfer.narrowWindowAfterUrgentWork(stillOnConnection: true)
+        }
         updateHold()
     }
 
     /// The background pool is held while urgent work runs, unless a transfer promoted in place still runs on it.
+    /// Background transfers still connecting let go of their connections at once: curl's connect timeout would run
+    /// on while they are held. (Work demoted in place stays on its urgent connection, unheld: see docs/transport.md.)
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
         let held = backgroundHeld && !urgentOnBackgroundConnection
         if held != slowPool.isHeld { heldSince = held ? monotonicMilliseconds() : nil }
         slowPool.hold(held)
-        if !held {
-            let waiting = letGo.values
-            letGo = [:]
-            for request in waiting { restart(request) }
+        if held {
+            letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting }
+        } else {
+            // One at a time: a restart that fails may end others through the scheduler, which stops them here.
+            while let (key, request) = letGo.first {
+                letGo[key] = nil
+                restart(request)
+            }
         }
     }
 
-    /// Curl's timer of either pool expired, or a hold lasted long.
+    /// Curl's timer of either pool expired, a hold lasted long, or a restart failed.
     func timerFired() {
         let now = monotonicMilliseconds()
         fastPool.fireTimerIfDue(now: now)
         slowPool.fireTimerIfDue(now: now)
-        if let since = heldSince, now - since >= Self.longestHold { letGoOfHeldConnections() }
+        if let since = heldSince, now - since >= Self.longestHold {
+            heldSince = nil
+            letGoOfConnections { $0.lane == .slow && $0.pool == .slow }
+        }
+        let failures = failedRestarts
+        failedRestarts = []
+        for failure in failures { onFinish(failure) }
     }
 
-    /// A long hold: the held background transfers stop, keeping what a resume can continue from.
-    private func letGoOfHeldConnections() {
-        heldSince = nil
-        for transfer in transfers.values where transfer.pool == .slow && transfer.lane == .slow {
+    /// Held background transfers that match stop, keeping what a resume can continue from, until the hold ends.
+    private func letGoOfConnections(where matches: (Transfer) -> Bool) {
+        for transfer in transfers.values where matches(transfer) {
             let request = transfer.continuation
             transfers[transfer.key] = nil
-            curl_multi_remove_handle(slowPool.multi, transfer.easy)
+            curl_multi_remove_handle(pool(transfer.pool).multi, transfer.easy)
             if request.resumeValidator != nil { transfer.closeFile() } else { transfer.discardBody() }
             letGo[transfer.key] = request
-            Log.debug("held for \(Self.longestHold / 1000) s: \(transfer.key) lets go of its connection until urgent work ends")
+            Log.debug("\(transfer.key) lets go of its connection until urgent work ends")
         }
     }
 
-    /// Starts a transfer that let go of its connection again; a failure to start ends it like a failed transfer.
+    /// Starts a transfer that let go of its connection again, in the pool of its lane now; a failure to start ends
+    /// it as a failed transfer on the next timer.
     private func restart(_ request: TransferRequest) {
         do {
             try start(request)
         } catch {
-            onFinish(FetchResult(key: request.key, headers: ResponseHeaders(),
-                                 outcome: .failure(.local("cannot start the transfer again", error))))
+            failedRestarts.append(FetchResult(key: request.key, headers: ResponseHeaders(),
+                                              outcome: .failure(.local("cannot start the transfer again", error))))
         }
     }
 
@@ -171,7 +196,7 @@ final class CurlFetcher {
             var pointer: UnsafeMutableRawPointer?
             pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer)
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
-            transfer.narrowWindowAfterUrgentWork()
+            transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
             curl_multi_remove_handle(pool.multi, easy)
             finished.append((transfer, code))

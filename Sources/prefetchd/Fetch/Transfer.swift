@@ -289,13 +289,22 @@ final class Transfer {
     }
 
     /// Gives a connection widened for urgent work its background window back before it carries background work
-    /// again; called when the transfer ended and the connection, if curl keeps it, is idle.
-    func narrowWindowAfterUrgentWork() {
+    /// again: while this transfer still runs on it (demoted, stopped), or once it ended, if curl kept the connection.
+    func narrowWindowAfterUrgentWork(stillOnConnection: Bool) {
         guard let widened = widenedSocket else { return }
         widenedSocket = nil
-        var alive: curl_socket_t = -1
-        guard pf_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &alive) == CURLE_OK, alive == widened else { return }
+        if !stillOnConnection {
+            var alive: curl_socket_t = -1
+            guard pf_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &alive) == CURLE_OK, alive == widened else { return }
+        }
         setReceiveBuffer(widened, backgroundWindow)
+    }
+
+    /// Whether the transfer is still connecting (resolving, TCP, TLS): its request has not gone out yet.
+    var isConnecting: Bool {
+        var sent: curl_off_t = 0
+        pf_easy_getinfo_off_t(easy, CURLINFO_PRETRANSFER_TIME_T, &sent)
+        return sent == 0
     }
 }
 
