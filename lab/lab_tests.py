@@ -4,7 +4,8 @@
 They assert order and connections from nginx's access log (its `$connection` id per request), never timings:
 
   1  an urgent get made while background transfers are held never shares their connection (HTTP/2 and HTTP/1.1)
-  2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1)
+  2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1); 2b: on HTTP/2 one
+     connection even at --slow-width 4
   3  promotion in place over HTTP/2 resumes without a lost byte (one request, no Range, the origin's SHA-256)
   4  an origin behind a private CA works with ca_file and fails with `tls` without it
 
@@ -283,9 +284,9 @@ class Run:
 
     # ---- 2: a background drain uses at most 2 connections
 
-    def test_drain_connections(self, name, started, origin):
-        tag = "t2%s" % origin
-        daemon = Daemon(self, tag)
+    def test_drain_connections(self, name, started, origin, slow_width=1, limit=DRAIN_CONNECTIONS):
+        tag = "t2%sw%d" % (origin, slow_width)
+        daemon = Daemon(self, tag, ["--slow-width", str(slow_width)])
         urls = [self.url(ORIGINS[origin][0], tag, i) for i in range(DRAIN)]
         rc, _, err = daemon.ctl_run("queue", "--wait", "--timeout", str(WAIT), "-", stdin_text="\n".join(urls) + "\n")
         fetched = daemon.call("status")["fetched"]
@@ -300,9 +301,12 @@ class Run:
              rc == 0 and fetched == DRAIN),
             ("nginx served each of the %d once" % DRAIN, "%d requests, %d distinct URLs with 200"
              % (len(entries), len(served)), len(entries) == DRAIN and len(served) == DRAIN),
-            ("connections <= %d" % DRAIN_CONNECTIONS, "%d %s" % (len(connections), connections),
-             1 <= len(connections) <= DRAIN_CONNECTIONS),
+            ("connections <= %d" % limit, "%d %s" % (len(connections), connections),
+             1 <= len(connections) <= limit),
         ], daemon.log_tail())
+
+    def test_drain_multiplexed(self, name, started):
+        self.test_drain_connections(name, started, "h2", slow_width=4, limit=1)
 
     # ---- 3: promotion in place
 
@@ -400,6 +404,8 @@ class Run:
              self.test_urgent_connections, list(ORIGINS)),
             ("2", "a background drain of %d files opens at most %d connections" % (DRAIN, DRAIN_CONNECTIONS),
              self.test_drain_connections, list(ORIGINS)),
+            ("2b", "on HTTP/2 a drain at --slow-width 4 multiplexes its %d files on one connection" % DRAIN,
+             self.test_drain_multiplexed, [None]),
             ("3", "promotion in place over HTTP/2 resumes without a lost byte", self.test_promotion, [None]),
             ("4", "an origin behind a private CA works with ca_file and fails with tls without it",
              self.test_private_ca, [None]),

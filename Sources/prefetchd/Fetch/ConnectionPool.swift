@@ -34,12 +34,8 @@ final class ConnectionPool {
         curl_multi_cleanup(multi)
     }
 
-    /// When the loop must call `timerFired()`; none while held.
+    /// When curl's timer is due (`fireTimerIfDue`); none while held.
     var deadline: Int64? { isHeld ? nil : timerDeadline }
-
-    func setConnectionsPerHost(_ count: Int) {
-        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, count)
-    }
 
     /// Stops reading this pool's sockets, or reads them again: the loop's next turn finds what arrived meanwhile and
     /// fires curl's timer if it passed.

@@ -21,12 +21,9 @@ struct FetchResult {
 /// shares a connection with background work that is held back. Holding the background lane stops reading its pool
 /// (no rate limit, no pause: curl is simply not called), and a transfer promoted in place keeps its connection.
 final class CurlFetcher {
-    private let loop: EventLoop
     private let fastPool: ConnectionPool
     private let slowPool: ConnectionPool
-    var settings: FetchSettings {
-        didSet { fastPool.setConnectionsPerHost(settings.connectionsPerHost) }
-    }
+    var settings: FetchSettings
     private var transfers: [String: Transfer] = [:]
     /// Whether background work is held back because urgent work runs.
     private var backgroundHeld = false
@@ -52,7 +49,6 @@ final class CurlFetcher {
 
     init(loop: EventLoop, settings: FetchSettings) {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-        self.loop = loop
         self.settings = settings
         fastPool = ConnectionPool(loop: loop, connectionsPerHost: settings.connectionsPerHost)
         // The scheduler bounds the background lane; its pool needs no limit of its own.
@@ -65,8 +61,6 @@ final class CurlFetcher {
         letGo = [:]
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
     }
-
-    var runningCount: Int { transfers.count + letGo.count }
 
     /// When the loop must call `timerFired()` (monotonic ms).
     var deadline: Int64? {

@@ -111,6 +111,10 @@ final class Transfer {
         pf_easy_setopt_off_t(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(settings.maxBytes))
         pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion)")
         pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        // Over TLS, transfers started together wait for the first connection's ALPN instead of each opening one: on
+        // HTTP/2 they multiplex on it. Not for plain HTTP, where curl 7.88 learns that only from the first response
+        // and then wakes one waiting transfer per finished one (docs/transport.md).
+        if key.lowercased().hasPrefix("https:") { pf_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
         pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
         if let proxy = settings.proxy { pf_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
         if let caFile = settings.caFile { pf_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
