@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import PrefetchProtocol
+import QueueCore
 
 let environment = ProcessInfo.processInfo.environment
 do {
@@ -12,7 +13,8 @@ do {
     case .check(let options):
         print("# prefetchd \(prefetchVersion): the configuration is valid; the effective settings, read from "
               + (options.configPath.map { "\($0) and the command line" } ?? "the command line (no configuration file)"))
-        print(options.description)
+        // The effective settings may hold a proxy URL with a password: shown as `user:***@`, as in the log.
+        print(CanonicalURL.redactingUserinfo(in: options.description))
     case .run(let options):
         try Daemon(options: options).run()
     }

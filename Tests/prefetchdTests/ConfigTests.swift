@@ -78,6 +78,14 @@ struct ConfigTests {
         }
     }
 
+    @Test("--check-config printed the proxy's password: it shows user:***@, as the log does")
+    func checkConfigHidesProxyPassword() {
+        let (result, settings) = check(["--proxy", "http://alice:s3cret@proxy.example:3128"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(!result.stdout.contains("s3cret"), "\(result.stdout)")
+        #expect(settings["proxy"] == "http://alice:***@proxy.example:3128")
+    }
+
     @Test("a configuration written for an older version, with the retired background_rate, still starts: a warning names it")
     func retiredSetting() throws {
         let directory = try TemporaryDirectory()
