@@ -11,7 +11,8 @@ struct TLSTests {
         var certificate: String { directory.path + "/server.pem" }
         var key: String { directory.path + "/server.key" }
 
-        init() throws {
+        /// `names`: the certificate's subjectAltName (another host's name makes a certificate for another host).
+        init(names: String = "IP:127.0.0.1") throws {
             directory = try TemporaryDirectory()
             let d = directory.path
             let steps: [[String]] = [
@@ -22,7 +23,7 @@ struct TLSTests {
                 ["x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
                  "-CAcreateserial", "-days", "2", "-extfile", d + "/san.cnf", "-out", d + "/server.pem"],
             ]
-            try "subjectAltName = IP:127.0.0.1\n".write(toFile: d + "/san.cnf", atomically: true, encoding: .utf8)
+            try "subjectAltName = \(names)\n".write(toFile: d + "/san.cnf", atomically: true, encoding: .utf8)
             for step in steps {
                 let result = run("/usr/bin/openssl", step)
                 guard result.status == 0 else { throw HarnessError("openssl \(step[0]): \(result.stderr)") }
@@ -39,13 +40,24 @@ struct TLSTests {
         let untrusting = try DaemonUnderTest()
         let refused = untrusting.ctl("get", "--json", url)
         #expect(errorCode(refused.stdout) == "tls", "\(refused.stdout) \(refused.stderr)")
-        #expect(refused.stdout.contains("certificate"), "the message names the cause: \(refused.stdout)")
+        #expect(refused.stdout.contains("unable to get local issuer certificate"), "the message names the cause: \(refused.stdout)")
         #expect(untrusting.ctl("ping").status == 0)
 
         let trusting = try DaemonUnderTest(["--ca-file", ca.caFile])
         let fetched = trusting.ctl("get", url)
         #expect(fetched.status == 0, "\(fetched.stdout) \(fetched.stderr)")
         #expect(FileManager.default.fileExists(atPath: fetched.stdout.trimmingCharacters(in: .newlines)))
+    }
+
+    @Test("a certificate for another host name fails with tls naming the mismatch, even from a trusted CA")
+    func certificateForAnotherName() throws {
+        let ca = try PrivateCA(names: "DNS:images.example.com")
+        let origin = try Origin(tls: (ca.certificate, ca.key))
+        let daemon = try DaemonUnderTest(["--ca-file", ca.caFile])
+        let refused = daemon.ctl("get", "--json", origin.url("/elsewhere.jpg"))
+        #expect(errorCode(refused.stdout) == "tls", "\(refused.stdout) \(refused.stderr)")
+        #expect(refused.stdout.contains("no alternative certificate subject name matches target host name '127.0.0.1'"),
+                "the message names the cause: \(refused.stdout)")
     }
 
     @Test("ca_file naming a file that cannot be read is refused at start-up with the path and the reason")

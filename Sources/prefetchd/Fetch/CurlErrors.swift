@@ -35,7 +35,7 @@ enum CurlErrors {
             return Failure(code: "timeout", message: "the transfer stalled or timed out (\(text))", isTransient: true)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
-            return Failure(code: "tls", message: text, isTransient: false)
+            return Failure(code: "tls", message: transfer.errorDetail ?? text, isTransient: false)
         case CURLE_URL_MALFORMAT:
             return Failure(code: "invalid_url", message: text, isTransient: false)
         case CURLE_OUT_OF_MEMORY where !transfer.bodyStarted:
@@ -47,7 +47,7 @@ enum CurlErrors {
         case CURLE_PARTIAL_FILE:
             return Failure(code: "network", message: "the body was shorter than its Content-Length", isTransient: true)
         default:
-            return Failure(code: "network", message: text, isTransient: true)
+            return Failure(code: "network", message: transfer.errorDetail ?? text, isTransient: true)
         }
     }
 }

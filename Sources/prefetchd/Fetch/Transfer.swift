@@ -48,6 +48,8 @@ final class Transfer {
     private var hash = SHA256()
     private let maxBytes: Int64
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
+    /// Where curl writes what went wrong in its own words (`CURLOPT_ERRORBUFFER`).
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
 
     init(_ request: TransferRequest, settings: FetchSettings) throws {
         guard let easy = curl_easy_init() else { throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "") }
@@ -93,6 +95,8 @@ final class Transfer {
         }
         pf_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, me)
         pf_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, requestHeaders)
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        pf_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer)
         if resumedFrom > 0 {
             pf_easy_setopt_string(easy, CURLOPT_RANGE, "\(resumedFrom)-")
         } else {
@@ -124,7 +128,15 @@ final class Transfer {
     deinit {
         curl_easy_cleanup(easy)
         curl_slist_free_all(requestHeaders)
+        errorBuffer.deallocate()
         closeFile()
+    }
+
+    /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
+    /// check failed, which address refused), if it wrote one.
+    var errorDetail: String? {
+        let text = String(String(cString: errorBuffer).trimmingCharacters(in: " \n"))
+        return text.isEmpty ? nil : text
     }
 
     var responseCode: Int {
