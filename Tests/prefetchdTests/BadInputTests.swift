@@ -40,7 +40,7 @@ struct BadInputTests {
         #expect(try Self.origin.count("/gone.jpg") == 1)
     }
 
-    @Test("protocol abuse: not JSON, unknown op, missing field, a 1 MiB line without newline")
+    @Test("protocol abuse: not JSON, unknown op, missing field, a negative list limit, a 1 MiB line without newline")
     func protocolAbuse() throws {
         let daemon = try DaemonUnderTest()
         let connection = try RawConnection(socket: daemon.socket)
@@ -56,6 +56,11 @@ struct BadInputTests {
         let missing = connection.receive()
         #expect(missing?["id"] as? String == "x")
         #expect((missing?["error"] as? [String: Any])?["code"] as? String == "bad_request")
+        // A negative limit was taken as 0: an empty list, as if nothing were queued.
+        connection.send("{\"id\":9,\"op\":\"list\",\"limit\":-1}\n")
+        let negative = connection.receive()?["error"] as? [String: Any]
+        #expect(negative?["code"] as? String == "bad_request")
+        #expect(negative?["message"] as? String == "limit must be 0 or more, not -1")
         connection.send("{\"id\":8,\"op\":\"ping\"}\n")
         #expect(connection.receive()?["ok"] as? Bool == true, "the connection survives bad requests")
 

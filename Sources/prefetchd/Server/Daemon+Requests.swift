@@ -80,7 +80,10 @@ extension Daemon {
             }
             reply(connection, request.id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
         case .list:
-            let limit = max(0, request.limit ?? 1000)
+            let limit = request.limit ?? 1000
+            guard limit >= 0 else {
+                return fail(connection, request.id, WireError(.badRequest, "limit must be 0 or more, not \(limit)"))
+            }
             let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
             reply(connection, request.id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
         }
