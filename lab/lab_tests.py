@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "bench"))
 
 import lab  # noqa: E402
+from benchlib import Client  # noqa: E402
 
 LAB_NAME = "labtest"
 LINK = dict(delay_ms=25, rate_mbit=20, buffer_bytes=64 * 1024)
@@ -54,42 +55,6 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_P
 
 class TestFailure(Exception):
     """A step of a test could not be done (the daemon did not start, a poll ran out); the test fails with it."""
-
-
-class Client:
-    """A blocking client of the daemon's protocol (docs/protocol.md): newline-delimited JSON on a Unix socket."""
-
-    def __init__(self, path, timeout=10):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(path)
-            self.reader = self.sock.makefile("rb")
-            greeting = json.loads(self.reader.readline() or b"{}")
-        except BaseException:
-            self.sock.close()
-            raise
-        if greeting.get("hello") != "prefetchd":
-            self.close()
-            raise ValueError("not a prefetchd greeting: %r" % greeting)
-        self.next_id = 0
-
-    def call(self, op, **fields):
-        self.next_id += 1
-        self.sock.sendall(json.dumps(dict(fields, id=self.next_id, op=op)).encode() + b"\n")
-        while True:
-            line = self.reader.readline()
-            if not line:
-                raise ConnectionError("the daemon closed the connection")
-            reply = json.loads(line)
-            if reply.get("id") == self.next_id:
-                if not reply.get("ok"):
-                    raise TestFailure("%s answered %s" % (op, reply.get("error")))
-                return reply["result"]
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
 
 
 class Daemon:
@@ -122,17 +87,21 @@ class Daemon:
             try:
                 self.call("status")
                 return
-            except (OSError, ValueError):
+            except (OSError, ValueError, RuntimeError):
                 if time.monotonic() > deadline:
                     raise TestFailure("prefetchd did not answer within 30 s: %s" % self.log_tail())
             time.sleep(0.02)
 
     def call(self, op, **fields):
-        client = Client(self.socket)
+        """The result of one request on a connection of its own; an error answer fails the test."""
+        client = Client(self.socket, timeout=10)
         try:
-            return client.call(op, **fields)
+            reply = client.call(op, **fields)
         finally:
             client.close()
+        if not reply.get("ok"):
+            raise TestFailure("%s answered %s" % (op, reply.get("error")))
+        return reply["result"]
 
     def ctl(self, *args):
         return [os.path.join(self.run.bins, "prefetchctl"), "--socket", self.socket, *args]
@@ -235,7 +204,7 @@ class Run:
         started = time.monotonic()
         try:
             test(name, started, *args)
-        except (TestFailure, OSError, ValueError, KeyError, subprocess.SubprocessError) as error:
+        except (TestFailure, OSError, ValueError, RuntimeError, KeyError, subprocess.SubprocessError) as error:
             details = " | ".join(d.log_tail() for d in self.daemons)
             self.record(name, started, [("the test runs to its end", "%s: %s" % (type(error).__name__, error), False)],
                         details)

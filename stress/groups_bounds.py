@@ -34,28 +34,24 @@ def rss_kib(pid):
     return proc_status(pid, "VmRSS")
 
 
-class Sampler(threading.Thread):
-    """Every 100 ms: `status` (running transfers per lane), the fd count and the resident size."""
+class Poller(threading.Thread):
+    """A client of its own that calls `poll()` every `interval` seconds until stopped; an exception ends it and is
+    kept in `error` (reported as a row)."""
+
+    interval = 0.1
 
     def __init__(self, daemon):
         super().__init__(daemon=True)
         self.daemon_process = daemon
         self.client = daemon.client(timeout=30)
         self.stopping = threading.Event()
-        self.samples = []  # (fast running, fast width, slow running, slow width)
-        self.peak_fds = 0
-        self.peak_rss = 0
         self.error = None
 
     def run(self):
         try:
             while not self.stopping.is_set():
-                status = self.client.call({"op": "status"}, timeout=30)["result"]
-                self.samples.append((status["fast"]["running"], status["fast"]["width"],
-                                     status["slow"]["running"], status["slow"]["width"]))
-                self.peak_fds = max(self.peak_fds, fd_count(self.daemon_process.pid))
-                self.peak_rss = max(self.peak_rss, rss_kib(self.daemon_process.pid))
-                self.stopping.wait(0.1)
+                self.poll()
+                self.stopping.wait(self.interval)
         except Exception as error:  # noqa: BLE001 (reported as a row)
             self.error = error
         finally:
@@ -65,36 +61,41 @@ class Sampler(threading.Thread):
         self.stopping.set()
         self.join(60)
 
+
+class Sampler(Poller):
+    """Every 100 ms: `status` (running transfers per lane), the fd count and the resident size."""
+
+    def __init__(self, daemon):
+        super().__init__(daemon)
+        self.samples = []  # (fast running, fast width, slow running, slow width)
+        self.peak_fds = 0
+        self.peak_rss = 0
+
+    def poll(self):
+        status = self.client.call({"op": "status"}, timeout=30)["result"]
+        self.samples.append((status["fast"]["running"], status["fast"]["width"],
+                             status["slow"]["running"], status["slow"]["width"]))
+        self.peak_fds = max(self.peak_fds, fd_count(self.daemon_process.pid))
+        self.peak_rss = max(self.peak_rss, rss_kib(self.daemon_process.pid))
+
     def over_width(self):
         """Samples where a lane ran more than its width."""
         return [s for s in self.samples if s[0] > s[1] or s[2] > s[3]]
 
 
-class Pinger(threading.Thread):
+class Pinger(Poller):
     """Another client: a ping, its latency, 10 ms of quiet, again."""
 
+    interval = 0.01
+
     def __init__(self, daemon):
-        super().__init__(daemon=True)
-        self.client = daemon.client(timeout=30)
-        self.stopping = threading.Event()
+        super().__init__(daemon)
         self.latencies = []
-        self.error = None
 
-    def run(self):
-        try:
-            while not self.stopping.is_set():
-                began = time.monotonic()
-                self.client.call({"op": "ping"}, timeout=30)
-                self.latencies.append(time.monotonic() - began)
-                self.stopping.wait(0.01)
-        except Exception as error:  # noqa: BLE001
-            self.error = error
-        finally:
-            self.client.close()
-
-    def stop(self):
-        self.stopping.set()
-        self.join(60)
+    def poll(self):
+        began = time.monotonic()
+        self.client.call({"op": "ping"}, timeout=30)
+        self.latencies.append(time.monotonic() - began)
 
 
 def send_list(sock, urls, first, last):

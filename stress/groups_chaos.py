@@ -14,6 +14,23 @@ from lib import Daemon, Failed, Origin, log, outcome, scratch, wait_until
 GROUP = "chaos"
 
 
+
+def check_cached(client, origin, urls):
+    """Offline gets of `urls` (no network): the ones not cached, with their outcome (path shown), and the ones whose
+    file is gone or whose SHA-256 is not the origin's."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        want = dict(pool.map(lambda url: (url, origin.sha256(url[len(origin.base):])), urls))
+    ids = {client.send({"op": "get", "url": url, "offline": True}): url for url in want}
+    replies = client.wait(ids.keys(), timeout=300)
+    missing, wrong = [], []
+    for i, url in ids.items():
+        reply = replies[i]
+        if not reply.get("ok"):
+            missing.append((url[len(origin.base):], outcome(reply)))
+        elif reply["result"]["sha256"] != want[url] or not os.path.exists(reply["result"]["path"]):
+            wrong.append(url)
+    return missing, wrong
+
 def run(args, table, processes, scratch_dirs):
     rng = random.Random(9)
     if args.quick:
@@ -76,20 +93,8 @@ def run(args, table, processes, scratch_dirs):
     log(f"chaos: drained in {time.monotonic() - began:.0f}s after the last restart")
 
     # Every acknowledged URL is cached (offline get: no network) with the origin's SHA-256.
-    def expected_sha(url):
-        return url, origin.sha256(url[len(origin.base):])
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        want = dict(pool.map(expected_sha, sorted(state["acked"])))
-    ids = {client.send({"op": "get", "url": url, "offline": True}): url for url in want}
-    replies = client.wait(ids.keys(), timeout=300)
-    missing, wrong = [], []
-    for i, url in ids.items():
-        reply = replies[i]
-        if not reply.get("ok"):
-            missing.append((url, outcome(reply)))
-        elif reply["result"]["sha256"] != want[url] or not os.path.exists(reply["result"]["path"]):
-            wrong.append(url)
+    want = sorted(state["acked"])
+    missing, wrong = check_cached(client, origin, want)
     table.add(GROUP, "every acknowledged URL cached", f"{len(want)} cached (offline get), none lost",
               f"{len(want) - len(missing)} cached, {len(missing)} missing {missing[:2]}", not missing)
     table.add(GROUP, "cached bodies match the origin's SHA-256", "0 mismatches", f"{len(wrong)} mismatches",
@@ -270,18 +275,8 @@ def poisoned(args, table, processes, origin, work):
               and again_status.get("status") == "skipped" and len(quarantine_lines) == 1 and alive_after)
 
     # Every other acknowledged URL is cached (offline get: no network) with the origin's bytes.
-    others = sorted(state["acked"] - {poison})
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        want = dict(pool.map(lambda url: (url, origin.sha256(url[len(origin.base):])), others))
-    ids = {client.send({"op": "get", "url": url, "offline": True}): url for url in want}
-    replies = client.wait(ids.keys(), timeout=300)
-    missing, wrong = [], []
-    for i, url in ids.items():
-        reply = replies[i]
-        if not reply.get("ok"):
-            missing.append((url[len(origin.base):], outcome(reply)))
-        elif reply["result"]["sha256"] != want[url] or not os.path.exists(reply["result"]["path"]):
-            wrong.append(url)
+    want = sorted(state["acked"] - {poison})
+    missing, wrong = check_cached(client, origin, want)
     client.close()
     table.add(GROUP, "poisoned prefetch: every other URL cached",
               f"{len(urls) - 1} acknowledged, all cached (offline get) with the origin's SHA-256",
