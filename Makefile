@@ -3,13 +3,16 @@
 SWIFT ?= swift
 # What building and running need, and what the tests need besides.
 BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev pkg-config webp-pixbuf-loader libavif-gdk-pixbuf
-TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick systemd util-linux man-db groff-base zsh fish chafa openssl
+TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick systemd util-linux man-db groff-base zsh fish chafa openssl \
+	python3-dbusmock dbus-daemon dbus-bin
 # Where `release` builds; `make check-systemd BUILD_DIR=/tmp/x` keeps a second build apart.
 BUILD_DIR ?= .build
 RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(BUILD_DIR)
 
-# `make install`: PREFIX (default /usr/local) and DESTDIR (a staging root). With PREFIX=/usr the units go where
-# Debian keeps packaged ones, /lib/systemd/system.
+# `make install`: PREFIX (default /usr/local) and DESTDIR (a staging root). With PREFIX=/usr the system units go where
+# Debian keeps packaged ones, /lib/systemd/system. The user units (systemctl --user) go to $(PREFIX)/lib/systemd/user:
+# /usr/local/lib/systemd/user and /usr/lib/systemd/user are on the user manager's search path, /lib/systemd/user is
+# not (systemd.unit(5), `systemd-analyze --user unit-paths`).
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin
@@ -18,6 +21,7 @@ UNITDIR ?= /lib/systemd/system
 else
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 endif
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 SYSCONFDIR ?= /etc
@@ -86,16 +90,19 @@ check-core:
 run: release
 	$(BUILD_DIR)/release/prefetchd
 
-## install: release binaries (static Swift runtime), systemd units, sysusers/tmpfiles snippets, the example
-## configuration, man pages and shell completions, under $(DESTDIR)$(PREFIX)
+## install: release binaries (static Swift runtime), systemd units (system and user), sysusers/tmpfiles snippets, the
+## example configuration, man pages and shell completions, under $(DESTDIR)$(PREFIX)
 install: release
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
-		$(DESTDIR)$(SYSCONFDIR)/prefetchd $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSCONFDIR)/prefetchd $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(BUILD_DIR)/release/prefetchd $(BUILD_DIR)/release/prefetchctl $(DESTDIR)$(BINDIR)/
 	sed 's|/usr/local/bin/|$(BINDIR)/|g' systemd/prefetchd.service > $(DESTDIR)$(UNITDIR)/prefetchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/prefetchd.service
 	install -m 0644 systemd/prefetchd.socket $(DESTDIR)$(UNITDIR)/prefetchd.socket
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' systemd/user/prefetchd.service > $(DESTDIR)$(USERUNITDIR)/prefetchd.service
+	chmod 0644 $(DESTDIR)$(USERUNITDIR)/prefetchd.service
+	install -m 0644 systemd/user/prefetchd.socket $(DESTDIR)$(USERUNITDIR)/prefetchd.socket
 	install -m 0644 systemd/prefetchd.sysusers $(DESTDIR)$(SYSUSERSDIR)/prefetchd.conf
 	install -m 0644 systemd/prefetchd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/prefetchd.conf
 	install -m 0644 systemd/prefetchd.conf.example $(DESTDIR)$(SYSCONFDIR)/prefetchd/prefetchd.conf.example
@@ -111,6 +118,7 @@ install: release
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/prefetchd $(DESTDIR)$(BINDIR)/prefetchctl \
 		$(DESTDIR)$(UNITDIR)/prefetchd.service $(DESTDIR)$(UNITDIR)/prefetchd.socket \
+		$(DESTDIR)$(USERUNITDIR)/prefetchd.service $(DESTDIR)$(USERUNITDIR)/prefetchd.socket \
 		$(DESTDIR)$(SYSUSERSDIR)/prefetchd.conf $(DESTDIR)$(TMPFILESDIR)/prefetchd.conf \
 		$(DESTDIR)$(SYSCONFDIR)/prefetchd/prefetchd.conf.example \
 		$(DESTDIR)$(MANDIR)/man1/prefetchctl.1 $(DESTDIR)$(MANDIR)/man5/prefetchd.conf.5 $(DESTDIR)$(MANDIR)/man8/prefetchd.8 \
@@ -119,8 +127,9 @@ uninstall:
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/prefetchd $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 ## check-systemd: `make install` into a scratch DESTDIR, then offline checks of that tree: every file in place, no
-## Swift runtime library in `ldd` of the binaries, `systemd-analyze verify` clean (the units' paths pointed into the
-## tree, man pages found there), `systemd-analyze security` at most $(SECURITY_THRESHOLD), the sysusers and tmpfiles
+## Swift runtime library in `ldd` of the binaries, `systemd-analyze verify` and `systemd-analyze --user verify` clean
+## (the units' paths pointed into the tree, man pages found there), the user units' directory on the user manager's
+## search path, `systemd-analyze security` at most $(SECURITY_THRESHOLD), the sysusers and tmpfiles
 ## snippets applied to the scratch root, the completions and man pages well-formed, and `make uninstall` leaving no
 ## file behind. Boots nothing, starts nothing.
 check-systemd: release
@@ -128,7 +137,8 @@ check-systemd: release
 	$(MAKE) --no-print-directory install DESTDIR=$$root PREFIX=/usr/local BUILD_DIR=$(BUILD_DIR) > $$root.log 2>&1 \
 		|| { cat $$root.log; rm -f $$root.log; exit 1; }; rm -f $$root.log; \
 	for file in usr/local/bin/prefetchd usr/local/bin/prefetchctl usr/local/lib/systemd/system/prefetchd.service \
-		usr/local/lib/systemd/system/prefetchd.socket usr/local/lib/sysusers.d/prefetchd.conf \
+		usr/local/lib/systemd/system/prefetchd.socket usr/local/lib/systemd/user/prefetchd.service \
+		usr/local/lib/systemd/user/prefetchd.socket usr/local/lib/sysusers.d/prefetchd.conf \
 		usr/local/lib/tmpfiles.d/prefetchd.conf etc/prefetchd/prefetchd.conf.example \
 		usr/local/share/man/man1/prefetchctl.1 usr/local/share/man/man5/prefetchd.conf.5 \
 		usr/local/share/man/man8/prefetchd.8 usr/local/share/bash-completion/completions/prefetchctl \
@@ -148,6 +158,18 @@ check-systemd: release
 	out=$$(MANPATH="$$root/usr/local/share/man" systemd-analyze verify "$$root/verify/prefetchd.socket" \
 		"$$root/verify/prefetchd.service" 2>&1) || { echo "$$out"; echo "check-systemd: systemd-analyze verify failed"; exit 1; }; \
 	[ -z "$$out" ] || { echo "$$out"; echo "check-systemd: systemd-analyze verify is not clean"; exit 1; }; \
+	mkdir "$$root/verify-user" "$$root/xdg-runtime"; chmod 0700 "$$root/xdg-runtime"; \
+	for unit in prefetchd.service prefetchd.socket; do \
+		sed "s|/usr/local/bin/|$$root/usr/local/bin/|g" "$$root/usr/local/lib/systemd/user/$$unit" > "$$root/verify-user/$$unit"; \
+	done; \
+	out=$$(XDG_RUNTIME_DIR="$$root/xdg-runtime" MANPATH="$$root/usr/local/share/man" systemd-analyze --user verify \
+		"$$root/verify-user/prefetchd.socket" "$$root/verify-user/prefetchd.service" 2>&1) \
+		|| { echo "$$out"; echo "check-systemd: systemd-analyze --user verify failed"; exit 1; }; \
+	[ -z "$$out" ] || { echo "$$out"; echo "check-systemd: systemd-analyze --user verify is not clean"; exit 1; }; \
+	paths=$$(XDG_RUNTIME_DIR="$$root/xdg-runtime" systemd-analyze --user unit-paths); \
+	for dir in /usr/local/lib/systemd/user /usr/lib/systemd/user; do \
+		echo "$$paths" | grep -qx "$$dir" || { echo "check-systemd: $$dir is not on the user manager's unit path"; exit 1; }; \
+	done; \
 	threshold=$$(echo $(SECURITY_THRESHOLD) | awk '{ printf "%d", $$1 * 10 }'); \
 	security=$$(systemd-analyze security --offline=true --threshold=$$threshold \
 		"$$root/usr/local/lib/systemd/system/prefetchd.service" 2>&1) \
@@ -165,7 +187,7 @@ check-systemd: release
 	$(MAKE) --no-print-directory uninstall DESTDIR=$$root PREFIX=/usr/local > /dev/null; \
 	left=$$(find "$$root/usr" "$$root/etc/prefetchd" -type f 2>/dev/null || true); \
 	[ -z "$$left" ] || { echo "check-systemd: make uninstall left $$left"; exit 1; }; \
-	echo "check-systemd: install tree, ldd, systemd-analyze verify, security $$score (at most $(SECURITY_THRESHOLD)), sysusers, tmpfiles, completions, man pages, uninstall: ok"
+	echo "check-systemd: install tree, ldd, systemd-analyze verify (system and user units), user unit path, security $$score (at most $(SECURITY_THRESHOLD)), sysusers, tmpfiles, completions, man pages, uninstall: ok"
 
 clean:
 	$(SWIFT) package clean
