@@ -83,6 +83,8 @@ public struct Scheduler: Sendable {
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
     private var startsSoFar: UInt64 = 0
+    /// Background work is paused (a metered network, quiet hours): the slow lane starts nothing and parks what runs.
+    public private(set) var backgroundPaused = false
     /// The disk is full: no background work starts before this, and how many `disk_full` failures came in a row.
     public private(set) var waitingForDiskUntil: Moment?
     private var diskFailures = 0
@@ -219,7 +221,7 @@ public struct Scheduler: Sendable {
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
             tasks[key] = task
-        case .running where counts.slowRunning < configuration.slowWidth:
+        case .running where counts.slowRunning < slowCapacity:
             moveRunning(key, to: .slow, into: &actions)
         case .running:
             park(key, waitingIn: .slow, into: &actions)
@@ -248,6 +250,17 @@ public struct Scheduler: Sendable {
         admissionDeferred = true
         var actions = events(&self)
         admissionDeferred = false
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// Pauses background work or lets it go on. Paused, the slow lane has no room: what runs in it is parked (stopped
+    /// with its bytes kept, to resume from there), nothing starts in it, and demoted work waits in it; urgent work is
+    /// not affected, and a promotion takes background work out of the pause.
+    public mutating func pauseBackground(_ paused: Bool, now: Moment) -> [Action] {
+        guard paused != backgroundPaused else { return [] }
+        backgroundPaused = paused
+        var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
     }
@@ -410,6 +423,9 @@ public struct Scheduler: Sendable {
 
     // MARK: Internals
 
+    /// How many tasks the slow lane may run: its width, none while background work is paused.
+    private var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
+
     private mutating func takeTicket() -> UInt64 {
         nextTicket += 1
         return nextTicket
@@ -497,7 +513,7 @@ public struct Scheduler: Sendable {
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
         let excess = lane == .fast ? counts.fastRunning - configuration.fastWidth
-            : counts.slowRunning - configuration.slowWidth
+            : counts.slowRunning - slowCapacity
         guard excess > 0 else { return false }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
         let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
@@ -611,7 +627,7 @@ public struct Scheduler: Sendable {
         // A parked background transfer may free its host for urgent work.
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
-        while !counts.slowSuspended, waitingForDiskUntil == nil, counts.slowRunning < configuration.slowWidth,
+        while !counts.slowSuspended, waitingForDiskUntil == nil, counts.slowRunning < slowCapacity,
               let key = popStartable(lane: .slow, now: now) {
             start(key, now: now, into: &actions)
         }

@@ -74,6 +74,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case advance(by: Int64)
     /// New lane widths (`reconfigure`); the other settings stay.
     case widths(fast: Int, slow: Int)
+    /// Background work paused (a metered network, quiet hours) or let go on.
+    case pauseBackground(Bool)
 
     var description: String {
         func k(_ i: Int) -> String { RandomWorld.keys[i].key }
@@ -97,6 +99,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .advance(let by): return "advance time by \(by)ms"
         case .widths(let fast, let slow): return "reconfigure to fastWidth \(fast), slowWidth \(slow)"
+        case .pauseBackground(let paused): return paused ? "pause background work" : "let background work go on"
         }
     }
 }
@@ -137,6 +140,8 @@ enum Situation: String, CaseIterable {
     case diskTaskPromoted = "a get for a task waiting for the disk"
     case diskTaskRemoved = "a task waiting for the disk cancelled or dropped"
     case diskTaskRetried = "a task that waited for the disk started again"
+    case parkedByPause = "background paused: what ran in the slow lane parked"
+    case waitedForPause = "a slow task with room to run held back only by the background pause"
 }
 
 struct Coverage {
@@ -197,6 +202,9 @@ struct Runner {
     var attempts: [String: Int] = [:]
     /// The disk is full: no slow start before this. Cleared when it passes and by any success.
     var diskWaitUntil: Moment?
+    /// Background work is paused: the slow lane has no room.
+    var backgroundPaused = false
+    var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
     /// disk_full failures since the last success: they set the backoff.
     var diskFailures = 0
     /// Tasks a disk_full delayed, until when; and those whose disk delay passed that have not started since.
@@ -488,6 +496,12 @@ struct Runner {
             configuration.slowWidth = slow
             let actions = scheduler.reconfigure(configuration, now: now)
             try process(actions, Allowed(narrowing: true))
+
+        case .pauseBackground(let paused):
+            backgroundPaused = paused
+            let actions = scheduler.pauseBackground(paused, now: now)
+            for action in actions { if case .park = action { coverage.note(.parkedByPause) } }
+            try process(actions, Allowed(narrowing: true))
         }
         try checkInvariants()
     }
@@ -541,7 +555,7 @@ struct Runner {
             return Allowed()
         }
         guard task.lane == .fast else { return Allowed() }
-        if running.values.count(where: { $0.lane == .slow }) < configuration.slowWidth {
+        if running.values.count(where: { $0.lane == .slow }) < slowCapacity {
             return Allowed(changeLane: (key, .slow))
         }
         return Allowed(parks: [(key, .slow)])
@@ -569,7 +583,7 @@ struct Runner {
                     throw fail("\(action) but the task is \(String(describing: task))")
                 }
                 let laneRunning = running.values.count { $0.lane == lane }
-                let width = lane == .fast ? configuration.fastWidth : configuration.slowWidth
+                let width = lane == .fast ? configuration.fastWidth : slowCapacity
                 guard laneRunning < width else {
                     throw fail("start(\(lane)) of \(key) with \(laneRunning) already running (width \(width))")
                 }
@@ -621,7 +635,7 @@ struct Runner {
                 if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
-                    let width = lane == .fast ? configuration.fastWidth : configuration.slowWidth
+                    let width = lane == .fast ? configuration.fastWidth : slowCapacity
                     let inLane = running.filter { $0.value.lane == lane }
                     let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
                     let newest = inLane.max { rank($0.value) < rank($1.value) }!
@@ -793,8 +807,12 @@ struct Runner {
                 else { perHost.append((task.host, 1)) }
             }
         }
-        guard slowRunning <= configuration.slowWidth, counts.slowRunning <= configuration.slowWidth else {
-            throw fail("\(slowRunning) slow tasks running (counted \(counts.slowRunning)), width \(configuration.slowWidth)")
+        guard slowRunning <= slowCapacity, counts.slowRunning <= slowCapacity else {
+            throw fail("\(slowRunning) slow tasks running (counted \(counts.slowRunning)), room for \(slowCapacity)"
+                       + (backgroundPaused ? " (background paused)" : ""))
+        }
+        guard scheduler.backgroundPaused == backgroundPaused else {
+            throw fail("the scheduler says background paused \(scheduler.backgroundPaused), the model \(backgroundPaused)")
         }
         guard fastRunning <= configuration.fastWidth, counts.fastRunning <= configuration.fastWidth else {
             throw fail("\(fastRunning) fast tasks running (counted \(counts.fastRunning)), width \(configuration.fastWidth)")
@@ -819,7 +837,7 @@ struct Runner {
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }
             // The disk wait holds back the slow lane only: urgent work still starts.
-            let slowLaneFull = counts.slowSuspended || counts.slowRunning >= configuration.slowWidth
+            let slowLaneFull = counts.slowSuspended || counts.slowRunning >= slowCapacity
             let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
                 : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
@@ -842,6 +860,9 @@ struct Runner {
                     throw fail("\(task.key) waits in the slow lane with room to run (counts \(counts))")
                 }
                 if !hostFull, !slowLaneFull { coverage.note(.waitedForDisk) }
+                if !hostFull, backgroundPaused, !counts.slowSuspended, counts.slowRunning < configuration.slowWidth {
+                    coverage.note(.waitedForPause)
+                }
             }
         }
     }
@@ -857,6 +878,8 @@ struct Runner {
     /// Lets time pass and finishes everything with success until no task is left; then every waiter that did not
     /// leave must have had exactly one answer.
     mutating func drain() throws(Violation) {
+        // Paused background work waits for the pause to end: end it, so that everything can finish.
+        if backgroundPaused { try apply(.pauseBackground(false)) }
         var rounds = 0
         while !scheduler.allTasks.isEmpty {
             rounds += 1
@@ -966,7 +989,7 @@ struct Scenario {
                         .sorted { ($0.client, $0.request) < ($1.client, $1.request) }
                     op = .release((below(4) != 0 ? element(waiting) : nil) ?? element(issued) ?? Waiter(client: 1, request: 999))
                 case 57..<59:
-                    op = .widths(fast: roll(1...4), slow: roll(1...2))
+                    op = below(2) == 0 ? .widths(fast: roll(1...4), slow: roll(1...2)) : .pauseBackground(!runner.backgroundPaused)
                 case 59..<85 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
