@@ -14,11 +14,13 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CGdkPixbuf", pkgConfig: "gdk-pixbuf-2.0", providers: [.apt(["libgdk-pixbuf-2.0-dev"])]),
+        // GIO (GDBus) comes with GLib, which gdk-pixbuf needs anyway.
+        .systemLibrary(name: "CGio", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
         .target(name: "QueueCore"),
         .target(name: "PrefetchProtocol"),
         .executableTarget(
             name: "prefetchd",
-            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CSystem"]
+            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CGio", "CSystem"]
         ),
         .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),

@@ -24,6 +24,8 @@ public struct Event: Codable, Equatable, Sendable {
     /// `snapshot`, while the disk is full: when the slow lane tries again (Unix seconds).
     public var waitingForDisk: Int64?
     public var backlog: Int64?
+    /// `snapshot`: what the background lane may do, and why.
+    public var background: BackgroundState?
     /// `snapshot`: every running transfer.
     public var transfers: [Transfer]?
     /// `view_ready`, `view_failed`: the row (from 0) of the view's list.
@@ -59,7 +61,7 @@ public struct Event: Codable, Equatable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case event, time, url, lane, bytes, total, rate, duration, error, fast, slow, backlog, transfers
+        case event, time, url, lane, bytes, total, rate, duration, error, fast, slow, backlog, background, transfers
         case row, path, width, height, format, variant, stale
         case slowSuspended = "slow_suspended", waitingForDisk = "waiting_for_disk"
     }

@@ -220,6 +220,9 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var pausedHosts: [PausedHost]
     /// While the disk is full: when the slow lane tries again (Unix seconds). Queued work waits; nothing is dropped.
     public var waitingForDisk: Int64?
+    /// What the background lane may do (metered network, battery, power saver, quiet hours); nil from a daemon
+    /// older than this field.
+    public var background: BackgroundState?
 
     public struct PausedHost: Codable, Equatable, Sendable {
         public var host: String
@@ -232,7 +235,7 @@ public struct StatusReport: Codable, Equatable, Sendable {
 
     public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
                 backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost],
-                waitingForDisk: Int64? = nil) {
+                waitingForDisk: Int64? = nil, background: BackgroundState? = nil) {
         self.version = version
         self.pid = pid
         self.uptime = uptime
@@ -247,11 +250,79 @@ public struct StatusReport: Codable, Equatable, Sendable {
         self.failed = failed
         self.pausedHosts = pausedHosts
         self.waitingForDisk = waitingForDisk
+        self.background = background
     }
 
     enum CodingKeys: String, CodingKey {
-        case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed
+        case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed, background
         case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts", waitingForDisk = "waiting_for_disk"
+    }
+}
+
+/// What the background lane may do now, and why: `status`, `watch` snapshots and metrics carry it.
+public struct BackgroundState: Codable, Equatable, Sendable {
+    /// `run`, `slow` (its downloads capped at `rateLimit`) or `pause` (it starts nothing; queued work waits).
+    public var mode: String
+    /// The conditions that decide `mode` (`metered`, `on_battery`, `power_saver`, `quiet_hours`), none for `run`.
+    public var because: [String]
+    /// While `slow`: bytes per second for each background download.
+    public var rateLimit: Int64?
+    /// Every condition, whether it holds, who says so and what the configuration asks while it does.
+    public var conditions: [ConditionState]
+
+    public struct ConditionState: Codable, Equatable, Sendable {
+        /// `metered`, `on_battery`, `power_saver` or `quiet_hours`.
+        public var name: String
+        public var active: Bool
+        /// The service that reports it (`NetworkManager`, `UPower`, `power-profiles-daemon`), or the configured
+        /// window for `quiet_hours`; nil when nothing reports it (no such service, no bus, no window), which counts
+        /// as not active.
+        public var source: String?
+        /// `run`, `slow` or `pause`: what the configuration asks while it holds.
+        public var policy: String
+        public init(name: String, active: Bool, source: String?, policy: String) {
+            self.name = name
+            self.active = active
+            self.source = source
+            self.policy = policy
+        }
+    }
+
+    public init(mode: String, because: [String], rateLimit: Int64?, conditions: [ConditionState]) {
+        self.mode = mode
+        self.because = because
+        self.rateLimit = rateLimit
+        self.conditions = conditions
+    }
+
+    /// "paused: metered network (NetworkManager)", "slow (64 KiB/s): on battery (UPower)", or "run".
+    public var summary: String {
+        guard mode != "run" else { return "run" }
+        let reasons = because.compactMap { name in conditions.first { $0.name == name } }.map { condition in
+            Self.describe(condition.name) + (condition.source.map { " (\($0))" } ?? "")
+        }
+        let head = mode == "pause" ? "paused" : "slow" + (rateLimit.map { " (\(Self.rate($0)))" } ?? "")
+        return head + (reasons.isEmpty ? "" : ": " + reasons.joined(separator: ", "))
+    }
+
+    private static func describe(_ name: String) -> String {
+        switch name {
+        case "metered": "metered network"
+        case "on_battery": "on battery"
+        case "power_saver": "power saver"
+        case "quiet_hours": "quiet hours"
+        default: name
+        }
+    }
+
+    private static func rate(_ bytes: Int64) -> String {
+        bytes >= 1 << 20 && bytes % (1 << 20) == 0 ? "\(bytes >> 20) MiB/s"
+            : bytes >= 1 << 10 && bytes % (1 << 10) == 0 ? "\(bytes >> 10) KiB/s" : "\(bytes) B/s"
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case mode, because, conditions
+        case rateLimit = "rate_limit"
     }
 }
 

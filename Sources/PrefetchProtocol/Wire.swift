@@ -89,13 +89,15 @@ public struct Request: Codable, Equatable, Sendable {
     /// `view`: rows after and before the visible ones to prefetch.
     public var ahead: Int?
     public var behind: Int?
+    /// `queue`: fetch them now, as urgent work, even while background work is paused or slowed.
+    public var now: Bool?
 
     public static let maximumBatch = 10_000
 
     public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil,
                 maxStale: Int64? = nil, offline: Bool? = nil, all: Bool? = nil, size: String? = nil, fit: String? = nil,
                 format: String? = nil, quality: Int? = nil, upscale: Bool? = nil, append: Bool? = nil,
-                first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil) {
+                first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil, now: Bool? = nil) {
         self.id = id
         self.op = op.rawValue
         self.url = url
@@ -114,10 +116,11 @@ public struct Request: Codable, Equatable, Sendable {
         self.last = last
         self.ahead = ahead
         self.behind = behind
+        self.now = now
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale, append, first, last, ahead, behind
+        case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale, append, first, last, ahead, behind, now
         case maxStale = "max_stale"
     }
 }

@@ -24,6 +24,8 @@ struct Arguments {
     var upscale = false
     /// `queue --wait`: wait until every queued URL finished or failed.
     var wait = false
+    /// `queue --now`: fetch them now as urgent work, even while background work is paused or slowed.
+    var now = false
     /// `view`: rows after and before the visible ones to prefetch.
     var ahead: Int?
     var behind: Int?
@@ -86,6 +88,7 @@ struct Arguments {
                 }
                 parsed.quality = quality
             case "--wait": parsed.wait = true
+            case "--now": parsed.now = true
             case "--max-stale":
                 let text = try value()
                 guard let seconds = Int64(text), seconds >= 0 else { throw .usage("--max-stale: '\(text)' is not a number of seconds") }

@@ -64,7 +64,7 @@ enum Help {
               prefetchctl get --timeout 10 https://example.com/a.jpg https://example.com/b.jpg
             """
         case "queue": return """
-            Usage: prefetchctl queue URL...|- [--wait [--timeout SEC]] [--json]
+            Usage: prefetchctl queue URL...|- [--now] [--wait [--timeout SEC]] [--json]
 
             Queues URLs for the background lane. Each is durable once this command reports it `queued`. Lists of
             any length stream in batches. Prints a summary on stderr; --json prints one result per URL.
@@ -72,9 +72,12 @@ enum Help {
                               a terminal (done/failed/total, rate, ETA); failed URLs are named on stderr, exit 1.
                               --json adds a second line per URL when it ends, status `finished` or `failed`
               --timeout SEC   with --wait: stop waiting after SEC seconds (exit 5); the fetches go on
+              --now           fetch them now, as urgent work (status `promoted`), also while the background lane is
+                              paused or slowed (metered network, battery, power saver, quiet hours); still durable
 
             Example:
               prefetchctl queue - < urls.txt
+              prefetchctl queue --now --wait https://example.com/a.jpg
               prefetchctl queue --wait https://example.com/a.jpg https://example.com/b.jpg
             """
         case "watch": return """

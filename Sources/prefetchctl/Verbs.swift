@@ -22,7 +22,7 @@ struct Verb {
     static let all: [Verb] = [
         Verb(name: "get", operands: .urls,
              options: variant.union(["--timeout", "--max-stale", "--offline", "--output"])),
-        Verb(name: "queue", operands: .urls, options: ["--wait", "--timeout"]),
+        Verb(name: "queue", operands: .urls, options: ["--wait", "--timeout", "--now"]),
         Verb(name: "demote", operands: .urls, options: []),
         Verb(name: "promote", operands: .urls, options: []),
         Verb(name: "cancel", operands: .urls, options: []),

@@ -11,6 +11,8 @@ final class Daemon {
     let store: Store
     let fetcher: CurlFetcher
     let workers: WorkerPool
+    /// What the background lane may do: a metered network, battery, power saver, quiet hours.
+    var conditions: BackgroundConditions!
     /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
     var crashGuard: CrashGuard!
     var scheduler: Scheduler
@@ -50,7 +52,7 @@ final class Daemon {
     /// Keys the scheduler holds because they were loaded from the durable backlog.
     var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
-    var queueBatch: [(connection: Connection, id: RequestID?, urls: [String])] = []
+    var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
     private var dirty: Set<UInt64> = []
     /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`).
     private var pendingInput: Set<UInt64> = []
@@ -127,6 +129,9 @@ final class Daemon {
             Log.warning("the allowed image format \(format) has no gdk-pixbuf loader installed; such images will be refused")
         }
         signals = try SignalWatcher(loop: loop) { [unowned self] signal in self.received(signal) }
+        conditions = try BackgroundConditions(loop: loop, policy: options.background, environment: options.environment) {
+            [unowned self] in self.backgroundConditionsChanged()
+        }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         loop.nextDeadline = { [unowned self] in self.nextDeadline() }
         loop.onDeadline = { [unowned self] in self.deadlinePassed() }
@@ -629,6 +634,9 @@ final class Daemon {
                 replies.append((request.connection, request.id, results))
             }
             try store.commit()
+            for (index, request) in batch.enumerated() where request.now {
+                replies[index].2 = try replies[index].2.map { try fetchNow($0, now: now) }
+            }
             let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
             metrics.queued += Int64(queued)
             if queued > 0 { backlogExhausted = false }
@@ -642,6 +650,15 @@ final class Daemon {
                                                                "nothing was queued: the index could not be written (\(error))"))
             }
         }
+    }
+
+    /// `queue --now`: a URL that is queued (or was already) becomes urgent work, which nothing holds back.
+    private func fetchNow(_ result: ItemResult, now: Int64) throws -> ItemResult {
+        guard result.status == "queued" || result.status == "already", let key = result.key,
+              let url = try? CanonicalURL(key) else { return result }
+        var promoted = result
+        promoted.status = try change(.promote, url, inUse: [], now: now)
+        return promoted
     }
 
     private func enqueue(_ text: String, now: Int64) throws -> ItemResult {

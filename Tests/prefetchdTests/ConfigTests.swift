@@ -86,6 +86,50 @@ struct ConfigTests {
         #expect(settings["proxy"] == "http://alice:***@proxy.example:3128")
     }
 
+    @Test("background policies: run, slow or pause per condition, slow_rate, quiet_hours; a bad value is refused by name")
+    func backgroundPolicies() {
+        let defaults = check([]).settings
+        #expect(defaults["metered"] == "pause" && defaults["on_battery"] == "slow" && defaults["power_saver"] == "slow")
+        #expect(defaults["slow_rate"] == "128K" && defaults["quiet_hours"] == "")
+        let good = check(["--metered", "slow", "--on-battery", "pause", "--power-saver", "run", "--slow-rate", "1M",
+                          "--quiet-hours", "22:00-6:30"])
+        #expect(good.result.status == 0, "\(good.result.stderr)")
+        #expect(good.settings["metered"] == "slow" && good.settings["on_battery"] == "pause"
+                && good.settings["power_saver"] == "run" && good.settings["slow_rate"] == "1M"
+                && good.settings["quiet_hours"] == "22:00-06:30", "\(good.settings)")
+        for (flag, value, message) in [("--metered", "stop", "'stop' is not one of run, slow, pause"),
+                                       ("--on-battery", "Pause", "is not one of run, slow, pause"),
+                                       ("--quiet-hours", "25:00-01:00", "is not a daily window like 08:00-18:00"),
+                                       ("--quiet-hours", "08:00-08:00", "start and end different"),
+                                       ("--quiet-hours", "8-18", "is not a daily window"),
+                                       ("--slow-rate", "100", "is not a rate from 1K to 1T bytes per second"),
+                                       ("--slow-rate", "-1K", "--slow-rate")] {
+            let bad = check([flag, value]).result
+            #expect(bad.status != 0 && bad.stderr.contains(flag) && bad.stderr.contains(message), "\(flag) \(value): \(bad.stderr)")
+        }
+    }
+
+    @Test("a user service kept reading /etc: a user but root reads their own ~/.config/prefetchd/prefetchd.conf first",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func usersOwnConfiguration() throws {
+        let directory = try TemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory.path + "/prefetchd", withIntermediateDirectories: true)
+        try write("quiet_hours = 22:00-06:00\n", to: directory.path + "/prefetchd/prefetchd.conf")
+        let daemon = directory.path + "/prefetchd-binary"
+        try FileManager.default.copyItem(atPath: Paths.prefetchd, toPath: daemon)
+        for path in [directory.path, directory.path + "/prefetchd", daemon] {
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: directory.path + "/prefetchd/prefetchd.conf")
+        let user = runAs(uid: 65534, gid: 65534, ["/usr/bin/env", "XDG_CONFIG_HOME=" + directory.path, "HOME=/nonexistent",
+                                                  daemon, "--check-config"])
+        #expect(user.status == 0, "\(user.stderr)")
+        #expect(user.stdout.contains("read from \(directory.path)/prefetchd/prefetchd.conf"), "\(user.stdout)")
+        #expect(user.stdout.contains("quiet_hours = 22:00-06:00"))
+        let root = run("/usr/bin/env", ["XDG_CONFIG_HOME=" + directory.path, daemon, "--check-config"])
+        #expect(root.status == 0 && !root.stdout.contains(directory.path), "root reads only the system's file: \(root.stdout)")
+    }
+
     @Test("a configuration written for an older version, with the retired background_rate, still starts: a warning names it")
     func retiredSetting() throws {
         let directory = try TemporaryDirectory()

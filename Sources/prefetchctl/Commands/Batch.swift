@@ -38,7 +38,8 @@ enum BatchCommand {
                 }
                 total += urls.count
                 do throws(CLIError) {
-                    pending.append(Part(id: try client.send(op, urls: urls)))
+                    pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls,
+                                                                    now: arguments.now ? true : nil))))
                 } catch {
                     // Only a URL too long for any request line is refused before sending; it went alone.
                     guard case .failed(let refusal) = error else { throw error }
@@ -70,7 +71,7 @@ enum BatchCommand {
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
         if op == .queue, !arguments.json {
-            let order = ["queued", "already", "cached", "skipped", "rejected"]
+            let order = ["queued", "promoted", "already", "cached", "skipped", "rejected"]
             Output.message(order.compactMap { status in tally[status].map { "\($0) \(status)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
         }
@@ -136,7 +137,7 @@ final class QueueWait {
     func track(_ item: ItemResult) {
         guard let key = item.key else { return }
         switch item.status {
-        case "queued", "already":
+        case "queued", "promoted", "already":
             total += 1
             awaited[key, default: []].append(item.url)
             if early.removeValue(forKey: key) != nil { check(key) }

@@ -34,6 +34,10 @@ enum InspectCommand {
         Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
         Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
                     + "\(status.backlog) more queued\(status.slowSuspended ? " (suspended: urgent work first)" : "")")
+        if let background = status.background, background.mode != "run" {
+            Output.line("slow lane \(background.summary)" + (background.mode == "pause"
+                ? " (queued URLs are kept; prefetchctl queue --now fetches some anyway)" : ""))
+        }
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
         if let until = status.waitingForDisk {
             let seconds = max(0, until - Int64(time(nil)))

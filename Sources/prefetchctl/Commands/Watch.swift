@@ -50,6 +50,7 @@ enum WatchCommand {
             let text = "lanes fast \(fast.running)/\(fast.width) running \(fast.waiting) waiting, slow \(slow.running)/"
                 + "\(slow.width) running \(slow.waiting) waiting\(event.slowSuspended == true ? " suspended" : ""), "
                 + "backlog \(event.backlog ?? 0)"
+                + (event.background.map { $0.mode == "run" ? "" : ", background \($0.summary)" } ?? "")
             guard text != lanes else { return nil }
             lanes = text
             return "\(clock) \(text)"
@@ -114,6 +115,7 @@ struct WatchScreen {
     private(set) var fast: StatusReport.Lane?
     private(set) var slow: StatusReport.Lane?
     private(set) var slowSuspended = false
+    private(set) var background: BackgroundState?
     private(set) var backlog: Int64 = 0
     private(set) var transfers: [Event.Transfer] = []
     private(set) var endings: [Ending] = []
@@ -126,6 +128,7 @@ struct WatchScreen {
             fast = event.fast
             slow = event.slow
             slowSuspended = event.slowSuspended ?? false
+            background = event.background
             backlog = event.backlog ?? 0
             transfers = event.transfers ?? []
         case "started":
@@ -151,7 +154,8 @@ struct WatchScreen {
                                  Styled("  q quits", "2")]]
         if let fast, let slow {
             head.append(lane("fast", fast, "33"))
-            head.append(lane("slow", slow, "36") + (slowSuspended ? [Styled("  suspended", "33")] : []))
+            head.append(lane("slow", slow, "36") + (slowSuspended ? [Styled("  suspended", "33")] : [])
+                        + (background.map { $0.mode == "run" ? [] : [Styled("  " + $0.summary, "35")] } ?? []))
             head.append([Styled("backlog \(backlog) queued")])
         } else {
             head.append([Styled("waiting for the first snapshot", "2")])

@@ -44,6 +44,14 @@ final class CurlFetcher {
     var mayConclude: () -> Bool = { true }
     /// Transfers that ended and whose responses are not interpreted yet.
     private var finished: [(Transfer, CURLcode)] = []
+    /// The download rate of each background transfer (bytes per second) while a condition says `slow`; nil for none.
+    /// Urgent work is never capped: a transfer promoted in place loses its cap, one demoted in place gets it.
+    var backgroundRateLimit: Int64? {
+        didSet {
+            guard backgroundRateLimit != oldValue else { return }
+            for transfer in transfers.values where transfer.lane == .slow { transfer.limitRate(backgroundRateLimit) }
+        }
+    }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
@@ -80,6 +88,7 @@ final class CurlFetcher {
         precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
         let transfer = try Transfer(request, settings: settings)
         transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
+        if transfer.lane == .slow, let limit = backgroundRateLimit { transfer.limitRate(limit) }
         let added = curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
         guard added == CURLM_OK else {
             transfer.closeFile()
@@ -117,6 +126,7 @@ final class CurlFetcher {
         }
         guard let transfer = transfers[key] else { return }
         transfer.lane = lane
+        transfer.limitRate(lane == .slow ? backgroundRateLimit : nil)
         if lane == .fast {
             transfer.widenWindowForUrgentWork()
         } else {

@@ -316,6 +316,11 @@ final class Transfer {
         setReceiveBuffer(widened, backgroundWindow)
     }
 
+    /// Caps the download rate (bytes per second; nil for none): background work while a condition says `slow`.
+    func limitRate(_ bytesPerSecond: Int64?) {
+        pf_easy_setopt_off_t(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(bytesPerSecond ?? 0))
+    }
+
     /// Whether the transfer is still connecting (resolving, TCP, TLS): its request has not gone out yet.
     var isConnecting: Bool {
         var sent: curl_off_t = 0

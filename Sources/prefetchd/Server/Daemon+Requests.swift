@@ -28,7 +28,7 @@ extension Daemon {
             get(text, request, connection: connection, now: now)
         case .queue:
             guard let urls = batch(request, op, connection) else { return }
-            queueBatch.append((connection, request.id, urls))
+            queueBatch.append((connection, request.id, urls, request.now == true))
         case .evict where request.all == true:
             do {
                 let evicted = try store.removeAll(protecting: keysInUse)
@@ -138,7 +138,7 @@ extension Daemon {
     }
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
-    private func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> String {
+    func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> String {
         let moment = Moment(milliseconds: now)
         let task = scheduler.task(url.key)
         switch op {
@@ -243,7 +243,7 @@ extension Daemon {
                          hits: metrics.cacheHits, misses: metrics.cacheMisses, directory: options.cacheDirectory),
             connections: connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
             pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) },
-            waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 })
+            waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }, background: backgroundState)
     }
 
     static func describe(_ error: any Error) -> String {

@@ -35,6 +35,7 @@ extension Daemon {
         event.slow = .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth)
         event.slowSuspended = counts.slowSuspended
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
+        event.background = backgroundState
         event.backlog = backlogOnly
         var samples: [String: (bytes: Int64, time: Int64)] = [:]
         event.transfers = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }.compactMap { task in
@@ -97,7 +98,7 @@ extension Daemon {
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
-            views: views.count, pausedHosts: scheduler.paused.count))
+            views: views.count, pausedHosts: scheduler.paused.count, background: backgroundState))
     }
 
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).

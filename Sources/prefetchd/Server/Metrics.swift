@@ -1,3 +1,4 @@
+import PrefetchProtocol
 /// The daemon's counters and histograms, rendered as Prometheus text. Labels are lanes, results and error codes:
 /// never a URL or a host.
 struct Metrics {
@@ -55,6 +56,7 @@ struct Metrics {
         var connections: Int
         var views: Int
         var pausedHosts: Int
+        var background: BackgroundState
     }
 
     func render(_ gauges: Gauges) -> String {
@@ -112,6 +114,16 @@ struct Metrics {
         single("prefetchd_slow_lane_suspended", "gauge", "1 while urgent work holds the slow lane.", gauges.slowSuspended ? "1" : "0")
         single("prefetchd_waiting_for_disk", "gauge", "1 while the disk is full and background work waits for space.",
                gauges.waitingForDisk ? "1" : "0")
+        family("prefetchd_background_mode", "gauge",
+               "1 for what the background lane may do now: run, slow (rate-capped) or pause (metered network, battery, power saver, quiet hours).")
+        for mode in ["run", "slow", "pause"] {
+            sample("prefetchd_background_mode", [("mode", mode)], gauges.background.mode == mode ? "1" : "0")
+        }
+        family("prefetchd_condition", "gauge",
+               "1 while a condition holds (metered, on_battery, power_saver, quiet_hours), with what the configuration asks then.")
+        for condition in gauges.background.conditions {
+            sample("prefetchd_condition", [("condition", condition.name), ("policy", condition.policy)], condition.active ? "1" : "0")
+        }
         single("prefetchd_cache_bytes", "gauge", "Bytes of cached files.", "\(gauges.cacheBytes)")
         single("prefetchd_cache_entries", "gauge", "Cached entries.", "\(gauges.cacheEntries)")
         single("prefetchd_cache_limit_bytes", "gauge", "The cache size limit.", "\(gauges.cacheLimit)")

@@ -43,6 +43,8 @@ extension Daemon {
         access = AccessPolicy(options: options, socketGroup: activation?.group)
         fetcher.settings = options.fetch
         apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
+        conditions.update(policy: options.background)
+        fetcher.backgroundRateLimit = backgroundRateLimit
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
         let source = options.configPath ?? "no configuration file"
         Log.info("SIGHUP: reloaded \(source)" + (applied.isEmpty ? ", nothing changed" : "; applied " + applied.joined(separator: ", ")))
@@ -51,12 +53,28 @@ extension Daemon {
         }
     }
 
+    /// The background lane follows the conditions (metered network, battery, power saver, quiet hours): paused,
+    /// capped or free. Each change is logged once.
+    func backgroundConditionsChanged() {
+        apply(scheduler.pauseBackground(conditions.mode == .pause, now: Moment(milliseconds: wallClockMilliseconds())))
+        fetcher.backgroundRateLimit = backgroundRateLimit
+        Log.info("background lane: " + backgroundState.summary)
+    }
+
+    /// Each background transfer's share of `slow_rate` while a condition says slow; nil otherwise.
+    var backgroundRateLimit: Int64? {
+        conditions.mode == .slow ? max(1024, options.slowRate / Int64(options.slowWidth)) : nil
+    }
+
+    var backgroundState: BackgroundState { conditions.state(rateLimit: options.slowRate) }
+
     /// One line for `systemctl status`: the lanes, retries, the backlog and the clients.
     func serviceStatus() -> String {
         let counts = scheduler.counts
         return "fast \(counts.fastRunning)/\(scheduler.configuration.fastWidth) running, \(counts.fastWaiting) waiting; "
             + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
-            + (counts.slowSuspended ? " (suspended)" : "") + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
+            + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
+            + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
             + ", \(backlogOnly) in backlog; \(connections.count) client\(connections.count == 1 ? "" : "s")"
     }
 }

@@ -30,6 +30,11 @@ struct Options {
     var logLevel = Log.Level.info
     /// What bodies are kept: image formats, the pixel limit, non-images.
     var images = ImagePolicy()
+    /// What the background lane does on a metered network, on battery, in power-saver mode and in quiet hours.
+    var background = BackgroundPolicy()
+    /// The background lane's download rate while a condition asks for `slow` (bytes per second, shared by its
+    /// transfers).
+    var slowRate: Int64 = 128 * 1024
     /// Where to write the metrics for node_exporter's textfile collector, every few seconds.
     var metricsTextfile: String?
     /// Users and groups allowed to connect besides root and the daemon's own user.
@@ -42,8 +47,21 @@ struct Options {
     var arguments: [String] = []
     var environment: [String: String] = [:]
 
-    /// Read when it exists and no `--config` names another file.
+    /// Read when it exists and no `--config` names another file (after the user's own, for users but root).
     static let defaultConfigPath = "/etc/prefetchd/prefetchd.conf"
+
+    /// The file read when `--config` names none: for a user other than root, their own
+    /// (`$XDG_CONFIG_HOME/prefetchd/prefetchd.conf`, else `~/.config/prefetchd/prefetchd.conf`) when it exists, so
+    /// that a user service keeps its user's settings; else the system's when it exists.
+    static func defaultConfig(environment: [String: String]) -> String? {
+        var candidates = [defaultConfigPath]
+        if getuid() != 0 {
+            let base = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+                ?? environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 + "/.config" : nil }
+            if let base { candidates.insert(base + "/prefetchd/prefetchd.conf", at: 0) }
+        }
+        return candidates.first { access($0, F_OK) == 0 }
+    }
 
     /// The defaults: the socket and cache directory follow systemd's `$RUNTIME_DIRECTORY` and `$CACHE_DIRECTORY`
     /// under a unit, else the XDG locations of the user.
@@ -195,6 +213,38 @@ struct Options {
                     options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
                 },
                 show: { showSize($0.fetch.backgroundWindow) }),
+        Setting(key: "metered", placeholder: "POLICY",
+                summary: "background work on a metered network (NetworkManager): run, slow or pause",
+                read: { options, value throws(BadValue) in options.background.metered = try mode(value) },
+                show: { $0.background.metered.rawValue }),
+        Setting(key: "on_battery", placeholder: "POLICY", summary: "background work on battery (UPower): run, slow or pause",
+                read: { options, value throws(BadValue) in options.background.onBattery = try mode(value) },
+                show: { $0.background.onBattery.rawValue }),
+        Setting(key: "power_saver", placeholder: "POLICY",
+                summary: "background work in the power-saver profile (power-profiles-daemon): run, slow or pause",
+                read: { options, value throws(BadValue) in options.background.powerSaver = try mode(value) },
+                show: { $0.background.powerSaver.rawValue }),
+        Setting(key: "slow_rate", placeholder: "SIZE",
+                summary: "bytes per second the background lane downloads at, in all, while a condition says slow",
+                read: { options, value throws(BadValue) in
+                    options.slowRate = try size(value)
+                    guard (1024...(1 << 40)).contains(options.slowRate) else {
+                        throw BadValue("'\(value)' is not a rate from 1K to 1T bytes per second")
+                    }
+                },
+                show: { showSize($0.slowRate) }),
+        Setting(key: "quiet_hours", placeholder: "HH:MM-HH:MM",
+                summary: "local times when the background lane starts nothing (may wrap midnight), empty for none",
+                defaultText: "none",
+                read: { options, value throws(BadValue) in
+                    guard !value.isEmpty else { return options.background.quietHours = nil }
+                    guard let window = QuietHours(parsing: value) else {
+                        throw BadValue("'\(value)' is not a daily window like 08:00-18:00 (24-hour local times, start "
+                                       + "and end different; 22:00-06:00 wraps midnight)")
+                    }
+                    options.background.quietHours = window
+                },
+                show: { $0.background.quietHours?.description ?? "" }),
         Setting(key: "allowed_formats", placeholder: "LIST",
                 summary: "image formats kept (comma-separated gdk-pixbuf names; svg is off unless listed)",
                 read: { options, value throws(BadValue) in
@@ -297,7 +347,7 @@ struct Options {
 
         var options = Options(environment: environment)
         options.arguments = arguments
-        if configPath == nil, access(defaultConfigPath, F_OK) == 0 { configPath = defaultConfigPath }
+        if configPath == nil { configPath = defaultConfig(environment: environment) }
         if let configPath {
             let file = try ConfigFile(path: configPath)
             for entry in file.entries {
@@ -362,7 +412,8 @@ struct Options {
             "",
             "Every option is also a key of the configuration file (--fast-width N is `fast_width = N`); the",
             "command line wins over the file. None is needed.",
-            "  --config FILE           read FILE (default \(defaultConfigPath), when it exists)",
+            "  --config FILE           read FILE (default: ~/.config/prefetchd/prefetchd.conf for a user but root, else",
+            "                          \(defaultConfigPath); each only when it exists)",
             "  --check-config          validate the configuration, print the effective settings, exit 0 or 1",
         ]
         let defaults = Options(environment: [:])
@@ -401,6 +452,11 @@ struct Options {
             return Int64(text.dropLast()).flatMap { $0.multipliedReportingOverflow(by: multiplier).overflow ? nil : $0 * multiplier }
         }
         return Int64(text)
+    }
+
+    private static func mode(_ text: String) throws(BadValue) -> BackgroundMode {
+        guard let mode = BackgroundMode(rawValue: text) else { throw BadValue("'\(text)' is not one of run, slow, pause") }
+        return mode
     }
 
     private static func number(_ text: String, _ range: ClosedRange<Int64>) throws(BadValue) -> Int64 {

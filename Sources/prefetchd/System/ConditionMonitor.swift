@@ -1,0 +1,177 @@
+import CGio
+import CSystem
+import Dispatch
+import Glibc
+import QueueCore
+import Synchronization
+
+/// What the system's own services say about the conditions that may hold background work back. A condition
+/// whose service is not running is nil, which counts as "not metered, on mains, no power saver".
+struct ObservedConditions: Equatable, Sendable {
+    var metered: Bool?
+    var onBattery: Bool?
+    var powerSaver: Bool?
+    /// Why the system bus could not be reached, when it could not.
+    var busError: String?
+
+    /// The service that reports each condition the system knows (quiet hours come from the clock).
+    static func service(_ condition: Condition) -> String? {
+        switch condition {
+        case .metered: "NetworkManager"
+        case .onBattery: "UPower"
+        case .powerSaver: "power-profiles-daemon"
+        case .quietHours: nil
+        }
+    }
+
+    /// What the service of `condition` says, nil when it says nothing.
+    func value(_ condition: Condition) -> Bool? {
+        switch condition {
+        case .metered: metered
+        case .onBattery: onBattery
+        case .powerSaver: powerSaver
+        case .quietHours: nil
+        }
+    }
+}
+
+/// Watches NetworkManager's `Metered`, UPower's `OnBattery` and power-profiles-daemon's `ActiveProfile` on the
+/// system D-Bus. GDBus runs on a thread of its own with its own GLib main context (the loop thread never blocks on
+/// the bus); each change reaches the loop thread through an eventfd. Services that start or stop later are seen; when
+/// the bus itself goes away nothing holds, and the monitor connects again every few seconds until it is back.
+final class ConditionMonitor {
+    private let eventFD: Int32
+    private let watcher: BusWatcher
+    private let onChange: (ObservedConditions) -> Void
+    /// The conditions as the loop thread last took them.
+    private(set) var current = ObservedConditions()
+
+    init(loop: EventLoop, onChange: @escaping (ObservedConditions) -> Void) throws(SystemError) {
+        eventFD = try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
+        watcher = BusWatcher(eventFD: eventFD)
+        self.onChange = onChange
+        try loop.add(eventFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.take() }
+        let watcher = self.watcher
+        // The thread lives as long as the process: GDBus keeps its proxies up to date there.
+        DispatchQueue(label: "prefetchd.system-bus").async { watcher.run() }
+    }
+
+    private func take() {
+        var counter: UInt64 = 0
+        _ = read(eventFD, &counter, 8)
+        let latest = watcher.latest.withLock { $0 }
+        guard latest != current else { return }
+        current = latest
+        onChange(latest)
+    }
+}
+
+/// The GLib side of `ConditionMonitor`: used only on its own thread, but for `latest` and the eventfd.
+private final class BusWatcher: @unchecked Sendable {
+    let latest = Mutex(ObservedConditions())
+    private let eventFD: Int32
+    private var context: OpaquePointer?
+    private var bus: OpaquePointer?
+    private var network: UnsafeMutablePointer<GDBusProxy>?
+    private var power: UnsafeMutablePointer<GDBusProxy>?
+    private var profiles: UnsafeMutablePointer<GDBusProxy>?
+    /// How long after losing the bus (or not reaching it) the next attempt comes.
+    private static let retrySeconds: UInt32 = 10
+
+    init(eventFD: Int32) { self.eventFD = eventFD }
+
+    func run() {
+        context = g_main_context_new()
+        g_main_context_push_thread_default(context)
+        connect()
+        g_main_loop_run(g_main_loop_new(context, 0))
+    }
+
+    private var unretained: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    /// Connects to the system bus and follows the three services. Without a bus nothing holds, and it tries again.
+    private func connect() {
+        var error: UnsafeMutablePointer<GError>?
+        guard let bus = prefetchd_system_bus_connect(&error) else {
+            publish(ObservedConditions(busError: GDBusFailure(error).message))
+            return retryLater()
+        }
+        self.bus = bus
+        prefetchd_connection_on_closed(bus, { data in
+            Unmanaged<BusWatcher>.fromOpaque(data!).takeUnretainedValue().lost()
+        }, unretained)
+        network = proxy(bus, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager",
+                        "org.freedesktop.NetworkManager")
+        power = proxy(bus, "org.freedesktop.UPower", "/org/freedesktop/UPower", "org.freedesktop.UPower")
+        profiles = proxy(bus, "net.hadess.PowerProfiles", "/net/hadess/PowerProfiles", "net.hadess.PowerProfiles")
+        read()
+    }
+
+    /// The bus went away (a restart of dbus): nothing holds until it is back.
+    private func lost() {
+        for proxy in [network, power, profiles] { if let proxy { g_object_unref(proxy) } }
+        (network, power, profiles) = (nil, nil, nil)
+        if let bus { g_object_unref(UnsafeMutableRawPointer(bus)) }
+        bus = nil
+        publish(ObservedConditions(busError: "the system bus closed the connection"))
+        retryLater()
+    }
+
+    private func retryLater() {
+        prefetchd_call_later(context, Self.retrySeconds, { data in
+            Unmanaged<BusWatcher>.fromOpaque(data!).takeUnretainedValue().connect()
+            return 0  // G_SOURCE_REMOVE
+        }, unretained)
+    }
+
+    /// A proxy that follows the service's properties and presence, without starting it.
+    private func proxy(_ bus: OpaquePointer, _ name: String, _ path: String,
+                       _ interface: String) -> UnsafeMutablePointer<GDBusProxy>? {
+        var error: UnsafeMutablePointer<GError>?
+        guard let proxy = g_dbus_proxy_new_sync(bus, G_DBUS_PROXY_FLAGS_DO_NOT_AUTO_START, nil, name, path, interface,
+                                                nil, &error) else {
+            g_clear_error(&error)
+            return nil
+        }
+        prefetchd_proxy_on_change(proxy, { data in
+            Unmanaged<BusWatcher>.fromOpaque(data!).takeUnretainedValue().read()
+        }, unretained)
+        return proxy
+    }
+
+    /// Reads every condition from the proxies' caches and hands them to the loop thread.
+    private func read() {
+        var conditions = ObservedConditions()
+        var metered: UInt32 = 0
+        // NM_METERED_YES (1) and NM_METERED_GUESS_YES (3) are metered; UNKNOWN, NO and GUESS_NO are not.
+        if let network, prefetchd_proxy_uint32(network, "Metered", &metered) != 0 {
+            conditions.metered = metered == 1 || metered == 3
+        }
+        var onBattery: Int32 = 0
+        if let power, prefetchd_proxy_boolean(power, "OnBattery", &onBattery) != 0 {
+            conditions.onBattery = onBattery != 0
+        }
+        if let profiles, let profile = prefetchd_proxy_string(profiles, "ActiveProfile") {
+            conditions.powerSaver = strcmp(profile, "power-saver") == 0
+            g_free(profile)
+        }
+        publish(conditions)
+    }
+
+    private func publish(_ conditions: ObservedConditions) {
+        latest.withLock { $0 = conditions }
+        var one: UInt64 = 1
+        _ = write(eventFD, &one, 8)
+    }
+}
+
+/// A GError's message, freeing the error.
+private struct GDBusFailure {
+    let message: String
+
+    init(_ error: UnsafeMutablePointer<GError>?) {
+        message = error.flatMap { $0.pointee.message.map { String(cString: $0) } } ?? "unknown error"
+        var error = error
+        g_clear_error(&error)
+    }
+}
