@@ -149,6 +149,20 @@ struct ConditionsTests {
         usleep(800_000)
         #expect(try requests(origin, under: "/bg/") == atPause, "no background request while metered")
 
+        // A watcher's snapshots say it too.
+        let watcher = try RawConnection(socket: daemon.socket)
+        watcher.send("{\"op\":\"watch\"}\n")
+        var snapshot: [String: Any]?
+        for _ in 0..<10 {
+            guard let line = watcher.receive() else { break }
+            if line["event"] as? String == "snapshot" { snapshot = line; break }
+        }
+        let watched = try #require(snapshot?["background"] as? [String: Any], "\(String(describing: snapshot))")
+        #expect(watched["mode"] as? String == "pause" && watched["because"] as? [String] == ["metered"])
+        let metered = (watched["conditions"] as? [[String: Any]])?.first { $0["name"] as? String == "metered" }
+        #expect(metered?["active"] as? Bool == true && metered?["source"] as? String == "NetworkManager"
+                && metered?["policy"] as? String == "pause", "\(watched)")
+
         let metrics = daemon.ctl("metrics").stdout
         #expect(metrics.contains("prefetchd_background_mode{mode=\"pause\"} 1"), "\(metrics)")
         #expect(metrics.contains("prefetchd_condition{condition=\"metered\",policy=\"pause\"} 1"))
