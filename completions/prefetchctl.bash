@@ -32,7 +32,7 @@ _prefetchctl() {
             else COMPREPLY=($(compgen -W "$verbs" -- "$cur")); fi
             return ;;
         get) flags="--timeout --max-stale --offline -o --output --size --fit --format --quality --upscale --json --help" ;;
-        queue) flags="--wait --timeout --json --help" ;;
+        queue) flags="--now --wait --timeout --json --help" ;;
         evict) flags="--all --json --help" ;;
         list) flags="--limit --json --help" ;;
         view) flags="--ahead --behind --size --fit --format --quality --upscale --json --help" ;;

@@ -265,7 +265,8 @@ public struct BackgroundState: Codable, Equatable, Sendable {
     public var mode: String
     /// The conditions that decide `mode` (`metered`, `on_battery`, `power_saver`, `quiet_hours`), none for `run`.
     public var because: [String]
-    /// While `slow`: bytes per second for each background download.
+    /// While `slow`: the background lane's download rate in bytes per second (`slow_rate`), shared equally by its
+    /// transfers.
     public var rateLimit: Int64?
     /// Every condition, whether it holds, who says so and what the configuration asks while it does.
     public var conditions: [ConditionState]

@@ -634,10 +634,10 @@ final class Daemon {
                 replies.append((request.connection, request.id, results))
             }
             try store.commit()
+            let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
             for (index, request) in batch.enumerated() where request.now {
                 replies[index].2 = try replies[index].2.map { try fetchNow($0, now: now) }
             }
-            let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
             metrics.queued += Int64(queued)
             if queued > 0 { backlogExhausted = false }
             for (connection, id, results) in replies { reply(connection, id, BatchResult(results: results)) }

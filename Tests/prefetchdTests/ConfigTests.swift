@@ -102,7 +102,7 @@ struct ConfigTests {
                                        ("--quiet-hours", "25:00-01:00", "is not a daily window like 08:00-18:00"),
                                        ("--quiet-hours", "08:00-08:00", "start and end different"),
                                        ("--quiet-hours", "8-18", "is not a daily window"),
-                                       ("--slow-rate", "100", "is not a rate from 1K to 1T bytes per second"),
+                                       ("--slow-rate", "100", "is not a rate from 4K to 1T bytes per second"),
                                        ("--slow-rate", "-1K", "--slow-rate")] {
             let bad = check([flag, value]).result
             #expect(bad.status != 0 && bad.stderr.contains(flag) && bad.stderr.contains(message), "\(flag) \(value): \(bad.stderr)")

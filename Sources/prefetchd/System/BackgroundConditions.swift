@@ -71,7 +71,8 @@ final class BackgroundConditions {
         onChange()
     }
 
-    /// Wakes up when the quiet hours next open or close, and at least hourly (a time zone or DST change moves them).
+    /// Wakes up when the quiet hours next open or close, and at least hourly (a change to or from daylight saving
+    /// time moves them; a new system time zone takes effect when the daemon restarts, as glibc reads it once).
     private func scheduleQuietHoursChange() {
         guard let window = policy.quietHours else { return quietHoursTimer.cancel() }
         let now = localTime()

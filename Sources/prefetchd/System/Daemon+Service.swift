@@ -61,9 +61,10 @@ extension Daemon {
         Log.info("background lane: " + backgroundState.summary)
     }
 
-    /// Each background transfer's share of `slow_rate` while a condition says slow; nil otherwise.
+    /// Each background transfer's share of `slow_rate` while a condition says slow; nil otherwise. At least 2 KiB/s,
+    /// so that a capped transfer stays above the low-speed limit (1 KiB/s for `low_speed_time`) that would end it.
     var backgroundRateLimit: Int64? {
-        conditions.mode == .slow ? max(1024, options.slowRate / Int64(options.slowWidth)) : nil
+        conditions.mode == .slow ? max(2048, options.slowRate / Int64(options.slowWidth)) : nil
     }
 
     var backgroundState: BackgroundState { conditions.state(rateLimit: options.slowRate) }

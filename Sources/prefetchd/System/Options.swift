@@ -50,12 +50,16 @@ struct Options {
     /// Read when it exists and no `--config` names another file (after the user's own, for users but root).
     static let defaultConfigPath = "/etc/prefetchd/prefetchd.conf"
 
-    /// The file read when `--config` names none: for a user other than root, their own
-    /// (`$XDG_CONFIG_HOME/prefetchd/prefetchd.conf`, else `~/.config/prefetchd/prefetchd.conf`) when it exists, so
-    /// that a user service keeps its user's settings; else the system's when it exists.
+    /// The file read when `--config` names none: under a unit with `ConfigurationDirectory=`, the one there; else, for
+    /// a user other than root, their own (`$XDG_CONFIG_HOME/prefetchd/prefetchd.conf`, else
+    /// `~/.config/prefetchd/prefetchd.conf`) when it exists, so that a user service keeps its user's settings; else
+    /// the system's, in each case only when it exists.
     static func defaultConfig(environment: [String: String]) -> String? {
         var candidates = [defaultConfigPath]
-        if getuid() != 0 {
+        if let directory = firstDirectory(environment["CONFIGURATION_DIRECTORY"]) {
+            // The system unit (ConfigurationDirectory=): its HOME is the service's, not a person's.
+            candidates.insert(directory + "/prefetchd.conf", at: 0)
+        } else if getuid() != 0 {
             let base = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
                 ?? environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 + "/.config" : nil }
             if let base { candidates.insert(base + "/prefetchd/prefetchd.conf", at: 0) }
@@ -228,8 +232,8 @@ struct Options {
                 summary: "bytes per second the background lane downloads at, in all, while a condition says slow",
                 read: { options, value throws(BadValue) in
                     options.slowRate = try size(value)
-                    guard (1024...(1 << 40)).contains(options.slowRate) else {
-                        throw BadValue("'\(value)' is not a rate from 1K to 1T bytes per second")
+                    guard ((4 << 10)...(1 << 40)).contains(options.slowRate) else {
+                        throw BadValue("'\(value)' is not a rate from 4K to 1T bytes per second")
                     }
                 },
                 show: { showSize($0.slowRate) }),
