@@ -132,6 +132,8 @@ final class Daemon {
         conditions = try BackgroundConditions(loop: loop, policy: options.background, environment: options.environment) {
             [unowned self] in self.backgroundConditionsChanged()
         }
+        // Started inside quiet hours or on a metered network: nothing of the backlog starts before it is held.
+        if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         loop.nextDeadline = { [unowned self] in self.nextDeadline() }
         loop.onDeadline = { [unowned self] in self.deadlinePassed() }
@@ -636,7 +638,7 @@ final class Daemon {
             try store.commit()
             let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
             for (index, request) in batch.enumerated() where request.now {
-                replies[index].2 = try replies[index].2.map { try fetchNow($0, now: now) }
+                replies[index].2 = replies[index].2.map { fetchNow($0, now: now) }
             }
             metrics.queued += Int64(queued)
             if queued > 0 { backlogExhausted = false }
@@ -652,12 +654,17 @@ final class Daemon {
         }
     }
 
-    /// `queue --now`: a URL that is queued (or was already) becomes urgent work, which nothing holds back.
-    private func fetchNow(_ result: ItemResult, now: Int64) throws -> ItemResult {
+    /// `queue --now`: a URL that is queued (or was already) becomes urgent work, which nothing holds back. It is
+    /// durably queued whatever happens here: a failure to promote it leaves it queued, and says so in the log.
+    private func fetchNow(_ result: ItemResult, now: Int64) -> ItemResult {
         guard result.status == "queued" || result.status == "already", let key = result.key,
               let url = try? CanonicalURL(key) else { return result }
         var promoted = result
-        promoted.status = try change(.promote, url, inUse: [], now: now)
+        do {
+            promoted.status = try change(.promote, url, inUse: [], now: now)
+        } catch {
+            Log.error("queue --now: \(key) stays queued as background work: \(error)")
+        }
         return promoted
     }
 

@@ -109,7 +109,7 @@ struct ConfigTests {
         }
     }
 
-    @Test("a user service kept reading /etc: a user but root reads their own ~/.config/prefetchd/prefetchd.conf first",
+    @Test("a user service read /etc, whose cache_dir and socket are the system service's: a user but root reads their own ~/.config/prefetchd/prefetchd.conf",
           .enabled(if: getuid() == 0, "setpriv needs root"))
     func usersOwnConfiguration() throws {
         let directory = try TemporaryDirectory()

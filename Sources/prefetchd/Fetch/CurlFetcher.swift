@@ -44,14 +44,32 @@ final class CurlFetcher {
     var mayConclude: () -> Bool = { true }
     /// Transfers that ended and whose responses are not interpreted yet.
     private var finished: [(Transfer, CURLcode)] = []
-    /// The download rate of each background transfer (bytes per second) while a condition says `slow`; nil for none.
-    /// Urgent work is never capped: a transfer promoted in place loses its cap, one demoted in place gets it.
+    /// The background pool's download rate in all (bytes per second) while a condition says `slow`; nil for none.
+    /// Enforced like the hold: over budget, the pool is not read until the budget is paid back (no curl rate limit,
+    /// whose waits are late and stall a whole HTTP/2 connection: docs/transport.md). Urgent work is never capped: a
+    /// transfer promoted in place unholds the pool and its bytes are not counted; work demoted in place stays on its
+    /// urgent connection, uncapped, until it ends.
     var backgroundRateLimit: Int64? {
         didSet {
             guard backgroundRateLimit != oldValue else { return }
-            for transfer in transfers.values where transfer.lane == .slow { transfer.limitRate(backgroundRateLimit) }
+            rateBudget = Double(rateBurst)
+            rateCheckedAt = monotonicMilliseconds()
+            rateHeldUntil = nil
+            backgroundBytes.count = 0
+            for transfer in transfers.values where transfer.pool == .slow {
+                transfer.acceptSlowSpeed(backgroundRateLimit != nil, settings: settings)
+            }
+            updateHold()
         }
     }
+    /// Body bytes background transfers of the slow pool received since the budget was last charged.
+    private let backgroundBytes = ByteCounter()
+    /// Bytes the background pool may still receive now; below 0 it is held until `rateHeldUntil`.
+    private var rateBudget: Double = 0
+    private var rateCheckedAt: Int64 = 0
+    private var rateHeldUntil: Int64?
+    /// What the budget may save up while little arrives: a quarter second at the rate, at least 16 KiB.
+    private var rateBurst: Int64 { max(16 << 10, (backgroundRateLimit ?? 0) / 4) }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
@@ -62,7 +80,10 @@ final class CurlFetcher {
         // The scheduler bounds the background lane; its pool needs no limit of its own.
         slowPool = ConnectionPool(loop: loop, connectionsPerHost: 0)
         fastPool.afterAction = { [unowned self] in self.collectFinished(from: self.fastPool) }
-        slowPool.afterAction = { [unowned self] in self.collectFinished(from: self.slowPool) }
+        slowPool.afterAction = { [unowned self] in
+            self.chargeBackgroundRate()
+            self.collectFinished(from: self.slowPool)
+        }
     }
 
     deinit {
@@ -74,7 +95,7 @@ final class CurlFetcher {
     var deadline: Int64? {
         let letGoAt = heldSince.map { $0 + Self.longestHold }
         let failuresAt: Int64? = failedRestarts.isEmpty ? nil : 0
-        return [fastPool.deadline, slowPool.deadline, letGoAt, failuresAt].compactMap { $0 }.min()
+        return [fastPool.deadline, slowPool.deadline, letGoAt, failuresAt, rateHeldUntil].compactMap { $0 }.min()
     }
 
     /// Bytes received and expected for a running transfer.
@@ -88,7 +109,10 @@ final class CurlFetcher {
         precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
         let transfer = try Transfer(request, settings: settings)
         transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
-        if transfer.lane == .slow, let limit = backgroundRateLimit { transfer.limitRate(limit) }
+        if transfer.pool == .slow {
+            transfer.backgroundBytes = backgroundBytes
+            if backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
+        }
         let added = curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
         guard added == CURLM_OK else {
             transfer.closeFile()
@@ -126,7 +150,6 @@ final class CurlFetcher {
         }
         guard let transfer = transfers[key] else { return }
         transfer.lane = lane
-        transfer.limitRate(lane == .slow ? backgroundRateLimit : nil)
         if lane == .fast {
             transfer.widenWindowForUrgentWork()
         } else {
@@ -140,10 +163,10 @@ final class CurlFetcher {
     /// on while they are held. (Work demoted in place stays on its urgent connection, unheld: see docs/transport.md.)
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
-        let held = backgroundHeld && !urgentOnBackgroundConnection
+        let held = (backgroundHeld || rateHeldUntil != nil) && !urgentOnBackgroundConnection
         if held != slowPool.isHeld { heldSince = held ? monotonicMilliseconds() : nil }
         slowPool.hold(held)
-        if held {
+        if held && backgroundHeld {
             letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting }
         } else {
             // One at a time: a restart that fails may end others through the scheduler, which stops them here.
@@ -154,9 +177,14 @@ final class CurlFetcher {
         }
     }
 
-    /// Curl's timer of either pool expired, a hold lasted long, or a restart failed.
+    /// Curl's timer of either pool expired, a hold lasted long, the rate budget is paid back, or a restart failed.
     func timerFired() {
         let now = monotonicMilliseconds()
+        if let until = rateHeldUntil, now >= until {
+            rateHeldUntil = nil
+            chargeBackgroundRate()
+            if rateHeldUntil == nil { updateHold() }
+        }
         fastPool.fireTimerIfDue(now: now)
         slowPool.fireTimerIfDue(now: now)
         if let since = heldSince, now - since >= Self.longestHold {
@@ -189,6 +217,21 @@ final class CurlFetcher {
             failedRestarts.append(FetchResult(key: request.key, headers: ResponseHeaders(),
                                               outcome: .failure(.local("cannot start the transfer again", error))))
         }
+    }
+
+    /// Charges what background transfers received to the rate budget (refilled at the rate since the last charge);
+    /// over budget, the pool is held until the debt is paid. What arrives while held is charged when the hold ends.
+    private func chargeBackgroundRate() {
+        guard let rate = backgroundRateLimit else { return backgroundBytes.count = 0 }
+        guard rateHeldUntil == nil else { return }
+        let now = monotonicMilliseconds()
+        let refilled = rateBudget + Double(now - rateCheckedAt) * Double(rate) / 1000
+        rateBudget = min(Double(rateBurst), refilled) - Double(backgroundBytes.count)
+        backgroundBytes.count = 0
+        rateCheckedAt = now
+        guard rateBudget < 0 else { return }
+        rateHeldUntil = now + Int64((-rateBudget * 1000 / Double(rate)).rounded(.up))
+        updateHold()
     }
 
     private func collectFinished(from pool: ConnectionPool) {

@@ -38,6 +38,8 @@ final class Transfer {
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
+    /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
+    var backgroundBytes: ByteCounter?
     /// Whether body bytes of the final response arrived.
     private(set) var bodyStarted = false
     /// The file's length once a `206` body is complete, from its `Content-Range`.
@@ -248,6 +250,7 @@ final class Transfer {
         }
         hash.update(data)
         received += Int64(data.count)
+        if lane == .slow { backgroundBytes?.count += Int64(data.count) }
         return data.count
     }
 
@@ -316,9 +319,10 @@ final class Transfer {
         setReceiveBuffer(widened, backgroundWindow)
     }
 
-    /// Caps the download rate (bytes per second; nil for none): background work while a condition says `slow`.
-    func limitRate(_ bytesPerSecond: Int64?) {
-        pf_easy_setopt_off_t(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(bytesPerSecond ?? 0))
+    /// While the background lane's rate is capped its transfers wait in turns, so curl's low-speed abort (under
+    /// 1 KiB/s for `low_speed_time`) would end slow but living ones: capped, only no byte at all for that long does.
+    func acceptSlowSpeed(_ capped: Bool, settings: FetchSettings) {
+        pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, capped ? 1 : Int(settings.lowSpeedLimit))
     }
 
     /// Whether the transfer is still connecting (resolving, TCP, TLS): its request has not gone out yet.
@@ -362,4 +366,9 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _
     }
     transfer.refusedAddress = (address, network)
     return 1  // CURL_PREREQFUNC_ABORT
+}
+
+/// Bytes counted on the loop thread.
+final class ByteCounter {
+    var count: Int64 = 0
 }

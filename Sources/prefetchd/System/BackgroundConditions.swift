@@ -31,7 +31,8 @@ final class BackgroundConditions {
             self.logAbsentServices(observed)
             self.evaluate()
         }
-        evaluate()
+        logAbsentServices(monitor.current)
+        evaluate(notifying: false)
     }
 
     /// New policies (SIGHUP).
@@ -61,24 +62,29 @@ final class BackgroundConditions {
             })
     }
 
-    private func evaluate() {
+    /// Decides again; tells the owner when the decision changed (not the first one, made while it is being built).
+    private func evaluate(notifying: Bool = true) {
         let active = Set(Condition.allCases.filter { reading($0).active })
         let decision = policy.decide(active)
         scheduleQuietHoursChange()
         guard decision.mode != mode || decision.because != because else { return }
         mode = decision.mode
         because = decision.because
-        onChange()
+        if notifying { onChange() }
     }
 
-    /// Wakes up when the quiet hours next open or close, and at least hourly (a change to or from daylight saving
-    /// time moves them; a new system time zone takes effect when the daemon restarts, as glibc reads it once).
+    /// Wakes up when the quiet hours next open or close, and at every quarter hour besides: daylight saving time
+    /// starts and ends on a quarter hour, and moves the local time without moving the wall clock. (The timer also
+    /// fires when the clock is set; a new system time zone takes effect when the daemon restarts, as glibc reads it
+    /// once.)
     private func scheduleQuietHoursChange() {
         guard let window = policy.quietHours else { return quietHoursTimer.cancel() }
         let now = localTime()
-        let minutes = min(window.minutesUntilChange(from: now.minute), 60)
-        quietHoursTimer.fire(atUnixMilliseconds: now.unixMilliseconds - clockOffset * 1000 + Int64(minutes) * 60_000
-                             - now.millisecondsIntoMinute)
+        let change = now.unixMilliseconds + Int64(window.minutesUntilChange(from: now.minute)) * 60_000
+            - now.millisecondsIntoMinute
+        let quarterHour: Int64 = 15 * 60_000
+        let nextQuarter = (now.unixMilliseconds / quarterHour + 1) * quarterHour
+        quietHoursTimer.fire(atUnixMilliseconds: min(change, nextQuarter) - clockOffset * 1000)
     }
 
     /// The local time of day (with the test offset), and the Unix time it was read at.
@@ -105,8 +111,9 @@ final class BackgroundConditions {
     }
 }
 
-/// A one-shot timer at a wall-clock time (timerfd on CLOCK_REALTIME, absolute): after a suspend or a clock change it
-/// fires when the clock says so, not after the time that elapsed.
+/// A one-shot timer at a wall-clock time (timerfd on CLOCK_REALTIME, absolute): after a suspend it fires when the
+/// clock says so, not after the time that elapsed, and it fires at once when the clock is set (the owner then
+/// decides again and sets the next time).
 final class WallClockTimer {
     private let fd: Int32
 
@@ -125,7 +132,7 @@ final class WallClockTimer {
         let at = max(1, milliseconds)
         var spec = itimerspec(it_interval: timespec(),
                               it_value: timespec(tv_sec: Int(at / 1000), tv_nsec: Int(at % 1000) * 1_000_000))
-        timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &spec, nil)
+        timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME) | Int32(TFD_TIMER_CANCEL_ON_SET), &spec, nil)
     }
 
     func cancel() {

@@ -45,6 +45,9 @@ final class ConditionMonitor {
     private let onChange: (ObservedConditions) -> Void
     /// The conditions as the loop thread last took them.
     private(set) var current = ObservedConditions()
+    /// How long start-up waits for the first reading, so that no background work starts on a metered network
+    /// before the bus has said so; a bus slower than this is followed as its answers come.
+    private static let firstReadingTimeout = DispatchTimeInterval.seconds(2)
 
     init(loop: EventLoop, onChange: @escaping (ObservedConditions) -> Void) throws(SystemError) {
         eventFD = try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
@@ -54,6 +57,9 @@ final class ConditionMonitor {
         let watcher = self.watcher
         // The thread lives as long as the process: GDBus keeps its proxies up to date there.
         DispatchQueue(label: "prefetchd.system-bus").async { watcher.run() }
+        if watcher.firstReading.wait(timeout: .now() + Self.firstReadingTimeout) == .success {
+            current = watcher.latest.withLock { $0 }
+        }
     }
 
     private func take() {
@@ -69,6 +75,9 @@ final class ConditionMonitor {
 /// The GLib side of `ConditionMonitor`: used only on its own thread, but for `latest` and the eventfd.
 private final class BusWatcher: @unchecked Sendable {
     let latest = Mutex(ObservedConditions())
+    /// Signalled once, when the first reading (or the failure to reach the bus) is in `latest`.
+    let firstReading = DispatchSemaphore(value: 0)
+    private var published = false
     private let eventFD: Int32
     private var context: OpaquePointer?
     private var bus: OpaquePointer?
@@ -160,6 +169,10 @@ private final class BusWatcher: @unchecked Sendable {
 
     private func publish(_ conditions: ObservedConditions) {
         latest.withLock { $0 = conditions }
+        if !published {
+            published = true
+            firstReading.signal()
+        }
         var one: UInt64 = 1
         _ = write(eventFD, &one, 8)
     }

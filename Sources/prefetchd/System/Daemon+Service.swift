@@ -61,11 +61,8 @@ extension Daemon {
         Log.info("background lane: " + backgroundState.summary)
     }
 
-    /// Each background transfer's share of `slow_rate` while a condition says slow; nil otherwise. At least 2 KiB/s,
-    /// so that a capped transfer stays above the low-speed limit (1 KiB/s for `low_speed_time`) that would end it.
-    var backgroundRateLimit: Int64? {
-        conditions.mode == .slow ? max(2048, options.slowRate / Int64(options.slowWidth)) : nil
-    }
+    /// The background lane's download rate in all while a condition says slow (`slow_rate`); nil otherwise.
+    var backgroundRateLimit: Int64? { conditions.mode == .slow ? options.slowRate : nil }
 
     var backgroundState: BackgroundState { conditions.state(rateLimit: options.slowRate) }
 

@@ -47,24 +47,27 @@ struct Options {
     var arguments: [String] = []
     var environment: [String: String] = [:]
 
-    /// Read when it exists and no `--config` names another file (after the user's own, for users but root).
+    /// The system's file, read by root and by the system unit when it exists and no `--config` names another.
     static let defaultConfigPath = "/etc/prefetchd/prefetchd.conf"
 
-    /// The file read when `--config` names none: under a unit with `ConfigurationDirectory=`, the one there; else, for
-    /// a user other than root, their own (`$XDG_CONFIG_HOME/prefetchd/prefetchd.conf`, else
-    /// `~/.config/prefetchd/prefetchd.conf`) when it exists, so that a user service keeps its user's settings; else
-    /// the system's, in each case only when it exists.
+    /// The file read when `--config` names none, when it exists: under a unit with `ConfigurationDirectory=` the one
+    /// there (the system service's); for root the system's; for any other user their own
+    /// (`$XDG_CONFIG_HOME/prefetchd/prefetchd.conf`, else `~/.config/prefetchd/prefetchd.conf`), so that a user
+    /// service keeps its user's settings.
     static func defaultConfig(environment: [String: String]) -> String? {
-        var candidates = [defaultConfigPath]
+        let candidate: String?
         if let directory = firstDirectory(environment["CONFIGURATION_DIRECTORY"]) {
             // The system unit (ConfigurationDirectory=): its HOME is the service's, not a person's.
-            candidates.insert(directory + "/prefetchd.conf", at: 0)
+            candidate = directory + "/prefetchd.conf"
         } else if getuid() != 0 {
+            // Not the system's file: its cache_dir and socket are the system service's, which a user cannot use.
             let base = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
                 ?? environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 + "/.config" : nil }
-            if let base { candidates.insert(base + "/prefetchd/prefetchd.conf", at: 0) }
+            candidate = base.map { $0 + "/prefetchd/prefetchd.conf" }
+        } else {
+            candidate = defaultConfigPath
         }
-        return candidates.first { access($0, F_OK) == 0 }
+        return candidate.flatMap { access($0, F_OK) == 0 ? $0 : nil }
     }
 
     /// The defaults: the socket and cache directory follow systemd's `$RUNTIME_DIRECTORY` and `$CACHE_DIRECTORY`
@@ -416,8 +419,8 @@ struct Options {
             "",
             "Every option is also a key of the configuration file (--fast-width N is `fast_width = N`); the",
             "command line wins over the file. None is needed.",
-            "  --config FILE           read FILE (default: ~/.config/prefetchd/prefetchd.conf for a user but root, else",
-            "                          \(defaultConfigPath); each only when it exists)",
+            "  --config FILE           read FILE (default, when it exists: \(defaultConfigPath) for root and the",
+            "                          system unit, ~/.config/prefetchd/prefetchd.conf for any other user)",
             "  --check-config          validate the configuration, print the effective settings, exit 0 or 1",
         ]
         let defaults = Options(environment: [:])
