@@ -675,7 +675,13 @@ final class Daemon {
         } catch {
             return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
         }
-        if scheduler.task(url.key) != nil { return ItemResult(url: text, key: url.key, status: "already") }
+        if scheduler.task(url.key) != nil {
+            // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
+            // and a view's tentative task is adopted, so that scrolling away no longer drops it.
+            if try store.enqueue(key: url.key, url: url.key, now: now) { loadedFromBacklog.insert(url.key) }
+            _ = scheduler.queue(url, cache: .missing, now: Moment(milliseconds: now))
+            return ItemResult(url: text, key: url.key, status: "already")
+        }
         if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
             return ItemResult(url: text, key: url.key, status: "skipped",
                               error: WireError(failure))

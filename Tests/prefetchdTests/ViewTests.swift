@@ -175,6 +175,26 @@ struct ViewTests {
         #expect(daemon.ctl("ping").status == 0)
     }
 
+    @Test("queue of a URL a view prefetched answered `already` and kept nothing: scrolling away or a restart lost it; it is durable")
+    func queueAdoptsLookAhead() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let view = try ViewClient(socket: daemon.socket)
+        let urls = (0..<50).map { origin.url("/look/\($0).jpg?delay=3") }
+        let id = try view.send(["urls": urls, "first": 0, "last": 0, "ahead": 10, "behind": 0])
+        #expect(view.read { $0.replies[id] != nil })
+        let queued = daemon.ctl("queue", "--json", urls[5])
+        #expect(queued.status == 0 && queued.stdout.contains("\"status\":\"already\""), "\(queued.stdout)")
+        // The view scrolls far away (its look-ahead would be dropped), then the daemon dies.
+        try view.send(["first": 40, "last": 40, "ahead": 0, "behind": 0])
+        daemon.kill9()
+        try daemon.start()
+        let status = try daemon.status()
+        #expect(status.slow.waiting + status.slow.running + Int(status.backlog) == 1, "\(status)")
+        #expect(waitUntil(seconds: 15) { (try? origin.count("/look/5.jpg")) ?? 0 >= 1 && daemon.ctl("get", "--offline", urls[5]).status == 0 },
+                "the queued URL is fetched after the restart: \(daemon.log)")
+    }
+
     @Test("bad view requests get bad_request and change nothing; rejected URLs are listed and reported when visible")
     func badRequests() throws {
         let origin = try Origin()
