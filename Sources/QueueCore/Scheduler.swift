@@ -350,7 +350,7 @@ public struct Scheduler: Sendable {
             }
             remove(key, answering: .failed(failure), into: &actions)
         }
-        if let pausedUntil, case .failure(let failure) = outcome, let waiters = tasks[key]?.waiters {
+        if pausedUntil != nil, case .failure(let failure) = outcome, let waiters = tasks[key]?.waiters {
             // This task's own failure paused the host: its waiters learn what happened to their URL, not only that
             // the host is paused.
             for waiter in waiters {

@@ -158,16 +158,18 @@ final class CurlFetcher {
         updateHold()
     }
 
-    /// The background pool is held while urgent work runs, unless a transfer promoted in place still runs on it.
-    /// Background transfers still connecting let go of their connections at once: curl's connect timeout would run
-    /// on while they are held. (Work demoted in place stays on its urgent connection, unheld: see docs/transport.md.)
+    /// The background pool is held while urgent work runs or its rate budget is in debt, unless a transfer promoted in
+    /// place still runs on it. Held for urgent work, background transfers still connecting let go of their
+    /// connections at once: curl's connect timeout would run on while they are held. Transfers that let go start again
+    /// once the pool is read again. (Work demoted in place stays on its urgent connection, unheld: see
+    /// docs/transport.md.)
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
         let held = (backgroundHeld || rateHeldUntil != nil) && !urgentOnBackgroundConnection
         if held != slowPool.isHeld { heldSince = held ? monotonicMilliseconds() : nil }
         slowPool.hold(held)
-        if held && backgroundHeld {
-            letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting }
+        if held {
+            if backgroundHeld { letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting } }
         } else {
             // One at a time: a restart that fails may end others through the scheduler, which stops them here.
             while let (key, request) = letGo.first {
