@@ -80,6 +80,34 @@ struct EndToEndTests {
         #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
     }
 
+    @Test("files go to files/ab/<sha256> (no directory made per file); a cache from the two-level layout keeps serving its files")
+    func cacheLayout() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let old = daemon.ctl("get", origin.url("/layout/old.jpg")).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = (old as NSString).lastPathComponent
+        #expect(old == daemon.cache + "/files/" + name.prefix(2) + "/" + name, "\(old)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/files").count == 256)
+        daemon.kill9()
+        // As a cache written before: the file in files/ab/cd/, the index saying so.
+        let twoLevel = "files/" + name.prefix(2) + "/" + name.dropFirst(2).prefix(2) + "/" + name
+        try FileManager.default.createDirectory(atPath: daemon.cache + "/" + (twoLevel as NSString).deletingLastPathComponent,
+                                                withIntermediateDirectories: true)
+        try FileManager.default.moveItem(atPath: old, toPath: daemon.cache + "/" + twoLevel)
+        let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+            + "db.execute('UPDATE entries SET file = ? WHERE file LIKE ?', (sys.argv[2], '%' + sys.argv[3])); db.commit()"
+        #expect(run("/usr/bin/env", ["python3", "-c", script, daemon.cache + "/index.sqlite", twoLevel, name]).status == 0)
+        try daemon.start()
+        let served = daemon.ctl("get", "--offline", origin.url("/layout/old.jpg"))
+        #expect(served.status == 0 && served.stdout.contains(twoLevel), "the start-up sweep kept it: \(served.stdout) \(daemon.log)")
+        #expect(try origin.count("/layout/old.jpg") == 1)
+        let new = daemon.ctl("get", origin.url("/layout/new.jpg")).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let newName = (new as NSString).lastPathComponent
+        #expect(new == daemon.cache + "/files/" + newName.prefix(2) + "/" + newName)
+        let check = run("/usr/bin/env", ["python3", Paths.fixtures + "/check_index.py", daemon.cache])
+        #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+    }
+
     @Test("the Python example in docs/protocol.md works against a live daemon")
     func pythonExample() throws {
         let origin = try Origin()

@@ -1,7 +1,9 @@
 import Glibc
 
-/// The cache directory's files: `files/ab/cd/<sha256(key)>` for bodies, `tmp/<sha256(key)>` for downloads in
-/// progress (kept across restarts when the index records a validator to resume them with).
+/// The cache directory's files: `files/ab/<sha256(key)>` for bodies, in 256 directories made once at start-up, and
+/// `tmp/<sha256(key)>` for downloads in progress (kept across restarts when the index records a validator to resume
+/// them with). Caches written before kept `files/ab/cd/<sha256(key)>`; the index records each file's path, so those
+/// are found where they are.
 struct CacheFiles {
     let root: String
 
@@ -16,11 +18,11 @@ struct CacheFiles {
     /// The file name for a key: its SHA-256, never anything taken from the URL text.
     static func name(forKey key: String) -> String { SHA256.hex(of: key) }
 
-    /// `files/ab/cd/<name>`, relative to the root.
-    static func relativePath(forName name: String) -> String {
-        let chars = Array(name)
-        return "files/\(String(chars[0..<2]))/\(String(chars[2..<4]))/\(name)"
-    }
+    /// `files/ab/<name>`, relative to the root.
+    static func relativePath(forName name: String) -> String { "files/" + name.prefix(2) + "/" + name }
+
+    /// The 256 directories `files/00` … `files/ff`.
+    private static let fanOut = (0..<256).map { "files/" + (($0 < 16 ? "0" : "") + String($0, radix: 16)) }
 
     func absolute(_ relative: String) -> String { root + "/" + relative }
 
@@ -28,16 +30,23 @@ struct CacheFiles {
         try makeDirectories(root, mode: 0o700)
         try makeDirectories(temporaryDirectory, mode: 0o700)
         try makeDirectories(filesDirectory, mode: Self.directoryMode)
+        for directory in Self.fanOut where mkdir(absolute(directory), Self.directoryMode) != 0 && errno != EEXIST {
+            throw SystemError(call: "mkdir", errno: errno, detail: absolute(directory))
+        }
     }
 
     /// Where the body of a download in progress for `name` is written.
     func downloadPath(forName name: String) -> String { temporaryDirectory + "/" + name }
 
-    /// Moves a finished download into place under `relative`, creating its directories.
+    /// Moves a finished download into place under `relative`: one `rename`, and its directory made again first only
+    /// when someone deleted it.
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
-        let directory = String(target[..<target.lastIndex(of: "/")!])
-        try makeDirectories(directory, mode: Self.directoryMode)
+        if rename(temporary, target) == 0 { return }
+        guard errno == ENOENT, access(temporary, F_OK) == 0 else {
+            throw SystemError(call: "rename", errno: errno, detail: "\(temporary) to \(target)")
+        }
+        try makeDirectories(String(target[..<target.lastIndex(of: "/")!]), mode: Self.directoryMode)
         try syscall("rename", "\(temporary) to \(target)") { rename(temporary, target) }
     }
 
@@ -67,13 +76,15 @@ struct CacheFiles {
         return removed
     }
 
-    /// Calls `body` with the name and path of every file under `files/`.
+    /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and
+    /// `ab/cd/<name>` of caches written before).
     func forEachCachedFile(_ body: (_ name: String, _ path: String) -> Void) {
         forEachFile(in: filesDirectory, depth: 2) { path in
             body(String(path[path.index(after: path.lastIndex(of: "/")!)...]), path)
         }
     }
 
+    /// Calls `body` with every entry that is not a directory, going `depth` directories down.
     private func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
         guard let dir = opendir(directory) else { return }
         defer { closedir(dir) }
@@ -83,11 +94,18 @@ struct CacheFiles {
             }
             if name == "." || name == ".." { continue }
             let path = directory + "/" + name
-            if depth > 0 {
+            if depth > 0, isDirectory(entry.pointee.d_type, path) {
                 forEachFile(in: path, depth: depth - 1, body)
             } else {
                 body(path)
             }
         }
     }
+}
+
+/// Whether a directory entry is a directory: its type, or `stat` where the file system does not say (DT_UNKNOWN).
+private func isDirectory(_ type: UInt8, _ path: String) -> Bool {
+    if type != UInt8(DT_UNKNOWN) { return type == UInt8(DT_DIR) }
+    var info = stat()
+    return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
 }

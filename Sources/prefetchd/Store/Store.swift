@@ -279,8 +279,12 @@ final class Store {
     /// Records a variant of a cached entry (its original must have a row).
     func putVariant(_ key: String, spec: String, _ variant: Variant) throws(DatabaseError) {
         try write()
-        let old = try db.statement("SELECT allocated FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec)
-        if try old.step() { totalBytes -= old.int(0) }
+        let old = try db.statement("SELECT allocated, file FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec)
+        if try old.step() {
+            totalBytes -= old.int(0)
+            // Made again under another path (a cache from before the one-level layout): the old file goes.
+            if old.text(1) != variant.file { files.remove(old.text(1)) }
+        }
         let allocated = files.allocated(variant.file) ?? variant.bytes
         try db.statement("""
             INSERT OR REPLACE INTO variants(key, spec, file, bytes, sha256, format, width, height, allocated)
@@ -467,10 +471,11 @@ final class Store {
         var orphans: [String] = []
         files.forEachCachedFile { name, path in
             guard name.utf8.count == 64 else { return orphans.append(path) }
-            let relative = CacheFiles.relativePath(forName: name)
+            // The index names each file by its path (either layout: files/ab/<name>, or files/ab/cd/<name> before).
+            let relative = String(path.dropFirst(files.root.count + 1))
             let known = (try? db.statement("SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1")
                 .bind(relative).step()) ?? true
-            if !known || path != files.absolute(relative) { orphans.append(path) }
+            if !known { orphans.append(path) }
         }
         for path in orphans { _ = path.withCString { unlink($0) } }
         try commit()
