@@ -546,7 +546,7 @@ final class Daemon {
             if revalidate, let entry = try store.liveEntry(key), entry.etag != nil || entry.lastModified != nil {
                 request.conditional = (entry.etag, entry.lastModified)
             } else {
-                request.resumeValidator = try store.partialValidator(key)
+                request.resumeValidator = store.partialValidator(key)
             }
             try fetcher.start(request)
             Log.debug("start \(lane) \(key)")

@@ -37,7 +37,7 @@ extension Daemon {
     /// Carries out the scheduler's `.park`: the transfer stops, and its partial body stays on disk only when a
     /// validator was recorded to resume it with (without one the next start begins at byte 0 anyway).
     func parkTransfer(_ key: String) {
-        let resumable = (try? store.partialValidator(key)) != nil
+        let resumable = store.partialValidator(key) != nil
         fetcher.stop(key, keepingBody: resumable)
     }
 
@@ -46,7 +46,7 @@ extension Daemon {
     /// other temporary file is left behind.
     func stopTransfersForShutdown() {
         for task in scheduler.allTasks {
-            let resumable = (try? store.partialValidator(task.key)) != nil && (try? store.isQueued(task.key)) == true
+            let resumable = store.partialValidator(task.key) != nil && (try? store.isQueued(task.key)) == true
             if task.state == .running { fetcher.stop(task.key, keepingBody: resumable) }
             guard !resumable else { continue }
             do { try store.removePartial(task.key) } catch { Log.error("cannot forget the download of \(task.key): \(error)") }
@@ -60,7 +60,7 @@ extension Daemon {
             fetchEnded(result.key, result: "error", failure: failure)
             crashGuard.end(result.key)
             do {
-                let hasValidator = try store.partialValidator(result.key) != nil
+                let hasValidator = store.partialValidator(result.key) != nil
                 if !(failure.isTransient && failure.httpStatus != 416 && hasValidator) { try store.removePartial(result.key) }
             } catch {
                 Log.error("cannot forget the download of \(result.key): \(error)")

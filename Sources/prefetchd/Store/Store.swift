@@ -15,6 +15,8 @@ final class Store {
     private(set) var totalBytes: Int64 = 0
     private(set) var entryCount: Int64 = 0
     private(set) var backlogCount: Int64 = 0
+    /// The `partials` table, kept in memory: asked at every start, park and end of a transfer.
+    private var partials: [String: String] = [:]
 
     static let migrations = [
         """
@@ -73,6 +75,8 @@ final class Store {
         let backlog = try db.statement("SELECT count(*) FROM queue")
         _ = try backlog.step()
         backlogCount = backlog.int(0)
+        let partials = try db.statement("SELECT key, validator FROM partials")
+        while try partials.step() { self.partials[partials.text(0)] = partials.text(1) }
     }
 
     /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here.
@@ -326,21 +330,22 @@ final class Store {
     // MARK: Resumable downloads
 
     /// The validator recorded for `key`'s download in progress, if it can be resumed.
-    func partialValidator(_ key: String) throws(DatabaseError) -> String? {
-        let select = try db.statement("SELECT validator FROM partials WHERE key = ?1").bind(key)
-        return try select.step() ? select.text(0) : nil
-    }
+    func partialValidator(_ key: String) -> String? { partials[key] }
 
     func savePartial(_ key: String, validator: String) throws(DatabaseError) {
+        guard partials[key] != validator else { return }
         try write()
         try db.statement("INSERT OR REPLACE INTO partials(key, validator) VALUES (?1, ?2)").bind(key, validator).run()
+        partials[key] = validator
     }
 
     /// Forgets a download in progress, deleting its body unless it is still being written.
     func removePartial(_ key: String, deletingBody: Bool = true) throws(DatabaseError) {
         if deletingBody { unlink(files.downloadPath(forName: CacheFiles.name(forKey: key))) }
+        guard partials[key] != nil else { return }
         try write()
         try db.statement("DELETE FROM partials WHERE key = ?1").bind(key).run()
+        partials[key] = nil
     }
 
     // MARK: Negative cache
@@ -426,9 +431,11 @@ final class Store {
         try write()
         try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
         var resumable: [String: String] = [:]
-        let partials = try db.statement("SELECT key FROM partials")
-        while try partials.step() {
-            resumable[files.downloadPath(forName: CacheFiles.name(forKey: partials.text(0)))] = partials.text(0)
+        let kept = try db.statement("SELECT key, validator FROM partials")
+        partials = [:]
+        while try kept.step() {
+            partials[kept.text(0)] = kept.text(1)
+            resumable[files.downloadPath(forName: CacheFiles.name(forKey: kept.text(0)))] = kept.text(0)
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
         let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
