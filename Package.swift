@@ -16,11 +16,13 @@ let package = Package(
         .systemLibrary(name: "CGdkPixbuf", pkgConfig: "gdk-pixbuf-2.0", providers: [.apt(["libgdk-pixbuf-2.0-dev"])]),
         // GIO (GDBus) comes with GLib, which gdk-pixbuf needs anyway.
         .systemLibrary(name: "CGio", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        // OpenSSL's libcrypto, which libcurl links anyway: SHA-256 with the CPU's instructions.
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .target(name: "QueueCore"),
         .target(name: "PrefetchProtocol"),
         .executableTarget(
             name: "prefetchd",
-            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CGio", "CSystem"]
+            dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CGio", "CCrypto", "CSystem"]
         ),
         .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),

@@ -1,0 +1,4 @@
+#ifndef PREFETCHD_CCRYPTO_SHIM_H
+#define PREFETCHD_CCRYPTO_SHIM_H
+#include <openssl/evp.h>
+#endif
