@@ -73,6 +73,8 @@ final class Daemon {
     var shuttingDown = false
     let startedAt = monotonicMilliseconds()
     var metrics = Metrics()
+    /// The fetches since the last activity line in the log (`summarizeActivity`).
+    var activity = ActivitySummary(since: monotonicMilliseconds())
     /// Connections that asked for `watch`.
     var watchers: Set<UInt64> = []
     var snapshotTicker: Ticker!
@@ -214,6 +216,7 @@ final class Daemon {
             malloc_trim(0)
             nextTrim = monotonicMilliseconds() + 10_000
         }
+        summarizeActivity(workRanOut: idle && !wasIdle)
         wasIdle = idle
         notifier.turnEnded()
     }

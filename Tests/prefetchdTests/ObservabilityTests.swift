@@ -49,6 +49,22 @@ struct ObservabilityTests {
         return try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(arguments): \(line)")
     }
 
+    @Test("a line per fetched file filled the log of a big drain: per file at debug level, a summary at info when the work runs out")
+    func activitySummary() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<3).map { origin.url("/summary/\($0).jpg") } + [origin.url("/summary/missing.jpg?status=404")]
+        _ = daemon.ctl(arguments: ["get", "-"], stdin: urls.joined(separator: "\n"))
+        #expect(waitUntil(seconds: 5) { daemon.log.contains("fetched 3 (") }, "\(daemon.log)")
+        #expect(daemon.log.contains("revalidated 0, failed 1; 0 queued"), "\(daemon.log)")
+        #expect(!daemon.log.contains("fetched \(urls[0])"), "no line per file at the default level")
+        #expect(daemon.log.contains("failed \(urls[3])"), "a failure keeps its own line")
+
+        let verbose = try DaemonUnderTest(["--log-level", "debug"])
+        #expect(verbose.ctl("get", urls[0]).status == 0)
+        #expect(waitUntil(seconds: 5) { verbose.log.contains("fetched \(urls[0]) (fast lane") }, "\(verbose.log)")
+    }
+
     @Test("every verb's --json output parses and carries the documented fields")
     func jsonEverywhere() throws {
         let origin = try Origin()

@@ -69,7 +69,8 @@ extension Daemon {
         broadcast(event)
     }
 
-    /// A fetch ended: one log line, the metrics, and an event. `result` is `ok`, `not_modified` or `error`.
+    /// A fetch ended: the metrics, an event, a log line (at debug level when it succeeded: `summarizeActivity` says it
+    /// at info), and the activity summary. `result` is `ok`, `not_modified` or `error`.
     func fetchEnded(_ key: String, result: String, bytes: Int64 = 0, failure: Failure? = nil, detail: String = "") {
         let lane = scheduler.task(key)?.lane.rawValue ?? "fast"
         let duration = transferStartedAt.removeValue(forKey: key).map { monotonicMilliseconds() - $0 }
@@ -81,13 +82,32 @@ extension Daemon {
         if let failure {
             metrics.failed(lane: lane, code: failure.code, seconds: seconds)
             event.error = WireError(failure)
+            activity.failed += 1
             Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
         } else {
             metrics.fetched(lane: lane, result: result, bytes: bytes, seconds: seconds)
             event.bytes = bytes
-            Log.info(result == "ok" ? "fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))" : "revalidated \(key) (\(lane) lane)")
+            if result == "ok" {
+                activity.fetched += 1
+                activity.bytes += bytes
+            } else {
+                activity.revalidated += 1
+            }
+            Log.debug(result == "ok" ? "fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))" : "revalidated \(key) (\(lane) lane)")
         }
         broadcast(event)
+    }
+
+    /// One info line for the fetches since the last one: when the work runs out, and every minute while it goes on.
+    func summarizeActivity(workRanOut: Bool) {
+        let now = monotonicMilliseconds()
+        guard activity.fetched + activity.revalidated + activity.failed > 0, workRanOut || now >= activity.nextAt else {
+            return
+        }
+        let seconds = max(1, (now - activity.since + 500) / 1000)
+        Log.info("in \(seconds) s: fetched \(activity.fetched) (\(activity.bytes) bytes), revalidated \(activity.revalidated), "
+                 + "failed \(activity.failed); \(scheduler.counts.slowWaiting + Int(backlogOnly)) queued")
+        activity = ActivitySummary(since: now)
     }
 
     func metricsText() -> String {
@@ -154,4 +174,17 @@ final class Ticker {
         var spec = itimerspec()
         timerfd_settime(fd, 0, &spec, nil)
     }
+}
+
+/// The fetches since the last activity line in the log.
+struct ActivitySummary {
+    var since: Int64
+    var fetched = 0
+    var bytes: Int64 = 0
+    var revalidated = 0
+    var failed = 0
+    /// When the next line is due while the work goes on.
+    var nextAt: Int64 { since + 60_000 }
+
+    init(since: Int64) { self.since = since }
 }
