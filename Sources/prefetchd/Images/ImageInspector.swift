@@ -49,11 +49,12 @@ enum ImageInspector {
             return .rejected(.pixelLimit(width: width, height: height, limit: policy.maxPixels))
         }
         let probed: ImageInfo
-        if Self.decodingProbes.contains(sniffed) {
-            guard let width = header.width, let height = header.height else {
-                return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
-            }
+        if let width = header.width, let height = header.height {
+            // The header parser read the size: gdk-pixbuf's probe would open the file again and look up its MIME
+            // type for the same answer. The structure check below still reads the whole file.
             probed = ImageInfo(format: sniffed, width: width, height: height)
+        } else if Self.decodingProbes.contains(sniffed) {
+            return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
         } else if let info = gdkFileInfo(path) {
             probed = info
         } else {
