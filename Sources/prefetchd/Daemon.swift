@@ -545,6 +545,7 @@ final class Daemon {
     private func startFetch(_ key: String, lane: Lane, revalidate: Bool) {
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
+        request.freshConnection = (scheduler.task(key)?.attempts ?? 1) > 1
         do {
             if revalidate, let entry = try store.liveEntry(key), entry.etag != nil || entry.lastModified != nil {
                 request.conditional = (entry.etag, entry.lastModified)

@@ -12,6 +12,9 @@ struct TransferRequest {
     /// The body file; when it already holds bytes and `resumeValidator` is set, the transfer asks for the rest.
     var bodyPath: String
     var resumeValidator: String?
+    /// A retry after a failed attempt: it opens a connection of its own. The connection that failed may be dead
+    /// (an outage, a stall) and still kept by curl, and on HTTP/2 the retry would be multiplexed onto it.
+    var freshConnection = false
 }
 
 /// One download in progress: its easy handle, the body file it streams into (resuming what is there), its checksum.
@@ -122,7 +125,10 @@ final class Transfer {
         // and then wakes one waiting transfer per finished one (docs/transport.md).
         if key.lowercased().hasPrefix("https:") { pf_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
         pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
+        if request.freshConnection { pf_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1) }
         if let proxy = settings.proxy { pf_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
+        // TLS 1.2 at least: curl 7.88 would otherwise take TLS 1.0 from a server offering nothing newer.
+        pf_easy_setopt_long(easy, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2)
         if let caFile = settings.caFile { pf_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
         if let caPath = settings.caPath { pf_easy_setopt_string(easy, CURLOPT_CAPATH, caPath) }
     }
