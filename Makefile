@@ -220,7 +220,7 @@ STRESS_PACKAGES := iproute2 util-linux python3
 .PHONY: stress stress-quick stress-deps
 
 ## stress-deps: what the stress suite uses besides the tests' packages
-stress-deps: test-deps
+stress-deps: test-deps lab-deps
 	$(call apt_install,$(STRESS_PACKAGES))
 
 ## stress: every scenario at full scale (fuzzing for minutes); one table and the daemon's peak RSS per group

@@ -186,7 +186,8 @@ http {{
     log_format lab escape=json '{{"msec":$msec,"connection":$connection,'
         '"connection_requests":$connection_requests,"request":"$request","status":$status,'
         '"bytes_sent":$bytes_sent,"http2":"$http2","protocol":"$server_protocol","range":"$http_range",'
-        '"port":$server_port,"remote":"$remote_addr:$remote_port","request_time":$request_time}}';
+        '"port":$server_port,"remote":"$remote_addr:$remote_port","request_time":$request_time,'
+        '"tls":"$ssl_protocol"}}';
     access_log {dir}/access.log lab;
     sendfile on;
     tcp_nopush on;
@@ -207,6 +208,7 @@ http {{
     server {{ listen {https} ssl http2; server_name {host}; }}
     server {{ listen {https_h1} ssl; server_name {host}; }}
     server {{ listen {http}; server_name {host}; }}
+    include {dir}/conf.d/*.conf;  # extra servers a test adds, then reload_origin()
 }}
 """
 
@@ -266,6 +268,7 @@ class Lab:
         self.ca_file = os.path.join(self.dir, "ca.pem")
         self.docroot = os.path.join(self.dir, "www")
         self.control_socket = os.path.join(self.dir, "delayline.sock")
+        self.conf_dir = os.path.join(self.dir, "conf.d")  # nginx includes conf.d/*.conf inside `http`
         self.pids = {}  # "delayline"/"nginx" -> [pid, start time]
         self.processes = []  # processes started with popen(), stopped with the lab
         self.running = False
@@ -294,6 +297,7 @@ class Lab:
         delayline = build_delayline()
         shutil.rmtree(self.dir, ignore_errors=True)  # a start that died before saving its state
         os.makedirs(os.path.join(self.dir, "nginx-tmp"))
+        os.makedirs(self.conf_dir)
         self._save()  # from here on, `down` or the next start can clean up after a killed owner
         os.makedirs(self.docroot)
         make_images(self.docroot, self.images)
@@ -332,7 +336,15 @@ class Lab:
             sh(["ip", "-n", ns, "link", "set", DEVICE, "mtu", "1500", "up"])
         self.set_link(**self.link)
 
-        log = open(os.path.join(self.dir, "nginx.log"), "wb")
+        self._start_nginx()
+        probe = self.run("client", ["curl", "-sS", "-o", "/dev/null", "--max-time", "5", "--cacert", self.ca_file,
+                                    self.url(IMAGE_PATH % 0)],
+                         capture_output=True, text=True)
+        if probe.returncode != 0:
+            raise LabError("the client cannot fetch from the origin: %s" % probe.stderr.strip())
+
+    def _start_nginx(self):
+        log = open(os.path.join(self.dir, "nginx.log"), "ab")
         process = subprocess.Popen(self.command("server", ["nginx", "-c", os.path.join(self.dir, "nginx.conf"),
                                                            "-p", self.dir]),
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -342,11 +354,49 @@ class Lab:
         # nginx writes its pid file once it listens on every port
         self._wait_for(lambda: os.path.exists(os.path.join(self.dir, "nginx.pid")), process, "nginx",
                        "nginx.log", "nginx-error.log")
-        probe = self.run("client", ["curl", "-sS", "-o", "/dev/null", "--max-time", "5", "--cacert", self.ca_file,
-                                    self.url(IMAGE_PATH % 0)],
-                         capture_output=True, text=True)
-        if probe.returncode != 0:
-            raise LabError("the client cannot fetch from the origin: %s" % probe.stderr.strip())
+
+    def restart_origin(self):
+        """Stops nginx (SIGTERM: its connections close mid-transfer) and starts it again with the same
+        configuration; returns once it listens again."""
+        stop_group(*self.pids["nginx"])
+        try:
+            os.unlink(os.path.join(self.dir, "nginx.pid"))
+        except FileNotFoundError:
+            pass
+        self._start_nginx()
+
+    def workers(self):
+        """The pids of nginx's worker processes (the master's children)."""
+        master = self.pids["nginx"][0]
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == str(master) and fields[0] != "Z":
+                found.append(int(entry))
+        return sorted(found)
+
+    def reload_origin(self, timeout=10.0):
+        """Makes nginx read its configuration again (SIGHUP to the master: new workers, the old ones finish
+        gracefully), e.g. after writing a server into conf_dir; returns once a new worker runs. A configuration
+        nginx refuses raises LabError with its error log's last lines."""
+        error_log = os.path.join(self.dir, "nginx-error.log")
+        logged = os.path.getsize(error_log) if os.path.exists(error_log) else 0
+        before = set(self.workers())
+        os.kill(self.pids["nginx"][0], signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while not set(self.workers()) - before:
+            text = ""
+            if os.path.exists(error_log):
+                with open(error_log, errors="replace") as f:
+                    f.seek(logged)
+                    text = f.read()
+            if "[emerg]" in text or time.monotonic() > deadline:
+                raise LabError("nginx did not reload: %s" % (text.strip()[-2000:] or "no new worker"))
+            time.sleep(0.02)
 
     def _wait_for(self, ready, process, what, *logs, timeout=10.0):
         """Waits until ready(); when the process exits first or takes too long, says so with its logs."""
@@ -518,9 +568,11 @@ class Lab:
 
     def access_log(self):
         """Every request nginx logged so far, oldest first: dicts with connection, connection_requests, request,
-        status, bytes_sent, http2 ("h2" or ""), protocol, range, port, remote, msec, request_time."""
+        status, bytes_sent, http2 ("h2" or ""), protocol, range, port, remote, msec, request_time, tls (the TLS
+        version, e.g. "TLSv1.3"; "" on :80)."""
         try:
-            with open(os.path.join(self.dir, "access.log")) as f:
+            # errors="replace": nginx logs a TLS hello sent to a plain-HTTP port as raw bytes
+            with open(os.path.join(self.dir, "access.log"), errors="replace") as f:
                 return [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
             return []

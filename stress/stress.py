@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""prefetchd stress suite (issue 9): chaos, hostile origin, hostile clients, full disk, access and egress.
+"""prefetchd stress suite (issue 9): chaos, hostile origin, hostile clients, full disk, access and egress, bounds,
+the network lab.
 
     python3 stress/stress.py --bin-dir .build/release [--quick] [--only GROUP,...] [--fuzz-seconds N]
 
@@ -22,6 +23,7 @@ import groups_clients  # noqa: E402
 import groups_disk  # noqa: E402
 import groups_access  # noqa: E402
 import groups_bounds  # noqa: E402
+import groups_network  # noqa: E402
 
 GROUPS = {
     "chaos": groups_chaos.run,
@@ -30,6 +32,7 @@ GROUPS = {
     "disk": groups_disk.run,
     "access": groups_access.run,
     "bounds": groups_bounds.run,
+    "network": groups_network.run,
 }
 
 
