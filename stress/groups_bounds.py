@@ -274,6 +274,18 @@ def idle(daemon):
         and status["delayed"] == 0
 
 
+def until_accepted(call, seconds=10):
+    """`call()`, asked again while the daemon refuses new clients (a broken pipe, a reset, no greeting)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except (OSError, ValueError, Failed):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def status_of(daemon):
     client = daemon.client(timeout=30)
     try:
@@ -429,7 +441,9 @@ def descriptor_limit(args, table, processes, work, origin):
         except (OSError, ValueError, Failed) as error:
             codes.append(type(error).__name__)
         c.close()
-    status = status_of(daemon)
+    # The 200 clients just left; until the daemon has seen them go, a new client may still be refused
+    # (too_many_clients, then the connection closes): ask again for a few seconds, here and below.
+    status = until_accepted(lambda: status_of(daemon))
     daemon.sample()
     with open(daemon.log_path, errors="replace") as logfile:
         logged = [line for line in logfile if "descriptor" in line or "Too many open files" in line]
@@ -439,8 +453,6 @@ def descriptor_limit(args, table, processes, work, origin):
               f"{counts}, paused {status['paused_hosts']}, {refused} not greeted",
               not blamed and not status["paused_hosts"])
     served = counts.get("ok", 0)
-    # The 200 clients just left; until the daemon has seen them go, a new client may still be refused
-    # (too_many_clients, then the connection closes): ask again for a few seconds.
     deadline = time.monotonic() + 10
     while True:
         try:
