@@ -79,6 +79,7 @@ extension Daemon {
         event.url = key
         event.lane = lane
         event.duration = duration
+        if activity.isEmpty { activity = ActivitySummary(since: monotonicMilliseconds()) }
         if let failure {
             metrics.failed(lane: lane, code: failure.code, seconds: seconds)
             event.error = WireError(failure)
@@ -101,9 +102,7 @@ extension Daemon {
     /// One info line for the fetches since the last one: when the work runs out, and every minute while it goes on.
     func summarizeActivity(workRanOut: Bool) {
         let now = monotonicMilliseconds()
-        guard activity.fetched + activity.revalidated + activity.failed > 0, workRanOut || now >= activity.nextAt else {
-            return
-        }
+        guard !activity.isEmpty, workRanOut || now >= activity.nextAt else { return }
         let seconds = max(1, (now - activity.since + 500) / 1000)
         Log.info("in \(seconds) s: fetched \(activity.fetched) (\(activity.bytes) bytes), revalidated \(activity.revalidated), "
                  + "failed \(activity.failed); \(scheduler.counts.slowWaiting + Int(backlogOnly)) queued")
@@ -176,7 +175,7 @@ final class Ticker {
     }
 }
 
-/// The fetches since the last activity line in the log.
+/// The fetches since the last activity line in the log, counted from the first of them.
 struct ActivitySummary {
     var since: Int64
     var fetched = 0
@@ -185,6 +184,7 @@ struct ActivitySummary {
     var failed = 0
     /// When the next line is due while the work goes on.
     var nextAt: Int64 { since + 60_000 }
+    var isEmpty: Bool { fetched + revalidated + failed == 0 }
 
     init(since: Int64) { self.since = since }
 }
