@@ -172,14 +172,7 @@ class LabBench:
         return path
 
     def requests(self, tag):
-        """nginx's log entries (dicts, lab.Lab.access_log) of the URLs made with `tag`."""
-        found = []
-        for entry in self.net.access_log():
-            target = entry["request"].split(" ")[1] if entry["request"].count(" ") >= 2 else ""
-            query = target.partition("?")[2]
-            if query.startswith(tag + "-"):
-                found.append(entry)
-        return found
+        return self.net.tagged_requests(tag)
 
     def timed(self, argv, stdin=None, timeout=600):
         """Wall seconds and exit status of argv (stdout discarded)."""

@@ -577,6 +577,16 @@ class Lab:
         except FileNotFoundError:
             return []
 
+    def tagged_requests(self, tag):
+        """The access log's entries for URLs whose query starts with `tag-` (how tests and benchmarks mark their
+        URLs), oldest first."""
+        found = []
+        for entry in self.access_log():
+            parts = entry["request"].split(" ")
+            if len(parts) >= 3 and parts[1].partition("?")[2].startswith(tag + "-"):
+                found.append(entry)
+        return found
+
     def info(self):
         """Everything a test or benchmark needs to use the lab, JSON-ready (`lab.py up --json` prints it)."""
         return {

@@ -160,13 +160,7 @@ class Run:
         return self.net.url(lab.IMAGE_PATH % (number % self.net.images), origin) + "?%s-%d" % (tag, number)
 
     def requests(self, tag):
-        """nginx's log entries for the URLs made with `tag`, oldest first."""
-        found = []
-        for entry in self.net.access_log():
-            parts = entry["request"].split(" ")
-            if len(parts) >= 3 and parts[1].partition("?")[2].startswith(tag + "-"):
-                found.append(entry)
-        return found
+        return self.net.tagged_requests(tag)
 
     def poll(self, what, check, timeout=WAIT, interval=0.05):
         """Calls check() until it returns something true; a TestFailure naming `what` after `timeout` seconds."""

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from lib import Client, Daemon, Failed, log, outcome, peak_rss_kib, proc_status, scratch, wait_until
+from lib import Daemon, Failed, log, outcome, peak_rss_kib, proc_status, scratch, wait_until
 from groups_chaos import queue_all
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab"))
@@ -70,24 +70,13 @@ class LabDaemon(Daemon):
         self.net = net
         self.ctl_binary = os.path.join(os.path.dirname(binary), "prefetchctl")
 
-    def start(self, timeout=60):
-        logfile = open(self.log_path, "ab")
-        env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES + ("LISTEN_FDS", "NOTIFY_SOCKET")}
-        self.process = self.processes.add(subprocess.Popen(self.net.command("client", [
-            self.binary, "--socket", self.socket, "--cache-dir", self.cache, "--log-level", "info",
-            "--config", "/dev/null", *self.extra]), stdout=logfile, stderr=logfile, env=env))
-        logfile.close()
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise Failed(f"prefetchd exited with {self.process.returncode} at start-up; see {self.log_path}")
-            try:
-                Client(self.socket, timeout=5).close()
-                return self
-            except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    raise Failed("prefetchd did not greet within the start-up timeout")
-                time.sleep(0.05)
+    log_level = "info"
+
+    def argv(self):
+        return self.net.command("client", super().argv())
+
+    def environment(self):
+        return {k: v for k, v in super().environment().items() if k not in PROXY_VARIABLES}
 
     def call(self, request, timeout=30):
         client = self.client(timeout)
@@ -182,13 +171,7 @@ class Scenario:
         return url.replace("origin.lab/", f"origin.lab:{port}/", 1) if port else url
 
     def requests(self, tag):
-        """nginx's log entries of URLs made with `tag`, oldest first."""
-        found = []
-        for entry in self.net.access_log():
-            parts = entry["request"].split(" ")
-            if len(parts) >= 3 and parts[1].partition("?")[2].startswith(tag + "-"):
-                found.append(entry)
-        return found
+        return self.net.tagged_requests(tag)
 
     def queue(self, daemon, urls):
         """Queues `urls`; the acknowledged ones (queued, already, cached)."""

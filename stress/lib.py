@@ -228,15 +228,21 @@ class Daemon:
         self.process = None
         self.peak = 0
 
+    log_level = "warning"
+
+    def argv(self):
+        """The daemon's command line (a subclass may run it elsewhere, e.g. in a network namespace)."""
+        return [self.binary, "--socket", self.socket, "--cache-dir", self.cache, "--log-level", self.log_level,
+                "--config", "/dev/null", *self.extra]
+
+    def environment(self):
+        """The daemon's environment: this one's, without systemd's variables."""
+        return {k: v for k, v in os.environ.items() if k not in ("LISTEN_FDS", "NOTIFY_SOCKET")}
+
     def start(self, timeout=60):
         logfile = open(self.log_path, "ab")
-        env = dict(os.environ)
-        env.pop("LISTEN_FDS", None)
-        env.pop("NOTIFY_SOCKET", None)
-        self.process = self.processes.add(subprocess.Popen(
-            [self.binary, "--socket", self.socket, "--cache-dir", self.cache, "--log-level", "warning",
-             "--config", "/dev/null", *self.extra],
-            stdout=logfile, stderr=logfile, env=env))
+        self.process = self.processes.add(subprocess.Popen(self.argv(), stdout=logfile, stderr=logfile,
+                                                           env=self.environment()))
         logfile.close()
         deadline = time.monotonic() + timeout
         while True:

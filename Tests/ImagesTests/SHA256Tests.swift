@@ -24,7 +24,7 @@ struct SHA256Tests {
         let digest = whole.hex()
         #expect(digest == pieces.hex() && digest.count == 64)
         let path = NSTemporaryDirectory() + "sha256-\(getpid())"
-        FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
         defer { unlink(path) }
         #expect(SHA256.hex(ofFile: path) == digest)
         #expect(SHA256.hex(ofFile: path + ".missing") == nil)

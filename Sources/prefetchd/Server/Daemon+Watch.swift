@@ -149,12 +149,7 @@ final class Ticker {
     private var armed = false
 
     init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
-        fd = try syscall("timerfd_create") { timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
-        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [fd] _ in
-            var expirations: UInt64 = 0
-            _ = read(fd, &expirations, 8)
-            handler()
-        }
+        fd = try timerDescriptor(clock: CLOCK_MONOTONIC, loop: loop, handler: handler)
     }
 
     deinit { close(fd) }
@@ -173,6 +168,18 @@ final class Ticker {
         var spec = itimerspec()
         timerfd_settime(fd, 0, &spec, nil)
     }
+}
+
+/// A timerfd on `clock`, watched by the loop: `handler` runs each time it expires (or, with
+/// `TFD_TIMER_CANCEL_ON_SET`, when the clock is set).
+func timerDescriptor(clock: clockid_t, loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) -> Int32 {
+    let fd = try syscall("timerfd_create") { timerfd_create(clock, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
+    try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { _ in
+        var expirations: UInt64 = 0
+        _ = read(fd, &expirations, 8)
+        handler()
+    }
+    return fd
 }
 
 /// The fetches since the last activity line in the log, counted from the first of them.

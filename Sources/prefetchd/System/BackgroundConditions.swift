@@ -118,12 +118,7 @@ final class WallClockTimer {
     private let fd: Int32
 
     init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
-        fd = try syscall("timerfd_create") { timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
-        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [fd] _ in
-            var expirations: UInt64 = 0
-            _ = read(fd, &expirations, 8)
-            handler()
-        }
+        fd = try timerDescriptor(clock: CLOCK_REALTIME, loop: loop, handler: handler)
     }
 
     deinit { close(fd) }
