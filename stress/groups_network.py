@@ -788,14 +788,14 @@ def nxdomain(s, daemon):
     message = message_of(reply)
     status = daemon.status()
     s.add("DNS: a name that does not exist (NXDOMAIN)",
-          f"its own code (none documented: network), the message names the name; <= {MAX_ATTEMPTS} lookups, "
-          "none after the answer",
+          "unknown_host, the message names the name; not retried: one lookup by curl and one to tell NXDOMAIN from a "
+          "failed resolver (<= 2 bursts), none after the answer",
           f"{code} in {took:.1f} s ({message[:60]!r}); {len(lookups)} lookups ({dict(answers)}), gaps "
           f"{[round(b - a, 1) for a, b in zip(lookups, lookups[1:])]}; failed attempts {failed or 'none'}; paused "
           f"{[p['host'] for p in status['paused_hosts']] or 'none'}; task kept for after the pause: "
           f"{'yes (attempt %d, cancelled)' % lingering['attempts'] if lingering else 'no'}",
-          code == "network" and name in message and 1 <= len(lookups) <= MAX_ATTEMPTS
-          and all(t < time.time() - 2.5 for t in lookups))
+          code == "unknown_host" and name in message and 1 <= len(lookups) <= 2 and failed == {"unknown_host": 1}
+          and not lingering and all(t < time.time() - 2.5 for t in lookups))
 
 
 def resolver_down(s, daemon):

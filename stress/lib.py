@@ -105,6 +105,10 @@ class Table:
         passed = sum(1 for r in self.rows if r[4])
         skipped = sum(1 for r in self.rows if r[4] is None)
         out.append(f"{passed}/{len(self.rows) - skipped} rows pass" + (f", {skipped} skipped" if skipped else ""))
+        failed = [r for r in self.rows if r[4] is False]
+        if failed:  # unclipped and last, so that the tail of a CI log names them
+            out.append("failed rows:")
+            out += [f"  {g} | {s}\n    expected: {e}\n    observed: {o}" for g, s, e, o, _ in failed]
         return "\n".join(out)
 
 

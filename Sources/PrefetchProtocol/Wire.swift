@@ -137,6 +137,8 @@ public enum ErrorCode: String, Codable, CaseIterable, Sendable {
     case tooManyRedirects = "too_many_redirects"
     case timeout
     case network
+    /// The origin's name does not exist (NXDOMAIN) or has no address.
+    case unknownHost = "unknown_host"
     case tls
     case cancelled
     case diskFull = "disk_full"

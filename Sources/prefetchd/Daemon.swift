@@ -100,7 +100,7 @@ final class Daemon {
         notifier = SystemdNotifier(environment: options.environment)
         loop = try EventLoop()
         store = try Store(directory: options.cacheDirectory)
-        fetcher = CurlFetcher(loop: loop, settings: options.fetch)
+        fetcher = try CurlFetcher(loop: loop, settings: options.fetch)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
@@ -619,7 +619,7 @@ final class Daemon {
     /// Failures that let a stale copy be served instead (stale-if-error): the origin could not be reached or failed.
     static func allowsStaleIfError(_ failure: Failure) -> Bool {
         switch failure.code {
-        case "network", "timeout", "host_paused": return true
+        case "network", "timeout", "host_paused", "unknown_host": return true
         case "http_status": return (500...599).contains(failure.httpStatus ?? 0)
         default: return false
         }

@@ -23,6 +23,8 @@ struct FetchResult {
 final class CurlFetcher {
     private let fastPool: ConnectionPool
     private let slowPool: ConnectionPool
+    /// Asks again whether a host that curl could not resolve exists at all.
+    private let hostLookup: HostLookup
     var settings: FetchSettings
     private var transfers: [String: Transfer] = [:]
     /// Whether background work is held back because urgent work runs.
@@ -38,7 +40,7 @@ final class CurlFetcher {
     static let longestHold: Int64 = 15_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
-    /// Called just before a finished transfer's response is interpreted.
+    /// Called just before a finished transfer's response is interpreted, or its failure reported.
     var onConcluding: (String) -> Void = { _ in }
     /// Whether a finished transfer's response may be interpreted now; when not, it waits for `concludeHeld()`.
     var mayConclude: () -> Bool = { true }
@@ -73,9 +75,10 @@ final class CurlFetcher {
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
-    init(loop: EventLoop, settings: FetchSettings) {
+    init(loop: EventLoop, settings: FetchSettings) throws {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
         self.settings = settings
+        hostLookup = try HostLookup(loop: loop)
         fastPool = ConnectionPool(loop: loop, connectionsPerHost: settings.connectionsPerHost)
         // The scheduler bounds the background lane; its pool needs no limit of its own.
         slowPool = ConnectionPool(loop: loop, connectionsPerHost: 0)
@@ -195,7 +198,10 @@ final class CurlFetcher {
         }
         let failures = failedRestarts
         failedRestarts = []
-        for failure in failures { onFinish(failure) }
+        for failure in failures {
+            onConcluding(failure.key)
+            onFinish(failure)
+        }
     }
 
     /// Held background transfers that match stop, keeping what a resume can continue from, until the hold ends.
@@ -248,7 +254,11 @@ final class CurlFetcher {
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
             curl_multi_remove_handle(pool.multi, easy)
-            finished.append((transfer, code))
+            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil {
+                concludeUnresolved(transfer)
+            } else {
+                finished.append((transfer, code))
+            }
             ended = true
         }
         if ended { updateHold() }
@@ -261,6 +271,27 @@ final class CurlFetcher {
             let (transfer, code) = finished.removeFirst()
             onConcluding(transfer.key)
             onFinish(conclude(transfer, code: code))
+        }
+    }
+
+    /// A host curl could not resolve: `unknown_host` when the name does not exist (no retry helps), else `network`
+    /// (the resolver failed; retried). No response to interpret, so the crash guard is not involved.
+    private func concludeUnresolved(_ transfer: Transfer) {
+        transfer.closeFile()
+        let host = transfer.effectiveHost ?? "?"
+        let failure = Failure(code: "network", message: transfer.errorDetail ?? "Could not resolve host: \(host)",
+                              isTransient: true)
+        hostLookup.check(host) { [unowned self] answer in
+            let outcome: Failure
+            switch answer {
+            case .noSuchName(let reason):
+                outcome = Failure(code: "unknown_host", message: "could not resolve host \(host): \(reason)",
+                                  isTransient: false)
+            case .transient:
+                outcome = failure
+            }
+            onConcluding(transfer.key)  // balances the crash guard's end in `onFinish`
+            onFinish(FetchResult(key: transfer.key, headers: transfer.headers, outcome: .failure(outcome)))
         }
     }
 

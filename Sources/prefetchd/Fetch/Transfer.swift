@@ -147,6 +147,19 @@ final class Transfer {
         return text.isEmpty ? nil : text
     }
 
+    /// The host of the URL curl asked for last (a redirect's target included).
+    var effectiveHost: String? {
+        var url: UnsafeMutablePointer<CChar>?
+        pf_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &url)
+        guard let url, let parsed = curl_url() else { return nil }
+        defer { curl_url_cleanup(parsed) }
+        var host: UnsafeMutablePointer<CChar>?
+        guard curl_url_set(parsed, CURLUPART_URL, url, 0) == CURLUE_OK,
+              curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK, let host else { return nil }
+        defer { curl_free(host) }
+        return String(cString: host)
+    }
+
     var responseCode: Int {
         var code = 0
         pf_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
