@@ -19,7 +19,7 @@ let package = Package(
         // OpenSSL's libcrypto, which libcurl links anyway: SHA-256 with the CPU's instructions.
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .target(name: "QueueCore"),
-        .target(name: "PrefetchProtocol"),
+        .target(name: "PrefetchProtocol", dependencies: ["QueueCore"]),
         .executableTarget(
             name: "prefetchd",
             dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CGio", "CCrypto", "CSystem"]

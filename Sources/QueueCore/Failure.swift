@@ -1,7 +1,6 @@
 /// Why a fetch failed, in the terms the wire protocol uses, and whether trying again may help.
 public struct Failure: Error, Equatable, Hashable, Sendable {
-    /// A stable error code such as `http_status` or `network` (see docs/protocol.md).
-    public var code: String
+    public var code: ErrorCode
     public var message: String
     public var isTransient: Bool
     /// The server's `Retry-After`, in milliseconds, when it sent one.
@@ -9,7 +8,7 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
     /// The HTTP status, for `http_status` failures.
     public var httpStatus: Int?
 
-    public init(code: String, message: String, isTransient: Bool, retryAfter: Int64? = nil, httpStatus: Int? = nil) {
+    public init(code: ErrorCode, message: String, isTransient: Bool, retryAfter: Int64? = nil, httpStatus: Int? = nil) {
         self.code = code
         self.message = message
         self.isTransient = isTransient
@@ -20,7 +19,7 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
     /// A failure for an HTTP status: 408, 429 and 5xx are worth retrying, other statuses are not.
     public static func httpStatus(_ status: Int, retryAfter: Int64? = nil) -> Failure {
         let transient = status == 408 || status == 429 || (500...599).contains(status)
-        return Failure(code: "http_status", message: "the server answered HTTP \(status)",
+        return Failure(code: .httpStatus, message: "the server answered HTTP \(status)",
                        isTransient: transient, retryAfter: retryAfter, httpStatus: status)
     }
 }

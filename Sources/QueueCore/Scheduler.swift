@@ -329,7 +329,7 @@ public struct Scheduler: Sendable {
             diskFailures = 0
             waitingForDiskUntil = nil
             remove(key, answering: .ready, into: &actions)
-        case .failure(let failure) where failure.code == "disk_full":
+        case .failure(let failure) where failure.code == .diskFull:
             waitForDisk(key, failure, now: now, into: &actions)
         case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
             let delay = configuration.retry.delay(after: task.attempts, retryAfter: failure.retryAfter, random: &random)
@@ -543,12 +543,12 @@ public struct Scheduler: Sendable {
     }
 
     /// Failures of this machine rather than of the host (a full disk, a local error): they never pause a host.
-    static let localFailureCodes: Set<String> = ["disk_full", "internal"]
+    static let localFailureCodes: Set<ErrorCode> = [.diskFull, .internal]
 
     /// The failure a waiter for a paused host gets.
     static func hostPaused(_ host: String, until: Moment, now: Moment) -> Failure {
         let seconds = (until.milliseconds - now.milliseconds + 999) / 1000
-        return Failure(code: "host_paused", message: "\(host) failed too often in a row; paused for \(seconds) s more",
+        return Failure(code: .hostPaused, message: "\(host) failed too often in a row; paused for \(seconds) s more",
                        isTransient: true, retryAfter: until.milliseconds - now.milliseconds)
     }
 

@@ -109,9 +109,7 @@ final class Daemon {
             scheduler.pause(host: pause.host, until: Moment(milliseconds: pause.until))
         }
         for failure in try store.failures(now: now) {
-            scheduler.remember(failure.key, Failure(code: failure.code, message: failure.message, isTransient: false,
-                                                    httpStatus: failure.status),
-                               until: Moment(milliseconds: failure.until))
+            scheduler.remember(failure.key, failure.failure, until: Moment(milliseconds: failure.until))
         }
         crashGuard = try CrashGuard(store: store, dieOn: options.environment["PREFETCHD_TEST_DIE_ON"])
         try quarantine(crashGuard.quarantine, now: now)
@@ -533,8 +531,7 @@ final class Daemon {
                 }
             case .remember(let key, let failure, let until):
                 do {
-                    try store.saveFailure(key: key, code: failure.code, message: failure.message, status: failure.httpStatus,
-                                          until: until.milliseconds)
+                    try store.saveFailure(key, failure, until: until.milliseconds)
                 } catch {
                     Log.error("cannot remember the failure of \(key): \(error)")
                 }
@@ -619,8 +616,8 @@ final class Daemon {
     /// Failures that let a stale copy be served instead (stale-if-error): the origin could not be reached or failed.
     static func allowsStaleIfError(_ failure: Failure) -> Bool {
         switch failure.code {
-        case "network", "timeout", "host_paused", "unknown_host": return true
-        case "http_status": return (500...599).contains(failure.httpStatus ?? 0)
+        case .network, .timeout, .hostPaused, .unknownHost: return true
+        case .httpStatus: return (500...599).contains(failure.httpStatus ?? 0)
         default: return false
         }
     }

@@ -25,22 +25,22 @@ import Testing
         // Cut inside the scan data: gdk-pixbuf still reads the header, the structure walk finds no EOI.
         let half = scratch.write("half.jpg", Array(whole[..<(whole.count / 2)]))
         let verdict = ImageInspector.inspect(half, policy: policy)
-        #expect(verdict.code == "not_an_image")
+        #expect(verdict.code == .notAnImage)
         if case .rejected(let failure) = verdict {
             #expect(failure.message.contains("truncated"))
             #expect(!failure.isTransient)
         }
         // Cut inside the header: gdk-pixbuf cannot tell the size.
         let stub = scratch.write("stub.jpg", Array(whole[..<100]))
-        #expect(ImageInspector.inspect(stub, policy: policy).code == "not_an_image")
+        #expect(ImageInspector.inspect(stub, policy: policy).code == .notAnImage)
         // Non-images being allowed does not make a broken JPEG acceptable.
-        #expect(ImageInspector.inspect(half, policy: ImagePolicy(allowNonImages: true)).code == "not_an_image")
+        #expect(ImageInspector.inspect(half, policy: ImagePolicy(allowNonImages: true)).code == .notAnImage)
     }
 
     @Test func hugePNGHeaderIsRefusedWithoutDecoding() {
         let bare = scratch.write("huge.png", Bytes.pngHeader(width: 100_000, height: 100_000))
         let verdict = ImageInspector.inspect(bare, policy: policy)
-        #expect(verdict.code == "pixel_limit")
+        #expect(verdict.code == .pixelLimit)
         if case .rejected(let failure) = verdict {
             #expect(failure.message.contains("100000x100000"))
             #expect(!failure.isTransient)
@@ -48,7 +48,7 @@ import Testing
         // With an IDAT gdk-pixbuf's own header probe also sees the size.
         let withData = scratch.write("huge2.png", Bytes.pngHeader(width: 100_000, height: 100_000, idat: true))
         #expect(ImageInspector.gdkFileInfo(withData) == ImageInfo(format: "png", width: 100_000, height: 100_000))
-        #expect(ImageInspector.inspect(withData, policy: policy).code == "pixel_limit")
+        #expect(ImageInspector.inspect(withData, policy: policy).code == .pixelLimit)
     }
 
     @Test func hugeAVIFIsRefusedFromItsContainer() throws {
@@ -64,7 +64,7 @@ import Testing
     @Test func pixelLimitComesFromTheConfiguredMaximum() throws {
         let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3072)).code == nil)
-        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3071)).code == "pixel_limit")
+        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3071)).code == .pixelLimit)
     }
 
     @Test func htmlServedAsAnImageIsNotAnImage() {
@@ -73,7 +73,7 @@ import Testing
             <html><head><title>Not found</title></head><body><svg width="10" height="10"></svg></body></html>
             """)
         let verdict = ImageInspector.inspect(html, policy: policy)
-        #expect(verdict.code == "not_an_image")
+        #expect(verdict.code == .notAnImage)
         if case .rejected(let failure) = verdict { #expect(failure.message.contains("HTML")) }
         #expect(ImageInspector.inspect(html, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
     }
@@ -87,7 +87,7 @@ import Testing
         let verdict = ImageInspector.inspect(svg, policy: policy)
         #expect(verdict == .rejected(.formatNotAllowed("svg")))
         if case .rejected(let failure) = verdict { #expect(failure.message.contains("svg")) }
-        #expect(ImageInspector.inspect(svg, policy: ImagePolicy(allowNonImages: true)).code == "format_not_allowed")
+        #expect(ImageInspector.inspect(svg, policy: ImagePolicy(allowNonImages: true)).code == .formatNotAllowed)
         let allowing = ImagePolicy(allowedFormats: ImagePolicy.defaultAllowedFormats.union(["svg"]))
         #expect(ImageInspector.inspect(svg, policy: allowing) == .image(ImageInfo(format: "svg", width: 120, height: 80)))
     }
@@ -102,13 +102,13 @@ import Testing
 
     @Test func emptyBodyIsNotAnImage() {
         let empty = scratch.write("empty", [])
-        #expect(ImageInspector.inspect(empty, policy: policy).code == "not_an_image")
+        #expect(ImageInspector.inspect(empty, policy: policy).code == .notAnImage)
         #expect(ImageInspector.inspect(empty, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
     }
 
     @Test func garbageIsNotAnImage() {
         let garbage = scratch.write("garbage", (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 7919 &+ 13) })
-        #expect(ImageInspector.inspect(garbage, policy: policy).code == "not_an_image")
+        #expect(ImageInspector.inspect(garbage, policy: policy).code == .notAnImage)
         let json = scratch.write("data.json", text: #"{"not": "an image"}"#)
         #expect(ImageInspector.inspect(json, policy: ImagePolicy(allowNonImages: true)) == .nonImage)
     }
@@ -116,7 +116,7 @@ import Testing
     @Test func unreadableFileIsATransientInternalFailure() {
         let verdict = ImageInspector.inspect(scratch.file("missing"), policy: policy)
         guard case .rejected(let failure) = verdict else { Issue.record("expected a rejection"); return }
-        #expect(failure.code == "internal")
+        #expect(failure.code == .internal)
         #expect(failure.isTransient)
         #expect(failure.message.contains("open"))
     }

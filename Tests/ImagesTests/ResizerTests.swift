@@ -100,7 +100,7 @@ import Testing
 
     @Test func formatOnlyGdkPixbufRecognisesIsResizedWhenAllowed() throws {
         let tga = scratch.write("image.tga", Bytes.tga(width: 40, height: 20, rgb: (0, 255, 0)))
-        #expect(ImageInspector.inspect(tga, policy: ImagePolicy()).code == "not_an_image")
+        #expect(ImageInspector.inspect(tga, policy: ImagePolicy()).code == .notAnImage)
         #expect(ImageInspector.inspect(tga, policy: ImagePolicy(allowedFormats: ["tga"]))
             == .image(ImageInfo(format: "tga", width: 40, height: 20)))
         let info = try Resizer.makeVariant(source: tga, spec: try VariantSpec(size: "20x20"), destination: scratch.file("v"))
@@ -139,7 +139,7 @@ import Testing
                     _ = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "64x64"),
                                                 destination: scratch.file("variant"))
                 } catch let failure as Failure {
-                    #expect(failure.code == "not_an_image", "\(source): \(failure)")
+                    #expect(failure.code == .notAnImage, "\(source): \(failure)")
                     #expect(!failure.isTransient)
                     throw failure
                 }
@@ -167,7 +167,7 @@ import Testing
                                         destination: scratch.file("missing-directory/v.jpg"))
             Issue.record("expected a failure")
         } catch let error as Failure {
-            #expect(error.code == "internal")
+            #expect(error.code == .internal)
             #expect(error.isTransient)
             #expect(error.message.contains("mkstemp"))
         }

@@ -51,7 +51,7 @@ import Testing
             try VariantSpec(size: "10x10", quality: 101)
         }
         let failure = VariantSpec.Invalid(message: "m").failure
-        #expect(failure.code == "bad_request" && failure.message == "m" && !failure.isTransient)
+        #expect(failure.code == .badRequest && failure.message == "m" && !failure.isTransient)
     }
 
     @Test func keptFormatIsJPEGForJPEGAndPNGForTheRest() throws {

@@ -3,7 +3,7 @@ import Testing
 
 @Suite("Circuit breaker")
 struct CircuitBreakerTests {
-    static let network = Failure(code: "network", message: "connection refused", isTransient: true)
+    static let network = Failure(code: .network, message: "connection refused", isTransient: true)
 
     func breaker() -> Scheduler {
         let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)
@@ -23,7 +23,7 @@ struct CircuitBreakerTests {
 
         let refused = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(40))
         guard case .answer(w(1, 3), .failed(let failure))? = refused.first else { Issue.record("\(refused)"); return }
-        #expect(failure.code == "host_paused" && failure.isTransient)
+        #expect(failure.code == .hostPaused && failure.isTransient)
         #expect(s.task(U.a3.key) == nil)
 
         #expect(s.queue(U.a3, cache: .missing, now: t(50)) == (.queued, []))
@@ -53,7 +53,7 @@ struct CircuitBreakerTests {
         _ = s.get(url("http://a.example/late"), waiter: w(3, 1), cache: .missing, now: t(30))
         let late = s.finish(U.a3.key, .failure(Self.network), now: t(40))
         guard case .answer(w(2, 1), .failed(let failure))? = late.first else { Issue.record("\(late)"); return }
-        #expect(failure.code == "network")
+        #expect(failure.code == .network)
         #expect(late.contains(start(U.b, .slow)), "the slow lane is not held by the paused host: \(late)")
     }
 
@@ -69,7 +69,7 @@ struct CircuitBreakerTests {
         _ = s.get(url("http://a.example/w"), waiter: w(3, 1), cache: .missing, now: t(11))
         let actions = s.finish(U.a2.key, .failure(Self.network), now: t(20))
         let pausedAnswers = actions.compactMap { action -> Waiter? in
-            if case .answer(let waiter, .failed(let failure)) = action, failure.code == "host_paused" { return waiter }
+            if case .answer(let waiter, .failed(let failure)) = action, failure.code == .hostPaused { return waiter }
             return nil
         }
         #expect(pausedAnswers == [w(3, 1)], "\(actions)")

@@ -351,7 +351,7 @@ struct RetryTests {
     @Test("maxAttempts 1: a transient failure is answered at once")
     func singleAttempt() {
         var s = makeScheduler(retry: RetryPolicy(maxAttempts: 1))
-        let network = Failure(code: "network", message: "connection reset", isTransient: true)
+        let network = Failure(code: .network, message: "connection reset", isTransient: true)
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         _ = s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(0))
         #expect(s.finish(U.s1.key, .failure(network), now: t(5))
@@ -373,7 +373,7 @@ struct RetryTests {
     func permanentStatus(status: Int) {
         let failure = Failure.httpStatus(status)
         #expect(!failure.isTransient)
-        #expect(failure.code == "http_status")
+        #expect(failure.code == .httpStatus)
         #expect(failure.message.contains("\(status)"))
     }
 
@@ -381,7 +381,7 @@ struct RetryTests {
     func transientStatus(status: Int) {
         let failure = Failure.httpStatus(status, retryAfter: 1_234)
         #expect(failure.isTransient)
-        #expect(failure.code == "http_status")
+        #expect(failure.code == .httpStatus)
         #expect(failure.retryAfter == 1_234)
     }
 

@@ -4,8 +4,8 @@ import Testing
 /// Failures of this machine (a full disk) and of a host as a whole (the circuit breaker) as the waiters see them.
 @Suite("Local conditions")
 struct LocalConditionTests {
-    static let diskFull = Failure(code: "disk_full", message: "writing the body: No space left on device", isTransient: true)
-    static let network = Failure(code: "network", message: "connection refused", isTransient: true)
+    static let diskFull = Failure(code: .diskFull, message: "writing the body: No space left on device", isTransient: true)
+    static let network = Failure(code: .network, message: "connection refused", isTransient: true)
 
     @Test("disk_full: the waiter is answered at once, the queued task is kept without using an attempt, background work waits for the backoff")
     func diskFullKeepsTheTask() throws {
@@ -58,11 +58,11 @@ struct LocalConditionTests {
         _ = s.get(U.a2, waiter: w(2, 1), cache: .missing, now: t(0))
         let actions = s.finish(U.a.key, .failure(Self.network), now: t(10))
         #expect(actions.contains(.answer(w(1, 1), .failed(Self.network))), "\(actions)")
-        let other = actions.compactMap { action -> String? in
+        let other = actions.compactMap { action -> ErrorCode? in
             if case .answer(w(2, 1), .failed(let failure)) = action { return failure.code }
             return nil
         }
-        #expect(other == ["host_paused"])
+        #expect(other == [.hostPaused])
         #expect(s.task(U.a.key)?.state.delayedUntil != nil, "the task itself is retried after the pause")
         #expect(s.counts == s.recomputedCounts)
     }

@@ -36,9 +36,9 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .ok: .success
         case .serverError(let retryAfter): .failure(.httpStatus(503, retryAfter: retryAfter))
-        case .network: .failure(Failure(code: "network", message: "connection reset", isTransient: true))
+        case .network: .failure(Failure(code: .network, message: "connection reset", isTransient: true))
         case .notFound: .failure(.httpStatus(404))
-        case .diskFull: .failure(Failure(code: "disk_full", message: "writing the body: No space left on device",
+        case .diskFull: .failure(Failure(code: .diskFull, message: "writing the body: No space left on device",
                                          isTransient: true))
         }
     }
@@ -257,7 +257,7 @@ struct Runner {
                 waiters[waiter] = .answered
                 coverage.note(.answeredFromNegativeCache)
             } else if running[key] == nil, let until = pausedHosts[u.authority], until > now {
-                guard actions.count == 1, case .answer(waiter, .failed(let failure)) = actions[0], failure.code == "host_paused" else {
+                guard actions.count == 1, case .answer(waiter, .failed(let failure)) = actions[0], failure.code == .hostPaused else {
                     throw fail("get for the paused host \(u.authority) gave \(actions)")
                 }
                 waiters[waiter] = .answered
@@ -658,7 +658,7 @@ struct Runner {
                     throw fail("parked \(key) is \(String(describing: task)), expected waiting in the \(expected.lane) lane")
                 }
 
-            case .answer(let waiter, .failed(let failure)) where failure.code == "host_paused":
+            case .answer(let waiter, .failed(let failure)) where failure.code == .hostPaused:
                 guard let host = allowed.pauseHost, case .pending(let key)? = waiters[waiter],
                       let task = scheduler.task(key), task.host == host, task.state != .running else {
                     throw fail("unexpected \(action)")

@@ -451,7 +451,7 @@ struct FailedRecentlyTests {
     @Test("failed recently: a policy failure (not HTTP) is remembered the same way")
     func policyFailure() {
         var s = makeScheduler()
-        let tooLarge = Failure(code: "too_large", message: "over the size cap", isTransient: false)
+        let tooLarge = Failure(code: .tooLarge, message: "over the size cap", isTransient: false)
         _ = s.queue(U.a, cache: .missing, now: t(0))
         #expect(s.finish(U.a.key, .failure(tooLarge), now: t(10))
                 == [.remember(key: U.a.key, tooLarge, until: t(10_010)), .forget(key: U.a.key)])

@@ -6,9 +6,20 @@ import Glibc
 /// multi keeps its own connection cache, so transfers of two pools never share a connection, not even an HTTP/2
 /// one (docs/transport.md). A held pool is not read at all: its sockets leave the loop and its timer waits, so
 /// its servers stop sending once the receive window is full, and it goes on where it was when let go.
+///
+/// Connections a pool keeps idle are closed once no transfer used the pool for `idleLifetime`: curl reads no idle
+/// socket, so a connection its server closed would stay half-closed (CLOSE_WAIT) until the pool is next used.
 final class ConnectionPool {
-    let multi: UnsafeMutableRawPointer
+    private(set) var multi: UnsafeMutableRawPointer
     private let loop: EventLoop
+    private let connectionsPerHost: Int
+    /// Transfers attached now.
+    private var attached = 0
+    /// Since when (monotonic ms) no transfer is attached, while curl may keep connections of earlier ones.
+    private var idleSince: Int64?
+    /// Shorter than the usual servers' keepalive timeouts (nginx: 75 s), so that the daemon closes first; curl
+    /// would not reuse a connection idle for 118 s anyway.
+    static let idleLifetime: Int64 = 60_000
     /// The events curl asked for on each of this pool's sockets, also while they are out of the loop.
     private var interest: [Int32: UInt32] = [:]
     /// When curl wants `socketAction(timeout)` (monotonic ms).
@@ -20,6 +31,11 @@ final class ConnectionPool {
     init(loop: EventLoop, connectionsPerHost: Int) {
         multi = curl_multi_init()
         self.loop = loop
+        self.connectionsPerHost = connectionsPerHost
+        configure()
+    }
+
+    private func configure() {
         let me = Unmanaged.passUnretained(self).toOpaque()
         pf_multi_setopt_socket_callback(multi, poolSocket)
         pf_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, me)
@@ -34,8 +50,25 @@ final class ConnectionPool {
         curl_multi_cleanup(multi)
     }
 
-    /// When curl's timer is due (`fireTimerIfDue`); none while held.
-    var deadline: Int64? { isHeld ? nil : timerDeadline }
+    func add(_ easy: UnsafeMutableRawPointer) -> CURLMcode {
+        let added = curl_multi_add_handle(multi, easy)
+        if added == CURLM_OK {
+            attached += 1
+            idleSince = nil
+        }
+        return added
+    }
+
+    func remove(_ easy: UnsafeMutableRawPointer) {
+        curl_multi_remove_handle(multi, easy)
+        attached -= 1
+        if attached == 0 { idleSince = monotonicMilliseconds() }
+    }
+
+    /// When curl's timer is due or idle connections are to be closed (`fireTimerIfDue`); none while held.
+    var deadline: Int64? {
+        isHeld ? nil : [timerDeadline, idleSince.map { $0 + Self.idleLifetime }].compactMap { $0 }.min()
+    }
 
     /// Stops reading this pool's sockets, or reads them again: the loop's next turn finds what arrived meanwhile and
     /// fires curl's timer if it passed.
@@ -49,13 +82,28 @@ final class ConnectionPool {
         }
     }
 
-    /// Runs curl's timeouts if its timer passed.
+    /// Runs curl's timeouts if its timer passed, and closes the idle connections once their time is up.
     func fireTimerIfDue(now: Int64) {
-        guard !isHeld, let due = timerDeadline, due <= now else { return }
+        guard !isHeld else { return }
+        if let since = idleSince, now - since >= Self.idleLifetime { closeIdleConnections() }
+        guard let due = timerDeadline, due <= now else { return }
         timerDeadline = nil
         var running: Int32 = 0
         curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
         afterAction()
+    }
+
+    /// With no transfer attached, a new multi handle replaces the old one, whose cleanup closes the connections.
+    private func closeIdleConnections() {
+        precondition(attached == 0, "closing the connections of running transfers")
+        idleSince = nil
+        for fd in interest.keys where loop.isRegistered(fd) { loop.remove(fd) }
+        interest = [:]
+        curl_multi_cleanup(multi)
+        multi = curl_multi_init()
+        timerDeadline = nil
+        configure()
+        Log.debug("closed the connections idle for \(Self.idleLifetime / 1000) s")
     }
 
     fileprivate func socketChanged(_ fd: Int32, what: Int32, easy: UnsafeMutableRawPointer?) {

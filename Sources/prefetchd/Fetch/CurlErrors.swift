@@ -8,7 +8,7 @@ enum CurlErrors {
         if let reason = transfer.stopReason { return reason }
         if let refused = transfer.refusedAddress {
             let kind = IPNetwork.linkLocal.contains(refused.network) ? "link-local network" : "denied network"
-            return Failure(code: "address_not_allowed",
+            return Failure(code: .addressNotAllowed,
                            message: "refused to connect to \(refused.address): it is in the \(kind) \(refused.network)",
                            isTransient: false)
         }
@@ -17,37 +17,37 @@ enum CurlErrors {
         pf_easy_getinfo_long(transfer.easy, CURLINFO_OS_ERRNO, &osError)
         if osError == EMFILE || osError == ENFILE {
             // This machine ran out of descriptors: a local condition, never counted against the server.
-            return Failure(code: "internal", message: "out of file descriptors here (\(text)); RLIMIT_NOFILE is too low",
+            return Failure(code: .internal, message: "out of file descriptors here (\(text)); RLIMIT_NOFILE is too low",
                            isTransient: true)
         }
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
             // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line).
-            return Failure(code: "network", message: "the server's reply is not HTTP (\(text))", isTransient: true)
+            return Failure(code: .network, message: "the server's reply is not HTTP (\(text))", isTransient: true)
         case CURLE_UNSUPPORTED_PROTOCOL:
-            return Failure(code: "scheme_not_allowed", message: "a redirect led to a scheme other than http or https (\(text))",
+            return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(text))",
                            isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
-            return Failure(code: "too_many_redirects", message: "more than 5 redirects", isTransient: false)
+            return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
         case CURLE_FILESIZE_EXCEEDED:
-            return Failure(code: "too_large", message: "the server announced a body over the size limit", isTransient: false)
+            return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT:
-            return Failure(code: "timeout", message: "the transfer stalled or timed out (\(text))", isTransient: true)
+            return Failure(code: .timeout, message: "the transfer stalled or timed out (\(text))", isTransient: true)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
-            return Failure(code: "tls", message: transfer.errorDetail ?? text, isTransient: false)
+            return Failure(code: .tls, message: transfer.errorDetail ?? text, isTransient: false)
         case CURLE_URL_MALFORMAT:
-            return Failure(code: "invalid_url", message: text, isTransient: false)
+            return Failure(code: .invalidURL, message: text, isTransient: false)
         case CURLE_OUT_OF_MEMORY where !transfer.bodyStarted:
             // curl 7.88 reports a header line over its 100 KiB limit as "Out of memory".
-            return Failure(code: "too_large", message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
+            return Failure(code: .tooLarge, message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
         case CURLE_BAD_CONTENT_ENCODING:
-            return Failure(code: "network", message: "cannot decode the body (Content-Encoding: "
+            return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_PARTIAL_FILE:
-            return Failure(code: "network", message: "the body was shorter than its Content-Length", isTransient: true)
+            return Failure(code: .network, message: "the body was shorter than its Content-Length", isTransient: true)
         default:
-            return Failure(code: "network", message: transfer.errorDetail ?? text, isTransient: true)
+            return Failure(code: .network, message: transfer.errorDetail ?? text, isTransient: true)
         }
     }
 }

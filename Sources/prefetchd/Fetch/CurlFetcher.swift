@@ -116,7 +116,7 @@ final class CurlFetcher {
             transfer.backgroundBytes = backgroundBytes
             if backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
         }
-        let added = curl_multi_add_handle(pool(transfer.pool).multi, transfer.easy)
+        let added = pool(transfer.pool).add(transfer.easy)
         guard added == CURLM_OK else {
             transfer.closeFile()
             throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
@@ -132,7 +132,7 @@ final class CurlFetcher {
         }
         guard let transfer = transfers.removeValue(forKey: key) else { return }
         transfer.narrowWindowAfterUrgentWork(stillOnConnection: true)
-        curl_multi_remove_handle(pool(transfer.pool).multi, transfer.easy)
+        pool(transfer.pool).remove(transfer.easy)
         if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
         updateHold()
     }
@@ -209,7 +209,7 @@ final class CurlFetcher {
         for transfer in transfers.values where matches(transfer) {
             let request = transfer.continuation
             transfers[transfer.key] = nil
-            curl_multi_remove_handle(pool(transfer.pool).multi, transfer.easy)
+            pool(transfer.pool).remove(transfer.easy)
             if request.resumeValidator != nil { transfer.closeFile() } else { transfer.discardBody() }
             letGo[transfer.key] = request
             Log.debug("\(transfer.key) lets go of its connection until urgent work ends")
@@ -253,8 +253,10 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
-            curl_multi_remove_handle(pool.multi, easy)
-            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil {
+            pool.remove(easy)
+            // A resolver that took a second or more to fail did not answer (glibc's shortest timeout is 1 s):
+            // transient, without asking it again.
+            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil, transfer.elapsedMicroseconds < 1_000_000 {
                 concludeUnresolved(transfer)
             } else {
                 finished.append((transfer, code))
@@ -274,18 +276,18 @@ final class CurlFetcher {
         }
     }
 
-    /// A host curl could not resolve: `unknown_host` when the name does not exist (no retry helps), else `network`
-    /// (the resolver failed; retried). No response to interpret, so the crash guard is not involved.
+    /// A host curl could not resolve at once: `unknown_host` when the name does not exist (no retry helps), else
+    /// `network` (the resolver failed; retried).
     private func concludeUnresolved(_ transfer: Transfer) {
         transfer.closeFile()
         let host = transfer.effectiveHost ?? "?"
-        let failure = Failure(code: "network", message: transfer.errorDetail ?? "Could not resolve host: \(host)",
+        let failure = Failure(code: .network, message: transfer.errorDetail ?? "Could not resolve host: \(host)",
                               isTransient: true)
         hostLookup.check(host) { [unowned self] answer in
             let outcome: Failure
             switch answer {
             case .noSuchName(let reason):
-                outcome = Failure(code: "unknown_host", message: "could not resolve host \(host): \(reason)",
+                outcome = Failure(code: .unknownHost, message: "could not resolve host \(host): \(reason)",
                                   isTransient: false)
             case .transient:
                 outcome = failure
@@ -311,7 +313,7 @@ final class CurlFetcher {
         }
         if status == 416 {
             transfer.discardBody()
-            return failed(Failure(code: "http_status", message: "the server refused to resume (HTTP 416); starting over",
+            return failed(Failure(code: .httpStatus, message: "the server refused to resume (HTTP 416); starting over",
                                   isTransient: true, httpStatus: 416))
         }
         guard (200...299).contains(status) else {

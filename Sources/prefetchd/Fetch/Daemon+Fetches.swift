@@ -22,11 +22,11 @@ extension Daemon {
     func quarantine(_ keys: [String], now: Int64) throws {
         for key in keys {
             let seconds = options.retry.negativeTTL / 1000
-            let failure = Failure(code: "quarantined", message: "set aside for \(seconds) s: the daemon died twice in a row "
+            let failure = Failure(code: .quarantined, message: "set aside for \(seconds) s: the daemon died twice in a row "
                                   + "while handling this URL's response", isTransient: false)
             let until = now + options.retry.negativeTTL
             scheduler.remember(key, failure, until: Moment(milliseconds: until))
-            try store.saveFailure(key: key, code: failure.code, message: failure.message, status: nil, until: until)
+            try store.saveFailure(key, failure, until: until)
             try store.dequeue(key)
             try store.removePartial(key)
             try store.remove(key)

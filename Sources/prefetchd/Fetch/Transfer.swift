@@ -160,6 +160,13 @@ final class Transfer {
         return String(cString: host)
     }
 
+    /// How long the transfer ran, from its start to its end (µs).
+    var elapsedMicroseconds: Int64 {
+        var elapsed: curl_off_t = 0
+        pf_easy_getinfo_off_t(easy, CURLINFO_TOTAL_TIME_T, &elapsed)
+        return Int64(elapsed)
+    }
+
     var responseCode: Int {
         var code = 0
         pf_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
@@ -219,7 +226,7 @@ final class Transfer {
     /// Stops the transfer with a transient failure and drops the bytes held, so that the next attempt starts at 0.
     private func refuse(_ reason: String) -> Int {
         startOver()
-        stopReason = Failure(code: "network", message: reason + "; the download starts over", isTransient: true)
+        stopReason = Failure(code: .network, message: reason + "; the download starts over", isTransient: true)
         return 0
     }
 
@@ -252,7 +259,7 @@ final class Transfer {
             return refuse("the server sent more than the \(expectedTotal - resumedFrom) bytes its Content-Range announced")
         }
         if count > maxBytes - received {
-            stopReason = Failure(code: "too_large", message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
+            stopReason = Failure(code: .tooLarge, message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
             return 0
         }
         var offset = 0
@@ -261,7 +268,7 @@ final class Transfer {
             if written < 0 {
                 if errno == EINTR { continue }
                 let full = errno == ENOSPC || errno == EDQUOT
-                stopReason = Failure(code: full ? "disk_full" : "internal",
+                stopReason = Failure(code: full ? .diskFull : .internal,
                                      message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
                 return 0
             }
@@ -277,12 +284,12 @@ final class Transfer {
     fileprivate func header(_ line: Substring) -> Bool {
         headers.take(line)
         if headers.byteCount > ResponseHeaders.maximumBytes {
-            stopReason = Failure(code: "too_large", message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB",
+            stopReason = Failure(code: .tooLarge, message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB",
                                  isTransient: false)
             return false
         }
         if let problem = headers.framingProblem {
-            stopReason = Failure(code: "network", message: problem + " (RFC 9112 section 6.3): the response is refused",
+            stopReason = Failure(code: .network, message: problem + " (RFC 9112 section 6.3): the response is refused",
                                  isTransient: false)
             return false
         }
@@ -301,11 +308,11 @@ final class Transfer {
         }
         let fresh = received - resumedFrom
         if let expectedTotal, received != expectedTotal {
-            return Failure(code: "network", message: "the body ended after \(fresh) of \(expectedTotal - resumedFrom) bytes",
+            return Failure(code: .network, message: "the body ended after \(fresh) of \(expectedTotal - resumedFrom) bytes",
                            isTransient: true)
         }
         if let expected = expectedBytes, expected != fresh {
-            return Failure(code: "network", message: "the body ended after \(fresh) of \(expected) bytes", isTransient: true)
+            return Failure(code: .network, message: "the body ended after \(fresh) of \(expected) bytes", isTransient: true)
         }
         return nil
     }

@@ -13,7 +13,7 @@ extension Daemon {
     /// Answers `recipient` on `client` with the `spec` variant of the cached `entry`, making it when it does not exist.
     func deliverVariant(of entry: IndexEntry, _ spec: VariantSpec, client: UInt64, to recipient: Recipient) {
         guard let format = entry.format else {
-            return answerVariant(client, recipient, .failure(Failure(code: "not_an_image",
+            return answerVariant(client, recipient, .failure(Failure(code: .notAnImage,
                 message: "\(entry.key) is not an image; it has no variants", isTransient: false)))
         }
         let resolved = spec.resolved(forSource: format)
@@ -37,13 +37,13 @@ extension Daemon {
                 try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
                 let info = try Resizer.makeVariant(source: source, spec: resolved, destination: destination, maxPixels: maxPixels)
                 guard let sha256 = SHA256.hex(ofFile: destination) else {
-                    return .failure(Failure(code: "internal", message: "cannot read the variant back", isTransient: true))
+                    return .failure(Failure(code: .internal, message: "cannot read the variant back", isTransient: true))
                 }
                 return .success((info, sha256))
             } catch let error as Failure {
                 return .failure(error)
             } catch {
-                return .failure(Failure(code: "internal", message: "\(error)", isTransient: true))
+                return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
             }
         }
         // Decoding an original is a risky step (`CrashGuard`).
@@ -63,7 +63,7 @@ extension Daemon {
             case .success(let (info, sha256)):
                 guard let original = try store.entry(job.key), let bytes = store.files.size(of: relative) else {
                     store.files.remove(relative)
-                    throw Failure(code: "internal", message: "the original was evicted while its variant was made",
+                    throw Failure(code: .internal, message: "the original was evicted while its variant was made",
                                   isTransient: true)
                 }
                 let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
@@ -79,7 +79,7 @@ extension Daemon {
             Log.info("cannot make \(job.spec) of \(job.key): \(failure.code): \(failure.message)")
             outcome = .failure(failure)
         } catch {
-            outcome = .failure(Failure(code: "internal", message: "cannot index the variant: \(error)", isTransient: true))
+            outcome = .failure(Failure(code: .internal, message: "cannot index the variant: \(error)", isTransient: true))
         }
         for (client, recipient) in waiters { answerVariant(client, recipient, outcome) }
     }

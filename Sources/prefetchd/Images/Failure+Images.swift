@@ -3,34 +3,26 @@ import QueueCore
 
 /// The failures the image code reports, with the stable codes of docs/protocol.md.
 extension Failure {
-    /// Codes used by Images/: `not_an_image`, `format_not_allowed` and `pixel_limit` are permanent judgements of
-    /// the body; `disk_full` and `internal` are environment failures worth retrying; `bad_request` is a bad spec.
-    enum ImageCode {
-        static let notAnImage = "not_an_image"
-        static let formatNotAllowed = "format_not_allowed"
-        static let pixelLimit = "pixel_limit"
-        static let diskFull = "disk_full"
-        static let `internal` = "internal"
-        static let badRequest = "bad_request"
-    }
+    // Images/ judges bodies permanently (`not_an_image`, `format_not_allowed`, `pixel_limit`); `disk_full` and
+    // `internal` are environment failures worth retrying; `bad_request` is a bad variant spec.
 
     static func notAnImage(_ message: String) -> Failure {
-        Failure(code: ImageCode.notAnImage, message: message, isTransient: false)
+        Failure(code: .notAnImage, message: message, isTransient: false)
     }
 
     static func formatNotAllowed(_ format: String) -> Failure {
-        Failure(code: ImageCode.formatNotAllowed, message: "\(format) images are not allowed", isTransient: false)
+        Failure(code: .formatNotAllowed, message: "\(format) images are not allowed", isTransient: false)
     }
 
     static func pixelLimit(width: Int, height: Int, limit: Int64) -> Failure {
         let pixels = Int64(width) * Int64(height)
-        return Failure(code: ImageCode.pixelLimit,
+        return Failure(code: .pixelLimit,
                        message: "\(width)x\(height) is \(pixels) pixels, over the limit of \(limit)", isTransient: false)
     }
 
     /// An I/O failure while reading a source or writing a variant: `disk_full` for ENOSPC/EDQUOT, else `internal`.
     static func imageIO(_ message: String, noSpace: Bool = false) -> Failure {
-        Failure(code: noSpace ? ImageCode.diskFull : ImageCode.internal, message: message, isTransient: true)
+        Failure(code: noSpace ? .diskFull : .internal, message: message, isTransient: true)
     }
 
     /// A failed system call while reading a source or writing a variant.
@@ -41,5 +33,5 @@ extension Failure {
 
 extension VariantSpec.Invalid {
     /// The `bad_request` failure to answer a request whose spec is invalid.
-    var failure: Failure { Failure(code: Failure.ImageCode.badRequest, message: message, isTransient: false) }
+    var failure: Failure { Failure(code: .badRequest, message: message, isTransient: false) }
 }

@@ -20,7 +20,7 @@ enum ImageVerdict: Equatable, Sendable {
     }
 
     /// The failure's code for a rejection, nil otherwise.
-    var code: String? {
+    var code: ErrorCode? {
         if case .rejected(let failure) = self { return failure.code }
         return nil
     }

@@ -17,7 +17,7 @@ struct Metrics {
     }
 
     var fetches: [String: Int64] = [:]  // "lane,result"
-    var errors: [String: Int64] = [:]  // code
+    var errors: [ErrorCode: Int64] = [:]
     var downloadedBytes: Int64 = 0
     var cacheHits: Int64 = 0
     var cacheMisses: Int64 = 0
@@ -38,7 +38,7 @@ struct Metrics {
         if let seconds { fetchDuration[lane, default: Histogram()].observe(seconds) }
     }
 
-    mutating func failed(lane: String, code: String, seconds: Double?) {
+    mutating func failed(lane: String, code: ErrorCode, seconds: Double?) {
         fetched(lane: lane, result: "error", seconds: seconds)
         errors[code, default: 0] += 1
     }
@@ -92,7 +92,9 @@ struct Metrics {
             }
         }
         family("prefetchd_fetch_errors_total", "counter", "Failed fetches by error code.")
-        for (code, count) in errors.sorted(by: { $0.key < $1.key }) { sample("prefetchd_fetch_errors_total", [("code", code)], "\(count)") }
+        for (code, count) in errors.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            sample("prefetchd_fetch_errors_total", [("code", code.rawValue)], "\(count)")
+        }
         single("prefetchd_downloaded_bytes_total", "counter", "Body bytes downloaded into the cache.", "\(downloadedBytes)")
         single("prefetchd_cache_hits_total", "counter", "Gets answered from the cache without a fetch.", "\(cacheHits)")
         single("prefetchd_cache_misses_total", "counter", "Gets that needed a fetch.", "\(cacheMisses)")

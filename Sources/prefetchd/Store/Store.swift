@@ -1,5 +1,6 @@
 import CSQLite
 import Glibc
+import QueueCore
 
 /// The SQLite index, the durable slow-lane backlog and the negative cache, plus the files they describe.
 ///
@@ -350,20 +351,23 @@ final class Store {
 
     // MARK: Negative cache
 
-    func saveFailure(key: String, code: String, message: String, status: Int?, until: Int64) throws(DatabaseError) {
+    /// Remembers a permanent failure until `until` (the negative cache), across restarts.
+    func saveFailure(_ key: String, _ failure: Failure, until: Int64) throws(DatabaseError) {
         try write()
         try db.statement("INSERT OR REPLACE INTO failures(key, code, message, status, until) VALUES (?1, ?2, ?3, ?4, ?5)")
-            .bind(key, code, message, status, until).run()
+            .bind(key, failure.code.rawValue, failure.message, failure.httpStatus, until).run()
     }
 
-    /// Unexpired failures; expired ones are deleted.
-    func failures(now: Int64) throws(DatabaseError) -> [(key: String, code: String, message: String, status: Int?, until: Int64)] {
+    /// Unexpired failures; expired ones are deleted. A code this version does not know reads as `internal`.
+    func failures(now: Int64) throws(DatabaseError) -> [(key: String, failure: Failure, until: Int64)] {
         try write()
         try db.statement("DELETE FROM failures WHERE until <= ?1").bind(now).run()
         let select = try db.statement("SELECT key, code, message, status, until FROM failures")
-        var rows: [(String, String, String, Int?, Int64)] = []
+        var rows: [(String, Failure, Int64)] = []
         while try select.step() {
-            rows.append((select.text(0), select.text(1), select.text(2), select.optionalInt(3).map(Int.init), select.int(4)))
+            let failure = Failure(code: ErrorCode(rawValue: select.text(1)) ?? .internal, message: select.text(2),
+                                  isTransient: false, httpStatus: select.optionalInt(3).map(Int.init))
+            rows.append((select.text(0), failure, select.int(4)))
         }
         return rows
     }

@@ -7,13 +7,13 @@ extension Failure {
     static func local(_ doing: String, _ error: any Error) -> Failure {
         let errno = (error as? SystemError)?.errno
         let full = errno == ENOSPC || errno == EDQUOT || (error as? DatabaseError)?.isDiskFull == true
-        return Failure(code: full ? "disk_full" : "internal", message: "\(doing): \(error)", isTransient: true)
+        return Failure(code: full ? .diskFull : .internal, message: "\(doing): \(error)", isTransient: true)
     }
 }
 
 extension WireError {
     /// The error half of a reply for a failed fetch.
     init(_ failure: Failure) {
-        self.init(code: failure.code, message: failure.message, status: failure.httpStatus)
+        self.init(failure.code, failure.message, status: failure.httpStatus)
     }
 }
