@@ -28,25 +28,8 @@ final class Daemon {
     let output = OutputLedger()
     private var nextClientID: UInt64 = 0
     private var nextRequest: UInt64 = 0
-    /// A waiting `get` or visible view row: the key it waits for, the variant it wants made of it, if any, and who
-    /// gets the answer.
-    struct PendingGet {
-        var key: String
-        var variant: VariantSpec?
-        var recipient: Recipient
-    }
-
-    /// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
-    enum Recipient {
-        case request(RequestID?)
-        case row(Int, url: String)
-    }
-
-    var pendingGets: [Waiter: PendingGet] = [:]
     /// Variants being made, and who waits for each.
     var variantJobs: [VariantJob: [(client: UInt64, recipient: Recipient)]] = [:]
-    /// Each connection's view (`view`): its list and what it looks at.
-    var views: [UInt64: View] = [:]
     /// The keys of all views' rows, each held once.
     let viewKeys = ViewKeys()
     /// Keys the scheduler holds because they were loaded from the durable backlog.
@@ -75,16 +58,13 @@ final class Daemon {
     var metrics = Metrics()
     /// The fetches since the last activity line in the log (`summarizeActivity`).
     var activity = ActivitySummary(since: monotonicMilliseconds())
-    /// Connections that asked for `watch`.
-    var watchers: Set<UInt64> = []
     var snapshotTicker: Ticker!
     var metricsTicker: Ticker!
     /// Per running transfer: bytes and time at the last snapshot, for rates.
     var rateSamples: [String: (bytes: Int64, time: Int64)] = [:]
-    /// Monotonic ms: when each task was created, each transfer started, each waiting get arrived.
+    /// Monotonic ms: when each task was created, each transfer started.
     var taskCreatedAt: [String: Int64] = [:]
     var transferStartedAt: [String: Int64] = [:]
-    var getStartedAt: [Waiter: Int64] = [:]
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -268,11 +248,12 @@ final class Daemon {
         if activation == nil { unlink(options.socketPath) }
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
-        for (waiter, _) in pendingGets {
-            guard let connection = connections[waiter.client], let id = connection.waiting.removeValue(forKey: waiter.request) else { continue }
-            send(connection, Reply<Ignored>(id: id, error: error))
+        for connection in connections.values {
+            for wait in connection.waits.values {
+                if case .request(let id) = wait.recipient { send(connection, Reply<Ignored>(id: id, error: error)) }
+            }
+            connection.waits.removeAll()
         }
-        pendingGets.removeAll()
         commitQueueBatch(now: wallClockMilliseconds())
         try? store.flushAccesses()
         try? store.stopWorking()
@@ -425,13 +406,8 @@ final class Daemon {
         connection.discardOutput()
         loop.remove(connection.fd)
         close(connection.fd)
-        for request in connection.waiting.keys {
-            let waiter = Waiter(client: connection.id, request: request)
-            pendingGets.removeValue(forKey: waiter)
-            getStartedAt.removeValue(forKey: waiter)
-        }
-        watchers.remove(connection.id)
-        closeView(of: connection.id)
+        closeView(of: connection)
+        connection.waits.removeAll()
         apply(scheduler.disconnect(client: connection.id))
     }
 
@@ -440,7 +416,7 @@ final class Daemon {
         guard connection.flush() else { return abandon(connection) }
         if !connection.hasPendingOutput { connection.handedOut.removeAll() }
         if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
-        if connection.readClosed && !connection.hasPendingOutput && connection.waiting.isEmpty {
+        if connection.readClosed && !connection.hasPendingOutput && !connection.awaitsReplies {
             return closeConnection(connection)
         }
         var events: UInt32 = connection.closeAfterFlush || connection.readClosed || connection.isBackedUp
@@ -468,16 +444,11 @@ final class Daemon {
         send(connection, Reply<Ignored>(id: id, error: error))
     }
 
-    func newWaiter(for connection: Connection, id: RequestID?) -> Waiter {
-        let waiter = newWaiter(for: connection.id)
-        connection.waiting[waiter.request] = id
-        return waiter
-    }
-
-    /// A waiter no request of the connection waits for (a view's row): the connection may close without it.
-    func newWaiter(for client: UInt64) -> Waiter {
+    /// Registers what `connection` now waits for; the scheduler answers the waiter returned.
+    func newWait(on connection: Connection, for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
         nextRequest += 1
-        return Waiter(client: client, request: nextRequest)
+        connection.waits[nextRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
+        return Waiter(client: connection.id, request: nextRequest)
     }
 
     /// Answers with the cached `entry`, or with its `variant` (made when it does not exist yet).
@@ -557,16 +528,10 @@ final class Daemon {
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
-        if let started = getStartedAt.removeValue(forKey: waiter) {
-            metrics.getLatency.observe(Double(monotonicMilliseconds() - started) / 1000)
-        }
-        guard let pending = pendingGets.removeValue(forKey: waiter), let connection = connections[waiter.client] else { return }
-        switch pending.recipient {
-        case .request:
-            guard connection.waiting.removeValue(forKey: waiter.request) != nil else { return }
-        case .row(let row, _):
-            rowAnswered(row, waiter: waiter)
-        }
+        guard let connection = connections[waiter.client],
+              let pending = connection.waits.removeValue(forKey: waiter.request) else { return }
+        metrics.getLatency.observe(Double(monotonicMilliseconds() - pending.since) / 1000)
+        if case .row(let row, _) = pending.recipient { connection.view?.rowAnswered(row, waiter: waiter) }
         let key = pending.key, recipient = pending.recipient
         switch answer {
         case .ready:
@@ -593,7 +558,11 @@ final class Daemon {
 
     /// Keys whose files are in use: waited for, or the originals of variants being made. Not even `evict` removes
     /// them.
-    var keysInUse: Set<String> { Set(pendingGets.values.map(\.key)).union(variantJobs.keys.map(\.key)) }
+    var keysInUse: Set<String> {
+        connections.values.reduce(into: Set(variantJobs.keys.map(\.key))) { keys, connection in
+            for wait in connection.waits.values { keys.insert(wait.key) }
+        }
+    }
 
     /// Keys the size limit spares: those in use, and those named in replies not yet written to their clients.
     var protectedKeys: Set<String> {

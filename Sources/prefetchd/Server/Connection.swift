@@ -6,7 +6,23 @@ final class OutputLedger {
     var unsent = 0
 }
 
-/// One client connection: its socket, a line reader and a write buffer.
+/// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
+enum Recipient {
+    case request(RequestID?)
+    case row(Int, url: String)
+}
+
+/// A `get` or a visible view row waiting for its URL: the key, the variant to make of it, who gets the answer, and
+/// since when (monotonic ms, for the latency histogram).
+struct Wait {
+    let key: String
+    let variant: VariantSpec?
+    let recipient: Recipient
+    let since: Int64
+}
+
+/// One client: its socket, a line reader and a write buffer, and all the daemon keeps for it (what it waits for,
+/// its view, whether it watches), so that closing it lets go of everything at once.
 final class Connection {
     let id: UInt64
     let fd: Int32
@@ -17,8 +33,12 @@ final class Connection {
     var closeAfterFlush = false
     /// The client sent end of stream (a half-close): no more reading; close once its answers are flushed.
     var readClosed = false
-    /// Our request numbers for this connection's waiting `get`s → the client's ids.
-    var waiting: [UInt64: RequestID?] = [:]
+    /// What this client waits for, by our request number (its `Waiter.request`).
+    var waits: [UInt64: Wait] = [:]
+    /// Its list and what it looks at, once it sent `view`.
+    var view: View?
+    /// Whether it asked for `watch` events.
+    var isWatching = false
     /// Keys whose paths are in replies not yet written: the size limit does not evict their files until then.
     var handedOut: Set<String> = []
     /// Stop reading while this much output is unsent (a client that does not read its replies).
@@ -36,6 +56,11 @@ final class Connection {
     }
 
     deinit { ledger.unsent -= unsent }
+
+    /// Whether a request of this client still waits for its reply (view rows aside).
+    var awaitsReplies: Bool {
+        waits.values.contains { if case .request = $0.recipient { true } else { false } }
+    }
 
     var unsent: Int { output.count - written }
     var hasPendingOutput: Bool { written < output.count }

@@ -130,9 +130,7 @@ extension Daemon {
             return apply(actions)
         }
         metrics.cacheMisses += 1
-        let waiter = newWaiter(for: connection, id: id)
-        pendingGets[waiter] = PendingGet(key: url.key, variant: variant, recipient: .request(id))
-        getStartedAt[waiter] = monotonicMilliseconds()
+        let waiter = newWait(on: connection, for: url.key, variant: variant, recipient: .request(id))
         if scheduler.task(url.key) == nil { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
     }

@@ -4,21 +4,25 @@ import QueueCore
 /// `view`: a connection hands over its ordered list once, then says which rows are visible; the daemon derives the
 /// work (visible rows urgent, the window around them prefetched, rows far away dropped) and pushes an event for each
 /// visible row as it becomes ready.
-extension Daemon {
-    /// A connection's list, the rows it looks at, and the waiters of its visible rows.
-    final class View {
-        let rows: ViewRows
-        var viewport = Viewport()
-        /// Visible rows still waiting for their answer.
-        var waiters: [Int: Waiter] = [:]
-        /// The variant every visible row is answered with, when the view asked for a size.
-        var variant: VariantSpec?
+final class View {
+    let rows: ViewRows
+    var viewport = Viewport()
+    /// Visible rows still waiting for their answer.
+    var waiters: [Int: Waiter] = [:]
+    /// The variant every visible row is answered with, when the view asked for a size.
+    var variant: VariantSpec?
 
-        init(keys: ViewKeys) { rows = ViewRows(keys: keys) }
+    init(keys: ViewKeys) { rows = ViewRows(keys: keys) }
 
-        func key(_ row: Int) -> String? { rows.key(row) }
+    func key(_ row: Int) -> String? { rows.key(row) }
+
+    /// A visible row got its answer.
+    func rowAnswered(_ row: Int, waiter: Waiter) {
+        if waiters[row] == waiter { waiters.removeValue(forKey: row) }
     }
+}
 
+extension Daemon {
     static let maximumViewRows = 100_000
     static let maximumVisibleRows = 1_000
     static let maximumLookAround = 1_000
@@ -33,7 +37,7 @@ extension Daemon {
         } catch {
             return fail(connection, id, error)
         }
-        let existing = views[connection.id]
+        let existing = connection.view
         let appending = request.append == true
         let urls = request.urls ?? []
         guard request.urls != nil || range != nil || variant != nil else {
@@ -53,9 +57,9 @@ extension Daemon {
             view = existing
         } else {
             // A new list: the old one's work goes on as ordinary background work, as when the connection closes.
-            closeView(of: connection.id)
+            closeView(of: connection)
             view = View(keys: viewKeys)
-            views[connection.id] = view
+            connection.view = view
         }
         if let variant { view.variant = variant }
         var rejected: [ViewResult.RejectedRow] = []
@@ -72,20 +76,15 @@ extension Daemon {
         let shown = view.viewport.range
         reply(connection, id, ViewResult(rows: view.rows.count, first: shown?.first, last: shown?.last,
                                          ahead: shown?.ahead, behind: shown?.behind, rejected: rejected))
-        for plan in plans { apply(plan, to: view, client: connection.id, now: now) }
+        for plan in plans { apply(plan, to: view, of: connection, now: now) }
     }
 
     /// The connection closed (or replaced its list): visible rows stop being urgent, the rest goes on as background.
-    func closeView(of client: UInt64) {
-        guard let view = views.removeValue(forKey: client) else { return }
-        apply(view.viewport.close(), to: view, client: client, now: wallClockMilliseconds())
+    func closeView(of connection: Connection) {
+        guard let view = connection.view else { return }
+        connection.view = nil
+        apply(view.viewport.close(), to: view, of: connection, now: wallClockMilliseconds())
         if view.rows.count >= 10_000 { nextTrim = 0 }  // a long list's memory goes back at the end of the turn
-    }
-
-    /// A visible row got its answer.
-    func rowAnswered(_ row: Int, waiter: Waiter) {
-        guard let view = views[waiter.client], view.waiters[row] == waiter else { return }
-        view.waiters.removeValue(forKey: row)
     }
 
     func viewEvent(row: Int, url: String, _ outcome: Result<CacheEntry, WireError>) -> Event {
@@ -112,16 +111,17 @@ extension Daemon {
 
     /// Applies a plan as one scheduler batch, in its order: release hidden rows, let go of far ones, hold new ones,
     /// queue the window from the farthest row to the nearest (each goes to the front of the slow lane), then make the
-    /// visible rows urgent. Only then does anything start.
-    private func apply(_ plan: Viewport.Plan, to view: View, client: UInt64, now: Int64) {
+    /// visible rows urgent. Rows the cache answers are answered once the batch is over (nothing reads the scheduler
+    /// while the batch changes it); only then does anything start.
+    private func apply(_ plan: Viewport.Plan, to view: View, of connection: Connection, now: Int64) {
         guard !plan.isEmpty else { return }
         let moment = Moment(milliseconds: now)
-        apply(scheduler.batch(now: moment) { scheduler in
+        var cached: [(row: Int, entry: IndexEntry)] = []
+        let actions = scheduler.batch(now: moment) { scheduler in
             var actions: [Action] = []
             for row in plan.hide {
                 guard let waiter = view.waiters.removeValue(forKey: row) else { continue }
-                pendingGets.removeValue(forKey: waiter)
-                getStartedAt.removeValue(forKey: waiter)
+                connection.waits.removeValue(forKey: waiter.request)
                 actions += scheduler.release(waiter, now: moment)
             }
             for row in plan.drop { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: true, now: moment) } }
@@ -145,14 +145,21 @@ extension Daemon {
                     Log.error("cannot look up \(url.key) for a view: \(error)")
                 }
             }
-            for row in plan.show { actions += show(row, of: view, client: client, scheduler: &scheduler, now: now) }
+            for row in plan.show {
+                actions += show(row, of: view, on: connection, scheduler: &scheduler, now: now, cached: &cached)
+            }
             return actions
-        })
+        }
+        for (row, entry) in cached {
+            deliver(entry, variant: view.variant, fromCache: true, on: connection, to: .row(row, url: entry.url))
+        }
+        apply(actions)
     }
 
-    /// A row became visible: answered from the cache at once, or made urgent work with a waiter.
-    private func show(_ row: Int, of view: View, client: UInt64, scheduler: inout Scheduler, now: Int64) -> [Action] {
-        guard let connection = connections[client] else { return [] }
+    /// A row became visible: answered from the cache (`cached`, once the batch is over), or made urgent work with a
+    /// waiter.
+    private func show(_ row: Int, of view: View, on connection: Connection, scheduler: inout Scheduler, now: Int64,
+                      cached: inout [(row: Int, entry: IndexEntry)]) -> [Action] {
         switch view.rows[row] {
         case .rejected(let text, let error):
             send(connection, viewEvent(row: row, url: text, .failure(error)))
@@ -170,14 +177,12 @@ extension Daemon {
             if state == .fresh, let entry, scheduler.task(url.key) == nil {
                 metrics.cacheHits += 1
                 store.touch(url.key, now: now)
-                deliver(entry, variant: view.variant, fromCache: true, on: connection, to: recipient)
+                cached.append((row, entry))
                 return []
             }
             metrics.cacheMisses += 1
-            let waiter = newWaiter(for: client)
+            let waiter = newWait(on: connection, for: url.key, variant: view.variant, recipient: recipient)
             view.waiters[row] = waiter
-            pendingGets[waiter] = PendingGet(key: url.key, variant: view.variant, recipient: recipient)
-            getStartedAt[waiter] = monotonicMilliseconds()
             if scheduler.task(url.key) == nil { taskCreated(url.key) }
             return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
         }

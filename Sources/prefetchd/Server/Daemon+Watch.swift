@@ -8,7 +8,7 @@ import QueueCore
 extension Daemon {
     /// Turns `connection` into an event stream; the first snapshot follows at once.
     func startWatching(_ connection: Connection) {
-        watchers.insert(connection.id)
+        connection.isWatching = true
         snapshotTicker.arm(intervalMilliseconds: 500)
         sendSnapshot()
     }
@@ -16,18 +16,16 @@ extension Daemon {
     /// Sends `event` to every watcher that keeps up (a watcher with more than `Connection.eventBacklog` unsent
     /// misses events).
     func broadcast(_ event: Event) {
-        for id in watchers {
-            guard let connection = connections[id] else {
-                watchers.remove(id)
-                continue
-            }
+        var watched = false
+        for connection in connections.values where connection.isWatching {
+            watched = true
             if !connection.isLagging { send(connection, event) }
         }
-        if watchers.isEmpty { snapshotTicker.disarm() }
+        if !watched { snapshotTicker.disarm() }
     }
 
     func sendSnapshot() {
-        guard !watchers.isEmpty else { return snapshotTicker.disarm() }
+        guard connections.values.contains(where: \.isWatching) else { return snapshotTicker.disarm() }
         let now = monotonicMilliseconds()
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
@@ -117,7 +115,7 @@ extension Daemon {
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
-            views: views.count, pausedHosts: scheduler.paused.count, background: backgroundState))
+            views: connections.values.count { $0.view != nil }, pausedHosts: scheduler.paused.count, background: backgroundState))
     }
 
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).
