@@ -37,22 +37,29 @@ final class Daemon {
     /// `queue` requests of this turn, committed together at its end.
     var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
     private var dirty: Set<UInt64> = []
-    /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`).
-    private var pendingInput: Set<UInt64> = []
+    /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`); served
+    /// on the next turn (`inputTimer`).
+    private var pendingInput: Set<UInt64> = [] {
+        didSet { if !pendingInput.isEmpty { inputTimer.schedule(at: 0) } }
+    }
+    private var inputTimer: LoopTimer!
     /// How long one connection's requests may keep the loop per turn (ms), so that transfers and other clients
     /// are served in between however many requests a client sends at once.
     private static let inputTimePerTurn: Int64 = 5
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
-    private var nextAccessFlush: Int64 = 0
+    /// Writes the access times `Store.touch` collected, every 5 s.
+    private var accessFlushTimer: LoopTimer!
+    /// Runs the scheduler's retries and expiries when the earliest is due.
+    private var retryTimer: LoopTimer!
     /// When freed memory is next given back (`malloc_trim`); 0 for at the end of this turn.
     var nextTrim: Int64 = 0
     private var wasIdle = true
     /// RLIMIT_NOFILE, and the descriptors open once the daemon is set up (see `clientLimit`).
     private var descriptorLimit = 1024
     private var baseDescriptors = 0
-    /// When the listener is watched again after running out of descriptors (monotonic ms).
-    private var acceptResumesAt: Int64?
+    /// Watches the listener again after running out of descriptors.
+    private var acceptTimer: LoopTimer!
     var shuttingDown = false
     let startedAt = monotonicMilliseconds()
     var metrics = Metrics()
@@ -77,8 +84,8 @@ final class Daemon {
         self.options = options
         Log.threshold = options.logLevel
         access = AccessPolicy(options: options)
-        notifier = SystemdNotifier(environment: options.environment)
         loop = try EventLoop()
+        notifier = SystemdNotifier(environment: options.environment, loop: loop)
         store = try Store(directory: options.cacheDirectory)
         fetcher = try CurlFetcher(loop: loop, settings: options.fetch)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
@@ -102,8 +109,8 @@ final class Daemon {
         fetcher.onConcluding = { [unowned self] key in self.crashGuard.begin(key) }
         fetcher.mayConclude = { [unowned self] in self.crashGuard.isFree }
         crashGuard.onFree = { [unowned self] in self.fetcher.concludeHeld() }
-        snapshotTicker = try Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
-        metricsTicker = try Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
+        snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
+        metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
         for format in ImageFormats.unavailable(policy: options.images) {
             Log.warning("the allowed image format \(format) has no gdk-pixbuf loader installed; such images will be refused")
@@ -115,8 +122,23 @@ final class Daemon {
         // Started inside quiet hours or on a metered network: nothing of the backlog starts before it is held.
         if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
-        loop.nextDeadline = { [unowned self] in self.nextDeadline() }
-        loop.onDeadline = { [unowned self] in self.deadlinePassed() }
+        inputTimer = loop.makeTimer { [unowned self] in
+            for id in pendingInput {
+                pendingInput.remove(id)
+                if let connection = connections[id] { serveInput(connection) }
+            }
+        }
+        accessFlushTimer = loop.makeTimer { [unowned self] in
+            do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
+            accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
+        }
+        accessFlushTimer.schedule(at: 0)
+        retryTimer = loop.makeTimer { [unowned self] in
+            apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
+        }
+        acceptTimer = loop.makeTimer { [unowned self] in
+            if !shuttingDown { loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue)) }
+        }
     }
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
@@ -172,10 +194,6 @@ final class Daemon {
         commitQueueBatch(now: now)
         refillBacklog()
         do {
-            if monotonicMilliseconds() >= nextAccessFlush {
-                try store.flushAccesses()
-                nextAccessFlush = monotonicMilliseconds() + 5000
-            }
             try store.commit()
         } catch {
             Log.error("cannot commit the index: \(error)")
@@ -196,34 +214,11 @@ final class Daemon {
         }
         summarizeActivity(workRanOut: idle && !wasIdle)
         wasIdle = idle
+        // The scheduler's clock is the wall clock; the loop's is monotonic.
+        retryTimer.schedule(at: scheduler.nextDeadline.map {
+            monotonicMilliseconds() + max(0, $0.milliseconds - wallClockMilliseconds())
+        })
         notifier.turnEnded()
-    }
-
-    private func nextDeadline() -> Int64? {
-        let mono = monotonicMilliseconds()
-        var deadlines = [nextAccessFlush]
-        if let curl = fetcher.deadline { deadlines.append(curl) }
-        if let service = notifier.deadline { deadlines.append(service) }
-        if let accept = acceptResumesAt { deadlines.append(accept) }
-        if let retry = scheduler.nextDeadline {
-            deadlines.append(mono + max(0, retry.milliseconds - wallClockMilliseconds()))
-        }
-        if !pendingInput.isEmpty { deadlines.append(mono) }
-        return deadlines.min()
-    }
-
-    private func deadlinePassed() {
-        if let curl = fetcher.deadline, curl <= monotonicMilliseconds() { fetcher.timerFired() }
-        notifier.timerFired(now: monotonicMilliseconds())
-        if let accept = acceptResumesAt, accept <= monotonicMilliseconds(), !shuttingDown {
-            acceptResumesAt = nil
-            loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue))
-        }
-        apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
-        for id in pendingInput {
-            pendingInput.remove(id)
-            if let connection = connections[id] { serveInput(connection) }
-        }
     }
 
     private func received(_ signal: Int32) {
@@ -274,7 +269,7 @@ final class Daemon {
                     Log.warning("accept: \(String(cString: strerror(errno))); refusing new clients for 100 ms "
                                 + "(\(connections.count) connected)")
                     loop.modify(listenFD, events: 0)
-                    acceptResumesAt = monotonicMilliseconds() + 100
+                    acceptTimer.schedule(at: monotonicMilliseconds() + 100)
                 } else if errno != EAGAIN {
                     Log.warning("accept: \(String(cString: strerror(errno)))")
                 }

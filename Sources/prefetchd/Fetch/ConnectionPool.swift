@@ -22,8 +22,10 @@ final class ConnectionPool {
     static let idleLifetime: Int64 = 60_000
     /// The events curl asked for on each of this pool's sockets, also while they are out of the loop.
     private var interest: [Int32: UInt32] = [:]
-    /// When curl wants `socketAction(timeout)` (monotonic ms).
-    private var timerDeadline: Int64?
+    /// When curl wants `socketAction(timeout)` (monotonic ms); its timer waits while the pool is held.
+    private var curlDue: Int64?
+    private var curlTimer: LoopTimer!
+    private var idleTimer: LoopTimer!
     private(set) var isHeld = false
     /// Called after curl ran, to collect the transfers that ended.
     var afterAction: () -> Void = {}
@@ -32,6 +34,8 @@ final class ConnectionPool {
         multi = curl_multi_init()
         self.loop = loop
         self.connectionsPerHost = connectionsPerHost
+        curlTimer = loop.makeTimer { [unowned self] in self.curlTimerFired() }
+        idleTimer = loop.makeTimer { [unowned self] in self.closeIdleConnections() }
         configure()
     }
 
@@ -55,6 +59,7 @@ final class ConnectionPool {
         if added == CURLM_OK {
             attached += 1
             idleSince = nil
+            idleTimer.cancel()
         }
         return added
     }
@@ -62,16 +67,14 @@ final class ConnectionPool {
     func remove(_ easy: UnsafeMutableRawPointer) {
         curl_multi_remove_handle(multi, easy)
         attached -= 1
-        if attached == 0 { idleSince = monotonicMilliseconds() }
+        if attached == 0 {
+            idleSince = monotonicMilliseconds()
+            armTimers()
+        }
     }
 
-    /// When curl's timer is due or idle connections are to be closed (`fireTimerIfDue`); none while held.
-    var deadline: Int64? {
-        isHeld ? nil : [timerDeadline, idleSince.map { $0 + Self.idleLifetime }].compactMap { $0 }.min()
-    }
-
-    /// Stops reading this pool's sockets, or reads them again: the loop's next turn finds what arrived meanwhile and
-    /// fires curl's timer if it passed.
+    /// Stops reading this pool's sockets and running its timers, or reads them again: the loop's next turn finds
+    /// what arrived meanwhile and fires curl's timer if it passed.
     func hold(_ held: Bool) {
         guard held != isHeld else { return }
         isHeld = held
@@ -80,14 +83,16 @@ final class ConnectionPool {
         } else {
             for (fd, events) in interest { watch(fd, events) }
         }
+        armTimers()
     }
 
-    /// Runs curl's timeouts if its timer passed, and closes the idle connections once their time is up.
-    func fireTimerIfDue(now: Int64) {
-        guard !isHeld else { return }
-        if let since = idleSince, now - since >= Self.idleLifetime { closeIdleConnections() }
-        guard let due = timerDeadline, due <= now else { return }
-        timerDeadline = nil
+    private func armTimers() {
+        curlTimer.schedule(at: isHeld ? nil : curlDue)
+        idleTimer.schedule(at: isHeld ? nil : idleSince.map { $0 + Self.idleLifetime })
+    }
+
+    private func curlTimerFired() {
+        curlDue = nil
         var running: Int32 = 0
         curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
         afterAction()
@@ -101,8 +106,9 @@ final class ConnectionPool {
         interest = [:]
         curl_multi_cleanup(multi)
         multi = curl_multi_init()
-        timerDeadline = nil
+        curlDue = nil
         configure()
+        armTimers()
         Log.debug("closed the connections idle for \(Self.idleLifetime / 1000) s")
     }
 
@@ -133,7 +139,8 @@ final class ConnectionPool {
     }
 
     fileprivate func timerChanged(_ milliseconds: Int) {
-        timerDeadline = milliseconds < 0 ? nil : monotonicMilliseconds() + Int64(milliseconds)
+        curlDue = milliseconds < 0 ? nil : monotonicMilliseconds() + Int64(milliseconds)
+        curlTimer.schedule(at: isHeld ? nil : curlDue)
     }
 
     private func socketReady(_ fd: Int32, _ events: UInt32) {

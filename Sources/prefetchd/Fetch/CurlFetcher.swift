@@ -29,12 +29,13 @@ final class CurlFetcher {
     private var transfers: [String: Transfer] = [:]
     /// Whether background work is held back because urgent work runs.
     private var backgroundHeld = false
-    /// When the background pool was last held (monotonic ms), while it is.
-    private var heldSince: Int64?
+    /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
+    private var letGoTimer: LoopTimer!
     /// Background transfers that let go of their connections during a hold, to start again when it ends.
     private var letGo: [String: TransferRequest] = [:]
-    /// Transfers that could not start again after letting go; they end as failures on the next timer.
+    /// Transfers that could not start again after letting go; they end as failures on the next turn.
     private var failedRestarts: [FetchResult] = []
+    private var failedRestartsTimer: LoopTimer!
     /// How long background transfers stay on held connections. After that they let go (bytes kept) and resume with
     /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) turns the hold into a failed attempt.
     static let longestHold: Int64 = 15_000
@@ -56,7 +57,7 @@ final class CurlFetcher {
             guard backgroundRateLimit != oldValue else { return }
             rateBudget = Double(rateBurst)
             rateCheckedAt = monotonicMilliseconds()
-            rateHeldUntil = nil
+            rateTimer.cancel()
             backgroundBytes.count = 0
             for transfer in transfers.values where transfer.pool == .slow {
                 transfer.acceptSlowSpeed(backgroundRateLimit != nil, settings: settings)
@@ -66,10 +67,11 @@ final class CurlFetcher {
     }
     /// Body bytes background transfers of the slow pool received since the budget was last charged.
     private let backgroundBytes = ByteCounter()
-    /// Bytes the background pool may still receive now; below 0 it is held until `rateHeldUntil`.
+    /// Bytes the background pool may still receive now; below 0 it is held until `rateTimer` is due.
     private var rateBudget: Double = 0
     private var rateCheckedAt: Int64 = 0
-    private var rateHeldUntil: Int64?
+    private var rateTimer: LoopTimer!
+    private var rateHeld: Bool { rateTimer.due != nil }
     /// What the budget may save up while little arrives: a quarter second at the rate, at least 16 KiB.
     private var rateBurst: Int64 { max(16 << 10, (backgroundRateLimit ?? 0) / 4) }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
@@ -87,18 +89,25 @@ final class CurlFetcher {
             self.chargeBackgroundRate()
             self.collectFinished(from: self.slowPool)
         }
+        letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
+        failedRestartsTimer = loop.makeTimer { [unowned self] in
+            let failures = self.failedRestarts
+            self.failedRestarts = []
+            for failure in failures {
+                self.onConcluding(failure.key)
+                self.onFinish(failure)
+            }
+        }
+        rateTimer = loop.makeTimer { [unowned self] in
+            // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
+            self.chargeBackgroundRate()
+            if !self.rateHeld { self.updateHold() }
+        }
     }
 
     deinit {
         letGo = [:]
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
-    }
-
-    /// When the loop must call `timerFired()` (monotonic ms).
-    var deadline: Int64? {
-        let letGoAt = heldSince.map { $0 + Self.longestHold }
-        let failuresAt: Int64? = failedRestarts.isEmpty ? nil : 0
-        return [fastPool.deadline, slowPool.deadline, letGoAt, failuresAt, rateHeldUntil].compactMap { $0 }.min()
     }
 
     /// Bytes received and expected for a running transfer.
@@ -168,8 +177,8 @@ final class CurlFetcher {
     /// docs/transport.md.)
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
-        let held = (backgroundHeld || rateHeldUntil != nil) && !urgentOnBackgroundConnection
-        if held != slowPool.isHeld { heldSince = held ? monotonicMilliseconds() : nil }
+        let held = (backgroundHeld || rateHeld) && !urgentOnBackgroundConnection
+        if held != slowPool.isHeld { letGoTimer.schedule(at: held ? monotonicMilliseconds() + Self.longestHold : nil) }
         slowPool.hold(held)
         if held {
             if backgroundHeld { letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting } }
@@ -179,28 +188,6 @@ final class CurlFetcher {
                 letGo[key] = nil
                 restart(request)
             }
-        }
-    }
-
-    /// Curl's timer of either pool expired, a hold lasted long, the rate budget is paid back, or a restart failed.
-    func timerFired() {
-        let now = monotonicMilliseconds()
-        if let until = rateHeldUntil, now >= until {
-            rateHeldUntil = nil
-            chargeBackgroundRate()
-            if rateHeldUntil == nil { updateHold() }
-        }
-        fastPool.fireTimerIfDue(now: now)
-        slowPool.fireTimerIfDue(now: now)
-        if let since = heldSince, now - since >= Self.longestHold {
-            heldSince = nil
-            letGoOfConnections { $0.lane == .slow && $0.pool == .slow }
-        }
-        let failures = failedRestarts
-        failedRestarts = []
-        for failure in failures {
-            onConcluding(failure.key)
-            onFinish(failure)
         }
     }
 
@@ -217,13 +204,14 @@ final class CurlFetcher {
     }
 
     /// Starts a transfer that let go of its connection again, in the pool of its lane now; a failure to start ends
-    /// it as a failed transfer on the next timer.
+    /// it as a failed transfer on the next turn.
     private func restart(_ request: TransferRequest) {
         do {
             try start(request)
         } catch {
             failedRestarts.append(FetchResult(key: request.key, headers: ResponseHeaders(),
                                               outcome: .failure(.local("cannot start the transfer again", error))))
+            failedRestartsTimer.schedule(at: 0)
         }
     }
 
@@ -231,14 +219,14 @@ final class CurlFetcher {
     /// over budget, the pool is held until the debt is paid. What arrives while held is charged when the hold ends.
     private func chargeBackgroundRate() {
         guard let rate = backgroundRateLimit else { return backgroundBytes.count = 0 }
-        guard rateHeldUntil == nil else { return }
+        guard !rateHeld else { return }
         let now = monotonicMilliseconds()
         let refilled = rateBudget + Double(now - rateCheckedAt) * Double(rate) / 1000
         rateBudget = min(Double(rateBurst), refilled) - Double(backgroundBytes.count)
         backgroundBytes.count = 0
         rateCheckedAt = now
         guard rateBudget < 0 else { return }
-        rateHeldUntil = now + Int64((-rateBudget * 1000 / Double(rate)).rounded(.up))
+        rateTimer.schedule(at: now + Int64((-rateBudget * 1000 / Double(rate)).rounded(.up)))
         updateHold()
     }
 
@@ -256,7 +244,8 @@ final class CurlFetcher {
             pool.remove(easy)
             // A resolver that took a second or more to fail did not answer (glibc's shortest timeout is 1 s):
             // transient, without asking it again.
-            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil, transfer.elapsedMicroseconds < 1_000_000 {
+            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil,
+               monotonicMilliseconds() - transfer.startedAt < 1000 {
                 concludeUnresolved(transfer)
             } else {
                 finished.append((transfer, code))

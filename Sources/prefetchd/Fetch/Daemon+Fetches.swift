@@ -2,6 +2,15 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
+/// How a fetch ended, as telemetry (metrics, `watch` events, the log) tells it.
+enum FetchEnd {
+    /// A new body, installed; `detail` describes the image for the log (", jpeg 800x600").
+    case fetched(bytes: Int64, detail: String)
+    /// The server confirmed the cached copy (304).
+    case revalidated
+    case failed(Failure)
+}
+
 /// What happens when a transfer ends: inspect and install the body, index it, answer the waiters.
 extension Daemon {
     /// A body started arriving: record how to resume it should the transfer stop before the end.
@@ -57,7 +66,7 @@ extension Daemon {
         let now = wallClockMilliseconds()
         switch result.outcome {
         case .failure(let failure):
-            fetchEnded(result.key, result: "error", failure: failure)
+            fetchEnded(result.key, .failed(failure))
             crashGuard.end(result.key)
             do {
                 let hasValidator = store.partialValidator(result.key) != nil
@@ -75,7 +84,7 @@ extension Daemon {
             } catch {
                 Log.error("cannot refresh \(result.key): \(error)")
             }
-            fetchEnded(result.key, result: "not_modified")
+            fetchEnded(result.key, .revalidated)
             crashGuard.end(result.key)
             apply(scheduler.finish(result.key, .success, now: Moment(milliseconds: now)))
         case .success(.downloaded(let temporary, let bytes, let sha256)):
@@ -114,7 +123,7 @@ extension Daemon {
         let info: ImageInfo?
         switch outcome {
         case .failure(let failure):
-            fetchEnded(result.key, result: "error", failure: failure)
+            fetchEnded(result.key, .failed(failure))
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         case .success(let probed):
             info = probed
@@ -132,10 +141,10 @@ extension Daemon {
         } catch {
             store.files.remove(relative)
             let failure = Failure.local("cannot index the file", error)
-            fetchEnded(result.key, result: "error", failure: failure)
+            fetchEnded(result.key, .failed(failure))
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         }
-        fetchEnded(result.key, result: "ok", bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? "")
+        fetchEnded(result.key, .fetched(bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
         apply(scheduler.finish(result.key, .success, now: moment))
     }
 

@@ -43,6 +43,8 @@ final class Transfer {
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
     var backgroundBytes: ByteCounter?
+    /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
+    let startedAt = monotonicMilliseconds()
     /// Whether body bytes of the final response arrived.
     private(set) var bodyStarted = false
     /// The file's length once a `206` body is complete, from its `Content-Range`.
@@ -158,13 +160,6 @@ final class Transfer {
               curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK, let host else { return nil }
         defer { curl_free(host) }
         return String(cString: host)
-    }
-
-    /// How long the transfer ran, from its start to its end (µs).
-    var elapsedMicroseconds: Int64 {
-        var elapsed: curl_off_t = 0
-        pf_easy_getinfo_off_t(easy, CURLINFO_TOTAL_TIME_T, &elapsed)
-        return Int64(elapsed)
     }
 
     var responseCode: Int {

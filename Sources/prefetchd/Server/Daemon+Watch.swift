@@ -68,31 +68,31 @@ extension Daemon {
     }
 
     /// A fetch ended: the metrics, an event, a log line (at debug level when it succeeded: `summarizeActivity` says it
-    /// at info), and the activity summary. `result` is `ok`, `not_modified` or `error`.
-    func fetchEnded(_ key: String, result: String, bytes: Int64 = 0, failure: Failure? = nil, detail: String = "") {
+    /// at info), and the activity summary.
+    func fetchEnded(_ key: String, _ end: FetchEnd) {
         let lane = scheduler.task(key)?.lane.rawValue ?? "fast"
         let duration = transferStartedAt.removeValue(forKey: key).map { monotonicMilliseconds() - $0 }
-        let seconds = duration.map { Double($0) / 1000 }
-        var event = Event(event: failure == nil ? "finished" : "failed", time: wallClockMilliseconds())
+        metrics.fetchEnded(lane: lane, end, seconds: duration.map { Double($0) / 1000 })
+        var event = Event(event: "finished", time: wallClockMilliseconds())
         event.url = key
         event.lane = lane
         event.duration = duration
         if activity.isEmpty { activity = ActivitySummary(since: monotonicMilliseconds()) }
-        if let failure {
-            metrics.failed(lane: lane, code: failure.code, seconds: seconds)
+        switch end {
+        case .fetched(let bytes, let detail):
+            event.bytes = bytes
+            activity.fetched += 1
+            activity.bytes += bytes
+            Log.debug("fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))")
+        case .revalidated:
+            event.bytes = 0
+            activity.revalidated += 1
+            Log.debug("revalidated \(key) (\(lane) lane)")
+        case .failed(let failure):
+            event.event = "failed"
             event.error = WireError(failure)
             activity.failed += 1
             Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
-        } else {
-            metrics.fetched(lane: lane, result: result, bytes: bytes, seconds: seconds)
-            event.bytes = bytes
-            if result == "ok" {
-                activity.fetched += 1
-                activity.bytes += bytes
-            } else {
-                activity.revalidated += 1
-            }
-            Log.debug(result == "ok" ? "fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))" : "revalidated \(key) (\(lane) lane)")
         }
         broadcast(event)
     }
@@ -139,45 +139,6 @@ extension Daemon {
             if item.key.hasSuffix(",error") { totals.1 += item.value } else { totals.0 += item.value }
         }
     }
-}
-
-/// A periodic timer on the loop (timerfd), armed only while someone watches.
-final class Ticker {
-    private let fd: Int32
-    private var armed = false
-
-    init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
-        fd = try timerDescriptor(clock: CLOCK_MONOTONIC, loop: loop, handler: handler)
-    }
-
-    deinit { close(fd) }
-
-    func arm(intervalMilliseconds: Int) {
-        guard !armed else { return }
-        armed = true
-        let interval = timespec(tv_sec: intervalMilliseconds / 1000, tv_nsec: (intervalMilliseconds % 1000) * 1_000_000)
-        var spec = itimerspec(it_interval: interval, it_value: interval)
-        timerfd_settime(fd, 0, &spec, nil)
-    }
-
-    func disarm() {
-        guard armed else { return }
-        armed = false
-        var spec = itimerspec()
-        timerfd_settime(fd, 0, &spec, nil)
-    }
-}
-
-/// A timerfd on `clock`, watched by the loop: `handler` runs each time it expires (or, with
-/// `TFD_TIMER_CANCEL_ON_SET`, when the clock is set).
-func timerDescriptor(clock: clockid_t, loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) -> Int32 {
-    let fd = try syscall("timerfd_create") { timerfd_create(clock, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
-    try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { _ in
-        var expirations: UInt64 = 0
-        _ = read(fd, &expirations, 8)
-        handler()
-    }
-    return fd
 }
 
 /// The fetches since the last activity line in the log, counted from the first of them.

@@ -32,15 +32,21 @@ struct Metrics {
     var queueWait: [String: Histogram] = [:]  // lane
     var getLatency = Histogram()
 
-    mutating func fetched(lane: String, result: String, bytes: Int64 = 0, seconds: Double?) {
+    /// Counts a fetch that ended: by lane and result (`ok`, `not_modified`, `error`), errors also by code.
+    mutating func fetchEnded(lane: String, _ end: FetchEnd, seconds: Double?) {
+        let result: String
+        switch end {
+        case .fetched(let bytes, _):
+            result = "ok"
+            downloadedBytes += bytes
+        case .revalidated:
+            result = "not_modified"
+        case .failed(let failure):
+            result = "error"
+            errors[failure.code, default: 0] += 1
+        }
         fetches["\(lane),\(result)", default: 0] += 1
-        downloadedBytes += bytes
         if let seconds { fetchDuration[lane, default: Histogram()].observe(seconds) }
-    }
-
-    mutating func failed(lane: String, code: ErrorCode, seconds: Double?) {
-        fetched(lane: lane, result: "error", seconds: seconds)
-        errors[code, default: 0] += 1
     }
 
     /// Gauges are read from the daemon at render time.

@@ -118,7 +118,13 @@ final class WallClockTimer {
     private let fd: Int32
 
     init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
-        fd = try timerDescriptor(clock: CLOCK_REALTIME, loop: loop, handler: handler)
+        let fd = try syscall("timerfd_create") { timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
+        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { _ in
+            var expirations: UInt64 = 0
+            _ = read(fd, &expirations, 8)  // ECANCELED when the clock was set: the handler decides again all the same
+            handler()
+        }
+        self.fd = fd
     }
 
     deinit { close(fd) }

@@ -1,20 +1,55 @@
 import CSystem
 import Glibc
 
-/// An epoll loop: file descriptors with handlers, one deadline, and work done at the end of every turn.
+/// An action the loop runs once its time has come (monotonic ms). Whoever made it owns it: it moves it, cancels it,
+/// and it stops with its owner. Confined to the loop's thread.
+final class LoopTimer {
+    fileprivate(set) var due: Int64?
+    fileprivate let action: () -> Void
+
+    fileprivate init(_ action: @escaping () -> Void) { self.action = action }
+
+    /// Runs the action at `time`, or at the next turn if it passed; nil cancels.
+    func schedule(at time: Int64?) { due = time }
+
+    func cancel() { due = nil }
+}
+
+/// Runs `handler` every interval while armed (a `watch` stream's snapshots, the metrics file).
+final class Ticker {
+    private var timer: LoopTimer!
+    private var interval: Int64 = 0
+
+    init(loop: EventLoop, handler: @escaping () -> Void) {
+        timer = loop.makeTimer { [unowned self] in
+            timer.schedule(at: monotonicMilliseconds() + interval)  // first: the handler may disarm it
+            handler()
+        }
+    }
+
+    func arm(intervalMilliseconds: Int) {
+        guard timer.due == nil else { return }
+        interval = Int64(intervalMilliseconds)
+        timer.schedule(at: monotonicMilliseconds() + interval)
+    }
+
+    func disarm() { timer.cancel() }
+}
+
+/// An epoll loop: file descriptors with handlers, timers, and work done at the end of every turn.
 /// Confined to the thread that calls `run()`.
 final class EventLoop {
     typealias Handler = (_ events: UInt32) -> Void
 
     private let epollFD: Int32
     private var handlers: [Int32: Handler] = [:]
+    /// Every timer made, held weakly: a timer lives as long as its owner keeps it. A handful, so a scan is enough.
+    private var timers: [Weak] = []
     private var stopped = false
-    /// Called after each batch of events, before waiting again (commit, flush replies).
+    /// Called after each batch of events and timers, before waiting again (commit, flush replies).
     var endOfTurn: () -> Void = {}
-    /// When the loop must wake at the latest (monotonic ms), recomputed every turn.
-    var nextDeadline: () -> Int64? = { nil }
-    /// Called when a deadline passes.
-    var onDeadline: () -> Void = {}
+
+    private struct Weak { weak var timer: LoopTimer? }
 
     init() throws(SystemError) {
         epollFD = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
@@ -45,14 +80,35 @@ final class EventLoop {
 
     func isRegistered(_ fd: Int32) -> Bool { handlers[fd] != nil }
 
+    /// A timer that runs `action` on this loop once scheduled.
+    func makeTimer(_ action: @escaping () -> Void) -> LoopTimer {
+        let timer = LoopTimer(action)
+        timers.removeAll { $0.timer == nil }
+        timers.append(Weak(timer: timer))
+        return timer
+    }
+
+    /// The earliest time a timer is due (monotonic ms).
+    private var nextDue: Int64? { timers.compactMap { $0.timer?.due }.min() }
+
+    /// Runs the timers that are due, each once: one that schedules itself again for now waits for the next turn.
+    private func fireDueTimers() {
+        let now = monotonicMilliseconds()
+        let due = timers.compactMap(\.timer).filter { ($0.due ?? .max) <= now }
+        for timer in due where (timer.due ?? .max) <= now {  // an earlier action may have moved it
+            timer.due = nil
+            timer.action()
+        }
+    }
+
     func stop() { stopped = true }
 
     func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while !stopped {
             var timeout: Int32 = -1
-            if let deadline = nextDeadline() {
-                timeout = Int32(clamping: max(0, deadline - monotonicMilliseconds()))
+            if let due = nextDue {
+                timeout = Int32(clamping: max(0, due - monotonicMilliseconds()))
             }
             let count = epoll_wait(epollFD, &events, Int32(events.count), timeout)
             if count < 0 {
@@ -63,7 +119,7 @@ final class EventLoop {
                 let fd = events[index].data.fd
                 handlers[fd]?(events[index].events)
             }
-            if let deadline = nextDeadline(), deadline <= monotonicMilliseconds() { onDeadline() }
+            fireDueTimers()
             endOfTurn()
         }
     }

@@ -3,8 +3,8 @@ import Glibc
 /// Tells systemd about readiness, reloads, stops, status and liveness: datagrams to `$NOTIFY_SOCKET`, as
 /// sd_notify(3) sends them, without libsystemd. Does nothing when `NOTIFY_SOCKET` is unset.
 ///
-/// The watchdog and status timers are driven by the event loop (`deadline`, `timerFired`), so a stuck loop stops
-/// the `WATCHDOG=1` pings and systemd restarts the service. Confined to the loop thread.
+/// The watchdog and status timers run on the event loop, so a stuck loop stops the `WATCHDOG=1` pings and systemd
+/// restarts the service. Confined to the loop thread.
 final class SystemdNotifier {
     private let fd: Int32
     private var address = sockaddr_un()
@@ -21,12 +21,13 @@ final class SystemdNotifier {
     /// Between `READY=1` and `STOPPING=1`: status updates are sent.
     private var serving = false
     private var warned = false
+    private var timer: LoopTimer!
 
     static let statusInterval: Int64 = 1000
 
     var isEnabled: Bool { fd >= 0 }
 
-    init(environment: [String: String]) {
+    init(environment: [String: String], loop: EventLoop) {
         var fd: Int32 = -1
         if let target = environment["NOTIFY_SOCKET"], !target.isEmpty {
             do {
@@ -46,6 +47,7 @@ final class SystemdNotifier {
         } else {
             watchdogInterval = nil
         }
+        timer = loop.makeTimer { [unowned self] in self.timerFired(now: monotonicMilliseconds()) }
     }
 
     deinit { if fd >= 0 { close(fd) } }
@@ -92,6 +94,7 @@ final class SystemdNotifier {
             notify("WATCHDOG=1")
             nextWatchdog = monotonicMilliseconds() + watchdogInterval
         }
+        timer.schedule(at: due)
     }
 
     /// `RELOADING=1`, stamped with the monotonic clock as systemd 253 and later expect; `ready` ends the reload.
@@ -108,19 +111,21 @@ final class SystemdNotifier {
         nextWatchdog = nil
         serving = false
         statusStale = false
+        timer.cancel()
     }
 
     /// Called at the end of every loop turn: the status is checked now if a second has passed since the last
-    /// check, else when `deadline` says.
+    /// check, else when the timer is due.
     func turnEnded() {
         guard serving else { return }
         statusStale = true
         let now = monotonicMilliseconds()
         if now - lastStatusCheck >= Self.statusInterval { checkStatus(now: now) }
+        timer.schedule(at: due)
     }
 
-    /// When the loop must wake for the next watchdog ping or a status check (monotonic ms).
-    var deadline: Int64? {
+    /// When the next watchdog ping or status check is due (monotonic ms).
+    private var due: Int64? {
         let status = statusStale ? lastStatusCheck + Self.statusInterval : nil
         switch (nextWatchdog, status) {
         case let (watchdog?, status?): return min(watchdog, status)
@@ -129,12 +134,13 @@ final class SystemdNotifier {
     }
 
     /// Sends what is due at monotonic time `now`.
-    func timerFired(now: Int64) {
+    private func timerFired(now: Int64) {
         if let watchdog = nextWatchdog, watchdog <= now, let watchdogInterval {
             notify("WATCHDOG=1")
             nextWatchdog = now + watchdogInterval
         }
         if statusStale, now - lastStatusCheck >= Self.statusInterval { checkStatus(now: now) }
+        timer.schedule(at: due)
     }
 
     private func checkStatus(now: Int64) {
