@@ -1,11 +1,46 @@
+import FoundationEssentials
 import Glibc
+import PrefetchProtocol
+
+/// Every option prefetchctl knows, by its long name. Which verb takes which is declared once, in `Verb.all`.
+enum Option: String, CaseIterable, Sendable {
+    case socket = "--socket", json = "--json", help = "--help", version = "--version"
+    case timeout = "--timeout", maxStale = "--max-stale", offline = "--offline", output = "--output"
+    case size = "--size", fit = "--fit", format = "--format", quality = "--quality", upscale = "--upscale"
+    case wait = "--wait", now = "--now", all = "--all", limit = "--limit", ahead = "--ahead", behind = "--behind"
+
+    /// The option a word names: a long name, or `-h` and `-o`.
+    init?(word: String) {
+        switch word {
+        case "-h": self = .help
+        case "-o": self = .output
+        default: self.init(rawValue: word)
+        }
+    }
+
+    /// Whether a value follows, as the next word or after `=`.
+    var takesValue: Bool {
+        switch self {
+        case .socket, .timeout, .maxStale, .output, .size, .fit, .format, .quality, .limit, .ahead, .behind: true
+        case .json, .help, .version, .offline, .upscale, .wait, .now, .all: false
+        }
+    }
+}
 
 /// The parsed command line: a verb, its operands, and flags.
 struct Arguments {
-    var verb: String?
+    /// An option as it was given: spelled `-o` or `--output`, and its value.
+    struct Given {
+        var option: Option
+        var spelled: String
+        var value: String?
+    }
+
+    /// Nil when the command line names no verb (or only asks for the version).
+    var verb: Verb?
     var operands: [String] = []
-    /// The options given, by their long names (`-o` counts as `--output`), to check them against the verb.
-    var given: [String] = []
+    /// The options in the order given.
+    var given: [Given] = []
     var socket: String?
     var json = false
     var help = false
@@ -30,84 +65,105 @@ struct Arguments {
     var ahead: Int?
     var behind: Int?
 
-    /// Reads the words; a bad option value is a usage error here, before anything is sent.
-    static func parse(_ arguments: [String]) throws(CLIError) -> Arguments {
+    /// Reads the words; anything wrong is a usage error here, before anything is sent. The words are sorted into
+    /// verb, operands and options first, so that an option the verb does not take is named as such, whatever its
+    /// value and wherever it stands; then the values are read and the verb checks what it got.
+    static func parse(_ words: [String]) throws(CLIError) -> Arguments {
         var parsed = Arguments()
-        var rest = arguments[...]
+        var verbName: String?
+        var rest = words[...]
         var onlyOperands = false
-        while let argument = rest.popFirst() {
-            if onlyOperands || argument == "-" || !argument.hasPrefix("-") {
-                if parsed.verb == nil { parsed.verb = argument } else { parsed.operands.append(argument) }
+        while let word = rest.popFirst() {
+            if onlyOperands || word == "-" || !word.hasPrefix("-") {
+                if verbName == nil { verbName = word } else { parsed.operands.append(word) }
                 continue
             }
-            var flag = argument
+            if word == "--" {
+                onlyOperands = true
+                continue
+            }
+            var name = word
             var inline: String?
-            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
-                flag = String(argument[..<equals])
-                inline = String(argument[argument.index(after: equals)...])
+            if let equals = word.firstIndex(of: "="), word.hasPrefix("--") {
+                name = String(word[..<equals])
+                inline = String(word[word.index(after: equals)...])
             }
-            func value() throws(CLIError) -> String {
-                if let inline { return inline }
-                guard let next = rest.popFirst() else { throw .usage("\(flag) needs a value") }
-                return next
-            }
-            let long = ["-h": "--help", "-o": "--output"][flag] ?? flag
-            if long != "--" { parsed.given.append(long) }
-            switch long {
-            case "--": onlyOperands = true
-            case "--help": parsed.help = true
-            case "--version": parsed.version = true
-            case "--json": parsed.json = true
-            case "--socket": parsed.socket = try value()
-            case "--output": parsed.output = try value()
-            case "--timeout":
-                let text = try value()
-                guard let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
-                    throw .usage("--timeout: '\(text)' is not a number of seconds above 0 (at most a year)")
-                }
-                parsed.timeout = seconds
-            case "--offline": parsed.offline = true
-            case "--all": parsed.all = true
-            case "--size":
-                let text = try value()
-                guard VariantWords.isSize(text) else { throw .usage("--size: '\(text)' is not WxH with W and H from 1 to 10000") }
-                parsed.size = text
-            case "--fit":
-                let text = try value()
-                guard VariantWords.fits.contains(text.lowercased()) else { throw .usage("--fit: '\(text)' is not contain, cover or fill") }
-                parsed.fit = text
-            case "--format":
-                let text = try value()
-                guard VariantWords.formats.contains(text.lowercased()) else { throw .usage("--format: '\(text)' is not jpeg or png") }
-                parsed.format = text
-            case "--upscale": parsed.upscale = true
-            case "--quality":
-                let text = try value()
-                guard let quality = Int(text), (1...100).contains(quality) else {
-                    throw .usage("--quality: '\(text)' is not a number from 1 to 100")
-                }
-                parsed.quality = quality
-            case "--wait": parsed.wait = true
-            case "--now": parsed.now = true
-            case "--max-stale":
-                let text = try value()
-                guard let seconds = Int64(text), seconds >= 0 else { throw .usage("--max-stale: '\(text)' is not a number of seconds") }
-                parsed.maxStale = seconds
-            case "--ahead", "--behind":
-                let text = try value()
-                guard let rows = Int(text), (0...1000).contains(rows) else {
-                    throw .usage("\(flag): '\(text)' is not a number of rows from 0 to 1000")
-                }
-                if flag == "--ahead" { parsed.ahead = rows } else { parsed.behind = rows }
-            case "--limit":
-                let text = try value()
-                guard let limit = Int(text), limit >= 0 else { throw .usage("--limit: '\(text)' is not a count") }
-                parsed.limit = limit
-            default:
-                throw .usage("unknown option '\(argument)' (see prefetchctl --help)")
-            }
+            guard let option = Option(word: name) else { throw .usage("unknown option '\(word)' (see prefetchctl --help)") }
+            guard option.takesValue || inline == nil else { throw .usage("\(name) takes no value") }
+            parsed.given.append(Given(option: option, spelled: name, value: option.takesValue ? inline ?? rest.popFirst() : nil))
         }
+        parsed.version = parsed.given.contains { $0.option == .version }
+        parsed.help = parsed.given.contains { $0.option == .help }
+        guard !parsed.version, let verbName else { return parsed }
+        guard let verb = Verb.named(verbName) else { throw .usage("unknown verb '\(verbName)' (see prefetchctl --help)") }
+        parsed.verb = verb
+        if parsed.help { return parsed }
+        try verb.refuseOptions(parsed.given)
+        for given in parsed.given { try parsed.read(given) }
+        try verb.check(parsed)
         return parsed
+    }
+
+    /// Checks the value of an option given and keeps it.
+    private mutating func read(_ given: Given) throws(CLIError) {
+        func value() throws(CLIError) -> String {
+            guard let value = given.value else { throw .usage("\(given.spelled) needs a value") }
+            return value
+        }
+        switch given.option {
+        case .help, .version: break  // answered before any value is read
+        case .json: json = true
+        case .socket: socket = try value()
+        case .output: output = try value()
+        case .timeout:
+            let text = try value()
+            guard let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
+                throw .usage("--timeout: '\(text)' is not a number of seconds above 0 (at most a year)")
+            }
+            timeout = seconds
+        case .offline: offline = true
+        case .all: all = true
+        case .size:
+            let text = try value()
+            guard VariantWords.isSize(text) else { throw .usage("--size: '\(text)' is not WxH with W and H from 1 to 10000") }
+            size = text
+        case .fit:
+            let text = try value()
+            guard VariantWords.fits.contains(text.lowercased()) else { throw .usage("--fit: '\(text)' is not contain, cover or fill") }
+            fit = text
+        case .format:
+            let text = try value()
+            guard VariantWords.formats.contains(text.lowercased()) else { throw .usage("--format: '\(text)' is not jpeg or png") }
+            format = text
+        case .upscale: upscale = true
+        case .quality:
+            let text = try value()
+            guard let number = Int(text), (1...100).contains(number) else {
+                throw .usage("--quality: '\(text)' is not a number from 1 to 100")
+            }
+            quality = number
+        case .wait: wait = true
+        case .now: now = true
+        case .maxStale:
+            let text = try value()
+            guard let seconds = Int64(text), seconds >= 0 else { throw .usage("--max-stale: '\(text)' is not a number of seconds") }
+            maxStale = seconds
+        case .ahead, .behind:
+            let text = try value()
+            guard let rows = Int(text), (0...1000).contains(rows) else {
+                throw .usage("\(given.spelled): '\(text)' is not a number of rows from 0 to 1000")
+            }
+            if given.option == .ahead { ahead = rows } else { behind = rows }
+        case .limit:
+            let text = try value()
+            guard let count = Int(text), count >= 0 else { throw .usage("--limit: '\(text)' is not a count") }
+            limit = count
+        }
+    }
+
+    /// The daemon's socket: `--socket`, else as docs/cli.md says (also for commands that open a second connection).
+    var socketPath: String {
+        DefaultPaths.clientSocket(flag: socket, environment: ProcessInfo.processInfo.environment)
     }
 
     /// The operands, or lines of stdin when the only operand is `-`.

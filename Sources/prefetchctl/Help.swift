@@ -56,7 +56,7 @@ enum Help {
                               --format jpeg|png (default: JPEG for JPEG originals, PNG otherwise); --quality 1-100
                               (JPEG, default 85); never larger than the original unless --upscale
             A stale answer says so: `"stale":true` with --json, a note on stderr otherwise.
-              -o FILE         write the content of the (single) URL to FILE; `-o -` writes it to stdout
+              -o FILE         write the content of the (single) URL to FILE (also --output FILE); `-o -` writes it to stdout
               --json          one CacheEntry object per URL (errors as {"url":…,"error":{…}})
             With one URL and stderr on a terminal, an answer that takes over half a second shows a progress bar there.
 
@@ -165,7 +165,7 @@ enum Help {
               prefetchctl metrics | grep prefetchd_fetches_total
             """
         case "ping": return """
-            Usage: prefetchctl ping
+            Usage: prefetchctl ping [--json]
 
             Exits 0 and prints the daemon's version when it answers; exit 3 when it does not.
             """

@@ -241,10 +241,3 @@ final class GetProgress {
         line.show(pieces + [Styled("  " + url.truncatedURL(to: max(12, line.width - 3 - pieces.columns)))])
     }
 }
-
-extension Arguments {
-    /// The daemon's socket, as `main` chooses it, for commands that open a second connection.
-    var socketPath: String {
-        DefaultPaths.clientSocket(flag: socket, environment: ProcessInfo.processInfo.environment)
-    }
-}

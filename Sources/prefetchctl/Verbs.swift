@@ -1,8 +1,10 @@
+import PrefetchProtocol
+
 /// What each verb takes, checked before connecting: a command line that is wrong in any way — an unknown verb or
 /// option, an option the verb does not take, an operand too many or missing — is a usage error (exit 2) for every
-/// verb, and nothing is sent.
-struct Verb {
-    enum Operands {
+/// verb, and nothing is sent. `prefetchctl VERB --help` shows the same options; so do the shell completions.
+struct Verb: Sendable {
+    enum Operands: Sendable {
         /// None at all.
         case none
         /// Exactly one, described for the message.
@@ -13,39 +15,50 @@ struct Verb {
 
     let name: String
     let operands: Operands
-    /// Options besides `--socket`, `--json`, `--help` and `--version`, which every verb takes.
-    let options: Set<String>
+    /// Options besides `common`, which every verb takes.
+    let options: Set<Option>
+    /// Carries out the command on a connection to the daemon; returns the exit code.
+    let run: @Sendable (Arguments, Client) throws(CLIError) -> Int32
 
-    static let common: Set<String> = ["--socket", "--json", "--help", "--version"]
-    static let variant: Set<String> = ["--size", "--fit", "--format", "--quality", "--upscale"]
+    static let common: Set<Option> = [.socket, .json, .help, .version]
+    static let variant: Set<Option> = [.size, .fit, .format, .quality, .upscale]
 
     static let all: [Verb] = [
-        Verb(name: "get", operands: .urls,
-             options: variant.union(["--timeout", "--max-stale", "--offline", "--output"])),
-        Verb(name: "queue", operands: .urls, options: ["--wait", "--timeout", "--now"]),
-        Verb(name: "demote", operands: .urls, options: []),
-        Verb(name: "promote", operands: .urls, options: []),
-        Verb(name: "cancel", operands: .urls, options: []),
-        Verb(name: "evict", operands: .urls, options: ["--all"]),
-        Verb(name: "info", operands: .one("exactly one URL"), options: []),
-        Verb(name: "status", operands: .none, options: []),
-        Verb(name: "list", operands: .none, options: ["--limit"]),
-        Verb(name: "formats", operands: .none, options: []),
-        Verb(name: "metrics", operands: .none, options: []),
-        Verb(name: "watch", operands: .none, options: []),
+        Verb(name: "get", operands: .urls, options: variant.union([.timeout, .maxStale, .offline, .output]), run: GetCommand.run),
+        batch(.queue, options: [.wait, .timeout, .now]),
+        batch(.demote),
+        batch(.promote),
+        batch(.cancel),
+        batch(.evict, options: [.all]),
+        Verb(name: "info", operands: .one("exactly one URL"), options: [], run: InspectCommand.info),
+        Verb(name: "status", operands: .none, options: [], run: InspectCommand.status),
+        Verb(name: "list", operands: .none, options: [.limit], run: InspectCommand.list),
+        Verb(name: "formats", operands: .none, options: [], run: InspectCommand.formats),
+        Verb(name: "metrics", operands: .none, options: [], run: MetricsCommand.run),
+        Verb(name: "watch", operands: .none, options: [], run: WatchCommand.run),
         Verb(name: "view", operands: .one("one list: a file of URLs, or - to read the list from stdin up to an empty line"),
-             options: variant.union(["--ahead", "--behind"])),
-        Verb(name: "ping", operands: .none, options: []),
+             options: variant.union([.ahead, .behind]), run: ViewCommand.run),
+        Verb(name: "ping", operands: .none, options: [], run: InspectCommand.ping),
     ]
+
+    /// `queue`, `demote`, `promote`, `cancel`, `evict`: a list of URLs, one result each.
+    private static func batch(_ op: Operation, options: Set<Option> = []) -> Verb {
+        Verb(name: op.rawValue, operands: .urls, options: options,
+             run: { arguments, client throws(CLIError) in try BatchCommand.run(op, arguments, client: client) })
+    }
 
     static func named(_ name: String) -> Verb? { all.first { $0.name == name } }
 
-    /// Throws the usage error `arguments` make for this verb, if any.
+    /// Throws the usage error for the first of `given` this verb does not take, naming the option as spelled and the
+    /// verb.
+    func refuseOptions(_ given: [Arguments.Given]) throws(CLIError) {
+        guard let foreign = given.first(where: { !Self.common.contains($0.option) && !options.contains($0.option) }) else { return }
+        throw .usage("\(name) does not take \(foreign.spelled) (see prefetchctl \(name) --help)")
+    }
+
+    /// Throws the usage error the operands and the options' values make together, if any.
     func check(_ arguments: Arguments) throws(CLIError) {
         let see = "(see prefetchctl \(name) --help)"
-        if let option = arguments.given.first(where: { !Self.common.contains($0) && !options.contains($0) }) {
-            throw .usage("\(name) does not take \(option) \(see)")
-        }
         let operands = arguments.operands
         switch self.operands {
         case .none:

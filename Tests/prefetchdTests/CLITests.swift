@@ -124,6 +124,58 @@ struct CLITests {
         #expect(try Self.origin.count("/not-this-way.jpg") == 0)
     }
 
+    @Test("a flag of another verb (get --limit 3, queue --offline, demote --wait, info --size, list --max-stale) exits 2 naming the flag and the verb, whatever its value and wherever it stands; nothing is sent")
+    func flagOfAnotherVerb() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/foreign-flag.jpg")
+        let cases: [(arguments: [String], verb: String, flag: String)] = [
+            (["get", "--limit", "3", url], "get", "--limit"),
+            (["queue", "--offline", url], "queue", "--offline"),
+            (["demote", "--wait", url], "demote", "--wait"),
+            (["info", "--size", "64x64", url], "info", "--size"),
+            (["list", "--max-stale", "5"], "list", "--max-stale"),
+            // Before the verb; with a value no verb would take; taking the URL as its value; spelled short or with `=`.
+            (["--limit", "3", "get", url], "get", "--limit"),
+            (["get", "--limit", "-1", url], "get", "--limit"),
+            (["info", "--limit", url], "info", "--limit"),
+            (["queue", url, "--size"], "queue", "--size"),
+            (["list", "-o", "tasks.txt"], "list", "-o"),
+            (["status", "--ahead=5000"], "status", "--ahead"),
+        ]
+        for (arguments, verb, flag) in cases {
+            let result = daemon.ctl(arguments: arguments)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+            #expect(result.stderr == "prefetchctl: \(verb) does not take \(flag) (see prefetchctl \(verb) --help)\n",
+                    "\(arguments): \(result.stderr)")
+            #expect(result.stdout.isEmpty, "\(arguments): \(result.stdout)")
+        }
+        #expect(try Self.origin.count("/foreign-flag.jpg") == 0, "nothing reached the origin")
+        let info = daemon.ctl("info", "--json", url)
+        #expect(info.status == 0 && !info.stdout.contains("\"task\"") && !info.stdout.contains("\"cached\""), "\(info.stdout)")
+    }
+
+    @Test("each verb's own flags still work: get --timeout --max-stale -o, get --offline --size --fit --format --quality --upscale, queue --now --wait --timeout, demote, info, list --limit, status, ping with --json, evict --all")
+    func ownFlagsStillWork() throws {
+        let daemon = try DaemonUnderTest()
+        let directory = try TemporaryDirectory()
+        let url = Self.origin.url("/own-flags.jpg"), later = Self.origin.url("/own-flags-later.jpg")
+        let copy = directory.path + "/copy.jpg"
+        let got = daemon.ctl("get", "--timeout", "30", "--max-stale", "60", "-o", copy, url)
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect(FileManager.default.contents(atPath: copy) == (try Self.origin.body("/own-flags.jpg")))
+        let thumb = daemon.ctl("get", "--offline", "--size", "4x4", "--fit", "cover", "--format", "jpeg", "--quality", "80",
+                               "--upscale", "--json", url)
+        #expect(thumb.status == 0 && thumb.stdout.contains("\"variant\":\"4x4-cover-jpeg-q80"), "\(thumb.stdout) \(thumb.stderr)")
+        let queued = daemon.ctl("queue", "--now", "--wait", "--timeout", "30", later)
+        #expect(queued.status == 0, "\(queued.stderr)")
+        for arguments in [["demote", "--json", later], ["info", "--json", later], ["list", "--limit", "1", "--json"],
+                          ["status", "--json"], ["ping", "--json"], ["evict", "--all", "--json"]] {
+            let result = daemon.ctl(arguments: arguments)
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            #expect(result.stdout.hasPrefix("{"), "\(arguments): \(result.stdout)")
+        }
+    }
+
     @Test("status x, list x, ping x (every verb taking no operands) exit 2 instead of ignoring the word; so do info A B and view A B")
     func extraOperands() throws {
         let daemon = try DaemonUnderTest()

@@ -1,4 +1,3 @@
-import Glibc
 import PrefetchProtocol
 
 /// `info`, `status`, `list`, `ping`.
@@ -12,7 +11,9 @@ enum InspectCommand {
             Output.line("  bytes: \(entry.bytes)  sha256: \(entry.sha256)")
             if let format = entry.format { Output.line("  image: \(format) \(entry.width ?? 0)x\(entry.height ?? 0)") }
             if let type = entry.contentType { Output.line("  content-type: \(type)") }
-            Output.line("  fetched: \(entry.fetchedAt)  fresh until: \(entry.freshUntil)")
+            let now = HumanTime.now()
+            Output.line("  fetched: \(HumanTime.instant(entry.fetchedAt, now: now)), "
+                        + HumanTime.freshness(until: entry.freshUntil, now: now))
         } else {
             Output.line("cached: no")
         }
@@ -29,7 +30,8 @@ enum InspectCommand {
         let cache = status.cache
         let lookups = Double(cache.hits) + Double(cache.misses)
         let ratio = lookups > 0 ? Double(cache.hits) / lookups * 100 : 0
-        Output.line("prefetchd \(status.version), pid \(status.pid), up \(status.uptime) s, "
+        let now = HumanTime.now()
+        Output.line("prefetchd \(status.version), pid \(status.pid), up \(HumanTime.span(status.uptime)), "
                     + Units.count(status.connections, "connection"))
         Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
         Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
@@ -40,15 +42,16 @@ enum InspectCommand {
         }
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
         if let until = status.waitingForDisk {
-            let seconds = max(0, until - Int64(time(nil)))
-            Output.line("slow lane waits for disk space: the disk is full; trying again in \(seconds) s (queued URLs are kept)")
+            Output.line("slow lane waits for disk space: the disk is full; trying again at "
+                        + HumanTime.instant(until, now: now, dateWhenToday: false) + "; queued URLs are kept")
         }
         Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(cache.bytes) of "
                     + "\(Units.count(cache.limit, "byte")), hit ratio \(Int(ratio.rounded()))% "
                     + "(\(Units.count(cache.hits, "hit")), \(Units.count(cache.misses, "miss", "misses"))), \(cache.directory)")
         Output.line("fetched \(status.fetched), failed \(status.failed)")
         for paused in status.pausedHosts {
-            Output.line("paused host: \(paused.host) until \(paused.until) (failed too often in a row)")
+            Output.line("paused host: \(paused.host) until \(HumanTime.instant(paused.until, now: now, dateWhenToday: false)): "
+                        + "failed too often in a row")
         }
         return ExitCode.ok
     }
