@@ -28,6 +28,7 @@ let package = Package(
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),
         .testTarget(name: "PrefetchProtocolTests", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "ImagesTests", dependencies: ["prefetchd"], exclude: ["Fixtures"]),
+        .testTarget(name: "StoreTests", dependencies: ["prefetchd"]),
         .testTarget(
             name: "prefetchdTests",
             dependencies: ["PrefetchProtocol"],

@@ -74,7 +74,8 @@ final class Database {
 
 /// A prepared statement: bind, step, read columns.
 final class Statement {
-    private let database: Database
+    /// Unowned: the database holds its statements, and finalizes them before it closes.
+    private unowned let database: Database
     private let handle: OpaquePointer
 
     fileprivate init(database: Database, sql: String) throws(DatabaseError) {

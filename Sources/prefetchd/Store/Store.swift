@@ -66,6 +66,12 @@ final class Store {
             Log.error("the index \(path) is corrupt (\(error.message)); moved it to \(aside) and starting with an empty index")
             db = try Self.openIndex(path)
         }
+        try readCounts()
+    }
+
+    /// Reads the counts and the resumable downloads from the index: at start, and after a rollback undid the writes
+    /// that changed them.
+    private func readCounts() throws(DatabaseError) {
         let totals = try db.statement("""
             SELECT (SELECT count(*) FROM entries),
                    (SELECT coalesce(sum(allocated), 0) FROM entries) + (SELECT coalesce(sum(allocated), 0) FROM variants)
@@ -76,8 +82,10 @@ final class Store {
         let backlog = try db.statement("SELECT count(*) FROM queue")
         _ = try backlog.step()
         backlogCount = backlog.int(0)
-        let partials = try db.statement("SELECT key, validator FROM partials")
-        while try partials.step() { self.partials[partials.text(0)] = partials.text(1) }
+        partials = [:]
+        let rows = try db.statement("SELECT key, validator FROM partials")
+        while try rows.step() { partials[rows.text(0)] = rows.text(1) }
+        db.resetStatements()
     }
 
     /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here.
@@ -118,6 +126,7 @@ final class Store {
         guard inTransaction else { return }
         try? db.execute("ROLLBACK")
         inTransaction = false
+        try? readCounts()
     }
 
     /// Ends the turn's transaction, if one is open, and the reads left open by statements.
@@ -127,8 +136,7 @@ final class Store {
         do {
             try db.execute("COMMIT")
         } catch {
-            try? db.execute("ROLLBACK")
-            inTransaction = false
+            rollback()
             throw error
         }
         inTransaction = false
@@ -168,6 +176,8 @@ final class Store {
             totalBytes -= try allocated(entry.key)
             entryCount -= 1
             if old.file != entry.file { files.remove(old.file) }
+            // Variants show the bytes they were made of: new bytes make them wrong.
+            if old.sha256 != entry.sha256 { try removeVariants(of: entry.key) }
         }
         let allocated = files.allocated(entry.file) ?? entry.bytes
         try db.statement("""
@@ -214,6 +224,16 @@ final class Store {
         guard let old = try entry(key) else { return false }
         try write()
         totalBytes -= try allocated(key)
+        try removeVariants(of: key)
+        try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
+        files.remove(old.file)
+        touched.removeValue(forKey: key)
+        entryCount -= 1
+        return true
+    }
+
+    /// Deletes the variants of `key`, rows and files.
+    private func removeVariants(of key: String) throws(DatabaseError) {
         let variants = try db.statement("SELECT file, allocated FROM variants WHERE key = ?1").bind(key)
         var variantFiles: [(String, Int64)] = []
         while try variants.step() { variantFiles.append((variants.text(0), variants.int(1))) }
@@ -222,11 +242,6 @@ final class Store {
             totalBytes -= bytes
         }
         try db.statement("DELETE FROM variants WHERE key = ?1").bind(key).run()
-        try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
-        files.remove(old.file)
-        touched.removeValue(forKey: key)
-        entryCount -= 1
-        return true
     }
 
     /// Evicts least recently used entries until the total is at most `target` bytes, sparing `protected` keys.
@@ -234,10 +249,13 @@ final class Store {
         try flushAccesses()
         var evicted = 0
         while totalBytes > target {
-            let oldest = try db.statement("SELECT key FROM entries ORDER BY last_access LIMIT 64")
-            var keys: [String] = []
-            while try oldest.step() { keys.append(oldest.text(0)) }
-            let victims = keys.filter { !protected.contains($0) }
+            // The 64 least recently used that are not protected, however many protected ones are older.
+            let oldest = try db.statement("SELECT key FROM entries ORDER BY last_access")
+            var victims: [String] = []
+            while victims.count < 64, try oldest.step() {
+                let key = oldest.text(0)
+                if !protected.contains(key) { victims.append(key) }
+            }
             if victims.isEmpty { break }
             for key in victims where totalBytes > target {
                 try remove(key)
@@ -418,7 +436,8 @@ final class Store {
         try write()
         try db.execute("UPDATE working SET deaths = deaths + 1, active = 0 WHERE active = 1")
         var quarantine: [String] = [], suspects: Set<String> = []
-        let select = try db.statement("SELECT key, deaths FROM working")
+        // Rows left by a clean stop (no death counted) are neither.
+        let select = try db.statement("SELECT key, deaths FROM working WHERE deaths > 0")
         while try select.step() {
             if select.int(1) >= Int64(limit) { quarantine.append(select.text(0)) } else { suspects.insert(select.text(0)) }
         }

@@ -1,0 +1,176 @@
+import Glibc
+import QueueCore
+import Testing
+@testable import prefetchd
+
+/// What the index keeps across restarts besides the cache: the slow-lane backlog, remembered failures, resumable
+/// downloads and the crash-loop guard.
+@Suite struct StoreDurableStateTests {
+    func keys(_ rows: [(seq: Int64, key: String, url: String)]) -> [String] { rows.map(\.key) }
+
+    @Test("queued URLs come back oldest first, once each, also after a restart")
+    func backlogOrderSurvivesRestart() throws {
+        try withCacheDirectory { directory in
+            let urls = ["https://example.com/c", "https://example.com/a", "https://example.com/b"]
+            do {
+                let store = try Store(directory: directory)
+                for (index, url) in urls.enumerated() { #expect(try store.enqueue(key: url, url: url, now: Int64(index))) }
+                #expect(try !store.enqueue(key: urls[1], url: urls[1], now: 10))
+                try store.commit()
+                #expect(store.backlogCount == 3)
+            }
+            do {
+                let store = try Store(directory: directory)
+                #expect(store.backlogCount == 3)
+                let rows = try store.backlog(after: 0, limit: 10)
+                #expect(keys(rows) == urls)
+                #expect(rows.map(\.url) == urls)
+                #expect(keys(try store.backlog(after: rows[0].seq, limit: 1)) == [urls[1]])
+                try store.dequeue(urls[1])
+                try store.dequeue("https://example.com/never-queued")
+                try store.commit()
+                #expect(store.backlogCount == 2)
+            }
+            let store = try Store(directory: directory)
+            #expect(store.backlogCount == 2)
+            #expect(keys(try store.backlog(after: 0, limit: 10)) == [urls[0], urls[2]])
+            #expect(try !store.isQueued(urls[1]) && store.isQueued(urls[2]))
+            // Queued again, it goes to the back of the line.
+            #expect(try store.enqueue(key: urls[1], url: urls[1], now: 20))
+            #expect(keys(try store.backlog(after: 0, limit: 10)) == [urls[0], urls[2], urls[1]])
+        }
+    }
+
+    @Test("a turn that is rolled back leaves nothing queued, and the counts say so")
+    func rollbackRestoresCounts() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let kept = try cache("https://example.com/kept.png", in: store)
+            try store.commit()
+            let bytes = store.totalBytes
+            #expect(try store.enqueue(key: "https://example.com/q", url: "https://example.com/q", now: 1))
+            try cache("https://example.com/new.png", in: store)
+            try store.savePartial("https://example.com/q", validator: "\"etag\"")
+            store.rollback()
+            #expect(try !store.isQueued("https://example.com/q"))
+            #expect(store.backlogCount == 0)
+            #expect(try store.entry("https://example.com/new.png") == nil)
+            #expect(store.entryCount == 1 && store.totalBytes == bytes)
+            #expect(store.partialValidator("https://example.com/q") == nil)
+            // Asked again after the failure, the same writes are made for real.
+            #expect(try store.enqueue(key: "https://example.com/q", url: "https://example.com/q", now: 2))
+            try store.savePartial("https://example.com/q", validator: "\"etag\"")
+            try store.commit()
+            #expect(store.backlogCount == 1)
+            #expect(try store.entry(kept.key) == kept)
+            _ = consume store
+            #expect(try Store(directory: directory).partialValidator("https://example.com/q") == "\"etag\"")
+        }
+    }
+
+    @Test("a remembered failure is kept until it expires, then forgotten for good")
+    func failuresExpire() throws {
+        let notFound = Failure.httpStatus(404)
+        let policy = Failure(code: .formatNotAllowed, message: "svg is not allowed", isTransient: false)
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                try store.saveFailure("https://example.com/404", notFound, until: 2000)
+                try store.saveFailure("https://example.com/policy", policy, until: 5000)
+                try store.commit()
+            }
+            do {
+                let store = try Store(directory: directory)
+                let all = try store.failures(now: 1999).sorted { $0.key < $1.key }
+                #expect(all.map(\.key) == ["https://example.com/404", "https://example.com/policy"])
+                #expect(all.map(\.failure) == [notFound, policy])
+                #expect(all.map(\.until) == [2000, 5000])
+                #expect(try store.failures(now: 2000).map(\.key) == ["https://example.com/policy"])
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(try store.failures(now: 0).map(\.key) == ["https://example.com/policy"])
+            #expect(try store.failures(now: 5000).isEmpty)
+        }
+    }
+
+    @Test("a queued download in progress can be resumed after a restart; a forgotten one loses its body")
+    func partialsSurviveWhileQueued() throws {
+        try withCacheDirectory { directory in
+            let url = "https://example.com/big.png"
+            let body = directory + "/tmp/" + CacheFiles.name(forKey: url)
+            do {
+                let store = try Store(directory: directory)
+                #expect(try store.enqueue(key: url, url: url, now: 1))
+                try writeFile(body, count: 1234)
+                try store.savePartial(url, validator: "\"v1\"")
+                #expect(store.partialValidator(url) == "\"v1\"")
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(store.partialValidator(url) == "\"v1\"")
+            #expect(try store.recover() == (0, 0, 0))
+            #expect(store.partialValidator(url) == "\"v1\"")
+            #expect(exists(body))
+            // The body is still being written into the cache: the record goes, the file stays.
+            try store.removePartial(url, deletingBody: false)
+            #expect(store.partialValidator(url) == nil && exists(body))
+            try store.savePartial(url, validator: "\"v2\"")
+            try store.removePartial(url)
+            try store.commit()
+            #expect(store.partialValidator(url) == nil && !exists(body))
+            _ = consume store
+            #expect(try Store(directory: directory).partialValidator(url) == nil)
+        }
+    }
+
+    @Test("recovery drops resumable downloads no longer queued and those whose body is gone")
+    func recoveryDropsStalePartials() throws {
+        try withCacheDirectory { directory in
+            let unqueued = "https://example.com/fast.png", bodiless = "https://example.com/lost.png"
+            let unqueuedBody = directory + "/tmp/" + CacheFiles.name(forKey: unqueued)
+            do {
+                let store = try Store(directory: directory)
+                #expect(try store.enqueue(key: bodiless, url: bodiless, now: 1))
+                try writeFile(unqueuedBody, count: 100)
+                try store.savePartial(unqueued, validator: "\"a\"")
+                try store.savePartial(bodiless, validator: "\"b\"")
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(try store.recover() == (1, 0, 0))
+            #expect(store.partialValidator(unqueued) == nil && store.partialValidator(bodiless) == nil)
+            #expect(!exists(unqueuedBody))
+            _ = consume store
+            let reopened = try Store(directory: directory)
+            #expect(reopened.partialValidator(unqueued) == nil && reopened.partialValidator(bodiless) == nil)
+        }
+    }
+
+    @Test("a URL whose handling killed the daemon twice is quarantined; a clean stop is not a death")
+    func deathsAreCounted() throws {
+        try withCacheDirectory { directory in
+            let poison = "https://example.com/poison.png", interrupted = "https://example.com/slow.png"
+            // Handling `poison` starts, and the process dies (the store goes without a clean stop).
+            do { try Store(directory: directory).startWorking(poison) }
+            do {
+                let store = try Store(directory: directory)
+                let found = try store.countDeaths(limit: 2)
+                #expect(found.quarantine.isEmpty && found.suspects == [poison])
+                try store.startWorking(poison)
+            }
+            do {
+                let store = try Store(directory: directory)
+                let found = try store.countDeaths(limit: 2)
+                #expect(found.quarantine == [poison] && found.suspects.isEmpty)
+                // A clean stop while `interrupted` is being handled.
+                try store.startWorking(interrupted)
+                try store.stopWorking()
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            let found = try store.countDeaths(limit: 2)
+            #expect(found.quarantine.isEmpty && found.suspects.isEmpty)
+        }
+    }
+}

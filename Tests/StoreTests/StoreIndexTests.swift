@@ -1,0 +1,128 @@
+import Glibc
+import Testing
+@testable import prefetchd
+
+/// The cache index and the files it describes, on a real directory and a real SQLite file.
+@Suite struct StoreIndexTests {
+    @Test("a cached file reads back after a restart: its row, its file under files/ab/<sha256 of the key>, its disk usage")
+    func putReadsBack() throws {
+        try withCacheDirectory { directory in
+            let url = "https://example.com/a.png"
+            let written: IndexEntry
+            do {
+                let store = try Store(directory: directory)
+                written = try cache(url, count: 5000, at: 1000, in: store)
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(try store.entry(url) == written)
+            let name = SHA256.hex(of: url)
+            #expect(written.file == "files/\(name.prefix(2))/\(name)")
+            let path = directory + "/" + written.file
+            #expect(store.files.size(of: written.file) == 5000)
+            #expect(store.entryCount == 1)
+            #expect(store.totalBytes == allocatedOnDisk(path))
+            #expect(store.totalBytes >= 5000)
+            #expect(try store.entry("https://example.com/other.png") == nil)
+        }
+    }
+
+    @Test("caching a URL again replaces its row and counts its disk usage once")
+    func putReplaces() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            try cache("https://example.com/a.png", count: 5000, at: 1000, in: store)
+            let again = try cache("https://example.com/a.png", count: 20_000, at: 2000, in: store)
+            try store.commit()
+            #expect(try store.entry(again.key) == again)
+            #expect(store.entryCount == 1)
+            #expect(store.totalBytes == allocatedOnDisk(store.files.absolute(again.file)))
+        }
+    }
+
+    @Test("new content for a URL drops the variants made of the old content")
+    func putDropsStaleVariants() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let url = "https://example.com/a.png"
+            try cache(url, count: 5000, in: store)
+            let thumbnail = try makeVariant(of: url, spec: "100x100", in: store)
+            // The same bytes fetched again (a 200 where a 304 could have been): the variant still shows them.
+            try cache(url, count: 5000, at: 2000, in: store)
+            #expect(try store.variant(url, spec: "100x100") == thumbnail)
+            // Different bytes: the old thumbnail must not be handed out for them.
+            let changed = try cache(url, count: 7000, at: 3000, in: store)
+            try store.commit()
+            #expect(try store.variant(url, spec: "100x100") == nil)
+            #expect(!exists(store.files.absolute(thumbnail.file)))
+            #expect(store.totalBytes == allocatedOnDisk(store.files.absolute(changed.file)))
+        }
+    }
+
+    @Test("removing an entry deletes its file, its variants and their disk usage")
+    func removeDeletesVariants() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let kept = try cache("https://example.com/kept.png", in: store)
+            let gone = try cache("https://example.com/gone.png", in: store)
+            let variant = try makeVariant(of: gone.key, spec: "64x64", in: store)
+            #expect(store.totalBytes == [kept.file, gone.file, variant.file].compactMap { store.files.allocated($0) }.reduce(0, +))
+            #expect(try store.remove(gone.key))
+            #expect(try !store.remove(gone.key))
+            try store.commit()
+            #expect(try store.entry(gone.key) == nil)
+            #expect(try store.variant(gone.key, spec: "64x64") == nil)
+            #expect(!exists(store.files.absolute(gone.file)) && !exists(store.files.absolute(variant.file)))
+            #expect(store.entryCount == 1)
+            #expect(store.totalBytes == store.files.allocated(kept.file))
+        }
+    }
+
+    @Test("a file deleted behind the daemon's back is fetched again, not handed out")
+    func liveEntryDropsMissingFile() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let entry = try cache("https://example.com/a.png", in: store)
+            #expect(try store.liveEntry(entry.key) == entry)
+            unlink(store.files.absolute(entry.file))
+            #expect(try store.liveEntry(entry.key) == nil)
+            try store.commit()
+            #expect(try store.entry(entry.key) == nil)
+            #expect(store.entryCount == 0 && store.totalBytes == 0)
+        }
+    }
+
+    @Test("hits are remembered across a restart: last access and hit count")
+    func touchesAreWritten() throws {
+        try withCacheDirectory { directory in
+            let url = "https://example.com/a.png"
+            do {
+                let store = try Store(directory: directory)
+                try cache(url, at: 1000, in: store)
+                store.touch(url, now: 5000)
+                #expect(try store.entry(url)?.lastAccess == 5000)
+                try store.flushAccesses()
+                try store.commit()
+            }
+            let entry = try #require(try Store(directory: directory).entry(url))
+            #expect(entry.lastAccess == 5000)
+            #expect(entry.hits == 1)
+        }
+    }
+
+    @Test("a second daemon on the same cache directory is refused while the first runs")
+    func lockRefusesSecondStore() throws {
+        try withCacheDirectory { directory in
+            let first = try Store(directory: directory)
+            withExtendedLifetime(first) {
+                _ = #expect {
+                    _ = try Store(directory: directory)
+                } throws: { error in
+                    (error as? CacheLock.Held).map { "\($0)".contains(directory) && "\($0)".contains("pid \(getpid())") } ?? false
+                }
+            }
+            _ = consume first
+            _ = try Store(directory: directory)
+        }
+    }
+}

@@ -1,0 +1,188 @@
+import Glibc
+import QueueCore
+import Testing
+@testable import prefetchd
+
+/// Start-up after a crash, an index written by an older version, and an index that is not a database.
+@Suite struct StoreRecoveryTests {
+    @Test("recovery after a torn write sweeps temporaries, rows without their file and files without a row")
+    func recoverSweeps() throws {
+        try withCacheDirectory { directory in
+            let good: IndexEntry, missing: IndexEntry, truncated: IndexEntry
+            let lostVariant: Store.Variant
+            let orphan = "files/ab/" + String(repeating: "ab", count: 32)
+            let stray = "files/00/core"
+            do {
+                let store = try Store(directory: directory)
+                good = try cache("https://example.com/good.png", in: store)
+                missing = try cache("https://example.com/missing.png", in: store)
+                truncated = try cache("https://example.com/truncated.png", in: store)
+                lostVariant = try makeVariant(of: good.key, spec: "10x10", in: store)
+                try store.commit()
+            }
+            // What a crash mid-write leaves: a download's temporary file, a row whose file never made it (or lost
+            // its end), a file whose row was never committed, and a file that is no cache file at all.
+            try writeFile(directory + "/tmp/" + CacheFiles.name(forKey: "https://example.com/torn.png"), count: 10)
+            unlink(directory + "/" + missing.file)
+            try writeFile(directory + "/" + truncated.file, count: 10)
+            unlink(directory + "/" + lostVariant.file)
+            try writeFile(directory + "/" + orphan, count: 10)
+            try writeFile(directory + "/" + stray, count: 10)
+
+            do {
+                let store = try Store(directory: directory)
+                #expect(try store.recover() == (temporaries: 1, badRows: 3, orphans: 2))
+                #expect(try store.entry(good.key) == good)
+                #expect(try store.entry(missing.key) == nil && store.entry(truncated.key) == nil)
+                #expect(try store.variant(good.key, spec: "10x10") == nil)
+                #expect(names(in: directory + "/tmp").isEmpty)
+                for file in [truncated.file, orphan, stray] { #expect(!exists(directory + "/" + file), "\(file)") }
+                #expect(exists(directory + "/" + good.file))
+                #expect(store.entryCount == 1)
+                #expect(store.totalBytes == allocatedOnDisk(directory + "/" + good.file))
+            }
+            // Swept once, for good.
+            let store = try Store(directory: directory)
+            #expect(store.entryCount == 1 && store.totalBytes == allocatedOnDisk(directory + "/" + good.file))
+            #expect(try store.recover() == (0, 0, 0))
+        }
+    }
+
+    /// The index as version 1 of the daemon wrote it (`user_version` 1).
+    static let versionOneSchema = """
+        CREATE TABLE entries(
+            key TEXT PRIMARY KEY, url TEXT NOT NULL, file TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,
+            sha256 TEXT NOT NULL, content_type TEXT, format TEXT, width INTEGER, height INTEGER,
+            etag TEXT, last_modified TEXT, fresh_until INTEGER NOT NULL, fetched_at INTEGER NOT NULL,
+            last_access INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX entries_lru ON entries(last_access);
+        CREATE TABLE queue(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, url TEXT NOT NULL,
+            queued_at INTEGER NOT NULL);
+        CREATE TABLE failures(key TEXT PRIMARY KEY, code TEXT NOT NULL, message TEXT NOT NULL, status INTEGER,
+            until INTEGER NOT NULL);
+        PRAGMA user_version = 1;
+        """
+
+    @Test("a cache written by the first version opens with its entries, backlog and failures, migrated to the current schema")
+    func migratesVersionOne() throws {
+        try withCacheDirectory { directory in
+            let url = "https://example.com/old.png"
+            let name = CacheFiles.name(forKey: url)
+            // That version kept files two levels down: files/ab/cd/<name>.
+            let file = "files/\(name.prefix(2))/\(name.dropFirst(2).prefix(2))/\(name)"
+            try makeDirectories(directory + "/" + file.prefix(upTo: file.lastIndex(of: "/")!), mode: 0o750)
+            try writeFile(directory + "/" + file, count: 6000)
+            let sha256 = try #require(SHA256.hex(ofFile: directory + "/" + file))
+            do {
+                let old = try Database(path: directory + "/index.sqlite")
+                try old.execute(Self.versionOneSchema)
+                try old.execute("""
+                    INSERT INTO entries VALUES ('\(url)', '\(url)', '\(file)', 6000, '\(sha256)', 'image/png', 'png',
+                        40, 30, '"e1"', NULL, 9000, 1000, 2000, 3);
+                    INSERT INTO queue(key, url, queued_at) VALUES ('https://example.com/later', 'https://example.com/later', 5);
+                    INSERT INTO failures VALUES ('https://example.com/404', 'http_status', 'HTTP 404', 404, 99000);
+                    """)
+            }
+            do {
+                let store = try Store(directory: directory)
+                let entry = try #require(try store.entry(url))
+                #expect(entry == IndexEntry(key: url, url: url, file: file, bytes: 6000, sha256: sha256,
+                                            contentType: "image/png", format: "png", width: 40, height: 30,
+                                            etag: "\"e1\"", lastModified: nil, freshUntil: 9000, fetchedAt: 1000,
+                                            lastAccess: 2000, hits: 3, mustRevalidate: false, noStore: false))
+                #expect(store.entryCount == 1 && store.backlogCount == 1)
+                #expect(try store.backlog(after: 0, limit: 10).map(\.key) == ["https://example.com/later"])
+                #expect(try store.failures(now: 0).map(\.failure)
+                        == [Failure(code: .httpStatus, message: "HTTP 404", isTransient: false, httpStatus: 404)])
+                // That version did not record disk usage: recovery measures it, and finds the file where it is.
+                #expect(try store.recover() == (0, 0, 0))
+                #expect(store.totalBytes == allocatedOnDisk(directory + "/" + file))
+                #expect(try store.entry(url) != nil)
+            }
+            let check = try Database(path: directory + "/index.sqlite")
+            let version = try check.statement("PRAGMA user_version")
+            #expect(try version.step())
+            #expect(version.int(0) == Int64(Store.migrations.count))
+        }
+    }
+
+    @Test("an index file that is not SQLite is set aside, and the cache starts empty")
+    func setsAsideNonDatabase() throws {
+        try withCacheDirectory { directory in
+            let garbage = String(repeating: "this is not an SQLite database\n", count: 200)
+            let earlier: IndexEntry
+            do {
+                let store = try Store(directory: directory)
+                earlier = try cache("https://example.com/a.png", in: store)
+                try store.commit()
+            }
+            try writeFile(directory + "/index.sqlite", text: garbage)
+            unlink(directory + "/index.sqlite-wal")
+            let store = try Store(directory: directory)
+            #expect(store.entryCount == 0 && store.totalBytes == 0)
+            let aside = try #require(names(in: directory).first { $0.hasPrefix("index.sqlite.corrupt-") })
+            #expect(contents(of: directory + "/" + aside) == Array(garbage.utf8))
+            // The file the lost index named is no longer known: recovery sweeps it, and the new index works.
+            #expect(try store.recover() == (0, 0, 1))
+            #expect(!exists(directory + "/" + earlier.file))
+            let again = try cache("https://example.com/a.png", in: store)
+            try store.commit()
+            #expect(try store.entry(again.key) == again)
+        }
+    }
+
+    @Test("a damaged SQLite index is set aside, not trusted")
+    func setsAsideDamagedDatabase() throws {
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                for index in 0..<200 { try cache("https://example.com/\(index).png", count: 10, in: store) }
+                try store.commit()
+            }
+            // Everything in index.sqlite itself; then the header (first page) kept, the pages after it overwritten.
+            let path = directory + "/index.sqlite"
+            try Database(path: path).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let fd = try syscall("open", path) { open(path, O_WRONLY | O_CLOEXEC) }
+            let junk = [UInt8](repeating: 0xA5, count: 16 * 1024)
+            let written = pwrite(fd, junk, junk.count, 4096)
+            close(fd)
+            #expect(written == junk.count)
+            let store = try Store(directory: directory)
+            #expect(store.entryCount == 0)
+            #expect(names(in: directory).contains { $0.hasPrefix("index.sqlite.corrupt-") })
+            #expect(try store.recover().orphans == 200)
+        }
+    }
+
+    @Test("a closed Store leaves a self-contained index: the write-ahead log is folded in and removed")
+    func closeCheckpoints() throws {
+        try withCacheDirectory { directory in
+            let entry: IndexEntry
+            do {
+                let store = try Store(directory: directory)
+                entry = try cache("https://example.com/a.png", in: store)
+                try store.commit()
+                #expect(exists(directory + "/index.sqlite-wal"))
+            }
+            #expect(!exists(directory + "/index.sqlite-wal"))
+            #expect(try Store(directory: directory).entry(entry.key) == entry)
+        }
+    }
+
+    @Test("an index that cannot be opened is an error naming it, not a crash")
+    func unopenableIndexThrows() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/index.sqlite"
+            #expect(mkdir(path, 0o700) == 0)
+            #expect {
+                _ = try Store(directory: directory)
+            } throws: { error in
+                (error as? DatabaseError).map { $0.description.hasPrefix("sqlite open \(path): ") } ?? false
+            }
+            // Nothing was set aside or changed: the directory is still there, and the lock is free again.
+            #expect(names(in: directory).filter { $0.hasPrefix("index.sqlite") } == ["index.sqlite"])
+            rmdir(path)
+            _ = try Store(directory: directory)
+        }
+    }
+}
