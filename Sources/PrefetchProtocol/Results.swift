@@ -43,18 +43,27 @@ public struct CacheEntry: Codable, Equatable, Sendable {
     }
 }
 
+/// What a batch operation did with one URL.
+public enum ItemStatus: String, Codable, CaseIterable, Sendable {
+    case queued, already, cached, skipped, demoted, promoted, cancelled, evicted, unknown
+    /// Still answering a request or the original of a variant being made: `evict` leaves it.
+    case inUse = "in_use"
+    /// Not a URL prefetchd takes; `error` says why.
+    case rejected
+    /// `prefetchctl queue --wait --json` only: how the wait for a queued URL ended.
+    case finished, failed
+}
+
 /// The outcome for one URL of a batch operation (`queue`, `demote`, `promote`, `cancel`, `evict`).
 public struct ItemResult: Codable, Equatable, Sendable {
     /// The URL as given.
     public var url: String
     /// Its canonical form (the dedup key, and the `url` of `watch` events), when it parsed.
     public var key: String?
-    /// `queued`, `already`, `cached`, `skipped`, `demoted`, `promoted`, `cancelled`, `evicted`, `unknown`,
-    /// or `rejected` (with `error`).
-    public var status: String
+    public var status: ItemStatus
     public var error: WireError?
 
-    public init(url: String, key: String? = nil, status: String, error: WireError? = nil) {
+    public init(url: String, key: String? = nil, status: ItemStatus, error: WireError? = nil) {
         self.url = url
         self.key = key
         self.status = status
@@ -119,11 +128,19 @@ public struct Pong: Codable, Equatable, Sendable {
 
 /// One task in the scheduler, as `list` and `info` show it.
 public struct TaskSummary: Codable, Equatable, Sendable {
+    /// Where a task stands.
+    public enum State: String, Codable, CaseIterable, Sendable {
+        case waiting, running
+        /// Waiting for a retry.
+        case delayed
+        /// Durable in the queue, not yet in memory.
+        case backlog
+    }
+
     public var url: String
     /// `fast` or `slow`.
     public var lane: String
-    /// `waiting`, `running`, `delayed` (waiting for a retry), or `backlog` (durable, not yet in memory).
-    public var state: String
+    public var state: State
     public var attempts: Int
     public var waiters: Int
     /// Bytes received so far, for running tasks.
@@ -131,7 +148,7 @@ public struct TaskSummary: Codable, Equatable, Sendable {
     /// Total size when the server announced it.
     public var total: Int64?
 
-    public init(url: String, lane: String, state: String, attempts: Int, waiters: Int, bytes: Int64? = nil, total: Int64? = nil) {
+    public init(url: String, lane: String, state: State, attempts: Int, waiters: Int, bytes: Int64? = nil, total: Int64? = nil) {
         self.url = url
         self.lane = lane
         self.state = state

@@ -136,6 +136,9 @@ public struct WireError: Codable, Equatable, Sendable, Error {
     /// The HTTP status, for `http_status`.
     public var status: Int?
 
+    /// The code as the enum has it; nil for one this version does not know (a newer daemon's).
+    public var knownCode: ErrorCode? { ErrorCode(rawValue: code) }
+
     public init(_ code: ErrorCode, _ message: String, status: Int? = nil) {
         self.init(code: code.rawValue, message: message, status: status)
     }

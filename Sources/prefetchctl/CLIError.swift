@@ -35,9 +35,9 @@ enum ExitCode {
 
     /// Rejections (the request itself was wrong) versus failures (the fetch went wrong).
     static func of(_ error: WireError) -> Int32 {
-        switch error.code {
-        case "invalid_url", "scheme_not_allowed", "bad_request", "unknown_op", "line_too_long", "unauthorized": return rejected
-        case "shutting_down": return unreachable
+        switch error.knownCode {
+        case .invalidURL, .schemeNotAllowed, .badRequest, .unknownOp, .lineTooLong, .unauthorized: return rejected
+        case .shuttingDown: return unreachable
         default: return failed
         }
     }

@@ -601,7 +601,7 @@ final class Daemon {
                 replies.append((request.connection, request.id, results))
             }
             try store.commit()
-            let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == "queued" } }
+            let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == .queued } }
             for (index, request) in batch.enumerated() where request.now {
                 replies[index].2 = replies[index].2.map { fetchNow($0, now: now) }
             }
@@ -622,7 +622,7 @@ final class Daemon {
     /// `queue --now`: a URL that is queued (or was already) becomes urgent work, which nothing holds back. It is
     /// durably queued whatever happens here: a failure to promote it leaves it queued, and says so in the log.
     private func fetchNow(_ result: ItemResult, now: Int64) -> ItemResult {
-        guard result.status == "queued" || result.status == "already", let key = result.key,
+        guard result.status == .queued || result.status == .already, let key = result.key,
               let url = try? CanonicalURL(key) else { return result }
         var promoted = result
         do {
@@ -638,22 +638,22 @@ final class Daemon {
         do {
             url = try CanonicalURL(text)
         } catch {
-            return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
+            return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
         }
         if scheduler.task(url.key) != nil {
             // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
             // and a view's tentative task is adopted, so that scrolling away no longer drops it.
             if try store.enqueue(key: url.key, url: url.key, now: now) { loadedFromBacklog.insert(url.key) }
             _ = scheduler.queue(url, cache: .missing, now: Moment(milliseconds: now))
-            return ItemResult(url: text, key: url.key, status: "already")
+            return ItemResult(url: text, key: url.key, status: .already)
         }
         if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
-            return ItemResult(url: text, key: url.key, status: "skipped",
+            return ItemResult(url: text, key: url.key, status: .skipped,
                               error: WireError(failure))
         }
-        if cacheState(try store.liveEntry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: "cached") }
+        if cacheState(try store.liveEntry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: .cached) }
         let inserted = try store.enqueue(key: url.key, url: url.key, now: now)
-        return ItemResult(url: text, key: url.key, status: inserted ? "queued" : "already")
+        return ItemResult(url: text, key: url.key, status: inserted ? .queued : .already)
     }
 
     /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index.

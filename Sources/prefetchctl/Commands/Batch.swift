@@ -26,7 +26,7 @@ enum BatchCommand {
         let waiter = arguments.wait ? try QueueWait(arguments) : nil
         var parts = URLParts(arguments.urls().makeIterator())
         var pending: [Part] = []
-        var tally: [String: Int] = [:]
+        var tally: [ItemStatus: Int] = [:]
         var exitCode = ExitCode.ok
         var exhausted = false
         var total = 0
@@ -43,7 +43,7 @@ enum BatchCommand {
                 } catch {
                     // Only a URL too long for any request line is refused before sending; it went alone.
                     guard case .failed(let refusal) = error else { throw error }
-                    pending.append(Part(results: urls.map { ItemResult(url: $0, status: "rejected", error: refusal) }))
+                    pending.append(Part(results: urls.map { ItemResult(url: $0, status: .rejected, error: refusal) }))
                 }
             }
             while let results = pending.first?.results {
@@ -51,14 +51,14 @@ enum BatchCommand {
                 for item in results {
                     tally[item.status, default: 0] += 1
                     waiter?.track(item)
-                    if let error = item.error, item.status == "rejected" {
+                    if let error = item.error, item.status == .rejected {
                         exitCode = max(exitCode, ExitCode.rejected)
                         if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
                     }
                     if arguments.json {
                         Output.json(item)
                     } else if op != .queue {
-                        Output.line("\(item.url) \(item.status)")
+                        Output.line("\(item.url) \(item.status.rawValue)")
                     }
                 }
             }
@@ -71,8 +71,8 @@ enum BatchCommand {
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
         if op == .queue, !arguments.json {
-            let order = ["queued", "promoted", "already", "cached", "skipped", "rejected"]
-            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status)" } }.joined(separator: ", ")
+            let order: [ItemStatus] = [.queued, .promoted, .already, .cached, .skipped, .rejected]
+            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
         }
         return exitCode
@@ -137,17 +137,17 @@ final class QueueWait {
     func track(_ item: ItemResult) {
         guard let key = item.key else { return }
         switch item.status {
-        case "queued", "promoted", "already":
+        case .queued, .promoted, .already:
             total += 1
             awaited[key, default: []].append(item.url)
             if early.removeValue(forKey: key) != nil { check(key) }
-        case "cached":
+        case .cached:
             total += 1
             cached += 1
-        case "skipped":
+        case .skipped:
             total += 1
             skipped += 1
-            failures.append((item.url, item.error ?? WireError(code: "skipped", message: "failed recently")))
+            failures.append((item.url, item.error ?? WireError(.internal, "skipped: it failed recently")))
         default:
             break
         }
@@ -258,7 +258,7 @@ final class QueueWait {
             } else {
                 finished += 1
             }
-            if json { Output.json(ItemResult(url: url, key: key, status: error == nil ? "finished" : "failed", error: error)) }
+            if json { Output.json(ItemResult(url: url, key: key, status: error == nil ? .finished : .failed, error: error)) }
         }
     }
 

@@ -84,7 +84,7 @@ enum ViewCommand {
                     result = try client.call(request, ViewResult.self)
                 } catch {
                     // A URL too long for a request line goes alone and is refused before sending: name its row.
-                    guard case .failed(let refusal) = error, refusal.code == ErrorCode.lineTooLong.rawValue else { throw error }
+                    guard case .failed(let refusal) = error, refusal.knownCode == .lineTooLong else { throw error }
                     throw .failed(WireError(code: refusal.code, message: "row \(rows): \(refusal.message)"))
                 }
                 for row in result.rejected {

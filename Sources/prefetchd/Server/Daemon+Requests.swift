@@ -47,7 +47,7 @@ extension Daemon {
                     let url = try CanonicalURL(text)
                     return ItemResult(url: text, key: url.key, status: try change(op, url, inUse: inUse, now: now))
                 } catch {
-                    return ItemResult(url: text, status: "rejected", error: Self.wireError(error))
+                    return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
                 }
             }
             reply(connection, request.id, BatchResult(results: results))
@@ -58,7 +58,7 @@ extension Daemon {
                 let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
                 var task = scheduler.task(url.key).map(summary)
                 if task == nil, try store.isQueued(url.key) {
-                    task = TaskSummary(url: url.key, lane: "slow", state: "backlog", attempts: 0, waiters: 0)
+                    task = TaskSummary(url: url.key, lane: Lane.slow.rawValue, state: .backlog, attempts: 0, waiters: 0)
                 }
                 reply(connection, request.id, URLInfo(url: text, key: url.key,
                                                       cached: try store.liveEntry(url.key).map { wire($0, fromCache: true) },
@@ -136,47 +136,47 @@ extension Daemon {
     }
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
-    func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> String {
+    func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> ItemStatus {
         let moment = Moment(milliseconds: now)
         let task = scheduler.task(url.key)
         switch op {
         case .demote:
-            guard let task else { return "unknown" }
-            guard task.lane == .fast else { return "already" }
+            guard let task else { return .unknown }
+            guard task.lane == .fast else { return .already }
             apply(scheduler.demote(url.key, now: moment))
-            return "demoted"
+            return .demoted
         case .promote:
             if let task {
-                guard task.lane == .slow else { return "already" }
+                guard task.lane == .slow else { return .already }
             } else {
-                guard try store.isQueued(url.key) else { return "unknown" }
+                guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
                 apply(actions)
                 switch outcome {
                 case .cached:
                     try store.dequeue(url.key)
-                    return "cached"
+                    return .cached
                 case .skipped:
                     try store.dequeue(url.key)
-                    return "skipped"
+                    return .skipped
                 case .queued, .already:
                     loadedFromBacklog.insert(url.key)
                 }
             }
             apply(scheduler.promote(url.key, now: moment))
-            return "promoted"
+            return .promoted
         case .cancel:
             let queued = try store.isQueued(url.key)
-            guard task != nil || queued else { return "unknown" }
+            guard task != nil || queued else { return .unknown }
             apply(scheduler.cancel(url.key, now: moment))
             try store.dequeue(url.key)
-            return "cancelled"
+            return .cancelled
         case .evict:
             // What a waiting request or a variant being made needs stays (like `evict --all`).
-            guard !inUse.contains(url.key) else { return "in_use" }
-            guard try store.remove(url.key) else { return "unknown" }
+            guard !inUse.contains(url.key) else { return .inUse }
+            guard try store.remove(url.key) else { return .unknown }
             metrics.evictions += 1
-            return "evicted"
+            return .evicted
         default:
             preconditionFailure("\(op) is not a per-URL change")
         }
@@ -219,11 +219,11 @@ extension Daemon {
 
     func summary(_ task: TaskInfo) -> TaskSummary {
         let progress = fetcher.progress(task.key)
-        let state: String
+        let state: TaskSummary.State
         switch task.state {
-        case .waiting: state = "waiting"
-        case .running: state = "running"
-        case .delayed: state = "delayed"
+        case .waiting: state = .waiting
+        case .running: state = .running
+        case .delayed: state = .delayed
         }
         return TaskSummary(url: task.key, lane: task.lane.rawValue, state: state, attempts: task.attempts,
                            waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
