@@ -32,13 +32,15 @@ target() {  # target NAME SOURCES...
     name=$1
     shift
     if stale "$out/$name" "$@" "$out/libQueueCore.a" "$out/libPrefetchProtocol.a"; then
-        $swiftc -module-name "Fuzz_$name" -I "$out" -I Sources/CCurl -L "$out" -lQueueCore -lPrefetchProtocol "$@" \
+        $swiftc -module-name "Fuzz_$name" -I "$out" -I Sources/CCurl -L "$out" -lPrefetchProtocol -lQueueCore "$@" \
             -o "$out/$name.tmp"
         mv "$out/$name.tmp" "$out/$name"
     fi
 }
 
 library QueueCore Sources/QueueCore/*.swift
+# PrefetchProtocol uses QueueCore's types (ErrorCode): built again whenever QueueCore was.
+if [ "$out/libQueueCore.a" -nt "$out/libPrefetchProtocol.a" ]; then rm -f "$out/libPrefetchProtocol.a"; fi
 library PrefetchProtocol Sources/PrefetchProtocol/*.swift
 target request Fuzz/FuzzRequest.swift
 target headers Fuzz/FuzzHeaders.swift Sources/prefetchd/Fetch/ResponseHeaders.swift
