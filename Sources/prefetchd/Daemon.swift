@@ -477,7 +477,8 @@ final class Daemon {
             case .park(let key):
                 parkTransfer(key)
             case .pauseHost(let host, let until):
-                Log.warning("pausing \(host) until \(until.milliseconds / 1000) (Unix time): it failed too often in a row")
+                let seconds = max(0, until.milliseconds - wallClockMilliseconds()) / 1000
+                Log.warning("pausing \(host) for \(seconds) s: it failed too often in a row")
                 do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
             case .abort(let key):
                 fetcher.stop(key, keepingBody: false)

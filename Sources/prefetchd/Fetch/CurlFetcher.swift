@@ -242,14 +242,11 @@ final class CurlFetcher {
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
             pool.remove(easy)
-            // A resolver that took a second or more to fail did not answer (glibc's shortest timeout is 1 s):
-            // transient, without asking it again.
-            if code == CURLE_COULDNT_RESOLVE_HOST, transfer.stopReason == nil,
-               monotonicMilliseconds() - transfer.startedAt < 1000 {
-                concludeUnresolved(transfer)
-            } else {
-                finished.append((transfer, code))
-            }
+            // A lookup that failed at once is asked again (NXDOMAIN?). One that took a second or more met a resolver
+            // that did not answer (glibc's shortest timeout is 1 s): transient, as curl reported it.
+            let unresolvedAtOnce = code == CURLE_COULDNT_RESOLVE_HOST && transfer.stopReason == nil
+                && monotonicMilliseconds() - transfer.startedAt < 1000
+            if !(unresolvedAtOnce && askResolverAgain(transfer)) { finished.append((transfer, code)) }
             ended = true
         }
         if ended { updateHold() }
@@ -266,13 +263,13 @@ final class CurlFetcher {
     }
 
     /// A host curl could not resolve at once: `unknown_host` when the name does not exist (no retry helps), else
-    /// `network` (the resolver failed; retried).
-    private func concludeUnresolved(_ transfer: Transfer) {
-        transfer.closeFile()
+    /// `network` (the resolver failed; retried). False when the lookup thread is saturated: the failure is then
+    /// concluded as curl reported it.
+    private func askResolverAgain(_ transfer: Transfer) -> Bool {
         let host = transfer.effectiveHost ?? "?"
         let failure = Failure(code: .network, message: transfer.errorDetail ?? "Could not resolve host: \(host)",
                               isTransient: true)
-        hostLookup.check(host) { [unowned self] answer in
+        let asked = hostLookup.check(host) { [unowned self] answer in
             let outcome: Failure
             switch answer {
             case .noSuchName(let reason):
@@ -284,6 +281,8 @@ final class CurlFetcher {
             onConcluding(transfer.key)  // balances the crash guard's end in `onFinish`
             onFinish(FetchResult(key: transfer.key, headers: transfer.headers, outcome: .failure(outcome)))
         }
+        if asked { transfer.closeFile() }
+        return asked
     }
 
     private func conclude(_ transfer: Transfer, code: CURLcode) -> FetchResult {

@@ -137,13 +137,15 @@ extension Daemon {
             noStore: result.headers.noStore)
         do {
             try store.put(entry)
-            try enforceCacheLimit(sparing: result.key)
         } catch {
             store.files.remove(relative)
             let failure = Failure.local("cannot index the file", error)
             fetchEnded(result.key, .failed(failure))
             return apply(scheduler.finish(result.key, .failure(failure), now: moment))
         }
+        // The entry is indexed with its file: an eviction that fails leaves the cache over its limit for now, not
+        // this fetch failed with its file gone.
+        do { try enforceCacheLimit(sparing: result.key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
         fetchEnded(result.key, .fetched(bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
         apply(scheduler.finish(result.key, .success, now: moment))
     }

@@ -14,21 +14,26 @@ final class HostLookup {
 
     private let thread: WorkerPool
     private var waiting: [String: [(Answer) -> Void]] = [:]
-    /// Hosts looked up at once at most; beyond, a failure is taken as transient without asking.
+    /// Hosts looked up at once at most; beyond, the caller takes a failure as transient without asking.
     private static let mostHosts = 64
 
     init(loop: EventLoop) throws(SystemError) {
         thread = try WorkerPool(threads: 1, loop: loop)
     }
 
-    /// Calls `then` on the loop thread with what the resolver says of `host` now.
-    func check(_ host: String, then answer: @escaping (Answer) -> Void) {
-        if waiting[host] != nil { return waiting[host]!.append(answer) }
-        guard waiting.count < Self.mostHosts else { return answer(.transient) }
+    /// Calls `then` later, on the loop thread, with what the resolver says of `host` now; false (and no call) when
+    /// too many hosts are being looked up already.
+    func check(_ host: String, then answer: @escaping (Answer) -> Void) -> Bool {
+        if waiting[host] != nil {
+            waiting[host]!.append(answer)
+            return true
+        }
+        guard waiting.count < Self.mostHosts else { return false }
         waiting[host] = [answer]
         thread.run({ Self.lookUp(host) }, completion: { [unowned self] result in
             for answer in self.waiting.removeValue(forKey: host) ?? [] { answer(result) }
         })
+        return true
     }
 
     private static func lookUp(_ host: String) -> Answer {
