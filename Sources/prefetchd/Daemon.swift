@@ -9,7 +9,8 @@ final class Daemon {
     var options: Options
     let loop: EventLoop
     let store: Store
-    let fetcher: CurlFetcher
+    /// Carries out the scheduler's transfers and reports how each fetch ended.
+    var fetches: Fetches!
     let workers: WorkerPool
     /// What the background lane may do: a metered network, battery, power saver, quiet hours.
     var conditions: BackgroundConditions!
@@ -87,7 +88,6 @@ final class Daemon {
         loop = try EventLoop()
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         store = try Store(directory: options.cacheDirectory)
-        fetcher = try CurlFetcher(loop: loop, settings: options.fetch)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
@@ -104,11 +104,8 @@ final class Daemon {
         if swept.temporaries + swept.badRows + swept.orphans > 0 {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
         }
-        fetcher.onFinish = { [unowned self] result in self.fetchFinished(result) }
-        fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
-        fetcher.onConcluding = { [unowned self] key in self.crashGuard.begin(key) }
-        fetcher.mayConclude = { [unowned self] in self.crashGuard.isFree }
-        crashGuard.onFree = { [unowned self] in self.fetcher.concludeHeld() }
+        fetches = try Fetches(loop: loop, store: store, workers: workers, crashGuard: crashGuard, options: options)
+        fetches.onEnd = { [unowned self] key, end in self.fetchEnded(key, end) }
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
@@ -471,21 +468,21 @@ final class Daemon {
             switch action {
             case .start(let key, let lane, let revalidate):
                 transferStarted(key, lane: lane)
-                startFetch(key, lane: lane, revalidate: revalidate)
+                fetches.start(key, lane: lane, revalidate: revalidate, retry: (scheduler.task(key)?.attempts ?? 1) > 1)
             case .changeLane(let key, let lane):
-                fetcher.changeLane(key, to: lane)
+                fetches.changeLane(key, to: lane)
             case .park(let key):
-                parkTransfer(key)
+                fetches.park(key)
             case .pauseHost(let host, let until):
                 let seconds = max(0, until.milliseconds - wallClockMilliseconds()) / 1000
                 Log.warning("pausing \(host) for \(seconds) s: it failed too often in a row")
                 do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
             case .abort(let key):
-                fetcher.stop(key, keepingBody: false)
+                fetches.abort(key)
             case .answer(let waiter, let answer):
                 answerWaiter(waiter, answer)
             case .holdBackground(let held):
-                fetcher.holdBackground(held)
+                fetches.holdBackground(held)
             case .forget(let key):
                 loadedFromBacklog.remove(key)
                 taskCreatedAt.removeValue(forKey: key)
@@ -506,21 +503,15 @@ final class Daemon {
         }
     }
 
-    private func startFetch(_ key: String, lane: Lane, revalidate: Bool) {
-        var request = TransferRequest(key: key, lane: lane,
-                                      bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
-        request.freshConnection = (scheduler.task(key)?.attempts ?? 1) > 1
-        do {
-            if revalidate, let entry = try store.liveEntry(key), entry.etag != nil || entry.lastModified != nil {
-                request.conditional = (entry.etag, entry.lastModified)
-            } else {
-                request.resumeValidator = store.partialValidator(key)
-            }
-            try fetcher.start(request)
-            Log.debug("start \(lane) \(key)")
-        } catch {
-            apply(scheduler.finish(key, .failure(.local("cannot start the transfer", error)), now: Moment(milliseconds: wallClockMilliseconds())))
+    /// A fetch ended (`Fetches.onEnd`): telemetry first (it reads the task), then the cache limit after a new file,
+    /// then the scheduler, which answers the waiters and starts what comes next.
+    func fetchEnded(_ key: String, _ end: FetchEnd) {
+        observe(end, of: key)
+        if case .fetched = end {
+            // The entry is indexed with its file: an eviction that fails leaves the cache over its limit for now.
+            do { try enforceCacheLimit(sparing: key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
         }
+        apply(scheduler.finish(key, end.outcome, now: Moment(milliseconds: wallClockMilliseconds())))
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {

@@ -19,28 +19,33 @@ extension Daemon {
         if shuttingDown, op != .ping, op != .status {
             return fail(connection, request.id, WireError(.shuttingDown, "the daemon is shutting down"))
         }
+        let command: Command
+        do {
+            command = try Command(request, op: op)
+        } catch {
+            return fail(connection, request.id, error)
+        }
+        let id = request.id
         let now = wallClockMilliseconds()
-        switch op {
+        switch command {
         case .ping:
-            reply(connection, request.id, Pong())
-        case .get:
-            guard let text = request.url else { return missing("url", op, connection, request.id) }
-            get(text, request, connection: connection, now: now)
-        case .queue:
-            guard let urls = batch(request, op, connection) else { return }
-            queueBatch.append((connection, request.id, urls, request.now == true))
-        case .evict where request.all == true:
+            reply(connection, id, Pong())
+        case .get(let text, let variant, let offline, let staleAllowance):
+            get(text, variant: variant, offline: offline, staleAllowance: staleAllowance, id: id, connection: connection,
+                now: now)
+        case .queue(let urls, let urgent):
+            queueBatch.append((connection, id, urls, urgent))
+        case .evictAll:
             do {
                 let evicted = try store.removeAll(protecting: keysInUse)
                 metrics.evictions += Int64(evicted)
-                reply(connection, request.id, BatchResult(results: [], evicted: evicted))
+                reply(connection, id, BatchResult(results: [], evicted: evicted))
             } catch {
-                fail(connection, request.id, Self.wireError(error))
+                fail(connection, id, Self.wireError(error))
             }
-        case .view:
-            view(request, connection: connection, now: now)
-        case .demote, .promote, .cancel, .evict:
-            guard let urls = batch(request, op, connection) else { return }
+        case .view(let change):
+            view(change, id: id, connection: connection, now: now)
+        case .change(let op, let urls):
             let inUse = op == .evict ? keysInUse : []
             let results = urls.map { text -> ItemResult in
                 do {
@@ -50,9 +55,8 @@ extension Daemon {
                     return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
                 }
             }
-            reply(connection, request.id, BatchResult(results: results))
-        case .info:
-            guard let text = request.url else { return missing("url", op, connection, request.id) }
+            reply(connection, id, BatchResult(results: results))
+        case .info(let text):
             do {
                 let url = try CanonicalURL(text)
                 let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
@@ -60,48 +64,38 @@ extension Daemon {
                 if task == nil, try store.isQueued(url.key) {
                     task = TaskSummary(url: url.key, lane: Lane.slow.rawValue, state: .backlog, attempts: 0, waiters: 0)
                 }
-                reply(connection, request.id, URLInfo(url: text, key: url.key,
+                reply(connection, id, URLInfo(url: text, key: url.key,
                                                       cached: try store.liveEntry(url.key).map { wire($0, fromCache: true) },
                                                       task: task, failure: failure))
             } catch {
-                fail(connection, request.id, Self.wireError(error))
+                fail(connection, id, Self.wireError(error))
             }
         case .status:
-            reply(connection, request.id, status())
+            reply(connection, id, status())
         case .watch:
-            reply(connection, request.id, Watching())
+            reply(connection, id, Watching())
             startWatching(connection)
         case .metrics:
-            reply(connection, request.id, MetricsText(text: metricsText()))
+            reply(connection, id, MetricsText(text: metricsText()))
         case .formats:
             let formats = ImageFormats.available(policy: options.images).map {
                 FormatList.Format(name: $0.name, description: $0.description, mimeTypes: $0.mimeTypes,
                                   extensions: $0.extensions, allowed: $0.isAllowed)
             }
-            reply(connection, request.id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
-        case .list:
-            let limit = request.limit ?? 1000
-            guard limit >= 0 else {
-                return fail(connection, request.id, WireError(.badRequest, "limit must be 0 or more, not \(limit)"))
-            }
+            reply(connection, id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
+        case .list(let limit):
             let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
-            reply(connection, request.id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
+            reply(connection, id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
         }
     }
 
-    private func get(_ text: String, _ request: Request, connection: Connection, now: Int64) {
-        let id = request.id
+    private func get(_ text: String, variant: VariantSpec?, offline: Bool, staleAllowance: Int64?, id: RequestID?,
+                     connection: Connection, now: Int64) {
         let url: CanonicalURL
         let entry: IndexEntry?
-        let variant: VariantSpec?
-        let staleAllowance: Int64?
         do {
-            staleAllowance = try request.staleAllowance()
             url = try CanonicalURL(text)
             entry = try store.liveEntry(url.key)
-            variant = try Self.variantSpec(request)
-        } catch let error as WireError {
-            return fail(connection, id, error)
         } catch {
             return fail(connection, id, Self.wireError(error))
         }
@@ -116,7 +110,7 @@ extension Daemon {
         if state == .fresh, let entry, scheduler.task(url.key) == nil {
             return answer(entry, stale: false)
         }
-        if request.offline == true {
+        if offline {
             guard state != .missing, let entry else {
                 return fail(connection, id, WireError(.notCached, "\(url.key) is not in the cache (offline: no fetch)"))
             }
@@ -182,43 +176,11 @@ extension Daemon {
         }
     }
 
-    /// The variant `get` or `view` asks for, if any.
-    static func variantSpec(_ request: Request) throws(WireError) -> VariantSpec? {
-        guard let size = request.size else {
-            if request.fit != nil || request.format != nil || request.quality != nil || request.upscale != nil {
-                throw WireError(.badRequest, "fit, format, quality and upscale need size")
-            }
-            return nil
-        }
-        do {
-            return try VariantSpec(size: size, fit: request.fit, format: request.format, quality: request.quality,
-                                   upscale: request.upscale ?? false)
-        } catch {
-            throw WireError(.badRequest, error.message)
-        }
-    }
-
-    private func batch(_ request: Request, _ op: Operation, _ connection: Connection) -> [String]? {
-        guard let urls = request.urls ?? request.url.map({ [$0] }) else {
-            missing("urls", op, connection, request.id)
-            return nil
-        }
-        guard urls.count <= Request.maximumBatch else {
-            fail(connection, request.id, WireError(.badRequest, "at most \(Request.maximumBatch) URLs per request"))
-            return nil
-        }
-        return urls
-    }
-
-    private func missing(_ field: String, _ op: Operation, _ connection: Connection, _ id: RequestID?) {
-        fail(connection, id, WireError(.badRequest, "\(op.rawValue) needs the field \"\(field)\""))
-    }
-
     /// Queued URLs that only the durable backlog holds.
     var backlogOnly: Int64 { max(0, store.backlogCount - Int64(loadedFromBacklog.count)) }
 
     func summary(_ task: TaskInfo) -> TaskSummary {
-        let progress = fetcher.progress(task.key)
+        let progress = fetches.progress(task.key)
         let state: TaskSummary.State
         switch task.state {
         case .waiting: state = .waiting

@@ -23,33 +23,12 @@ final class View {
 }
 
 extension Daemon {
-    static let maximumViewRows = 100_000
-    static let maximumVisibleRows = 1_000
-    static let maximumLookAround = 1_000
-
-    func view(_ request: Request, connection: Connection, now: Int64) {
-        let id = request.id
-        let range: Viewport.Range?
-        let variant: VariantSpec?
-        do {
-            range = try Self.viewRange(request)
-            variant = try Self.variantSpec(request)
-        } catch {
-            return fail(connection, id, error)
-        }
+    func view(_ change: Command.ViewChange, id: RequestID?, connection: Connection, now: Int64) {
         let existing = connection.view
-        let appending = request.append == true
-        let urls = request.urls ?? []
-        guard request.urls != nil || range != nil || variant != nil else {
-            return fail(connection, id, WireError(.badRequest, "view needs urls, first and last, or size"))
-        }
-        guard urls.count <= Request.maximumBatch else {
-            return fail(connection, id, WireError(.badRequest, "at most \(Request.maximumBatch) URLs per request; "
-                                                  + "send a longer list in parts with \"append\": true"))
-        }
-        let keepsRows = request.urls == nil || appending
-        guard (keepsRows ? existing?.rows.count ?? 0 : 0) + urls.count <= Self.maximumViewRows else {
-            return fail(connection, id, WireError(.badRequest, "a view holds at most \(Self.maximumViewRows) rows"))
+        let urls = change.urls ?? []
+        let keepsRows = change.urls == nil || change.append
+        guard (keepsRows ? existing?.rows.count ?? 0 : 0) + urls.count <= Command.maximumViewRows else {
+            return fail(connection, id, WireError(.badRequest, "a view holds at most \(Command.maximumViewRows) rows"))
         }
 
         let view: View
@@ -61,7 +40,7 @@ extension Daemon {
             view = View(keys: viewKeys)
             connection.view = view
         }
-        if let variant { view.variant = variant }
+        if let variant = change.variant { view.variant = variant }
         var rejected: [ViewResult.RejectedRow] = []
         for text in urls {
             do {
@@ -72,7 +51,7 @@ extension Daemon {
                 view.rows.reject(text, error)
             }
         }
-        let plans = [view.viewport.append(rows: urls.count), range.map { view.viewport.show($0) } ?? Viewport.Plan()]
+        let plans = [view.viewport.append(rows: urls.count), change.range.map { view.viewport.show($0) } ?? Viewport.Plan()]
         let shown = view.viewport.range
         reply(connection, id, ViewResult(rows: view.rows.count, first: shown?.first, last: shown?.last,
                                          ahead: shown?.ahead, behind: shown?.behind, rejected: rejected))
@@ -186,12 +165,5 @@ extension Daemon {
             if scheduler.task(url.key) == nil { taskCreated(url.key) }
             return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
         }
-    }
-
-    // MARK: Reading the request
-
-    private static func viewRange(_ request: Request) throws(WireError) -> Viewport.Range? {
-        try request.viewRange(maximumRows: maximumViewRows, maximumVisible: maximumVisibleRows,
-                              maximumLookAround: maximumLookAround)
     }
 }

@@ -37,7 +37,7 @@ extension Daemon {
         event.backlog = backlogOnly
         var samples: [String: (bytes: Int64, time: Int64)] = [:]
         event.transfers = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }.compactMap { task in
-            guard let progress = fetcher.progress(task.key) else { return nil }
+            guard let progress = fetches.progress(task.key) else { return nil }
             samples[task.key] = (progress.received, now)
             var rate: Int64 = 0
             if let last = rateSamples[task.key], now > last.time {
@@ -69,7 +69,7 @@ extension Daemon {
 
     /// A fetch ended: the metrics, an event, a log line (at debug level when it succeeded: `summarizeActivity` says it
     /// at info), and the activity summary.
-    func fetchEnded(_ key: String, _ end: FetchEnd) {
+    func observe(_ end: FetchEnd, of key: String) {
         let lane = scheduler.task(key)?.lane.rawValue ?? "fast"
         let duration = transferStartedAt.removeValue(forKey: key).map { monotonicMilliseconds() - $0 }
         metrics.fetchEnded(lane: lane, end, seconds: duration.map { Double($0) / 1000 })

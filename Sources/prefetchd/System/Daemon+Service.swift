@@ -41,10 +41,10 @@ extension Daemon {
         options = reloaded
         Log.threshold = options.logLevel
         access = AccessPolicy(options: options, socketGroup: activation?.group)
-        fetcher.settings = options.fetch
+        fetches.reconfigure(options)
         apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
         conditions.update(policy: options.background)
-        fetcher.backgroundRateLimit = backgroundRateLimit
+        fetches.limitBackgroundRate(backgroundRateLimit)
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
         let source = options.configPath ?? "no configuration file"
         Log.info("SIGHUP: reloaded \(source)" + (applied.isEmpty ? ", nothing changed" : "; applied " + applied.joined(separator: ", ")))
@@ -57,7 +57,7 @@ extension Daemon {
     /// capped or free. Each change is logged once.
     func backgroundConditionsChanged() {
         apply(scheduler.pauseBackground(conditions.mode == .pause, now: Moment(milliseconds: wallClockMilliseconds())))
-        fetcher.backgroundRateLimit = backgroundRateLimit
+        fetches.limitBackgroundRate(backgroundRateLimit)
         Log.info("background lane: " + backgroundState.summary)
     }
 
