@@ -4,7 +4,7 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// The daemon: owns the loop, the scheduler, the fetcher, the store and the connections, all on one thread.
+/// The daemon: routes between the clients, the scheduler, the fetch side and the store, all on one thread.
 final class Daemon {
     var options: Options
     let loop: EventLoop
@@ -18,16 +18,13 @@ final class Daemon {
     var crashGuard: CrashGuard!
     var scheduler: Scheduler
     private var signals: SignalWatcher?
-    private var listenFD: Int32 = -1
+    /// The descriptors open once the daemon is set up (see `reserveDescriptors`).
+    private var baseDescriptors = 0
     /// The socket systemd passed, if any (then its path is not ours to unlink).
     var activation: SocketActivation?
-    var access: AccessPolicy
     let notifier: SystemdNotifier
-
-    var connections: [UInt64: Connection] = [:]
-    /// What all connections hold unsent (`output_budget` bounds it).
-    let output = OutputLedger()
-    private var nextClientID: UInt64 = 0
+    /// The listening socket and every connection.
+    let clients: Clients
     private var nextRequest: UInt64 = 0
     /// Variants being made, and who waits for each.
     var variantJobs: [VariantJob: [(client: UInt64, recipient: Recipient)]] = [:]
@@ -37,16 +34,6 @@ final class Daemon {
     var loadedFromBacklog: Set<String> = []
     /// `queue` requests of this turn, committed together at its end.
     var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
-    private var dirty: Set<UInt64> = []
-    /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`); served
-    /// on the next turn (`inputTimer`).
-    private var pendingInput: Set<UInt64> = [] {
-        didSet { if !pendingInput.isEmpty { inputTimer.schedule(at: 0) } }
-    }
-    private var inputTimer: LoopTimer!
-    /// How long one connection's requests may keep the loop per turn (ms), so that transfers and other clients
-    /// are served in between however many requests a client sends at once.
-    private static let inputTimePerTurn: Int64 = 5
     private var backlogCursor: Int64 = 0
     private var backlogExhausted = false
     /// Writes the access times `Store.touch` collected, every 5 s.
@@ -56,11 +43,6 @@ final class Daemon {
     /// When freed memory is next given back (`malloc_trim`); 0 for at the end of this turn.
     var nextTrim: Int64 = 0
     private var wasIdle = true
-    /// RLIMIT_NOFILE, and the descriptors open once the daemon is set up (see `clientLimit`).
-    private var descriptorLimit = 1024
-    private var baseDescriptors = 0
-    /// Watches the listener again after running out of descriptors.
-    private var acceptTimer: LoopTimer!
     var shuttingDown = false
     let startedAt = monotonicMilliseconds()
     var metrics = Metrics()
@@ -74,18 +56,13 @@ final class Daemon {
     var taskCreatedAt: [String: Int64] = [:]
     var transferStartedAt: [String: Int64] = [:]
 
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
     static let decoder = JSONDecoder()
 
     init(options: Options) throws {
         self.options = options
         Log.threshold = options.logLevel
-        access = AccessPolicy(options: options)
         loop = try EventLoop()
+        clients = Clients(loop: loop, access: AccessPolicy(options: options), outputBudget: options.outputBudget)
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         store = try Store(directory: options.cacheDirectory)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
@@ -119,12 +96,6 @@ final class Daemon {
         // Started inside quiet hours or on a metered network: nothing of the backlog starts before it is held.
         if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
-        inputTimer = loop.makeTimer { [unowned self] in
-            for id in pendingInput {
-                pendingInput.remove(id)
-                if let connection = connections[id] { serveInput(connection) }
-            }
-        }
         accessFlushTimer = loop.makeTimer { [unowned self] in
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
             accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
@@ -133,20 +104,20 @@ final class Daemon {
         retryTimer = loop.makeTimer { [unowned self] in
             apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
         }
-        acceptTimer = loop.makeTimer { [unowned self] in
-            if !shuttingDown { loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue)) }
-        }
+        clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
+        clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
+        clients.onAbandoned = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
     }
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
     func run() throws {
-        descriptorLimit = Self.raiseDescriptorLimit()
+        clients.descriptorLimit = Self.raiseDescriptorLimit()
         let (fd, path, activation) = try openListeningSocket()
-        listenFD = fd
-        baseDescriptors = openDescriptorCount()
         self.activation = activation
-        access = AccessPolicy(options: options, socketGroup: activation?.group)
-        try loop.add(listenFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
+        clients.access = AccessPolicy(options: options, socketGroup: activation?.group)
+        baseDescriptors = openDescriptorCount()
+        reserveDescriptors()
+        try clients.listen(on: fd)
         refillBacklog()
         try store.commit()
         Log.info("prefetchd \(prefetchVersion) serving \(path)\(activation == nil ? "" : " (from systemd)"), "
@@ -177,11 +148,11 @@ final class Daemon {
     private static let descriptorsPerTransfer = 4
     private static let descriptorsPerWorker = 3
 
-    /// How many clients may be connected at once: what the descriptor limit leaves once the daemon's own files
-    /// (counted at start-up) and every transfer the lanes may run are provided for.
-    var clientLimit: Int {
+    /// Keeps descriptors from the clients for the daemon's own files (counted at start-up), every transfer the lanes
+    /// may run and the workers.
+    func reserveDescriptors() {
         let transfers = (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer
-        return max(1, descriptorLimit - baseDescriptors - transfers - options.workerThreads * Self.descriptorsPerWorker)
+        clients.reservedDescriptors = baseDescriptors + transfers + options.workerThreads * Self.descriptorsPerWorker
     }
 
     // MARK: Loop hooks
@@ -195,13 +166,7 @@ final class Daemon {
         } catch {
             Log.error("cannot commit the index: \(error)")
         }
-        // Flushing may make more connections dirty (a departed client's requests answer others): until none is.
-        while !dirty.isEmpty {
-            let flushing = dirty
-            dirty.removeAll()
-            for id in flushing { flushConnection(id) }
-        }
-        if output.unsent > options.outputBudget { shedOutput() }
+        clients.flush()
         // Memory freed after a burst (a scroll storm, many clients or views gone) goes back to the system, every
         // 10 s and as soon as the work runs out; glibc would keep it for the process.
         let idle = scheduler.counts.tasks == 0
@@ -235,12 +200,11 @@ final class Daemon {
         shuttingDown = true
         Log.info("\(reason): shutting down")
         notifier.stopping(reason: reason)
-        loop.remove(listenFD)
-        close(listenFD)
+        clients.stopListening()
         if activation == nil { unlink(options.socketPath) }
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
-        for connection in connections.values {
+        for connection in clients.connections.values {
             for wait in connection.waits.values {
                 if case .request(let id) = wait.recipient { send(connection, Reply<Ignored>(id: id, error: error)) }
             }
@@ -250,183 +214,20 @@ final class Daemon {
         try? store.flushAccesses()
         try? store.stopWorking()
         try? store.commit()
-        for connection in connections.values { _ = connection.flush() }
+        clients.flushAllOnce()
         loop.stop()
     }
 
-    // MARK: Connections
+    // MARK: Clients
 
-    private func acceptClients() {
-        while true {
-            let fd = accept(listenFD, nil, nil)
-            if fd < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                if errno == EMFILE || errno == ENFILE {
-                    // Out of descriptors: stop watching the listener for a moment instead of spinning on it.
-                    Log.warning("accept: \(String(cString: strerror(errno))); refusing new clients for 100 ms "
-                                + "(\(connections.count) connected)")
-                    loop.modify(listenFD, events: 0)
-                    acceptTimer.schedule(at: monotonicMilliseconds() + 100)
-                } else if errno != EAGAIN {
-                    Log.warning("accept: \(String(cString: strerror(errno)))")
-                }
-                return
-            }
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            do {
-                let peer = try AccessPolicy.peer(of: fd)
-                guard access.admits(peer, on: fd) else {
-                    let reason = access.refusal(peer) + "; ask the administrator to add you to allowed_users or allowed_groups"
-                    AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.unauthorized, reason))
-                    close(fd)
-                    continue
-                }
-                guard connections.count < clientLimit else {
-                    AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.tooManyClients,
-                        "\(connections.count) clients are connected, as many as the descriptor limit leaves room for "
-                        + "(RLIMIT_NOFILE \(descriptorLimit), kept for the transfers and the daemon's own files); try again later"))
-                    close(fd)
-                    continue
-                }
-            } catch {
-                AccessPolicy.refuse(fd: fd, peer: nil, error: WireError(.unauthorized, "cannot check the peer: \(error)"))
-                close(fd)
-                continue
-            }
-            nextClientID += 1
-            let connection = Connection(id: nextClientID, fd: fd, ledger: output)
-            do {
-                try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] events in
-                    self.connectionReady(connection, events)
-                }
-            } catch {
-                Log.warning("\(error)")
-                close(fd)
-                continue
-            }
-            connections[connection.id] = connection
-            send(connection, Greeting())
-        }
-    }
-
-    private func connectionReady(_ connection: Connection, _ events: UInt32) {
-        if events & UInt32(EPOLLOUT.rawValue) != 0 { dirty.insert(connection.id) }
-        guard events & UInt32(EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0,
-              !connection.closeAfterFlush else { return }
-        if connection.readClosed {
-            // Only a hang-up or an error gets here (reading stopped): the client is gone both ways.
-            return closeConnection(connection)
-        }
-        guard !pendingInput.contains(connection.id) else { return }
-        serveInput(connection)
-    }
-
-    /// Handles the connection's request lines, reading more when none is buffered, for at most `inputTimePerTurn`;
-    /// what is left waits for the next turn. A client that does not read its replies is not served until it does
-    /// (`flushConnection` picks it up again).
-    private func serveInput(_ connection: Connection) {
-        let until = monotonicMilliseconds() + Self.inputTimePerTurn
-        while monotonicMilliseconds() <= until {
-            guard !connection.isBackedUp else { return }
-            switch connection.input.next() {
-            case .line(let text)?:
-                handle(text, from: connection)
-                if connection.closeAfterFlush || connections[connection.id] == nil { return }
-                continue
-            case .tooLong?:
-                send(connection, Reply<Ignored>(id: nil, error: WireError(
-                    .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
-                connection.closeAfterFlush = true
-                return
-            case nil:
-                break
-            }
-            guard let bytes = connection.read() else {
-                // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), then
-                // the connection closes (flushConnection). A reset or a full close fails the flush and closes.
-                connection.readClosed = true
-                dirty.insert(connection.id)
-                return
-            }
-            if bytes.isEmpty { return }
-            connection.input.append(bytes)
-        }
-        pendingInput.insert(connection.id)
-    }
-
-    /// The client went away without reading its replies: the requests it sent before it left are still carried out
-    /// (a `queue` is acknowledged work, a `get`'s fetch goes on), their replies dropped; then the connection closes.
-    private func abandon(_ connection: Connection) {
-        connection.discardOutput()
-        var budget = Self.abandonedInputLimit
-        while budget > 0, !connection.closeAfterFlush, connections[connection.id] != nil {
-            switch connection.input.next() {
-            case .line(let text)?:
-                handle(text, from: connection)
-                continue
-            case .tooLong?:
-                budget = 0
-                continue
-            case nil:
-                break
-            }
-            guard let bytes = connection.read(), !bytes.isEmpty else { break }
-            budget -= bytes.count
-            connection.input.append(bytes)
-        }
-        closeConnection(connection)
-        commitQueueBatch(now: wallClockMilliseconds())  // acknowledged or not, its `queue`s are durable now
-    }
-
-    /// At most this much of what a departed client left unread is still served.
-    private static let abandonedInputLimit = 1 << 20
-
-    /// Over the output budget: the clients holding the most unread output are disconnected until it fits again.
-    private func shedOutput() {
-        let share = options.outputBudget / max(1, connections.count)
-        for connection in connections.values.sorted(by: { $0.unsent > $1.unsent }) {
-            guard output.unsent > options.outputBudget else { break }
-            Log.warning("closing client \(connection.id): \(connection.unsent) bytes of replies and events unread, over its "
-                        + "share (\(share) bytes) of output_budget (\(options.outputBudget) bytes, \(output.unsent) unsent in all)")
-            closeConnection(connection)
-        }
-    }
-
-    func closeConnection(_ connection: Connection) {
-        guard connections.removeValue(forKey: connection.id) != nil else { return }
-        connection.discardOutput()
-        loop.remove(connection.fd)
-        close(connection.fd)
+    /// A client closed: its view's rows go on as background work, its waits go, the scheduler forgets its waiters.
+    private func clientClosed(_ connection: Connection) {
         closeView(of: connection)
         connection.waits.removeAll()
         apply(scheduler.disconnect(client: connection.id))
     }
 
-    private func flushConnection(_ id: UInt64) {
-        guard let connection = connections[id] else { return }
-        guard connection.flush() else { return abandon(connection) }
-        if !connection.hasPendingOutput { connection.handedOut.removeAll() }
-        if connection.closeAfterFlush && !connection.hasPendingOutput { return closeConnection(connection) }
-        if connection.readClosed && !connection.hasPendingOutput && !connection.awaitsReplies {
-            return closeConnection(connection)
-        }
-        var events: UInt32 = connection.closeAfterFlush || connection.readClosed || connection.isBackedUp
-            ? 0 : UInt32(EPOLLIN.rawValue)
-        if events != 0, connection.input.pending > 0 { pendingInput.insert(id) }
-        if connection.hasPendingOutput { events |= UInt32(EPOLLOUT.rawValue) }
-        loop.modify(connection.fd, events: events)
-    }
-
-    /// Every line to a client goes out here, passwords in URLs hidden (`user:***@`): replies, events, errors.
-    func send<T: Encodable>(_ connection: Connection, _ message: T) {
-        do {
-            connection.send(CanonicalURL.redactingUserinfo(in: Array(try Self.encoder.encode(message))))
-        } catch {
-            Log.error("cannot encode a reply: \(error)")
-        }
-        dirty.insert(connection.id)
-    }
+    func send<T: Encodable>(_ connection: Connection, _ message: T) { clients.send(connection, message) }
 
     func reply<T: Codable & Sendable>(_ connection: Connection, _ id: RequestID?, _ result: T) {
         send(connection, Reply(id: id, result: result))
@@ -459,6 +260,92 @@ final class Daemon {
         case (.request(let id), .failure(let error)): fail(connection, id, error)
         case (.row(let row, let url), _): send(connection, viewEvent(row: row, url: url, outcome))
         }
+    }
+
+    // MARK: Requests
+
+    /// Every request line: decoded into a command (a bad one is answered with its error), then routed.
+    func handle(_ line: [UInt8], from connection: Connection) {
+        let request: Request
+        do {
+            request = try Self.decoder.decode(Request.self, from: Data(line))
+        } catch {
+            return fail(connection, nil, WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
+        }
+        guard let op = Operation(rawValue: request.op) else {
+            let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")
+            return fail(connection, request.id, WireError(.unknownOp, "unknown op '\(request.op)' (known: \(known))"))
+        }
+        if shuttingDown, op != .ping, op != .status {
+            return fail(connection, request.id, WireError(.shuttingDown, "the daemon is shutting down"))
+        }
+        let command: Command
+        do {
+            command = try Command(request, op: op)
+        } catch {
+            return fail(connection, request.id, error)
+        }
+        let id = request.id
+        let now = wallClockMilliseconds()
+        switch command {
+        case .ping: reply(connection, id, Pong())
+        case .get(let text, let variant, let offline, let staleAllowance):
+            get(text, variant: variant, offline: offline, staleAllowance: staleAllowance, id: id, connection: connection,
+                now: now)
+        case .queue(let urls, let urgent): queueBatch.append((connection, id, urls, urgent))
+        case .evictAll: evictAll(id, connection)
+        case .view(let change): view(change, id: id, connection: connection, now: now)
+        case .change(let op, let urls): change(op, urls, id, connection, now: now)
+        case .info(let text): info(text, id, connection, now: now)
+        case .status: reply(connection, id, status())
+        case .watch:
+            reply(connection, id, Watching())
+            startWatching(connection)
+        case .metrics: reply(connection, id, MetricsText(text: metricsText()))
+        case .formats: formats(id, connection)
+        case .list(let limit): list(limit, id, connection)
+        }
+    }
+
+    /// `get`: from the cache when it may, else a `Wait` on the connection and the scheduler's decision.
+    private func get(_ text: String, variant: VariantSpec?, offline: Bool, staleAllowance: Int64?, id: RequestID?,
+                     connection: Connection, now: Int64) {
+        let url: CanonicalURL
+        let entry: IndexEntry?
+        do {
+            url = try CanonicalURL(text)
+            entry = try store.liveEntry(url.key)
+        } catch {
+            return fail(connection, id, Self.wireError(error))
+        }
+        /// Answers from the cached entry: the original, or its variant.
+        func answer(_ entry: IndexEntry, stale: Bool) {
+            metrics.cacheHits += 1
+            store.touch(url.key, now: now)
+            if variant == nil { metrics.getLatency.observe(0) }
+            deliver(entry, variant: variant, fromCache: true, stale: stale, on: connection, to: .request(id))
+        }
+        let state = cacheState(entry, now: now)
+        if state == .fresh, let entry, scheduler.task(url.key) == nil {
+            return answer(entry, stale: false)
+        }
+        if offline {
+            guard state != .missing, let entry else {
+                return fail(connection, id, WireError(.notCached, "\(url.key) is not in the cache (offline: no fetch)"))
+            }
+            return answer(entry, stale: state == .stale)
+        }
+        if state == .stale, let entry, !entry.mustRevalidate, let staleAllowance,
+           now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
+            answer(entry, stale: true)
+            taskCreated(url.key)
+            let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
+            return apply(actions)
+        }
+        metrics.cacheMisses += 1
+        let waiter = newWait(on: connection, for: url.key, variant: variant, recipient: .request(id))
+        if scheduler.task(url.key) == nil { taskCreated(url.key) }
+        apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
     }
 
     // MARK: Scheduler actions
@@ -515,7 +402,7 @@ final class Daemon {
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
-        guard let connection = connections[waiter.client],
+        guard let connection = clients.connections[waiter.client],
               let pending = connection.waits.removeValue(forKey: waiter.request) else { return }
         metrics.getLatency.observe(Double(monotonicMilliseconds() - pending.since) / 1000)
         if case .row(let row, _) = pending.recipient { connection.view?.rowAnswered(row, waiter: waiter) }
@@ -546,14 +433,14 @@ final class Daemon {
     /// Keys whose files are in use: waited for, or the originals of variants being made. Not even `evict` removes
     /// them.
     var keysInUse: Set<String> {
-        connections.values.reduce(into: Set(variantJobs.keys.map(\.key))) { keys, connection in
+        clients.connections.values.reduce(into: Set(variantJobs.keys.map(\.key))) { keys, connection in
             for wait in connection.waits.values { keys.insert(wait.key) }
         }
     }
 
     /// Keys the size limit spares: those in use, and those named in replies not yet written to their clients.
     var protectedKeys: Set<String> {
-        connections.values.reduce(into: keysInUse) { $0.formUnion($1.handedOut) }
+        clients.connections.values.reduce(into: keysInUse) { $0.formUnion($1.handedOut) }
     }
 
     func wire(_ entry: IndexEntry, fromCache: Bool, stale: Bool = false) -> CacheEntry {

@@ -85,7 +85,7 @@ extension Daemon {
     }
 
     private func answerVariant(_ client: UInt64, _ recipient: Recipient, _ outcome: Result<CacheEntry, Failure>) {
-        guard let connection = connections[client] else { return }
+        guard let connection = clients.connections[client] else { return }
         deliver(outcome.mapError { WireError($0) }, to: recipient, on: connection)
     }
 

@@ -73,7 +73,7 @@ struct AccessPolicy {
     static func refuse(fd: Int32, peer: Peer?, error: WireError) {
         let who = peer.map { "uid \($0.uid) (\(Options.userName($0.uid))), gid \($0.gid), pid \($0.pid)" } ?? "an unknown peer"
         Log.warning("refused a connection from \(who): \(error.message)")
-        guard var line = try? Array(Daemon.encoder.encode(Reply<Ignored>(id: nil, error: error))) else { return }
+        guard var line = try? Array(Clients.encoder.encode(Reply<Ignored>(id: nil, error: error))) else { return }
         line.append(0x0A)
         _ = line.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
     }

@@ -3,130 +3,58 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// The one dispatch switch: every protocol operation.
+/// The operations besides `get` and `view`: batch changes, info, list, status, formats.
 extension Daemon {
-    func handle(_ line: [UInt8], from connection: Connection) {
-        let request: Request
+    func evictAll(_ id: RequestID?, _ connection: Connection) {
         do {
-            request = try Self.decoder.decode(Request.self, from: Data(line))
+            let evicted = try store.removeAll(protecting: keysInUse)
+            metrics.evictions += Int64(evicted)
+            reply(connection, id, BatchResult(results: [], evicted: evicted))
         } catch {
-            return fail(connection, nil, WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
-        }
-        guard let op = Operation(rawValue: request.op) else {
-            let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")
-            return fail(connection, request.id, WireError(.unknownOp, "unknown op '\(request.op)' (known: \(known))"))
-        }
-        if shuttingDown, op != .ping, op != .status {
-            return fail(connection, request.id, WireError(.shuttingDown, "the daemon is shutting down"))
-        }
-        let command: Command
-        do {
-            command = try Command(request, op: op)
-        } catch {
-            return fail(connection, request.id, error)
-        }
-        let id = request.id
-        let now = wallClockMilliseconds()
-        switch command {
-        case .ping:
-            reply(connection, id, Pong())
-        case .get(let text, let variant, let offline, let staleAllowance):
-            get(text, variant: variant, offline: offline, staleAllowance: staleAllowance, id: id, connection: connection,
-                now: now)
-        case .queue(let urls, let urgent):
-            queueBatch.append((connection, id, urls, urgent))
-        case .evictAll:
-            do {
-                let evicted = try store.removeAll(protecting: keysInUse)
-                metrics.evictions += Int64(evicted)
-                reply(connection, id, BatchResult(results: [], evicted: evicted))
-            } catch {
-                fail(connection, id, Self.wireError(error))
-            }
-        case .view(let change):
-            view(change, id: id, connection: connection, now: now)
-        case .change(let op, let urls):
-            let inUse = op == .evict ? keysInUse : []
-            let results = urls.map { text -> ItemResult in
-                do {
-                    let url = try CanonicalURL(text)
-                    return ItemResult(url: text, key: url.key, status: try change(op, url, inUse: inUse, now: now))
-                } catch {
-                    return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
-                }
-            }
-            reply(connection, id, BatchResult(results: results))
-        case .info(let text):
-            do {
-                let url = try CanonicalURL(text)
-                let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
-                var task = scheduler.task(url.key).map(summary)
-                if task == nil, try store.isQueued(url.key) {
-                    task = TaskSummary(url: url.key, lane: Lane.slow.rawValue, state: .backlog, attempts: 0, waiters: 0)
-                }
-                reply(connection, id, URLInfo(url: text, key: url.key,
-                                                      cached: try store.liveEntry(url.key).map { wire($0, fromCache: true) },
-                                                      task: task, failure: failure))
-            } catch {
-                fail(connection, id, Self.wireError(error))
-            }
-        case .status:
-            reply(connection, id, status())
-        case .watch:
-            reply(connection, id, Watching())
-            startWatching(connection)
-        case .metrics:
-            reply(connection, id, MetricsText(text: metricsText()))
-        case .formats:
-            let formats = ImageFormats.available(policy: options.images).map {
-                FormatList.Format(name: $0.name, description: $0.description, mimeTypes: $0.mimeTypes,
-                                  extensions: $0.extensions, allowed: $0.isAllowed)
-            }
-            reply(connection, id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
-        case .list(let limit):
-            let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
-            reply(connection, id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
+            fail(connection, id, Self.wireError(error))
         }
     }
 
-    private func get(_ text: String, variant: VariantSpec?, offline: Bool, staleAllowance: Int64?, id: RequestID?,
-                     connection: Connection, now: Int64) {
-        let url: CanonicalURL
-        let entry: IndexEntry?
-        do {
-            url = try CanonicalURL(text)
-            entry = try store.liveEntry(url.key)
-        } catch {
-            return fail(connection, id, Self.wireError(error))
-        }
-        /// Answers from the cached entry: the original, or its variant.
-        func answer(_ entry: IndexEntry, stale: Bool) {
-            metrics.cacheHits += 1
-            store.touch(url.key, now: now)
-            if variant == nil { metrics.getLatency.observe(0) }
-            deliver(entry, variant: variant, fromCache: true, stale: stale, on: connection, to: .request(id))
-        }
-        let state = cacheState(entry, now: now)
-        if state == .fresh, let entry, scheduler.task(url.key) == nil {
-            return answer(entry, stale: false)
-        }
-        if offline {
-            guard state != .missing, let entry else {
-                return fail(connection, id, WireError(.notCached, "\(url.key) is not in the cache (offline: no fetch)"))
+    func change(_ op: Operation, _ urls: [String], _ id: RequestID?, _ connection: Connection, now: Int64) {
+        let inUse = op == .evict ? keysInUse : []
+        let results = urls.map { text -> ItemResult in
+            do {
+                let url = try CanonicalURL(text)
+                return ItemResult(url: text, key: url.key, status: try change(op, url, inUse: inUse, now: now))
+            } catch {
+                return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
             }
-            return answer(entry, stale: state == .stale)
         }
-        if state == .stale, let entry, !entry.mustRevalidate, let staleAllowance,
-           now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
-            answer(entry, stale: true)
-            taskCreated(url.key)
-            let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
-            return apply(actions)
+        reply(connection, id, BatchResult(results: results))
+    }
+
+    func info(_ text: String, _ id: RequestID?, _ connection: Connection, now: Int64) {
+        do {
+            let url = try CanonicalURL(text)
+            let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
+            var task = scheduler.task(url.key).map(summary)
+            if task == nil, try store.isQueued(url.key) {
+                task = TaskSummary(url: url.key, lane: Lane.slow.rawValue, state: .backlog, attempts: 0, waiters: 0)
+            }
+            reply(connection, id, URLInfo(url: text, key: url.key,
+                                          cached: try store.liveEntry(url.key).map { wire($0, fromCache: true) },
+                                          task: task, failure: failure))
+        } catch {
+            fail(connection, id, Self.wireError(error))
         }
-        metrics.cacheMisses += 1
-        let waiter = newWait(on: connection, for: url.key, variant: variant, recipient: .request(id))
-        if scheduler.task(url.key) == nil { taskCreated(url.key) }
-        apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
+    }
+
+    func formats(_ id: RequestID?, _ connection: Connection) {
+        let formats = ImageFormats.available(policy: options.images).map {
+            FormatList.Format(name: $0.name, description: $0.description, mimeTypes: $0.mimeTypes,
+                              extensions: $0.extensions, allowed: $0.isAllowed)
+        }
+        reply(connection, id, FormatList(formats: formats, missing: ImageFormats.unavailable(policy: options.images)))
+    }
+
+    func list(_ limit: Int, _ id: RequestID?, _ connection: Connection) {
+        let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
+        reply(connection, id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
     }
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
@@ -191,7 +119,7 @@ extension Daemon {
                            waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
     }
 
-    private func status() -> StatusReport {
+    func status() -> StatusReport {
         let counts = scheduler.counts
         return StatusReport(
             version: prefetchVersion, pid: getpid(), uptime: (monotonicMilliseconds() - startedAt) / 1000,
@@ -201,7 +129,7 @@ extension Daemon {
             backlog: backlogOnly,
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
                          hits: metrics.cacheHits, misses: metrics.cacheMisses, directory: options.cacheDirectory),
-            connections: connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
+            connections: clients.connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
             pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) },
             waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }, background: backgroundState)
     }

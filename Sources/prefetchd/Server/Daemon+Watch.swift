@@ -17,7 +17,7 @@ extension Daemon {
     /// misses events).
     func broadcast(_ event: Event) {
         var watched = false
-        for connection in connections.values where connection.isWatching {
+        for connection in clients.connections.values where connection.isWatching {
             watched = true
             if !connection.isLagging { send(connection, event) }
         }
@@ -25,7 +25,7 @@ extension Daemon {
     }
 
     func sendSnapshot() {
-        guard connections.values.contains(where: \.isWatching) else { return snapshotTicker.disarm() }
+        guard clients.connections.values.contains(where: \.isWatching) else { return snapshotTicker.disarm() }
         let now = monotonicMilliseconds()
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
@@ -114,8 +114,8 @@ extension Daemon {
             running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
-            cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: connections.count,
-            views: connections.values.count { $0.view != nil }, pausedHosts: scheduler.paused.count, background: backgroundState))
+            cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.connections.count,
+            views: clients.connections.values.count { $0.view != nil }, pausedHosts: scheduler.paused.count, background: backgroundState))
     }
 
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).

@@ -40,7 +40,9 @@ extension Daemon {
         let (reloaded, applied, needRestart) = options.reloaded(next)
         options = reloaded
         Log.threshold = options.logLevel
-        access = AccessPolicy(options: options, socketGroup: activation?.group)
+        clients.access = AccessPolicy(options: options, socketGroup: activation?.group)
+        clients.outputBudget = options.outputBudget
+        reserveDescriptors()
         fetches.reconfigure(options)
         apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
         conditions.update(policy: options.background)
@@ -73,6 +75,6 @@ extension Daemon {
             + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
             + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
-            + ", \(backlogOnly) in backlog; \(connections.count) client\(connections.count == 1 ? "" : "s")"
+            + ", \(backlogOnly) in backlog; \(clients.connections.count) client\(clients.connections.count == 1 ? "" : "s")"
     }
 }
