@@ -63,12 +63,7 @@ def run(args, table, processes, scratch_dirs):
                 right_after_ack += 1
         else:
             time.sleep(rng.uniform(0.2, 1.8))
-        up.clear()
-        daemon.kill9()
-        began = time.monotonic()
-        daemon.start(timeout=120)
-        restarts.append(time.monotonic() - began)
-        up.set()
+        restarts.append(daemon.restart_after_kill9(up))
     log(f"chaos: {kills} kills done; queuer done={state['done']}")
     thread.join(600)
     table.add(GROUP, f"kill -9 x{kills}, restart each time", f"{kills} restarts, each greets",

@@ -860,12 +860,7 @@ def kills(s):
             acked_now.wait(3)  # right after an acknowledgement
         else:
             time.sleep(rng.uniform(0.5, 2.5))
-        up.clear()
-        daemon.kill9()
-        began = time.monotonic()
-        daemon.start(timeout=120)
-        restarts.append(time.monotonic() - began)
-        up.set()
+        restarts.append(daemon.restart_after_kill9(up))
     thread.join(300)
     s.drained(daemon, 180 if quick else 900)
     missing, wrong = s.check_cached(daemon, sorted(state["acked"]))

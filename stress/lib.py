@@ -278,6 +278,15 @@ class Daemon:
         self.process.wait()
         self.processes.live.remove(self.process)
 
+    def restart_after_kill9(self, up):
+        """kill -9, then start again; `up` is clear while it is down. Returns how long the start took (s)."""
+        up.clear()
+        self.kill9()
+        began = time.monotonic()
+        self.start(timeout=120)
+        up.set()
+        return time.monotonic() - began
+
     def stop(self):
         if self.process is not None:
             self.sample()

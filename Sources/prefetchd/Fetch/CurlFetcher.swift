@@ -41,7 +41,7 @@ final class CurlFetcher {
     static let longestHold: Int64 = 15_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
-    /// Called just before a finished transfer's response is interpreted, or its failure reported.
+    /// Called just before a finished transfer's response is interpreted.
     var onConcluding: (String) -> Void = { _ in }
     /// Whether a finished transfer's response may be interpreted now; when not, it waits for `concludeHeld()`.
     var mayConclude: () -> Bool = { true }
@@ -93,10 +93,7 @@ final class CurlFetcher {
         failedRestartsTimer = loop.makeTimer { [unowned self] in
             let failures = self.failedRestarts
             self.failedRestarts = []
-            for failure in failures {
-                self.onConcluding(failure.key)
-                self.onFinish(failure)
-            }
+            for failure in failures { self.onFinish(failure) }
         }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
@@ -266,7 +263,7 @@ final class CurlFetcher {
     /// `network` (the resolver failed; retried). False when the lookup thread is saturated: the failure is then
     /// concluded as curl reported it.
     private func askResolverAgain(_ transfer: Transfer) -> Bool {
-        let host = transfer.effectiveHost ?? "?"
+        guard let host = transfer.effectiveHost else { return false }
         let failure = Failure(code: .network, message: transfer.errorDetail ?? "Could not resolve host: \(host)",
                               isTransient: true)
         let asked = hostLookup.check(host) { [unowned self] answer in
@@ -278,7 +275,6 @@ final class CurlFetcher {
             case .transient:
                 outcome = failure
             }
-            onConcluding(transfer.key)  // balances the crash guard's end in `onFinish`
             onFinish(FetchResult(key: transfer.key, headers: transfer.headers, outcome: .failure(outcome)))
         }
         if asked { transfer.closeFile() }

@@ -25,6 +25,9 @@ final class Fetches {
     private let fetcher: CurlFetcher
     private let workers: WorkerPool
     private let crashGuard: CrashGuard
+    /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
+    /// interpreted no response, such as an unresolved name, never began one; a variant of the same key may run.)
+    private var guarded: Set<String> = []
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
@@ -40,7 +43,10 @@ final class Fetches {
         defaultTTL = options.defaultTTL
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
-        fetcher.onConcluding = { [unowned self] key in self.crashGuard.begin(key) }
+        fetcher.onConcluding = { [unowned self] key in
+            self.guarded.insert(key)
+            self.crashGuard.begin(key)
+        }
         fetcher.mayConclude = { [unowned self] in self.crashGuard.isFree }
         crashGuard.onFree = { [unowned self] in self.fetcher.concludeHeld() }
     }
@@ -122,7 +128,7 @@ final class Fetches {
         let key = result.key
         switch result.outcome {
         case .failure(let failure):
-            crashGuard.end(key)
+            endGuardedStep(key)
             do {
                 // A transient failure keeps what a resume can continue from; a refused resume (416) starts over.
                 let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
@@ -140,7 +146,7 @@ final class Fetches {
             } catch {
                 Log.error("cannot refresh \(key): \(error)")
             }
-            crashGuard.end(key)
+            endGuardedStep(key)
             onEnd(key, .revalidated)
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
@@ -169,10 +175,14 @@ final class Fetches {
         }
     }
 
+    private func endGuardedStep(_ key: String) {
+        if guarded.remove(key) != nil { crashGuard.end(key) }
+    }
+
     /// The body passed its checks and is in place under `files/`: it is indexed.
     private func installed(_ result: FetchResult, relative: String, bytes: Int64, sha256: String,
                            outcome: Result<ImageInfo?, Failure>) {
-        crashGuard.end(result.key)
+        endGuardedStep(result.key)
         let info: ImageInfo?
         switch outcome {
         case .failure(let failure):
