@@ -4,57 +4,46 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// The daemon: routes between the clients, the scheduler, the fetch side and the store, all on one thread.
+/// The daemon: routes requests and events between its components (the clients, the scheduler, the fetch side, the
+/// variants, the store, the telemetry), all on one thread. What it keeps itself is only for routing: the components,
+/// the turn's `queue` batch, its timers, whether it is shutting down.
 final class Daemon {
     var options: Options
-    let loop: EventLoop
+    private let loop: EventLoop
     let store: Store
     /// Carries out the scheduler's transfers and reports how each fetch ended.
     var fetches: Fetches!
-    let workers: WorkerPool
+    /// Makes resized variants, once each however many ask, and reports how each job ended.
+    var variants: Variants!
+    private let workers: WorkerPool
     /// What the background lane may do: a metered network, battery, power saver, quiet hours.
     var conditions: BackgroundConditions!
     /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
-    var crashGuard: CrashGuard!
+    private var crashGuard: CrashGuard!
     var scheduler: Scheduler
     private var signals: SignalWatcher?
-    /// The descriptors open once the daemon is set up (see `reserveDescriptors`).
-    private var baseDescriptors = 0
-    /// The socket systemd passed, if any (then its path is not ours to unlink).
-    var activation: SocketActivation?
     let notifier: SystemdNotifier
     /// The listening socket and every connection.
     let clients: Clients
-    private var nextRequest: UInt64 = 0
-    /// Variants being made, and who waits for each.
-    var variantJobs: [VariantJob: [(client: UInt64, recipient: Recipient)]] = [:]
+    /// The metrics, the events for watchers, the log lines about fetches.
+    let telemetry = Telemetry()
     /// The keys of all views' rows, each held once.
     let viewKeys = ViewKeys()
-    /// Keys the scheduler holds because they were loaded from the durable backlog.
-    var loadedFromBacklog: Set<String> = []
+    /// Which of the durable queue's URLs the scheduler holds.
+    var backlog = BacklogWindow()
+    /// Gives freed memory back to the system after a burst.
+    var memory = MemoryTrimmer()
     /// `queue` requests of this turn, committed together at its end.
-    var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
-    private var backlogCursor: Int64 = 0
-    private var backlogExhausted = false
+    private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
     /// Writes the access times `Store.touch` collected, every 5 s.
     private var accessFlushTimer: LoopTimer!
     /// Runs the scheduler's retries and expiries when the earliest is due.
     private var retryTimer: LoopTimer!
-    /// When freed memory is next given back (`malloc_trim`); 0 for at the end of this turn.
-    var nextTrim: Int64 = 0
-    private var wasIdle = true
-    var shuttingDown = false
-    let startedAt = monotonicMilliseconds()
-    var metrics = Metrics()
-    /// The fetches since the last activity line in the log (`summarizeActivity`).
-    var activity = ActivitySummary(since: monotonicMilliseconds())
+    /// `watch` snapshots every 500 ms while someone watches; `metrics_textfile` every 5 s when set.
     var snapshotTicker: Ticker!
     var metricsTicker: Ticker!
-    /// Per running transfer: bytes and time at the last snapshot, for rates.
-    var rateSamples: [String: (bytes: Int64, time: Int64)] = [:]
-    /// Monotonic ms: when each task was created, each transfer started.
-    var taskCreatedAt: [String: Int64] = [:]
-    var transferStartedAt: [String: Int64] = [:]
+    /// After SIGTERM or SIGINT: requests but `ping` and `status` are refused.
+    var shuttingDown = false
 
     static let decoder = JSONDecoder()
 
@@ -62,7 +51,7 @@ final class Daemon {
         self.options = options
         Log.threshold = options.logLevel
         loop = try EventLoop()
-        clients = Clients(loop: loop, access: AccessPolicy(options: options), outputBudget: options.outputBudget)
+        clients = Clients(loop: loop, options: options)
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         store = try Store(directory: options.cacheDirectory)
         workers = try WorkerPool(threads: options.workerThreads, loop: loop)
@@ -83,6 +72,8 @@ final class Daemon {
         }
         fetches = try Fetches(loop: loop, store: store, workers: workers, crashGuard: crashGuard, options: options)
         fetches.onEnd = { [unowned self] key, end in self.fetchEnded(key, end) }
+        variants = Variants(store: store, workers: workers, crashGuard: crashGuard, options: options)
+        variants.onEnd = { [unowned self] job, outcome in self.variantEnded(job, outcome) }
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
@@ -111,13 +102,10 @@ final class Daemon {
 
     /// Binds the socket and serves until SIGTERM or SIGINT.
     func run() throws {
-        clients.descriptorLimit = Self.raiseDescriptorLimit()
+        let descriptorLimit = Self.raiseDescriptorLimit()
         let (fd, path, activation) = try openListeningSocket()
-        self.activation = activation
-        clients.access = AccessPolicy(options: options, socketGroup: activation?.group)
-        baseDescriptors = openDescriptorCount()
-        reserveDescriptors()
-        try clients.listen(on: fd)
+        clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
+        try clients.listen(on: fd, path: path, activation: activation, options: options)
         refillBacklog()
         try store.commit()
         Log.info("prefetchd \(prefetchVersion) serving \(path)\(activation == nil ? "" : " (from systemd)"), "
@@ -148,11 +136,9 @@ final class Daemon {
     private static let descriptorsPerTransfer = 4
     private static let descriptorsPerWorker = 3
 
-    /// Keeps descriptors from the clients for the daemon's own files (counted at start-up), every transfer the lanes
-    /// may run and the workers.
-    func reserveDescriptors() {
-        let transfers = (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer
-        clients.reservedDescriptors = baseDescriptors + transfers + options.workerThreads * Self.descriptorsPerWorker
+    /// The descriptors kept from the clients for every transfer the lanes may run and the workers.
+    var workDescriptors: Int {
+        (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer + options.workerThreads * Self.descriptorsPerWorker
     }
 
     // MARK: Loop hooks
@@ -167,15 +153,8 @@ final class Daemon {
             Log.error("cannot commit the index: \(error)")
         }
         clients.flush()
-        // Memory freed after a burst (a scroll storm, many clients or views gone) goes back to the system, every
-        // 10 s and as soon as the work runs out; glibc would keep it for the process.
-        let idle = scheduler.counts.tasks == 0
-        if monotonicMilliseconds() >= nextTrim || idle && !wasIdle {
-            malloc_trim(0)
-            nextTrim = monotonicMilliseconds() + 10_000
-        }
-        summarizeActivity(workRanOut: idle && !wasIdle)
-        wasIdle = idle
+        let workRanOut = memory.turnEnded(idle: scheduler.counts.tasks == 0)
+        telemetry.summarizeActivity(workRanOut: workRanOut, queued: scheduler.counts.slowWaiting + Int(backlogOnly))
         // The scheduler's clock is the wall clock; the loop's is monotonic.
         retryTimer.schedule(at: scheduler.nextDeadline.map {
             monotonicMilliseconds() + max(0, $0.milliseconds - wallClockMilliseconds())
@@ -201,14 +180,12 @@ final class Daemon {
         Log.info("\(reason): shutting down")
         notifier.stopping(reason: reason)
         clients.stopListening()
-        if activation == nil { unlink(options.socketPath) }
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
-        for connection in clients.connections.values {
-            for wait in connection.waits.values {
+        for connection in clients.all {
+            for wait in connection.takeAllWaits() {
                 if case .request(let id) = wait.recipient { send(connection, Reply<Ignored>(id: id, error: error)) }
             }
-            connection.waits.removeAll()
         }
         commitQueueBatch(now: wallClockMilliseconds())
         try? store.flushAccesses()
@@ -223,7 +200,7 @@ final class Daemon {
     /// A client closed: its view's rows go on as background work, its waits go, the scheduler forgets its waiters.
     private func clientClosed(_ connection: Connection) {
         closeView(of: connection)
-        connection.waits.removeAll()
+        _ = connection.takeAllWaits()
         apply(scheduler.disconnect(client: connection.id))
     }
 
@@ -237,24 +214,17 @@ final class Daemon {
         send(connection, Reply<Ignored>(id: id, error: error))
     }
 
-    /// Registers what `connection` now waits for; the scheduler answers the waiter returned.
-    func newWait(on connection: Connection, for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
-        nextRequest += 1
-        connection.waits[nextRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
-        return Waiter(client: connection.id, request: nextRequest)
-    }
-
     /// Answers with the cached `entry`, or with its `variant` (made when it does not exist yet).
     func deliver(_ entry: IndexEntry, variant: VariantSpec?, fromCache: Bool, stale: Bool = false, on connection: Connection,
                  to recipient: Recipient) {
-        if let variant { return deliverVariant(of: entry, variant, client: connection.id, to: recipient) }
+        if let variant { return deliverVariant(of: entry, variant, on: connection, to: recipient) }
         deliver(.success(wire(entry, fromCache: fromCache, stale: stale)), to: recipient, on: connection)
     }
 
     /// Sends an answer: as the reply to a request, or as a view's event for a row.
     func deliver(_ outcome: Result<CacheEntry, WireError>, to recipient: Recipient, on connection: Connection) {
         // Index rows use the key as their URL.
-        if case .success(let entry) = outcome { connection.handedOut.insert(entry.url) }
+        if case .success(let entry) = outcome { connection.handOut(entry.url) }
         switch (recipient, outcome) {
         case (.request(let id), .success(let entry)): reply(connection, id, entry)
         case (.request(let id), .failure(let error)): fail(connection, id, error)
@@ -320,9 +290,9 @@ final class Daemon {
         }
         /// Answers from the cached entry: the original, or its variant.
         func answer(_ entry: IndexEntry, stale: Bool) {
-            metrics.cacheHits += 1
+            telemetry.cacheHit()
             store.touch(url.key, now: now)
-            if variant == nil { metrics.getLatency.observe(0) }
+            if variant == nil { telemetry.getAnsweredAtOnce() }
             deliver(entry, variant: variant, fromCache: true, stale: stale, on: connection, to: .request(id))
         }
         let state = cacheState(entry, now: now)
@@ -342,8 +312,8 @@ final class Daemon {
             let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
             return apply(actions)
         }
-        metrics.cacheMisses += 1
-        let waiter = newWait(on: connection, for: url.key, variant: variant, recipient: .request(id))
+        telemetry.cacheMiss()
+        let waiter = connection.addWait(for: url.key, variant: variant, recipient: .request(id))
         if scheduler.task(url.key) == nil { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
     }
@@ -371,9 +341,8 @@ final class Daemon {
             case .holdBackground(let held):
                 fetches.holdBackground(held)
             case .forget(let key):
-                loadedFromBacklog.remove(key)
-                taskCreatedAt.removeValue(forKey: key)
-                transferStartedAt.removeValue(forKey: key)
+                backlog.forget(key)
+                telemetry.taskForgotten(key)
                 do {
                     try store.dequeue(key)
                     try store.removePartial(key)
@@ -402,9 +371,8 @@ final class Daemon {
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
-        guard let connection = clients.connections[waiter.client],
-              let pending = connection.waits.removeValue(forKey: waiter.request) else { return }
-        metrics.getLatency.observe(Double(monotonicMilliseconds() - pending.since) / 1000)
+        guard let connection = clients.connection(waiter.client), let pending = connection.takeWait(waiter) else { return }
+        telemetry.getAnswered(waitingSince: pending.since)
         if case .row(let row, _) = pending.recipient { connection.view?.rowAnswered(row, waiter: waiter) }
         let key = pending.key, recipient = pending.recipient
         switch answer {
@@ -432,16 +400,10 @@ final class Daemon {
 
     /// Keys whose files are in use: waited for, or the originals of variants being made. Not even `evict` removes
     /// them.
-    var keysInUse: Set<String> {
-        clients.connections.values.reduce(into: Set(variantJobs.keys.map(\.key))) { keys, connection in
-            for wait in connection.waits.values { keys.insert(wait.key) }
-        }
-    }
+    var keysInUse: Set<String> { clients.waitedKeys.union(variants.originalsInUse) }
 
     /// Keys the size limit spares: those in use, and those named in replies not yet written to their clients.
-    var protectedKeys: Set<String> {
-        clients.connections.values.reduce(into: keysInUse) { $0.formUnion($1.handedOut) }
-    }
+    var protectedKeys: Set<String> { keysInUse.union(clients.keysHandedOut) }
 
     func wire(_ entry: IndexEntry, fromCache: Bool, stale: Bool = false) -> CacheEntry {
         CacheEntry(url: entry.url, path: store.files.absolute(entry.file), bytes: entry.bytes, sha256: entry.sha256,
@@ -484,8 +446,8 @@ final class Daemon {
             for (index, request) in batch.enumerated() where request.now {
                 replies[index].2 = replies[index].2.map { fetchNow($0, now: now) }
             }
-            metrics.queued += Int64(queued)
-            if queued > 0 { backlogExhausted = false }
+            telemetry.queued(queued)
+            if queued > 0 { backlog.queued() }
             for (connection, id, results) in replies { reply(connection, id, BatchResult(results: results)) }
         } catch {
             store.rollback()
@@ -522,7 +484,7 @@ final class Daemon {
         if scheduler.task(url.key) != nil {
             // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
             // and a view's tentative task is adopted, so that scrolling away no longer drops it.
-            if try store.enqueue(key: url.key, url: url.key, now: now) { loadedFromBacklog.insert(url.key) }
+            if try store.enqueue(key: url.key, url: url.key, now: now) { backlog.hold(url.key) }
             _ = scheduler.queue(url, cache: .missing, now: Moment(milliseconds: now))
             return ItemResult(url: text, key: url.key, status: .already)
         }
@@ -537,14 +499,14 @@ final class Daemon {
 
     /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index.
     private func refillBacklog() {
-        guard !backlogExhausted, !shuttingDown, scheduler.counts.slowWaiting < options.backlogWindow / 2 else { return }
+        guard !shuttingDown,
+              let wanted = backlog.rowsWanted(slowWaiting: scheduler.counts.slowWaiting, window: options.backlogWindow) else { return }
         do {
-            let wanted = options.backlogWindow - scheduler.counts.slowWaiting
-            let rows = try store.backlog(after: backlogCursor, limit: wanted)
-            if rows.count < wanted { backlogExhausted = true }
+            let rows = try store.backlog(after: backlog.readsAfter, limit: wanted)
+            backlog.read(rows.count, of: wanted)
             let now = wallClockMilliseconds()
             for row in rows {
-                backlogCursor = row.seq
+                backlog.passed(row.seq)
                 guard let url = try? CanonicalURL(row.url) else {
                     try store.dequeue(row.key)
                     continue
@@ -554,10 +516,10 @@ final class Daemon {
                 switch outcome {
                 case .cached, .skipped: try store.dequeue(row.key)
                 case .queued:
-                    loadedFromBacklog.insert(row.key)
+                    backlog.hold(row.key)
                     taskCreated(row.key)
                 case .already:
-                    loadedFromBacklog.insert(row.key)
+                    backlog.hold(row.key)
                 }
                 apply(actions)
             }

@@ -31,7 +31,7 @@ extension Daemon {
     func enforceCacheLimit(sparing key: String) throws(DatabaseError) {
         guard store.totalBytes > options.maxCacheBytes else { return }
         let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9, protecting: protectedKeys.union([key]))
-        metrics.evictions += Int64(evicted)
+        telemetry.evicted(evicted)
         Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
     }
 }

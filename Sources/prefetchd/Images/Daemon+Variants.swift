@@ -1,92 +1,48 @@
-import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// Resized variants: made on a worker from a cached original, once however many requests want the same one.
+/// Resized variants: answered from the index when made before, else made by `Variants` (once however many ask) and
+/// answered when the job ends.
 extension Daemon {
-    /// A variant being made: the original's key and the resolved spec.
-    struct VariantJob: Hashable {
-        var key: String
-        var spec: String
-    }
-
-    /// Answers `recipient` on `client` with the `spec` variant of the cached `entry`, making it when it does not exist.
-    func deliverVariant(of entry: IndexEntry, _ spec: VariantSpec, client: UInt64, to recipient: Recipient) {
+    /// Answers `recipient` on `connection` with the `spec` variant of the cached `entry`, making it when it does not
+    /// exist.
+    func deliverVariant(of entry: IndexEntry, _ spec: VariantSpec, on connection: Connection, to recipient: Recipient) {
         guard let format = entry.format else {
-            return answerVariant(client, recipient, .failure(Failure(code: .notAnImage,
-                message: "\(entry.key) is not an image; it has no variants", isTransient: false)))
+            return deliver(.failure(WireError(Failure(code: .notAnImage, message: "\(entry.key) is not an image; it has no variants",
+                                                      isTransient: false))), to: recipient, on: connection)
         }
         let resolved = spec.resolved(forSource: format)
-        let job = VariantJob(key: entry.key, spec: resolved.spec)
-        if let variant = try? store.variant(entry.key, spec: job.spec), store.files.size(of: variant.file) == variant.bytes {
-            metrics.variantHits += 1
+        let job = Variants.Job(key: entry.key, spec: resolved.spec)
+        if let variant = variants.existing(job) {
+            telemetry.variantHit()
             store.touch(entry.key, now: wallClockMilliseconds())
-            return answerVariant(client, recipient, .success(wire(variant, of: entry, spec: job.spec)))
+            return deliver(.success(wire(variant, of: entry, spec: job.spec)), to: recipient, on: connection)
         }
-        guard variantJobs[job] == nil else {
-            variantJobs[job]!.append((client, recipient))
-            return
-        }
-        variantJobs[job] = [(client, recipient)]
-        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: entry.key + "#" + job.spec))
-        let source = store.files.absolute(entry.file)
-        let destination = store.files.absolute(relative)
-        let maxPixels = options.images.maxPixels
-        let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
-            do {
-                try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
-                let info = try Resizer.makeVariant(source: source, spec: resolved, destination: destination, maxPixels: maxPixels)
-                guard let sha256 = SHA256.hex(ofFile: destination) else {
-                    return .failure(Failure(code: .internal, message: "cannot read the variant back", isTransient: true))
-                }
-                return .success((info, sha256))
-            } catch let error as Failure {
-                return .failure(error)
-            } catch {
-                return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
-            }
-        }
-        // Decoding an original is a risky step (`CrashGuard`).
-        crashGuard.whenFree { [unowned self] in
-            crashGuard.begin(job.key)
-            workers.run(make, completion: { [unowned self] result in self.variantMade(job, relative: relative, result) })
-        }
+        connection.waitForVariant(job, recipient: recipient)
+        variants.make(job, resolved, of: entry)
     }
 
-    private func variantMade(_ job: VariantJob, relative: String, _ result: Result<(ImageInfo, String), Failure>) {
-        crashGuard.end(job.key)
-        let waiters = variantJobs.removeValue(forKey: job) ?? []
-        metrics.variantDecodes += 1
-        let outcome: Result<CacheEntry, Failure>
+    /// A variant job ended (`Variants.onEnd`): the cache is kept under its limit, then everyone waiting for it is
+    /// answered.
+    func variantEnded(_ job: Variants.Job, _ outcome: Result<Variants.Made, Failure>) {
+        telemetry.variantMade()
+        let answer: Result<CacheEntry, Failure>
         do {
-            switch result {
-            case .success(let (info, sha256)):
-                guard let original = try store.entry(job.key), let bytes = store.files.size(of: relative) else {
-                    store.files.remove(relative)
-                    throw Failure(code: .internal, message: "the original was evicted while its variant was made",
-                                  isTransient: true)
-                }
-                let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
-                                            width: info.width, height: info.height)
-                try store.putVariant(job.key, spec: job.spec, variant)
-                try enforceCacheLimit(sparing: job.key)
-                Log.info("made \(job.spec) of \(job.key) (\(info.width)x\(info.height), \(bytes) bytes)")
-                outcome = .success(wire(variant, of: original, spec: job.spec))
-            case .failure(let failure):
-                throw failure
-            }
+            let made = try outcome.get()
+            try enforceCacheLimit(sparing: job.key)
+            let variant = made.variant
+            Log.info("made \(job.spec) of \(job.key) (\(variant.width)x\(variant.height), \(variant.bytes) bytes)")
+            answer = .success(wire(variant, of: made.original, spec: job.spec))
         } catch let failure as Failure {
-            Log.info("cannot make \(job.spec) of \(job.key): \(failure.code): \(failure.message)")
-            outcome = .failure(failure)
+            answer = .failure(failure)
         } catch {
-            outcome = .failure(Failure(code: .internal, message: "cannot index the variant: \(error)", isTransient: true))
+            answer = .failure(Failure(code: .internal, message: "cannot index the variant: \(error)", isTransient: true))
         }
-        for (client, recipient) in waiters { answerVariant(client, recipient, outcome) }
-    }
-
-    private func answerVariant(_ client: UInt64, _ recipient: Recipient, _ outcome: Result<CacheEntry, Failure>) {
-        guard let connection = clients.connections[client] else { return }
-        deliver(outcome.mapError { WireError($0) }, to: recipient, on: connection)
+        for connection in clients.all {
+            for recipient in connection.takeVariantWaits(job) {
+                deliver(answer.mapError { WireError($0) }, to: recipient, on: connection)
+            }
+        }
     }
 
     private func wire(_ variant: Store.Variant, of original: IndexEntry, spec: String) -> CacheEntry {

@@ -10,16 +10,18 @@ import QueueCore
 /// (`onLine`); what a client holds is let go of through `onClose`.
 final class Clients {
     private let loop: EventLoop
-    private(set) var connections: [UInt64: Connection] = [:]
+    private var connections: [UInt64: Connection] = [:]
     /// What all connections hold unsent (`outputBudget` bounds it).
     private let output = OutputLedger()
-    var access: AccessPolicy
+    private var access: AccessPolicy
     /// The most unsent output all clients may hold; the ones holding the most are closed beyond it.
-    var outputBudget: Int
-    /// Descriptors kept for everything but clients (the daemon's files, transfers, workers).
-    var reservedDescriptors = 0
+    private var outputBudget: Int
     /// RLIMIT_NOFILE.
-    var descriptorLimit = 1024
+    private var descriptorLimit = 1024
+    /// Descriptors open when the daemon started listening (its own files), and descriptors kept for the work
+    /// (transfers, workers): neither is for clients.
+    private var baseDescriptors = 0
+    private var workDescriptors = 0
     /// A request line from a client.
     var onLine: (_ line: [UInt8], _ connection: Connection) -> Void = { _, _ in }
     /// A client is closed: what the daemon keeps for it goes.
@@ -28,6 +30,10 @@ final class Clients {
     var onAbandoned: () -> Void = {}
 
     private var listenFD: Int32 = -1
+    /// The group of a socket systemd passed, admitted like `allowed_groups`.
+    private var socketGroup: gid_t?
+    /// The path of the socket the daemon bound itself, removed when it stops listening; nil for one systemd passed.
+    private var boundPath: String?
     private var nextClientID: UInt64 = 0
     /// Connections with output to write at the end of the turn.
     private var dirty: Set<UInt64> = []
@@ -51,10 +57,10 @@ final class Clients {
         return encoder
     }()
 
-    init(loop: EventLoop, access: AccessPolicy, outputBudget: Int) {
+    init(loop: EventLoop, options: Options) {
         self.loop = loop
-        self.access = access
-        self.outputBudget = outputBudget
+        access = AccessPolicy(options: options)
+        outputBudget = options.outputBudget
         inputTimer = loop.makeTimer { [unowned self] in
             for id in pendingInput {
                 pendingInput.remove(id)
@@ -66,21 +72,65 @@ final class Clients {
         }
     }
 
-    /// How many clients may be connected at once: what the descriptor limit leaves beyond `reservedDescriptors`.
-    var clientLimit: Int { max(1, descriptorLimit - reservedDescriptors) }
+    /// The settings a reload may change: who is admitted, and the output budget.
+    func reconfigure(_ options: Options) {
+        access = AccessPolicy(options: options, socketGroup: socketGroup)
+        outputBudget = options.outputBudget
+    }
 
-    func listen(on fd: Int32) throws(SystemError) {
+    /// The descriptors clients may use: what `limit` (RLIMIT_NOFILE) leaves beyond those open now (the daemon's own
+    /// files, counted once, at start-up) and `work` (what the transfers and workers may open).
+    func budgetDescriptors(limit: Int, work: Int) {
+        descriptorLimit = limit
+        baseDescriptors = openDescriptorCount()
+        workDescriptors = work
+    }
+
+    /// The descriptors kept for the work changed (a reload changed the lane widths).
+    func reserveDescriptors(forWork work: Int) { workDescriptors = work }
+
+    /// How many clients may be connected at once: what the descriptor limit leaves beyond the daemon's own files and
+    /// its work.
+    private var clientLimit: Int { max(1, descriptorLimit - baseDescriptors - workDescriptors) }
+
+    /// Starts admitting clients on `fd`: one systemd passed (`activation`: its group is admitted too), or one bound
+    /// at `path`, removed again by `stopListening`.
+    func listen(on fd: Int32, path: String, activation: SocketActivation?, options: Options) throws(SystemError) {
         listenFD = fd
+        socketGroup = activation?.group
+        boundPath = activation == nil ? path : nil
+        reconfigure(options)
         try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
     }
 
-    /// Admits no one from now on; the socket is closed.
+    /// Admits no one from now on; the socket is closed, and removed when the daemon bound it.
     func stopListening() {
         guard listenFD >= 0 else { return }
         loop.remove(listenFD)
         Glibc.close(listenFD)
         listenFD = -1
+        if let boundPath { unlink(boundPath) }
     }
+
+    // MARK: The connections
+
+    /// The open connection `id`, if it is still open.
+    func connection(_ id: UInt64) -> Connection? { connections[id] }
+
+    /// Every open connection.
+    var all: Dictionary<UInt64, Connection>.Values { connections.values }
+
+    var count: Int { connections.count }
+
+    /// Connections that asked for `watch` events.
+    var watchers: [Connection] { connections.values.filter(\.isWatching) }
+
+    /// How many connections have a view.
+    var viewCount: Int { connections.values.count { $0.view != nil } }
+
+    /// Keys any client waits for, and keys named in replies not yet written.
+    var waitedKeys: Set<String> { connections.values.reduce(into: []) { $0.formUnion($1.waitedKeys) } }
+    var keysHandedOut: Set<String> { connections.values.reduce(into: []) { $0.formUnion($1.keysHandedOut) } }
 
     // MARK: Sending
 
@@ -155,12 +205,10 @@ final class Clients {
             nextClientID += 1
             let connection = Connection(id: nextClientID, fd: fd, ledger: output)
             do {
-                try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] events in
-                    self.connectionReady(connection, events)
-                }
+                try connection.register(on: loop) { [unowned self] events in self.connectionReady(connection, events) }
             } catch {
                 Log.warning("\(error)")
-                Glibc.close(fd)
+                connection.close(on: loop)
                 continue
             }
             connections[connection.id] = connection
@@ -173,8 +221,8 @@ final class Clients {
     private func connectionReady(_ connection: Connection, _ events: UInt32) {
         if events & UInt32(EPOLLOUT.rawValue) != 0 { dirty.insert(connection.id) }
         guard events & UInt32(EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0,
-              !connection.closeAfterFlush else { return }
-        if connection.readClosed {
+              !connection.closesAfterFlush else { return }
+        if connection.hasInputEnded {
             // Only a hang-up or an error gets here (reading stopped): the client is gone both ways.
             return close(connection)
         }
@@ -189,28 +237,26 @@ final class Clients {
         let until = monotonicMilliseconds() + Self.inputTimePerTurn
         while monotonicMilliseconds() <= until {
             guard !connection.isBackedUp else { return }
-            switch connection.input.next() {
+            switch connection.nextLine() {
             case .line(let text)?:
                 onLine(text, connection)
-                if connection.closeAfterFlush || connections[connection.id] == nil { return }
+                if connection.closesAfterFlush || connections[connection.id] == nil { return }
                 continue
             case .tooLong?:
                 send(connection, Reply<Ignored>(id: nil, error: WireError(
                     .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
-                connection.closeAfterFlush = true
+                connection.closeAfterFlush()
                 return
             case nil:
                 break
             }
-            guard let bytes = connection.read() else {
+            guard let count = connection.readInput() else {
                 // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), then
                 // the connection closes (flushConnection). A reset or a full close fails the flush and closes.
-                connection.readClosed = true
                 dirty.insert(connection.id)
                 return
             }
-            if bytes.isEmpty { return }
-            connection.input.append(bytes)
+            if count == 0 { return }
         }
         pendingInput.insert(connection.id)
     }
@@ -220,8 +266,8 @@ final class Clients {
     private func abandon(_ connection: Connection) {
         connection.discardOutput()
         var budget = Self.abandonedInputLimit
-        while budget > 0, !connection.closeAfterFlush, connections[connection.id] != nil {
-            switch connection.input.next() {
+        while budget > 0, !connection.closesAfterFlush, connections[connection.id] != nil {
+            switch connection.nextLine() {
             case .line(let text)?:
                 onLine(text, connection)
                 continue
@@ -231,9 +277,8 @@ final class Clients {
             case nil:
                 break
             }
-            guard let bytes = connection.read(), !bytes.isEmpty else { break }
-            budget -= bytes.count
-            connection.input.append(bytes)
+            guard let count = connection.readInput(), count > 0 else { break }
+            budget -= count
         }
         close(connection)
         onAbandoned()
@@ -255,23 +300,21 @@ final class Clients {
     func close(_ connection: Connection) {
         guard connections.removeValue(forKey: connection.id) != nil else { return }
         connection.discardOutput()
-        loop.remove(connection.fd)
-        Glibc.close(connection.fd)
+        connection.close(on: loop)
         onClose(connection)
     }
 
     private func flushConnection(_ id: UInt64) {
         guard let connection = connections[id] else { return }
         guard connection.flush() else { return abandon(connection) }
-        if !connection.hasPendingOutput { connection.handedOut.removeAll() }
-        if connection.closeAfterFlush && !connection.hasPendingOutput { return close(connection) }
-        if connection.readClosed && !connection.hasPendingOutput && !connection.awaitsReplies {
+        if connection.closesAfterFlush && !connection.hasPendingOutput { return close(connection) }
+        if connection.hasInputEnded && !connection.hasPendingOutput && !connection.awaitsReplies {
             return close(connection)
         }
-        var events: UInt32 = connection.closeAfterFlush || connection.readClosed || connection.isBackedUp
+        var events: UInt32 = connection.closesAfterFlush || connection.hasInputEnded || connection.isBackedUp
             ? 0 : UInt32(EPOLLIN.rawValue)
-        if events != 0, connection.input.pending > 0 { pendingInput.insert(id) }
+        if events != 0, connection.hasBufferedInput { pendingInput.insert(id) }
         if connection.hasPendingOutput { events |= UInt32(EPOLLOUT.rawValue) }
-        loop.modify(connection.fd, events: events)
+        connection.watch(events, on: loop)
     }
 }

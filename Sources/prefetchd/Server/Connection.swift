@@ -1,9 +1,18 @@
+import CSystem
 import Glibc
 import PrefetchProtocol
+import QueueCore
 
 /// The bytes of replies and events buffered for all clients and not yet written, kept by the connections.
 final class OutputLedger {
-    var unsent = 0
+    private var bytes = 0
+
+    var unsent: Int { bytes }
+
+    func buffered(_ count: Int) { bytes += count }
+
+    /// Bytes written, or dropped with a connection that is gone.
+    func released(_ count: Int) { bytes -= count }
 }
 
 /// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
@@ -25,22 +34,27 @@ struct Wait {
 /// its view, whether it watches), so that closing it lets go of everything at once.
 final class Connection {
     let id: UInt64
-    let fd: Int32
-    var input = LineBuffer()
+    private let fd: Int32
+    private var input = LineBuffer()
     private var output: [UInt8] = []
     private var written = 0
+    /// The peer is gone: what is sent from now on is dropped.
+    private var discarding = false
     /// Close once the output is flushed (after a framing error).
-    var closeAfterFlush = false
+    private var closing = false
     /// The client sent end of stream (a half-close): no more reading; close once its answers are flushed.
-    var readClosed = false
+    private var inputEnded = false
     /// What this client waits for, by our request number (its `Waiter.request`).
-    var waits: [UInt64: Wait] = [:]
+    private var waits: [UInt64: Wait] = [:]
+    private var lastRequest: UInt64 = 0
+    /// Variants being made for this client, and who gets each (a reply or a view row), in the order asked.
+    private var variantWaits: [Variants.Job: [Recipient]] = [:]
     /// Its list and what it looks at, once it sent `view`.
-    var view: View?
+    private var openView: View?
     /// Whether it asked for `watch` events.
-    var isWatching = false
+    private var watching = false
     /// Keys whose paths are in replies not yet written: the size limit does not evict their files until then.
-    var handedOut: Set<String> = []
+    private var handedOut: Set<String> = []
     /// Stop reading while this much output is unsent (a client that does not read its replies).
     static let outputHighWater = 4 * 1024 * 1024
 
@@ -55,49 +69,121 @@ final class Connection {
         self.ledger = ledger
     }
 
-    deinit { ledger.unsent -= unsent }
+    deinit { ledger.released(unsent) }
+
+    // MARK: What it waits for
+
+    /// Registers what the client now waits for: `key`, and the `variant` to make of it; the scheduler answers the
+    /// waiter returned.
+    func addWait(for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
+        lastRequest += 1
+        waits[lastRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
+        return Waiter(client: id, request: lastRequest)
+    }
+
+    /// Takes the wait `waiter` stands for; nil when it went (a hidden view row).
+    @discardableResult
+    func takeWait(_ waiter: Waiter) -> Wait? { waits.removeValue(forKey: waiter.request) }
+
+    /// Takes every wait: the client closed, or the daemon is shutting down.
+    func takeAllWaits() -> [Wait] {
+        defer { waits.removeAll() }
+        return Array(waits.values)
+    }
+
+    /// The keys it waits for: their files stay in the cache until then.
+    var waitedKeys: [String] { waits.values.map(\.key) }
 
     /// Whether a request of this client still waits for its reply (view rows aside).
     var awaitsReplies: Bool {
         waits.values.contains { if case .request = $0.recipient { true } else { false } }
     }
 
+    /// `recipient` gets the variant `job` makes.
+    func waitForVariant(_ job: Variants.Job, recipient: Recipient) { variantWaits[job, default: []].append(recipient) }
+
+    /// Takes who waits for `job`'s variant, in the order they asked.
+    func takeVariantWaits(_ job: Variants.Job) -> [Recipient] { variantWaits.removeValue(forKey: job) ?? [] }
+
+    /// Notes that a reply names `key`'s file: the size limit keeps it until the reply is written.
+    func handOut(_ key: String) { handedOut.insert(key) }
+
+    /// The keys named in replies not written yet.
+    var keysHandedOut: Set<String> { handedOut }
+
+    // MARK: Its view and its watch
+
+    /// Its list and what it looks at, once it sent `view`.
+    var view: View? { openView }
+
+    func open(_ view: View) { openView = view }
+
+    /// Takes its view away: the client closed, or replaced its list.
+    func closeView() -> View? {
+        defer { openView = nil }
+        return openView
+    }
+
+    var isWatching: Bool { watching }
+
+    func startWatching() { watching = true }
+
+    // MARK: Reading and writing
+
     var unsent: Int { output.count - written }
     var hasPendingOutput: Bool { written < output.count }
     var isBackedUp: Bool { unsent > Self.outputHighWater }
     var isLagging: Bool { unsent > Self.eventBacklog }
 
+    /// Whether the client will be closed once its output is written (after a framing error); nothing more is read.
+    var closesAfterFlush: Bool { closing }
+
+    func closeAfterFlush() { closing = true }
+
+    /// Whether the client sent end of stream (or reading failed): nothing more is read.
+    var hasInputEnded: Bool { inputEnded }
+
+    /// Whether request lines are read but not handled yet.
+    var hasBufferedInput: Bool { input.pending > 0 }
+
+    /// The next request line read, if a whole one is buffered.
+    func nextLine() -> LineBuffer.Line? { input.next() }
+
     func send(_ line: [UInt8]) {
         guard !discarding else { return }
         output.append(contentsOf: line)
         output.append(0x0A)
-        ledger.unsent += line.count + 1
+        ledger.buffered(line.count + 1)
     }
 
     /// Drops unsent output and whatever is sent from now on: the peer is gone.
     func discardOutput() {
-        ledger.unsent -= unsent
+        ledger.released(unsent)
         handedOut.removeAll()
         output.removeAll()
         written = 0
         discarding = true
     }
 
-    private var discarding = false
-
-    /// Reads what is available; nil at end of stream or on error.
-    func read() -> [UInt8]? {
+    /// Reads what is available into the line reader: the number of bytes, 0 when none is there yet, nil at end of
+    /// stream or on error (then the input has ended).
+    func readInput() -> Int? {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let count = Glibc.read(fd, &buffer, buffer.count)
-            if count > 0 { return Array(buffer[..<count]) }
-            if count == 0 { return nil }
-            if errno == EINTR { continue }
-            return errno == EAGAIN ? [] : nil
+            if count > 0 {
+                input.append(buffer[..<count])
+                return count
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && errno == EAGAIN { return 0 }
+            inputEnded = true
+            return nil
         }
     }
 
-    /// Writes as much buffered output as the socket takes; false when the peer is gone.
+    /// Writes as much buffered output as the socket takes; false when the peer is gone. Once all is written, the
+    /// keys handed out are free again.
     func flush() -> Bool {
         defer { compact() }
         while written < output.count {
@@ -106,12 +192,13 @@ final class Connection {
             }
             if count > 0 {
                 written += count
-                ledger.unsent -= count
+                ledger.released(count)
                 continue
             }
             if count < 0 && errno == EINTR { continue }
             return count < 0 && errno == EAGAIN
         }
+        handedOut.removeAll()
         return true
     }
 
@@ -125,5 +212,21 @@ final class Connection {
             output.removeFirst(written)
             written = 0
         }
+    }
+
+    // MARK: The socket
+
+    /// Watches the socket on `loop` for input.
+    func register(on loop: EventLoop, handler: @escaping EventLoop.Handler) throws(SystemError) {
+        try loop.add(fd, events: UInt32(EPOLLIN.rawValue), handler: handler)
+    }
+
+    /// What the loop watches the socket for from now on.
+    func watch(_ events: UInt32, on loop: EventLoop) { loop.modify(fd, events: events) }
+
+    /// Closes the socket, unwatched first.
+    func close(on loop: EventLoop) {
+        loop.remove(fd)
+        Glibc.close(fd)
     }
 }

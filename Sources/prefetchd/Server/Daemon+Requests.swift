@@ -8,7 +8,7 @@ extension Daemon {
     func evictAll(_ id: RequestID?, _ connection: Connection) {
         do {
             let evicted = try store.removeAll(protecting: keysInUse)
-            metrics.evictions += Int64(evicted)
+            telemetry.evicted(evicted)
             reply(connection, id, BatchResult(results: [], evicted: evicted))
         } catch {
             fail(connection, id, Self.wireError(error))
@@ -82,7 +82,7 @@ extension Daemon {
                     try store.dequeue(url.key)
                     return .skipped
                 case .queued, .already:
-                    loadedFromBacklog.insert(url.key)
+                    backlog.hold(url.key)
                 }
             }
             apply(scheduler.promote(url.key, now: moment))
@@ -97,7 +97,7 @@ extension Daemon {
             // What a waiting request or a variant being made needs stays (like `evict --all`).
             guard !inUse.contains(url.key) else { return .inUse }
             guard try store.remove(url.key) else { return .unknown }
-            metrics.evictions += 1
+            telemetry.evicted(1)
             return .evicted
         default:
             preconditionFailure("\(op) is not a per-URL change")
@@ -105,7 +105,7 @@ extension Daemon {
     }
 
     /// Queued URLs that only the durable backlog holds.
-    var backlogOnly: Int64 { max(0, store.backlogCount - Int64(loadedFromBacklog.count)) }
+    var backlogOnly: Int64 { backlog.onlyQueued(of: store.backlogCount) }
 
     func summary(_ task: TaskInfo) -> TaskSummary {
         let progress = fetches.progress(task.key)
@@ -121,15 +121,16 @@ extension Daemon {
 
     func status() -> StatusReport {
         let counts = scheduler.counts
+        let lookups = telemetry.cacheLookups, fetched = telemetry.fetchTotals
         return StatusReport(
-            version: prefetchVersion, pid: getpid(), uptime: (monotonicMilliseconds() - startedAt) / 1000,
+            version: prefetchVersion, pid: getpid(), uptime: telemetry.uptime,
             fast: .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth),
             slow: .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth),
             slowSuspended: counts.slowSuspended, delayed: counts.delayed,
             backlog: backlogOnly,
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
-                         hits: metrics.cacheHits, misses: metrics.cacheMisses, directory: options.cacheDirectory),
-            connections: clients.connections.count, fetched: fetchTotals.ok, failed: fetchTotals.failed,
+                         hits: lookups.hits, misses: lookups.misses, directory: options.cacheDirectory),
+            connections: clients.count, fetched: fetched.ok, failed: fetched.failed,
             pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) },
             waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }, background: backgroundState)
     }

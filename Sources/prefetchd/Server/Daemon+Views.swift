@@ -4,30 +4,12 @@ import QueueCore
 /// `view`: a connection hands over its ordered list once, then says which rows are visible; the daemon derives the
 /// work (visible rows urgent, the window around them prefetched, rows far away dropped) and pushes an event for each
 /// visible row as it becomes ready.
-final class View {
-    let rows: ViewRows
-    var viewport = Viewport()
-    /// Visible rows still waiting for their answer.
-    var waiters: [Int: Waiter] = [:]
-    /// The variant every visible row is answered with, when the view asked for a size.
-    var variant: VariantSpec?
-
-    init(keys: ViewKeys) { rows = ViewRows(keys: keys) }
-
-    func key(_ row: Int) -> String? { rows.key(row) }
-
-    /// A visible row got its answer.
-    func rowAnswered(_ row: Int, waiter: Waiter) {
-        if waiters[row] == waiter { waiters.removeValue(forKey: row) }
-    }
-}
-
 extension Daemon {
     func view(_ change: Command.ViewChange, id: RequestID?, connection: Connection, now: Int64) {
         let existing = connection.view
         let urls = change.urls ?? []
         let keepsRows = change.urls == nil || change.append
-        guard (keepsRows ? existing?.rows.count ?? 0 : 0) + urls.count <= Command.maximumViewRows else {
+        guard (keepsRows ? existing?.rowCount ?? 0 : 0) + urls.count <= Command.maximumViewRows else {
             return fail(connection, id, WireError(.badRequest, "a view holds at most \(Command.maximumViewRows) rows"))
         }
 
@@ -38,32 +20,31 @@ extension Daemon {
             // A new list: the old one's work goes on as ordinary background work, as when the connection closes.
             closeView(of: connection)
             view = View(keys: viewKeys)
-            connection.view = view
+            connection.open(view)
         }
-        if let variant = change.variant { view.variant = variant }
+        if let variant = change.variant { view.answerRows(with: variant) }
         var rejected: [ViewResult.RejectedRow] = []
         for text in urls {
             do {
-                view.rows.append(try CanonicalURL(text))
+                view.append(try CanonicalURL(text))
             } catch {
                 let error = Self.wireError(error)
-                rejected.append(.init(row: view.rows.count, url: text, error: error))
-                view.rows.reject(text, error)
+                rejected.append(.init(row: view.rowCount, url: text, error: error))
+                view.reject(text, error)
             }
         }
-        let plans = [view.viewport.append(rows: urls.count), change.range.map { view.viewport.show($0) } ?? Viewport.Plan()]
-        let shown = view.viewport.range
-        reply(connection, id, ViewResult(rows: view.rows.count, first: shown?.first, last: shown?.last,
+        let plans = [view.listGrew(by: urls.count), change.range.map { view.show($0) } ?? Viewport.Plan()]
+        let shown = view.shown
+        reply(connection, id, ViewResult(rows: view.rowCount, first: shown?.first, last: shown?.last,
                                          ahead: shown?.ahead, behind: shown?.behind, rejected: rejected))
         for plan in plans { apply(plan, to: view, of: connection, now: now) }
     }
 
     /// The connection closed (or replaced its list): visible rows stop being urgent, the rest goes on as background.
     func closeView(of connection: Connection) {
-        guard let view = connection.view else { return }
-        connection.view = nil
-        apply(view.viewport.close(), to: view, of: connection, now: wallClockMilliseconds())
-        if view.rows.count >= 10_000 { nextTrim = 0 }  // a long list's memory goes back at the end of the turn
+        guard let view = connection.closeView() else { return }
+        apply(view.close(), to: view, of: connection, now: wallClockMilliseconds())
+        if view.rowCount >= 10_000 { memory.trimSoon() }  // a long list's memory goes back at the end of the turn
     }
 
     func viewEvent(row: Int, url: String, _ outcome: Result<CacheEntry, WireError>) -> Event {
@@ -82,7 +63,7 @@ extension Daemon {
             event.event = "view_failed"
             event.error = error
         }
-        metrics.viewEvents[event.event, default: 0] += 1
+        telemetry.viewEventSent(event.event)
         return event
     }
 
@@ -99,8 +80,8 @@ extension Daemon {
         let actions = scheduler.batch(now: moment) { scheduler in
             var actions: [Action] = []
             for row in plan.hide {
-                guard let waiter = view.waiters.removeValue(forKey: row) else { continue }
-                connection.waits.removeValue(forKey: waiter.request)
+                guard let waiter = view.rowHidden(row) else { continue }
+                connection.takeWait(waiter)
                 actions += scheduler.release(waiter, now: moment)
             }
             for row in plan.drop { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: true, now: moment) } }
@@ -112,7 +93,7 @@ extension Daemon {
                 entering.insert(row)
             }
             for row in plan.prefetch.reversed() {
-                guard case .url(let url) = view.rows[row] else { continue }
+                guard case .url(let url) = view[row] else { continue }
                 let exists = scheduler.task(url.key) != nil
                 guard exists || entering.contains(row) else { continue }
                 do {
@@ -139,7 +120,7 @@ extension Daemon {
     /// waiter.
     private func show(_ row: Int, of view: View, on connection: Connection, scheduler: inout Scheduler, now: Int64,
                       cached: inout [(row: Int, entry: IndexEntry)]) -> [Action] {
-        switch view.rows[row] {
+        switch view[row] {
         case .rejected(let text, let error):
             send(connection, viewEvent(row: row, url: text, .failure(error)))
             return []
@@ -154,14 +135,14 @@ extension Daemon {
             }
             let state = cacheState(entry, now: now)
             if state == .fresh, let entry, scheduler.task(url.key) == nil {
-                metrics.cacheHits += 1
+                telemetry.cacheHit()
                 store.touch(url.key, now: now)
                 cached.append((row, entry))
                 return []
             }
-            metrics.cacheMisses += 1
-            let waiter = newWait(on: connection, for: url.key, variant: view.variant, recipient: recipient)
-            view.waiters[row] = waiter
+            telemetry.cacheMiss()
+            let waiter = connection.addWait(for: url.key, variant: view.variant, recipient: recipient)
+            view.rowWaits(row, as: waiter)
             if scheduler.task(url.key) == nil { taskCreated(url.key) }
             return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
         }

@@ -4,11 +4,11 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// Observability: `watch` event streams, `metrics`, and the bookkeeping behind them.
+/// Observability: `watch` event streams and `metrics`, routed between the clients and the telemetry.
 extension Daemon {
     /// Turns `connection` into an event stream; the first snapshot follows at once.
     func startWatching(_ connection: Connection) {
-        connection.isWatching = true
+        connection.startWatching()
         snapshotTicker.arm(intervalMilliseconds: 500)
         sendSnapshot()
     }
@@ -16,17 +16,13 @@ extension Daemon {
     /// Sends `event` to every watcher that keeps up (a watcher with more than `Connection.eventBacklog` unsent
     /// misses events).
     func broadcast(_ event: Event) {
-        var watched = false
-        for connection in clients.connections.values where connection.isWatching {
-            watched = true
-            if !connection.isLagging { send(connection, event) }
-        }
-        if !watched { snapshotTicker.disarm() }
+        let watchers = clients.watchers
+        for connection in watchers where !connection.isLagging { send(connection, event) }
+        if watchers.isEmpty { snapshotTicker.disarm() }
     }
 
     func sendSnapshot() {
-        guard clients.connections.values.contains(where: \.isWatching) else { return snapshotTicker.disarm() }
-        let now = monotonicMilliseconds()
+        guard !clients.watchers.isEmpty else { return snapshotTicker.disarm() }
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
         event.fast = .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth)
@@ -35,87 +31,33 @@ extension Daemon {
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
         event.background = backgroundState
         event.backlog = backlogOnly
-        var samples: [String: (bytes: Int64, time: Int64)] = [:]
-        event.transfers = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }.compactMap { task in
-            guard let progress = fetches.progress(task.key) else { return nil }
-            samples[task.key] = (progress.received, now)
-            var rate: Int64 = 0
-            if let last = rateSamples[task.key], now > last.time {
-                rate = max(0, (progress.received - last.bytes) * 1000 / (now - last.time))
-            }
-            return .init(url: task.key, lane: task.lane.rawValue, bytes: progress.received, total: progress.expected, rate: rate)
-        }
-        rateSamples = samples
+        let running = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }
+        event.transfers = telemetry.transfers(running.compactMap { task in
+            fetches.progress(task.key).map { (task.key, task.lane, $0.received, $0.expected) }
+        })
         broadcast(event)
     }
 
     /// A task was created (its queue wait starts now).
-    func taskCreated(_ key: String) {
-        if taskCreatedAt[key] == nil { taskCreatedAt[key] = monotonicMilliseconds() }
-    }
+    func taskCreated(_ key: String) { telemetry.taskCreated(key) }
 
-    /// A transfer started: note its queue wait and tell the watchers.
-    func transferStarted(_ key: String, lane: Lane) {
-        let now = monotonicMilliseconds()
-        if let created = taskCreatedAt.removeValue(forKey: key) {
-            metrics.queueWait[lane.rawValue, default: Metrics.Histogram()].observe(Double(now - created) / 1000)
-        }
-        transferStartedAt[key] = now
-        var event = Event(event: "started", time: wallClockMilliseconds())
-        event.url = key
-        event.lane = lane.rawValue
-        broadcast(event)
-    }
+    /// A transfer started: its queue wait is measured and the watchers are told.
+    func transferStarted(_ key: String, lane: Lane) { broadcast(telemetry.transferStarted(key, lane: lane)) }
 
-    /// A fetch ended: the metrics, an event, a log line (at debug level when it succeeded: `summarizeActivity` says it
-    /// at info), and the activity summary.
+    /// A fetch ended: the telemetry (in the lane its task is in), then the watchers.
     func observe(_ end: FetchEnd, of key: String) {
-        let lane = scheduler.task(key)?.lane.rawValue ?? "fast"
-        let duration = transferStartedAt.removeValue(forKey: key).map { monotonicMilliseconds() - $0 }
-        metrics.fetchEnded(lane: lane, end, seconds: duration.map { Double($0) / 1000 })
-        var event = Event(event: "finished", time: wallClockMilliseconds())
-        event.url = key
-        event.lane = lane
-        event.duration = duration
-        if activity.isEmpty { activity = ActivitySummary(since: monotonicMilliseconds()) }
-        switch end {
-        case .fetched(let bytes, let detail):
-            event.bytes = bytes
-            activity.fetched += 1
-            activity.bytes += bytes
-            Log.debug("fetched \(key) (\(lane) lane, \(bytes) bytes\(detail))")
-        case .revalidated:
-            event.bytes = 0
-            activity.revalidated += 1
-            Log.debug("revalidated \(key) (\(lane) lane)")
-        case .failed(let failure):
-            event.event = "failed"
-            event.error = WireError(failure)
-            activity.failed += 1
-            Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
-        }
-        broadcast(event)
-    }
-
-    /// One info line for the fetches since the last one: when the work runs out, and every minute while it goes on.
-    func summarizeActivity(workRanOut: Bool) {
-        let now = monotonicMilliseconds()
-        guard !activity.isEmpty, workRanOut || now >= activity.nextAt else { return }
-        let seconds = max(1, (now - activity.since + 500) / 1000)
-        Log.info("in \(seconds) s: fetched \(activity.fetched) (\(activity.bytes) bytes), revalidated \(activity.revalidated), "
-                 + "failed \(activity.failed); \(scheduler.counts.slowWaiting + Int(backlogOnly)) queued")
-        activity = ActivitySummary(since: now)
+        broadcast(telemetry.fetchEnded(key, lane: scheduler.task(key)?.lane.rawValue ?? "fast", end))
     }
 
     func metricsText() -> String {
         let counts = scheduler.counts
-        return metrics.render(.init(
+        return telemetry.metricsText(.init(
             waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
             running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
-            cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.connections.count,
-            views: clients.connections.values.count { $0.view != nil }, pausedHosts: scheduler.paused.count, background: backgroundState))
+            cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.count,
+            views: clients.viewCount, pausedHosts: scheduler.paused.count, background: backgroundState))
     }
 
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).
@@ -132,25 +74,4 @@ extension Daemon {
             return Log.warning("cannot write the metrics to \(path): \(String(cString: strerror(errno)))")
         }
     }
-
-    /// Fetches that ended well and badly, for `status`.
-    var fetchTotals: (ok: Int64, failed: Int64) {
-        metrics.fetches.reduce(into: (Int64(0), Int64(0))) { totals, item in
-            if item.key.hasSuffix(",error") { totals.1 += item.value } else { totals.0 += item.value }
-        }
-    }
-}
-
-/// The fetches since the last activity line in the log, counted from the first of them.
-struct ActivitySummary {
-    var since: Int64
-    var fetched = 0
-    var bytes: Int64 = 0
-    var revalidated = 0
-    var failed = 0
-    /// When the next line is due while the work goes on.
-    var nextAt: Int64 { since + 60_000 }
-    var isEmpty: Bool { fetched + revalidated + failed == 0 }
-
-    init(since: Int64) { self.since = since }
 }

@@ -5,9 +5,9 @@ struct Metrics {
     /// A cumulative histogram with fixed buckets (seconds).
     struct Histogram {
         static let bounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
-        var counts = [Int64](repeating: 0, count: bounds.count)
-        var sum = 0.0
-        var count: Int64 = 0
+        private(set) var counts = [Int64](repeating: 0, count: bounds.count)
+        private(set) var sum = 0.0
+        private(set) var count: Int64 = 0
 
         mutating func observe(_ seconds: Double) {
             for (index, bound) in Self.bounds.enumerated() where seconds <= bound { counts[index] += 1 }
@@ -16,21 +16,21 @@ struct Metrics {
         }
     }
 
-    var fetches: [String: Int64] = [:]  // "lane,result"
-    var errors: [ErrorCode: Int64] = [:]
-    var downloadedBytes: Int64 = 0
-    var cacheHits: Int64 = 0
-    var cacheMisses: Int64 = 0
-    var evictions: Int64 = 0
-    var queued: Int64 = 0
+    private var fetches: [String: Int64] = [:]  // "lane,result"
+    private var errors: [ErrorCode: Int64] = [:]
+    private var downloadedBytes: Int64 = 0
+    private var cacheHits: Int64 = 0
+    private var cacheMisses: Int64 = 0
+    private var evictions: Int64 = 0
+    private var queued: Int64 = 0
     /// Variants decoded and resized (one per distinct variant, however many asked), and variants served as made.
-    var variantDecodes: Int64 = 0
-    var variantHits: Int64 = 0
+    private var variantDecodes: Int64 = 0
+    private var variantHits: Int64 = 0
     /// `view_ready` and `view_failed` events sent.
-    var viewEvents: [String: Int64] = [:]
-    var fetchDuration: [String: Histogram] = [:]  // lane
-    var queueWait: [String: Histogram] = [:]  // lane
-    var getLatency = Histogram()
+    private var viewEvents: [String: Int64] = [:]
+    private var fetchDuration: [String: Histogram] = [:]  // lane
+    private var queueWait: [String: Histogram] = [:]  // lane
+    private var getLatency = Histogram()
 
     /// Counts a fetch that ended: by lane and result (`ok`, `not_modified`, `error`), errors also by code.
     mutating func fetchEnded(lane: String, _ end: FetchEnd, seconds: Double?) {
@@ -47,6 +47,44 @@ struct Metrics {
         }
         fetches["\(lane),\(result)", default: 0] += 1
         if let seconds { fetchDuration[lane, default: Histogram()].observe(seconds) }
+    }
+
+    /// A get (or a visible view row) answered from the cache without a fetch.
+    mutating func cacheHit() { cacheHits += 1 }
+
+    /// A get (or a visible view row) that needed a fetch.
+    mutating func cacheMiss() { cacheMisses += 1 }
+
+    /// A get answered, `seconds` after it was asked.
+    mutating func getAnswered(after seconds: Double) { getLatency.observe(seconds) }
+
+    /// A transfer started in `lane`, `seconds` after its task was created.
+    mutating func transferStarted(lane: String, queuedFor seconds: Double) {
+        queueWait[lane, default: Histogram()].observe(seconds)
+    }
+
+    mutating func evicted(_ count: Int) { evictions += Int64(count) }
+
+    /// URLs accepted into the durable queue.
+    mutating func queued(_ count: Int) { queued += Int64(count) }
+
+    /// A variant was decoded and resized (whether or not that went well).
+    mutating func variantMade() { variantDecodes += 1 }
+
+    /// A variant request answered with a variant made before.
+    mutating func variantHit() { variantHits += 1 }
+
+    /// A `view_ready` or `view_failed` event went out.
+    mutating func viewEventSent(_ event: String) { viewEvents[event, default: 0] += 1 }
+
+    /// Gets answered from the cache and gets that needed a fetch, for `status`.
+    var cacheLookups: (hits: Int64, misses: Int64) { (cacheHits, cacheMisses) }
+
+    /// Fetches that ended well and badly, for `status`.
+    var fetchTotals: (ok: Int64, failed: Int64) {
+        fetches.reduce(into: (Int64(0), Int64(0))) { totals, item in
+            if item.key.hasSuffix(",error") { totals.1 += item.value } else { totals.0 += item.value }
+        }
     }
 
     /// Gauges are read from the daemon at render time.

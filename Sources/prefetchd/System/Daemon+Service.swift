@@ -40,10 +40,10 @@ extension Daemon {
         let (reloaded, applied, needRestart) = options.reloaded(next)
         options = reloaded
         Log.threshold = options.logLevel
-        clients.access = AccessPolicy(options: options, socketGroup: activation?.group)
-        clients.outputBudget = options.outputBudget
-        reserveDescriptors()
+        clients.reconfigure(options)
+        clients.reserveDescriptors(forWork: workDescriptors)
         fetches.reconfigure(options)
+        variants.reconfigure(options)
         apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
         conditions.update(policy: options.background)
         fetches.limitBackgroundRate(backgroundRateLimit)
@@ -75,6 +75,6 @@ extension Daemon {
             + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
             + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
-            + ", \(backlogOnly) in backlog; \(clients.connections.count) client\(clients.connections.count == 1 ? "" : "s")"
+            + ", \(backlogOnly) in backlog; \(clients.count) client\(clients.count == 1 ? "" : "s")"
     }
 }

@@ -1,0 +1,105 @@
+import Glibc
+import QueueCore
+
+/// Resized variants being made, shaped like `Fetches`: a keyed pool of jobs, one per (original, resolved spec)
+/// however many ask for it. A job decodes and resizes the cached original on a worker, under the crash guard, indexes
+/// the result and reports its end once, through `onEnd`; who waits for it is the daemon's to answer.
+final class Variants {
+    /// A variant being made: the original's key and the resolved spec.
+    struct Job: Hashable {
+        let key: String
+        let spec: String
+    }
+
+    /// A variant made and indexed, and the original it was made of.
+    struct Made {
+        let variant: Store.Variant
+        let original: IndexEntry
+    }
+
+    private let store: Store
+    private let workers: WorkerPool
+    private let crashGuard: CrashGuard
+    /// Jobs started (or held back by the crash guard) and not ended yet.
+    private var jobs: Set<Job> = []
+    private var maxPixels: Int64
+    /// Called on the loop thread once for every job that ends.
+    var onEnd: (_ job: Job, _ outcome: Result<Made, Failure>) -> Void = { _, _ in }
+
+    init(store: Store, workers: WorkerPool, crashGuard: CrashGuard, options: Options) {
+        self.store = store
+        self.workers = workers
+        self.crashGuard = crashGuard
+        maxPixels = options.images.maxPixels
+    }
+
+    /// The settings a reload may change.
+    func reconfigure(_ options: Options) { maxPixels = options.images.maxPixels }
+
+    /// The originals of the variants being made: their files stay in the cache until then.
+    var originalsInUse: Set<String> { Set(jobs.map(\.key)) }
+
+    /// The variant `job` names, made before and still intact on disk.
+    func existing(_ job: Job) -> Store.Variant? {
+        guard let variant = try? store.variant(job.key, spec: job.spec),
+              store.files.size(of: variant.file) == variant.bytes else { return nil }
+        return variant
+    }
+
+    /// Makes `spec` (resolved, named by `job`) of the cached `original`, unless that job runs already.
+    func make(_ job: Job, _ spec: VariantSpec, of original: IndexEntry) {
+        guard jobs.insert(job).inserted else { return }
+        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: job.key + "#" + job.spec))
+        let source = store.files.absolute(original.file)
+        let destination = store.files.absolute(relative)
+        let maxPixels = maxPixels
+        let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
+            do {
+                try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
+                let info = try Resizer.makeVariant(source: source, spec: spec, destination: destination, maxPixels: maxPixels)
+                guard let sha256 = SHA256.hex(ofFile: destination) else {
+                    return .failure(Failure(code: .internal, message: "cannot read the variant back", isTransient: true))
+                }
+                return .success((info, sha256))
+            } catch let error as Failure {
+                return .failure(error)
+            } catch {
+                return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
+            }
+        }
+        // Decoding an original is a risky step (`CrashGuard`).
+        crashGuard.whenFree { [unowned self] in
+            crashGuard.begin(job.key)
+            workers.run(make, completion: { [unowned self] result in self.made(job, relative: relative, result) })
+        }
+    }
+
+    /// The worker is done: the variant is indexed (if its original is still cached), and the job ends.
+    private func made(_ job: Job, relative: String, _ result: Result<(ImageInfo, String), Failure>) {
+        crashGuard.end(job.key)
+        jobs.remove(job)
+        let outcome: Result<Made, Failure>
+        do {
+            switch result {
+            case .success(let (info, sha256)):
+                guard let original = try store.entry(job.key), let bytes = store.files.size(of: relative) else {
+                    store.files.remove(relative)
+                    throw Failure(code: .internal, message: "the original was evicted while its variant was made",
+                                  isTransient: true)
+                }
+                let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
+                                            width: info.width, height: info.height)
+                try store.putVariant(job.key, spec: job.spec, variant)
+                outcome = .success(Made(variant: variant, original: original))
+            case .failure(let failure):
+                throw failure
+            }
+        } catch let failure as Failure {
+            Log.info("cannot make \(job.spec) of \(job.key): \(failure.code): \(failure.message)")
+            outcome = .failure(failure)
+        } catch {
+            outcome = .failure(Failure(code: .internal, message: "cannot index the variant: \(error)", isTransient: true))
+        }
+        onEnd(job, outcome)
+    }
+}
