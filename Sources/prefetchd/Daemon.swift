@@ -345,7 +345,7 @@ final class Daemon {
                 telemetry.taskForgotten(key)
                 do {
                     try store.dequeue(key)
-                    try store.removePartial(key)
+                    try fetches.forget(key)
                 } catch {
                     Log.error("cannot forget \(key): \(error)")
                 }

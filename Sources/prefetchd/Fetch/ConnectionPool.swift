@@ -120,7 +120,7 @@ final class ConnectionPool {
         }
         var pointer: UnsafeMutableRawPointer?
         if let easy, pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer) == CURLE_OK, let pointer {
-            Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue().socket = fd
+            Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue().polls(fd)
         }
         var events: UInt32 = 0
         if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }

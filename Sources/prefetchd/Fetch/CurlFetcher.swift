@@ -25,17 +25,20 @@ final class CurlFetcher {
     private let slowPool: ConnectionPool
     /// Asks again whether a host that curl could not resolve exists at all.
     private let hostLookup: HostLookup
-    var settings: FetchSettings
+    /// The thread that opens body files (`BodyFile`) and deletes those of transfers stopped while being opened, in
+    /// the order asked (`Fetches.bodyFiles`).
+    private let bodyFiles: WorkerPool
+    private var settings: FetchSettings
     private var transfers: [String: Transfer] = [:]
+    /// Transfers whose body file is being opened; the ticket tells a stopped one from a later start of the same key.
+    private var opening: [String: (request: TransferRequest, ticket: UInt64)] = [:]
+    private var lastTicket: UInt64 = 0
     /// Whether background work is held back because urgent work runs.
     private var backgroundHeld = false
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
     private var letGoTimer: LoopTimer!
     /// Background transfers that let go of their connections during a hold, to start again when it ends.
     private var letGo: [String: TransferRequest] = [:]
-    /// Transfers that could not start again after letting go; they end as failures on the next turn.
-    private var failedRestarts: [FetchResult] = []
-    private var failedRestartsTimer: LoopTimer!
     /// How long background transfers stay on held connections. After that they let go (bytes kept) and resume with
     /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) turns the hold into a failed attempt.
     static let longestHold: Int64 = 15_000
@@ -52,19 +55,25 @@ final class CurlFetcher {
     /// whose waits are late and stall a whole HTTP/2 connection: docs/transport.md). Urgent work is never capped: a
     /// transfer promoted in place unholds the pool and its bytes are not counted; work demoted in place stays on its
     /// urgent connection, uncapped, until it ends.
-    var backgroundRateLimit: Int64? {
-        didSet {
-            guard backgroundRateLimit != oldValue else { return }
-            rateBudget = Double(rateBurst)
-            rateCheckedAt = monotonicMilliseconds()
-            rateTimer.cancel()
-            backgroundBytes.count = 0
-            for transfer in transfers.values where transfer.pool == .slow {
-                transfer.acceptSlowSpeed(backgroundRateLimit != nil, settings: settings)
-            }
-            updateHold()
+    private var backgroundRateLimit: Int64?
+
+    /// The settings a reload may change; they apply to transfers started from now on.
+    func reconfigure(_ settings: FetchSettings) { self.settings = settings }
+
+    /// Caps the background pool's download rate, or lifts the cap (nil).
+    func limitBackgroundRate(_ rate: Int64?) {
+        guard rate != backgroundRateLimit else { return }
+        backgroundRateLimit = rate
+        rateBudget = Double(rateBurst)
+        rateCheckedAt = monotonicMilliseconds()
+        rateTimer.cancel()
+        _ = backgroundBytes.take()
+        for transfer in transfers.values where transfer.pool == .slow {
+            transfer.acceptSlowSpeed(rate != nil, settings: settings)
         }
+        updateHold()
     }
+
     /// Body bytes background transfers of the slow pool received since the budget was last charged.
     private let backgroundBytes = ByteCounter()
     /// Bytes the background pool may still receive now; below 0 it is held until `rateTimer` is due.
@@ -77,10 +86,11 @@ final class CurlFetcher {
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
 
-    init(loop: EventLoop, settings: FetchSettings) throws {
+    init(loop: EventLoop, settings: FetchSettings, bodyFiles: WorkerPool) throws {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
         self.settings = settings
         hostLookup = try HostLookup(loop: loop)
+        self.bodyFiles = bodyFiles
         fastPool = ConnectionPool(loop: loop, connectionsPerHost: settings.connectionsPerHost)
         // The scheduler bounds the background lane; its pool needs no limit of its own.
         slowPool = ConnectionPool(loop: loop, connectionsPerHost: 0)
@@ -90,11 +100,6 @@ final class CurlFetcher {
             self.collectFinished(from: self.slowPool)
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
-        failedRestartsTimer = loop.makeTimer { [unowned self] in
-            let failures = self.failedRestarts
-            self.failedRestarts = []
-            for failure in failures { self.onFinish(failure) }
-        }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
             self.chargeBackgroundRate()
@@ -104,6 +109,7 @@ final class CurlFetcher {
 
     deinit {
         letGo = [:]
+        opening = [:]
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
     }
 
@@ -114,26 +120,52 @@ final class CurlFetcher {
 
     private func pool(_ lane: Lane) -> ConnectionPool { lane == .fast ? fastPool : slowPool }
 
-    func start(_ request: TransferRequest) throws {
-        precondition(transfers[request.key] == nil, "two transfers for \(request.key)")
-        let transfer = try Transfer(request, settings: settings)
-        transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
-        if transfer.pool == .slow {
-            transfer.backgroundBytes = backgroundBytes
-            if backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
+    /// Starts a transfer once its body file is open (`opened`). A failure to start ends it through `onFinish`.
+    func start(_ request: TransferRequest) {
+        precondition(transfers[request.key] == nil && opening[request.key] == nil, "two transfers for \(request.key)")
+        lastTicket += 1
+        let ticket = lastTicket
+        opening[request.key] = (request, ticket)
+        let path = request.bodyPath
+        let resuming = request.resumeValidator != nil
+        bodyFiles.run({ Result { () throws(SystemError) in try BodyFile.open(path, resuming: resuming) } },
+                      completion: { [unowned self] body in self.opened(request.key, ticket: ticket, body) })
+    }
+
+    /// A body file is open: its transfer joins the pool of its lane now, unless it was stopped meanwhile.
+    private func opened(_ key: String, ticket: UInt64, _ body: Result<BodyFile, SystemError>) {
+        guard let pending = opening[key], pending.ticket == ticket else {
+            if case .success(let file) = body { close(file.descriptor) }
+            return
         }
-        let added = pool(transfer.pool).add(transfer.easy)
-        guard added == CURLM_OK else {
-            transfer.closeFile()
-            throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
+        opening[key] = nil
+        do {
+            let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
+                                        backgroundBytes: pending.request.lane == .slow ? backgroundBytes : nil)
+            transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
+            if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
+            let added = pool(transfer.pool).add(transfer.easy)
+            guard added == CURLM_OK else {
+                transfer.closeFile()
+                throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
+            }
+            transfers[key] = transfer
+        } catch {
+            onFinish(FetchResult(key: key, headers: ResponseHeaders(),
+                                 outcome: .failure(.local("cannot start the transfer", error))))
         }
-        transfers[request.key] = transfer
     }
 
     /// Stops a transfer; its partial body is deleted, or kept on disk to resume from when `keepingBody`.
     func stop(_ key: String, keepingBody: Bool) {
         if let request = letGo.removeValue(forKey: key) {
             if !keepingBody { unlink(request.bodyPath) }
+            return
+        }
+        if let pending = opening.removeValue(forKey: key) {
+            // After the file is made: the thread runs its jobs in order.
+            let path = pending.request.bodyPath
+            if !keepingBody { bodyFiles.run({ unlink(path) }, completion: { _ in }) }
             return
         }
         guard let transfer = transfers.removeValue(forKey: key) else { return }
@@ -151,19 +183,15 @@ final class CurlFetcher {
 
     /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.
     func changeLane(_ key: String, to lane: Lane) {
+        if opening[key] != nil { return opening[key]!.request.lane = lane }
         if var request = letGo[key] {
             guard lane == .fast else { return }
             letGo[key] = nil
             request.lane = .fast
-            return restart(request)
+            return start(request)
         }
         guard let transfer = transfers[key] else { return }
-        transfer.lane = lane
-        if lane == .fast {
-            transfer.widenWindowForUrgentWork()
-        } else {
-            transfer.narrowWindowAfterUrgentWork(stillOnConnection: true)
-        }
+        transfer.move(to: lane)
         updateHold()
     }
 
@@ -180,11 +208,9 @@ final class CurlFetcher {
         if held {
             if backgroundHeld { letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting } }
         } else {
-            // One at a time: a restart that fails may end others through the scheduler, which stops them here.
-            while let (key, request) = letGo.first {
-                letGo[key] = nil
-                restart(request)
-            }
+            let restarts = letGo.values
+            letGo = [:]
+            for request in restarts { start(request) }
         }
     }
 
@@ -200,27 +226,17 @@ final class CurlFetcher {
         }
     }
 
-    /// Starts a transfer that let go of its connection again, in the pool of its lane now; a failure to start ends
-    /// it as a failed transfer on the next turn.
-    private func restart(_ request: TransferRequest) {
-        do {
-            try start(request)
-        } catch {
-            failedRestarts.append(FetchResult(key: request.key, headers: ResponseHeaders(),
-                                              outcome: .failure(.local("cannot start the transfer again", error))))
-            failedRestartsTimer.schedule(at: 0)
-        }
-    }
-
     /// Charges what background transfers received to the rate budget (refilled at the rate since the last charge);
     /// over budget, the pool is held until the debt is paid. What arrives while held is charged when the hold ends.
     private func chargeBackgroundRate() {
-        guard let rate = backgroundRateLimit else { return backgroundBytes.count = 0 }
+        guard let rate = backgroundRateLimit else {
+            _ = backgroundBytes.take()
+            return
+        }
         guard !rateHeld else { return }
         let now = monotonicMilliseconds()
         let refilled = rateBudget + Double(now - rateCheckedAt) * Double(rate) / 1000
-        rateBudget = min(Double(rateBurst), refilled) - Double(backgroundBytes.count)
-        backgroundBytes.count = 0
+        rateBudget = min(Double(rateBurst), refilled) - Double(backgroundBytes.take())
         rateCheckedAt = now
         guard rateBudget < 0 else { return }
         rateTimer.schedule(at: now + Int64((-rateBudget * 1000 / Double(rate)).rounded(.up)))

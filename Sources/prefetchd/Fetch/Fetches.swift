@@ -24,6 +24,11 @@ final class Fetches {
     private let store: Store
     private let fetcher: CurlFetcher
     private let workers: WorkerPool
+    /// One thread for the file-system changes of bodies under `tmp/`: it makes body files (`BodyFile`), deletes
+    /// them and moves finished ones into `files/`, in the order asked. Making an inode holds the directory's lock
+    /// for up to a millisecond on a busy ext4: one thread doing all of it never waits for another, and the loop
+    /// thread never waits at all.
+    private let bodyFiles: WorkerPool
     private let crashGuard: CrashGuard
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
     /// interpreted no response, such as an unresolved name, never began one; a variant of the same key may run.)
@@ -36,7 +41,8 @@ final class Fetches {
 
     init(loop: EventLoop, store: Store, workers: WorkerPool, crashGuard: CrashGuard, options: Options) throws {
         self.store = store
-        fetcher = try CurlFetcher(loop: loop, settings: options.fetch)
+        bodyFiles = try WorkerPool(threads: 1, loop: loop)
+        fetcher = try CurlFetcher(loop: loop, settings: options.fetch, bodyFiles: bodyFiles)
         self.workers = workers
         self.crashGuard = crashGuard
         images = options.images
@@ -65,7 +71,7 @@ final class Fetches {
             } else {
                 request.resumeValidator = store.partialValidator(key)
             }
-            try fetcher.start(request)
+            fetcher.start(request)
             Log.debug("start \(lane) \(key)")
         } catch {
             onEnd(key, .failed(.local("cannot start the transfer", error)))
@@ -82,6 +88,13 @@ final class Fetches {
 
     func abort(_ key: String) { fetcher.stop(key, keepingBody: false) }
 
+    /// `.forget`: the task is over; a body kept to resume it goes with its record. (Without a record no body is
+    /// left: a transfer that ends or stops without one deletes its body, and a finished one was moved into place.)
+    func forget(_ key: String) throws(DatabaseError) {
+        guard store.partialValidator(key) != nil else { return }
+        try store.removePartial(key)
+    }
+
     func holdBackground(_ held: Bool) { fetcher.holdBackground(held) }
 
     /// At shutdown: stops the running transfers, keeping only the partial bodies a restart resumes (`resumable`:
@@ -94,6 +107,8 @@ final class Fetches {
             guard !keep else { continue }
             do { try store.removePartial(task.key) } catch { Log.error("cannot forget the download of \(task.key): \(error)") }
         }
+        // Body files being made, deleted or moved: none is left half done.
+        bodyFiles.waitForJobs()
     }
 
     /// Bytes received and expected for a running transfer.
@@ -101,13 +116,13 @@ final class Fetches {
 
     /// The settings a reload may change.
     func reconfigure(_ options: Options) {
-        fetcher.settings = options.fetch
+        fetcher.reconfigure(options.fetch)
         images = options.images
         defaultTTL = options.defaultTTL
     }
 
     /// The background pool's download rate in all while a condition says slow; nil for none.
-    func limitBackgroundRate(_ rate: Int64?) { fetcher.backgroundRateLimit = rate }
+    func limitBackgroundRate(_ rate: Int64?) { fetcher.limitBackgroundRate(rate) }
 
     // MARK: Transfers that end
 
@@ -150,29 +165,39 @@ final class Fetches {
             onEnd(key, .revalidated)
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
-            let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key))
-            let files = store.files
             let policy = images
-            workers.run({ () -> Result<ImageInfo?, Failure> in
-                let info: ImageInfo?
-                switch ImageInspector.inspect(temporary, policy: policy) {
-                case .image(let image): info = image
-                case .nonImage: info = nil
-                case .rejected(let failure):
-                    unlink(temporary)
-                    return .failure(failure)
-                }
-                do {
-                    try files.install(temporary: temporary, as: relative)
-                } catch {
-                    unlink(temporary)
-                    return .failure(.local("cannot install the file", error))
-                }
-                return .success(info)
-            }, completion: { [unowned self] outcome in
-                self.installed(result, relative: relative, bytes: bytes, sha256: sha256, outcome: outcome)
+            workers.run({ ImageInspector.inspect(temporary, policy: policy) }, completion: { [unowned self] verdict in
+                self.inspected(result, temporary: temporary, bytes: bytes, sha256: sha256, verdict: verdict)
             })
         }
+    }
+
+    /// The body was judged on a worker: one that passed moves into place under `files/`, one that did not is deleted.
+    private func inspected(_ result: FetchResult, temporary: String, bytes: Int64, sha256: String, verdict: ImageVerdict) {
+        let info: ImageInfo?
+        switch verdict {
+        case .image(let image): info = image
+        case .nonImage: info = nil
+        case .rejected(let failure):
+            bodyFiles.run({ unlink(temporary) }, completion: { _ in })
+            endGuardedStep(result.key)
+            return onEnd(result.key, .failed(failure))
+        }
+        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: result.key))
+        let files = store.files
+        bodyFiles.run({ () -> Failure? in
+            do {
+                try files.install(temporary: temporary, as: relative)
+                return nil
+            } catch {
+                unlink(temporary)
+                return .local("cannot install the file", error)
+            }
+        }, completion: { [unowned self] failure in
+            self.endGuardedStep(result.key)
+            if let failure { return self.onEnd(result.key, .failed(failure)) }
+            self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
+        })
     }
 
     private func endGuardedStep(_ key: String) {
@@ -180,16 +205,7 @@ final class Fetches {
     }
 
     /// The body passed its checks and is in place under `files/`: it is indexed.
-    private func installed(_ result: FetchResult, relative: String, bytes: Int64, sha256: String,
-                           outcome: Result<ImageInfo?, Failure>) {
-        endGuardedStep(result.key)
-        let info: ImageInfo?
-        switch outcome {
-        case .failure(let failure):
-            return onEnd(result.key, .failed(failure))
-        case .success(let probed):
-            info = probed
-        }
+    private func installed(_ result: FetchResult, relative: String, bytes: Int64, sha256: String, info: ImageInfo?) {
         let now = wallClockMilliseconds()
         let entry = IndexEntry(
             key: result.key, url: result.key, file: relative, bytes: bytes, sha256: sha256,

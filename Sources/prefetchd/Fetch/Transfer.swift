@@ -22,7 +22,7 @@ final class Transfer {
     let key: String
     let easy: UnsafeMutableRawPointer
     let bodyPath: String
-    var lane: Lane
+    private(set) var lane: Lane
     /// The lane whose connection pool carries it: the lane it started in (a lane change keeps the connection).
     let pool: Lane
     /// What starts it again from where it is: its request, resuming the body once it started with a validator.
@@ -42,7 +42,7 @@ final class Transfer {
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
-    var backgroundBytes: ByteCounter?
+    private let backgroundBytes: ByteCounter?
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
     let startedAt = monotonicMilliseconds()
     /// Whether body bytes of the final response arrived.
@@ -52,15 +52,21 @@ final class Transfer {
     /// The receive buffer a background connection gets (`background_window`), 0 for the kernel's.
     fileprivate let backgroundWindow: Int32
     private var fd: Int32
-    private var hash = SHA256()
+    private var hash: SHA256
     private let maxBytes: Int64
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
     /// Where curl writes what went wrong in its own words (`CURLOPT_ERRORBUFFER`).
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
 
-    init(_ request: TransferRequest, settings: FetchSettings) throws {
-        guard let easy = curl_easy_init() else { throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "") }
+    /// A transfer writing into `body`, which it owns from now on (and closes).
+    init(_ request: TransferRequest, body: BodyFile, settings: FetchSettings,
+         backgroundBytes: ByteCounter?) throws(SystemError) {
+        guard let easy = curl_easy_init() else {
+            close(body.descriptor)
+            throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "")
+        }
         self.easy = easy
+        self.backgroundBytes = backgroundBytes
         key = request.key
         lane = request.lane
         pool = request.lane
@@ -70,8 +76,8 @@ final class Transfer {
         deniedNetworks = IPNetwork.linkLocal + settings.deniedNetworks
         conditional = request.conditional != nil
         bodyPath = request.bodyPath
-        let truncate = request.resumeValidator == nil ? O_TRUNC : 0
-        fd = try syscall("open", request.bodyPath) { open(request.bodyPath, O_WRONLY | O_CREAT | O_CLOEXEC | truncate, CacheFiles.fileMode) }
+        fd = body.descriptor
+        hash = body.hash
 
         // RFC 9218 priorities, for the servers and CDNs that order their sending by them: background is the least
         // urgent and incremental.
@@ -81,7 +87,7 @@ final class Transfer {
             if let modified = conditional.lastModified { headerLines.append("If-Modified-Since: \(modified)") }
         }
         if let validator = request.resumeValidator {
-            resumedFrom = try hashExisting()
+            resumedFrom = body.length
             if resumedFrom > 0 { headerLines.append("If-Range: \(validator)") }
         }
         received = resumedFrom
@@ -193,22 +199,6 @@ final class Transfer {
         fd = -1
     }
 
-    /// Feeds the bytes already in the body file to the checksum; returns their count.
-    private func hashExisting() throws(SystemError) -> Int64 {
-        let reader = try syscall("open", bodyPath) { open(bodyPath, O_RDONLY | O_CLOEXEC) }
-        defer { close(reader) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        var total: Int64 = 0
-        while true {
-            let count = try syscall("read", bodyPath) { read(reader, &buffer, buffer.count) }
-            if count == 0 { break }
-            buffer.withUnsafeBytes { hash.update(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-            total += Int64(count)
-        }
-        _ = lseek(fd, off_t(total), SEEK_SET)
-        return total
-    }
-
     /// Drops what a resume had kept: the server sent the whole body again, or the bytes held cannot be trusted.
     private func startOver() {
         _ = ftruncate(fd, 0)
@@ -271,7 +261,7 @@ final class Transfer {
         }
         hash.update(data)
         received += Int64(data.count)
-        if lane == .slow { backgroundBytes?.count += Int64(data.count) }
+        if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
         return data.count
     }
 
@@ -316,8 +306,21 @@ final class Transfer {
     /// buffer once it was set), large.
     static let urgentWindow: Int32 = 4 << 20
 
-    /// The connection's socket, as curl reported it for polling.
-    var socket: Int32 = -1
+    /// The connection's socket, as curl reported it for polling (`ConnectionPool`).
+    private var socket: Int32 = -1
+
+    func polls(_ socket: Int32) { self.socket = socket }
+
+    /// Moves to `lane` in place, on its connection: promoted, it gets a wide window there; demoted, the background
+    /// window again.
+    func move(to lane: Lane) {
+        self.lane = lane
+        if lane == .fast {
+            widenWindowForUrgentWork()
+        } else {
+            narrowWindowAfterUrgentWork(stillOnConnection: true)
+        }
+    }
     /// The background connection whose window was widened for this transfer promoted in place.
     private var widenedSocket: Int32?
 
@@ -391,5 +394,13 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _
 
 /// Bytes counted on the loop thread.
 final class ByteCounter {
-    var count: Int64 = 0
+    private var count: Int64 = 0
+
+    func add(_ bytes: Int64) { count += bytes }
+
+    /// The bytes counted since the last call.
+    func take() -> Int64 {
+        defer { count = 0 }
+        return count
+    }
 }

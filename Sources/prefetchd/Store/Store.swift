@@ -12,10 +12,21 @@ final class Store {
     private var inTransaction = false
     /// Last accesses not yet written: key → Unix ms.
     private var touched: [String: Int64] = [:]
-    /// Disk space the cached files and variants take (allocated blocks, what `du` shows): `max_cache_bytes` bounds it.
-    private(set) var totalBytes: Int64 = 0
-    private(set) var entryCount: Int64 = 0
-    private(set) var backlogCount: Int64 = 0
+    /// What the index holds, counted as it changes.
+    private var counts = Counts()
+    private struct Counts {
+        /// Disk space the cached files and variants take (allocated blocks, what `du` shows).
+        var bytes: Int64 = 0
+        var entries: Int64 = 0
+        /// URLs in the durable queue.
+        var queued: Int64 = 0
+    }
+
+    /// Disk space the cached files and variants take: `max_cache_bytes` bounds it.
+    var totalBytes: Int64 { counts.bytes }
+    var entryCount: Int64 { counts.entries }
+    var backlogCount: Int64 { counts.queued }
+
     /// The `partials` table, kept in memory: asked at every start, park and end of a transfer.
     private var partials: [String: String] = [:]
 
@@ -77,11 +88,11 @@ final class Store {
                    (SELECT coalesce(sum(allocated), 0) FROM entries) + (SELECT coalesce(sum(allocated), 0) FROM variants)
             """)
         _ = try totals.step()
-        entryCount = totals.int(0)
-        totalBytes = totals.int(1)
+        counts.entries = totals.int(0)
+        counts.bytes = totals.int(1)
         let backlog = try db.statement("SELECT count(*) FROM queue")
         _ = try backlog.step()
-        backlogCount = backlog.int(0)
+        counts.queued = backlog.int(0)
         partials = [:]
         let rows = try db.statement("SELECT key, validator FROM partials")
         while try rows.step() { partials[rows.text(0)] = rows.text(1) }
@@ -173,8 +184,8 @@ final class Store {
     func put(_ entry: IndexEntry) throws(DatabaseError) {
         try write()
         if let old = try self.entry(entry.key) {
-            totalBytes -= try allocated(entry.key)
-            entryCount -= 1
+            counts.bytes -= try allocated(entry.key)
+            counts.entries -= 1
             if old.file != entry.file { files.remove(old.file) }
             // Variants show the bytes they were made of: new bytes make them wrong.
             if old.sha256 != entry.sha256 { try removeVariants(of: entry.key) }
@@ -187,8 +198,8 @@ final class Store {
             """).bind(entry.key, entry.url, entry.file, entry.bytes, entry.sha256, entry.contentType, entry.format,
                       entry.width, entry.height, entry.etag, entry.lastModified, entry.freshUntil, entry.fetchedAt,
                       entry.lastAccess, entry.hits, entry.mustRevalidate ? 1 : 0, entry.noStore ? 1 : 0, allocated).run()
-        totalBytes += allocated
-        entryCount += 1
+        counts.bytes += allocated
+        counts.entries += 1
     }
 
     /// The disk space an entry's file takes, as recorded.
@@ -223,12 +234,12 @@ final class Store {
     func remove(_ key: String) throws(DatabaseError) -> Bool {
         guard let old = try entry(key) else { return false }
         try write()
-        totalBytes -= try allocated(key)
+        counts.bytes -= try allocated(key)
         try removeVariants(of: key)
         try db.statement("DELETE FROM entries WHERE key = ?1").bind(key).run()
         files.remove(old.file)
         touched.removeValue(forKey: key)
-        entryCount -= 1
+        counts.entries -= 1
         return true
     }
 
@@ -239,7 +250,7 @@ final class Store {
         while try variants.step() { variantFiles.append((variants.text(0), variants.int(1))) }
         for (file, bytes) in variantFiles {
             files.remove(file)
-            totalBytes -= bytes
+            counts.bytes -= bytes
         }
         try db.statement("DELETE FROM variants WHERE key = ?1").bind(key).run()
     }
@@ -248,7 +259,7 @@ final class Store {
     func evict(downTo target: Int64, protecting protected: Set<String>) throws(DatabaseError) -> Int {
         try flushAccesses()
         var evicted = 0
-        while totalBytes > target {
+        while counts.bytes > target {
             // The 64 least recently used that are not protected, however many protected ones are older.
             let oldest = try db.statement("SELECT key FROM entries ORDER BY last_access")
             var victims: [String] = []
@@ -257,7 +268,7 @@ final class Store {
                 if !protected.contains(key) { victims.append(key) }
             }
             if victims.isEmpty { break }
-            for key in victims where totalBytes > target {
+            for key in victims where counts.bytes > target {
                 try remove(key)
                 evicted += 1
             }
@@ -304,7 +315,7 @@ final class Store {
         try write()
         let old = try db.statement("SELECT allocated, file FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec)
         if try old.step() {
-            totalBytes -= old.int(0)
+            counts.bytes -= old.int(0)
             // Made again under another path (a cache from before the one-level layout): the old file goes.
             if old.text(1) != variant.file { files.remove(old.text(1)) }
         }
@@ -314,7 +325,7 @@ final class Store {
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
             """).bind(key, spec, variant.file, variant.bytes, variant.sha256, variant.format, variant.width, variant.height,
                       allocated).run()
-        totalBytes += allocated
+        counts.bytes += allocated
     }
 
     // MARK: Durable backlog
@@ -324,14 +335,14 @@ final class Store {
         try write()
         try db.statement("INSERT OR IGNORE INTO queue(key, url, queued_at) VALUES (?1, ?2, ?3)").bind(key, url, now).run()
         let inserted = db.changes > 0
-        if inserted { backlogCount += 1 }
+        if inserted { counts.queued += 1 }
         return inserted
     }
 
     func dequeue(_ key: String) throws(DatabaseError) {
         try write()
         try db.statement("DELETE FROM queue WHERE key = ?1").bind(key).run()
-        backlogCount -= Int64(db.changes)
+        counts.queued -= Int64(db.changes)
     }
 
     func isQueued(_ key: String) throws(DatabaseError) -> Bool {
@@ -476,7 +487,7 @@ final class Store {
         }
         for key in bad { try remove(key) }
         for (key, allocated) in remeasured {
-            totalBytes += allocated - (try self.allocated(key))
+            counts.bytes += allocated - (try self.allocated(key))
             try db.statement("UPDATE entries SET allocated = ?2 WHERE key = ?1").bind(key, allocated).run()
         }
         var badVariants: [(key: String, spec: String)] = []
@@ -488,7 +499,7 @@ final class Store {
                 if usage.allocated != was { remeasuredVariants.append((key, spec, usage.allocated, was)) }
             } else {
                 badVariants.append((key, spec))
-                totalBytes -= was
+                counts.bytes -= was
             }
         }
         for (key, spec) in badVariants {
@@ -496,7 +507,7 @@ final class Store {
         }
         for (key, spec, allocated, was) in remeasuredVariants {
             try db.statement("UPDATE variants SET allocated = ?3 WHERE key = ?1 AND spec = ?2").bind(key, spec, allocated).run()
-            totalBytes += allocated - was
+            counts.bytes += allocated - was
         }
         var orphans: [String] = []
         files.forEachCachedFile { name, path in

@@ -3,9 +3,10 @@ import CSystem
 import Glibc
 import Synchronization
 
-/// A few threads for CPU-heavy work; results come back to the loop thread through an eventfd.
+/// A few threads for CPU-heavy or blocking work; results come back to the loop thread through an eventfd. With one
+/// thread, jobs run one at a time in the order they were given.
 final class WorkerPool {
-    private let queue = DispatchQueue(label: "prefetchd.workers", attributes: .concurrent)
+    private let queue: DispatchQueue
     private let slots: DispatchSemaphore
     private let eventFD: Int32
     private let finished = Mailbox()
@@ -13,6 +14,7 @@ final class WorkerPool {
     private var nextJob: UInt64 = 0
 
     init(threads: Int, loop: EventLoop) throws(SystemError) {
+        queue = DispatchQueue(label: "prefetchd.workers", attributes: threads > 1 ? .concurrent : [])
         slots = DispatchSemaphore(value: max(1, threads))
         eventFD = try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
         try loop.add(eventFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.drain() }
@@ -36,6 +38,9 @@ final class WorkerPool {
             _ = write(fd, &one, 8)
         }
     }
+
+    /// Waits until every job given so far has run (their completions are not called): at shutdown.
+    func waitForJobs() { queue.sync(flags: .barrier) {} }
 
     private func drain() {
         var counter: UInt64 = 0

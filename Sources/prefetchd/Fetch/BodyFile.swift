@@ -1,0 +1,44 @@
+import Glibc
+
+/// A transfer's body file, open for writing, with the checksum of the bytes it already holds. It is opened on the
+/// fetcher's file thread: making a file's inode can take a millisecond on a busy ext4 (it skips the inodes deleted in
+/// the last minutes one by one), and hashing the bytes a resume keeps reads the whole partial body, neither of which
+/// the loop thread may wait for. Made there, then used by the loop thread alone.
+struct BodyFile: @unchecked Sendable {
+    let descriptor: Int32
+    /// The checksum of the `length` bytes already in the file.
+    let hash: SHA256
+    /// Bytes kept from an earlier attempt: 0 unless resuming.
+    let length: Int64
+
+    /// Opens the body file at `path`: empty, made if needed, or, when `resuming`, with the bytes it holds hashed and
+    /// the file positioned after them.
+    static func open(_ path: String, resuming: Bool) throws(SystemError) -> BodyFile {
+        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resuming ? 0 : O_TRUNC)
+        let descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
+        let hash = SHA256()
+        guard resuming else { return BodyFile(descriptor: descriptor, hash: hash, length: 0) }
+        do {
+            let length = try hashContents(of: path, into: hash)
+            _ = lseek(descriptor, off_t(length), SEEK_SET)
+            return BodyFile(descriptor: descriptor, hash: hash, length: length)
+        } catch {
+            close(descriptor)
+            throw error
+        }
+    }
+
+    /// Feeds the bytes of the file at `path` to `hash`; returns their count.
+    private static func hashContents(of path: String, into hash: SHA256) throws(SystemError) -> Int64 {
+        let reader = try syscall("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
+        defer { close(reader) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var total: Int64 = 0
+        while true {
+            let count = try syscall("read", path) { read(reader, &buffer, buffer.count) }
+            if count == 0 { return total }
+            buffer.withUnsafeBytes { hash.update(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            total += Int64(count)
+        }
+    }
+}

@@ -1,0 +1,46 @@
+import Glibc
+import Testing
+@testable import prefetchd
+
+/// A download's body file as the fetcher's file thread opens it: a new download starts empty, a resumed one keeps its
+/// bytes, hashed, and continues after them.
+@Suite struct BodyFileTests {
+    @Test("a new download empties what a body file held; a resumed one hashes the kept bytes and writes after them")
+    func newAndResumed() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/body"
+            try writeFile(path, count: 10)
+
+            let fresh = try BodyFile.open(path, resuming: false)
+            #expect(fresh.length == 0)
+            #expect(fileSize(path) == 0)
+            let kept: [UInt8] = Array("kept!".utf8)
+            #expect(write(fresh.descriptor, kept, kept.count) == kept.count)
+            close(fresh.descriptor)
+
+            let resumed = try BodyFile.open(path, resuming: true)
+            #expect(resumed.length == 5)
+            let rest: [UInt8] = Array("new".utf8)
+            #expect(write(resumed.descriptor, rest, rest.count) == rest.count)
+            close(resumed.descriptor)
+            rest.withUnsafeBytes { resumed.hash.update($0) }
+            #expect(resumed.hash.hex() == SHA256.hex(of: "kept!new"))
+            #expect(SHA256.hex(ofFile: path) == SHA256.hex(of: "kept!new"))
+        }
+    }
+
+    @Test("a body file that cannot be made is an error naming the call and the path")
+    func cannotMake() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/missing/body"
+            let error = #expect(throws: SystemError.self) { try BodyFile.open(path, resuming: false) }
+            #expect(error?.call == "open")
+            #expect(error.map { "\($0)" }?.contains(path) == true)
+        }
+    }
+}
+
+private func fileSize(_ path: String) -> Int64 {
+    var info = stat()
+    return stat(path, &info) == 0 ? Int64(info.st_size) : -1
+}
