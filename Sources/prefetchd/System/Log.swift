@@ -16,7 +16,8 @@ enum Log {
     static func error(_ message: String) { write(.error, message) }
     static func warning(_ message: String) { write(.warning, message) }
     static func info(_ message: String) { write(.info, message) }
-    static func debug(_ message: String) { if threshold >= .debug { write(.debug, message) } }
+    /// The message is made only when debug lines are wanted: some are on the path of every fetch.
+    static func debug(_ message: @autoclosure () -> String) { if threshold >= .debug { write(.debug, message()) } }
 
     private static func write(_ level: Level, _ message: String) {
         guard level <= threshold else { return }
