@@ -393,6 +393,14 @@ class Bench:
                       fig(t), ratio, "≥ 1.0 × best peer" if t == best else "—",
                       ratio >= 1.0 if t == best else None, rss, dcpu,
                       note="best peer" if t == best else "")
+        # CPU per fetched file, from the same runs: the daemon (all its threads) against the curl process.
+        ours_us = dcpu * 1e6 / n
+        ctl_us = result["prefetchd"]["cpu_s"]["median"] * 1e6 / n
+        curl = "curl --parallel-max 16"
+        curl_us = result[curl]["cpu_s"]["median"] * 1e6 / n
+        self.line("B2", "…CPU per fetched file (user + system): the daemon's threads against the curl process",
+                  "%.0f µs (prefetchctl: %.0f µs more)" % (ours_us, ctl_us), curl, "%.0f µs" % curl_us,
+                  ours_us / curl_us, "≤ 1.0 × curl", ours_us <= curl_us, rss, dcpu)
         self.line("B2", "…floor: creating %d empty files" % n, fig("prefetchd"), "touch", fig("touch (floor)"),
                   ours / result["touch (floor)"]["files_per_s"]["median"], "—", None)
         rss8 = max(x["peak_rss_mb"] for x in daemon["prefetchd (default width 8)"])
@@ -519,6 +527,9 @@ class Bench:
                   note="%s held after the run (backlog + in memory); index %.0f MB + WAL %.0f MB" % (
                       format(queued, ","), index_after_queue.get("index.sqlite", 0) / 1e6,
                       index_after_queue.get("index.sqlite-wal", 0) / 1e6))
+        self.line("B4", "…CPU per queued URL (user + system)",
+                  "daemon %.1f µs, prefetchctl %.1f µs" % (queue_cpu * 1e6 / n, r["cpu"] * 1e6 / n),
+                  rss=final["peak_rss_mb"], cpu=queue_cpu)
         self.line("B4", "…daemon peak RSS with them queued", "%.1f MB" % final["peak_rss_mb"],
                   target="≤ 100 MB", ok=final["peak_rss_mb"] <= 100, rss=final["peak_rss_mb"], cpu=queue_cpu)
         rs = result["restart"]
