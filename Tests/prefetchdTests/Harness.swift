@@ -272,6 +272,9 @@ final class RawConnection {
         }
     }
 
+    /// Half-closes the connection: the daemon reads the end of the stream, and may still write.
+    func finishSending() { shutdown(fd, Int32(SHUT_WR)) }
+
     /// The next line as a JSON object; nil at end of stream.
     func receive() -> [String: Any]? {
         while true {

@@ -51,6 +51,21 @@ struct ImageTests {
         #expect(errorCode(again.stdout) == code, "the rejection is remembered")
     }
 
+    @Test("a get --size from a client that half-closes after sending it still gets its variant, then the end of the stream")
+    func variantAfterHalfClose() throws {
+        let daemon = try DaemonUnderTest()
+        for (id, size) in [(1, "64x64"), (2, "32x32")] {  // the original to fetch first, then already cached
+            let connection = try RawConnection(socket: daemon.socket)
+            _ = connection.receive()  // the greeting
+            connection.send("{\"id\":\(id),\"op\":\"get\",\"url\":\"\(origin.url("/photo.jpg"))\",\"size\":\"\(size)\"}\n")
+            connection.finishSending()
+            let reply = connection.receive()
+            #expect(reply?["id"] as? Int == id && reply?["ok"] as? Bool == true, "\(String(describing: reply))")
+            #expect((reply?["result"] as? [String: Any])?["variant"] as? String != nil, "\(String(describing: reply))")
+            #expect(connection.receive() == nil, "then the end of the stream")
+        }
+    }
+
     @Test("--size 256x256 of a 4000x3000 JPEG: contain 256x192, cover 256x256; EXIF rotation applied; no upscaling")
     func variants() throws {
         let daemon = try DaemonUnderTest()

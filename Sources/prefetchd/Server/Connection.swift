@@ -19,6 +19,8 @@ final class OutputLedger {
 enum Recipient {
     case request(RequestID?)
     case row(Int, url: String)
+
+    var isRequest: Bool { if case .request = self { true } else { false } }
 }
 
 /// A `get` or a visible view row waiting for its URL: the key, the variant to make of it, who gets the answer, and
@@ -94,9 +96,9 @@ final class Connection {
     /// The keys it waits for: their files stay in the cache until then.
     var waitedKeys: [String] { waits.values.map(\.key) }
 
-    /// Whether a request of this client still waits for its reply (view rows aside).
+    /// Whether a request of this client still waits for its reply (view rows aside): for a URL, or for a variant.
     var awaitsReplies: Bool {
-        waits.values.contains { if case .request = $0.recipient { true } else { false } }
+        waits.values.contains { $0.recipient.isRequest } || variantWaits.values.contains { $0.contains { $0.isRequest } }
     }
 
     /// `recipient` gets the variant `job` makes.
