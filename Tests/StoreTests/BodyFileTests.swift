@@ -29,6 +29,33 @@ import Testing
         }
     }
 
+    @Test("a stopped transfer's job makes no file when cancelled first, and closes the file it made when cancelled meanwhile")
+    func cancelledJobs() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/body"
+            func open() -> Result<BodyFile, SystemError> {
+                Result { () throws(SystemError) in try BodyFile.open(path, resuming: false) }
+            }
+            let early = BodyFileJob()
+            #expect(early.cancel() == false, "not begun: no file to delete")
+            #expect(early.run(open) == nil)
+            #expect(access(path, F_OK) != 0, "no file was made")
+
+            let late = BodyFileJob()
+            var descriptor: Int32 = -1
+            var begun: Bool?
+            let delivered = late.run {
+                let body = open()
+                if case .success(let file) = body { descriptor = file.descriptor }
+                begun = late.cancel()  // the loop thread stops the transfer while the file is made
+                return body
+            }
+            #expect(delivered == nil, "nothing to deliver")
+            #expect(begun == true, "begun: the caller deletes the file")
+            #expect(descriptor >= 0 && fcntl(descriptor, F_GETFD) == -1, "its descriptor is closed")
+        }
+    }
+
     @Test("a body file that cannot be made is an error naming the call and the path")
     func cannotMake() throws {
         try withCacheDirectory { directory in

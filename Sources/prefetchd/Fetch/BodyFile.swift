@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// A transfer's body file, open for writing, with the checksum of the bytes it already holds. It is opened on the
 /// fetcher's file thread: making a file's inode can take a millisecond on a busy ext4 (it skips the inodes deleted in
@@ -39,6 +40,44 @@ struct BodyFile: @unchecked Sendable {
             if count == 0 { return total }
             buffer.withUnsafeBytes { hash.update(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             total += Int64(count)
+        }
+    }
+}
+
+/// Opening a body file on the body-files thread, which the loop thread may cancel: a view scrolled fast starts and
+/// stops transfers faster than files can be made, and a stopped one must cost no file and hold no descriptor.
+final class BodyFileJob: Sendable {
+    private enum State { case queued, cancelled, begun, abandoned }
+    private let state = Mutex(State.queued)
+
+    /// On the body-files thread: opens the file unless the job was cancelled; a file whose job was cancelled while
+    /// it was opened is closed here (its deletion follows as a job of its own). Nil when there is nothing to deliver.
+    func run(_ open: () -> Result<BodyFile, SystemError>) -> Result<BodyFile, SystemError>? {
+        let go = state.withLock { state in
+            guard state == .queued else { return false }
+            state = .begun
+            return true
+        }
+        guard go else { return nil }
+        let body = open()
+        guard state.withLock({ $0 == .abandoned }) else { return body }
+        if case .success(let file) = body { close(file.descriptor) }
+        return nil
+    }
+
+    /// On the loop thread: cancels the job; returns whether it had begun (its file may exist).
+    func cancel() -> Bool {
+        state.withLock { state in
+            switch state {
+            case .queued:
+                state = .cancelled
+                return false
+            case .begun:
+                state = .abandoned
+                return true
+            case .cancelled, .abandoned:
+                return state == .abandoned
+            }
         }
     }
 }

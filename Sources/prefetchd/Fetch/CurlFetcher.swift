@@ -30,9 +30,9 @@ final class CurlFetcher {
     private let bodyFiles: WorkerPool
     private var settings: FetchSettings
     private var transfers: [String: Transfer] = [:]
-    /// Transfers whose body file is being opened; the ticket tells a stopped one from a later start of the same key.
-    private var opening: [String: (request: TransferRequest, ticket: UInt64)] = [:]
-    private var lastTicket: UInt64 = 0
+    /// Transfers whose body file is being opened, each with its job (which also tells a stopped one from a later
+    /// start of the same key).
+    private var opening: [String: (request: TransferRequest, job: BodyFileJob)] = [:]
     /// Whether background work is held back because urgent work runs.
     private var backgroundHeld = false
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
@@ -123,19 +123,18 @@ final class CurlFetcher {
     /// Starts a transfer once its body file is open (`opened`). A failure to start ends it through `onFinish`.
     func start(_ request: TransferRequest) {
         precondition(transfers[request.key] == nil && opening[request.key] == nil, "two transfers for \(request.key)")
-        lastTicket += 1
-        let ticket = lastTicket
-        opening[request.key] = (request, ticket)
+        let job = BodyFileJob()
+        opening[request.key] = (request, job)
         let path = request.bodyPath
         let resuming = request.resumeValidator != nil
-        bodyFiles.run({ Result { () throws(SystemError) in try BodyFile.open(path, resuming: resuming) } },
-                      completion: { [unowned self] body in self.opened(request.key, ticket: ticket, body) })
+        bodyFiles.run({ job.run { Result { () throws(SystemError) in try BodyFile.open(path, resuming: resuming) } } },
+                      completion: { [unowned self] body in self.opened(request.key, job: job, body) })
     }
 
     /// A body file is open: its transfer joins the pool of its lane now, unless it was stopped meanwhile.
-    private func opened(_ key: String, ticket: UInt64, _ body: Result<BodyFile, SystemError>) {
-        guard let pending = opening[key], pending.ticket == ticket else {
-            if case .success(let file) = body { close(file.descriptor) }
+    private func opened(_ key: String, job: BodyFileJob, _ body: Result<BodyFile, SystemError>?) {
+        guard let pending = opening[key], pending.job === job, let body else {
+            if case .success(let file)? = body { close(file.descriptor) }
             return
         }
         opening[key] = nil
@@ -163,9 +162,13 @@ final class CurlFetcher {
             return
         }
         if let pending = opening.removeValue(forKey: key) {
-            // After the file is made: the thread runs its jobs in order.
+            // A job that had not begun makes no file. Otherwise the file goes after it is made (the thread runs its
+            // jobs in order), as does a kept one that was to be resumed.
+            let begun = pending.job.cancel()
             let path = pending.request.bodyPath
-            if !keepingBody { bodyFiles.run({ unlink(path) }, completion: { _ in }) }
+            if !keepingBody && (begun || pending.request.resumeValidator != nil) {
+                bodyFiles.run({ unlink(path) }, completion: { _ in })
+            }
             return
         }
         guard let transfer = transfers.removeValue(forKey: key) else { return }

@@ -27,7 +27,7 @@ final class Fetches {
     /// One thread for the file-system changes of bodies under `tmp/`: it makes body files (`BodyFile`), deletes
     /// them and moves finished ones into `files/`, in the order asked. Making an inode holds the directory's lock
     /// for up to a millisecond on a busy ext4: one thread doing all of it never waits for another, and the loop
-    /// thread never waits at all.
+    /// thread does not wait for it.
     private let bodyFiles: WorkerPool
     private let crashGuard: CrashGuard
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
