@@ -106,6 +106,32 @@ import Testing
         }
     }
 
+    @Test("an index written by a newer version is refused with an error naming it, and left as it is")
+    func refusesNewerIndex() throws {
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                try cache("https://example.com/a.png", in: store)
+                try store.commit()
+            }
+            let newer = Store.migrations.count + 1
+            try Database(path: directory + "/index.sqlite").execute("PRAGMA user_version = \(newer)")
+            #expect {
+                _ = try Store(directory: directory)
+            } throws: { error in
+                "\(error)".contains("written by a newer prefetchd (schema \(newer)")
+            }
+            #expect(!names(in: directory).contains { $0.hasPrefix("index.sqlite.corrupt-") }, "not set aside")
+            let check = try Database(path: directory + "/index.sqlite")
+            let version = try check.statement("PRAGMA user_version")
+            #expect(try version.step())
+            #expect(version.int(0) == Int64(newer))
+            let rows = try check.statement("SELECT count(*) FROM entries")
+            #expect(try rows.step())
+            #expect(rows.int(0) == 1, "its rows are kept")
+        }
+    }
+
     @Test("an index file that is not SQLite is set aside, and the cache starts empty")
     func setsAsideNonDatabase() throws {
         try withCacheDirectory { directory in

@@ -105,7 +105,7 @@ final class Store {
         // Only the daemon reads the index (URLs in it may carry credentials); its WAL and shm files follow this mode.
         _ = try syscall("chmod", path) { chmod(path, 0o600) }
         try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-        try migrate(db)
+        try migrate(db, at: path)
         let check = try db.statement("PRAGMA quick_check(1)")
         if try check.step(), check.text(0) != "ok" {
             throw DatabaseError(call: "quick_check", code: SQLITE_CORRUPT, message: check.text(0))
@@ -114,10 +114,17 @@ final class Store {
         return db
     }
 
-    private static func migrate(_ db: Database) throws {
+    /// Brings the index to this version's schema. One written by a newer version is left as it is: this version
+    /// would not know what its rows mean, and setting it aside would lose them for that version.
+    private static func migrate(_ db: Database, at path: String) throws {
         let version = try db.statement("PRAGMA user_version")
         _ = try version.step()
         let current = Int(version.int(0))
+        db.resetStatements()
+        guard current <= Self.migrations.count else {
+            throw DaemonError("the index \(path) was written by a newer prefetchd (schema \(current); this one knows "
+                              + "\(Self.migrations.count)): run that version, or give this one another cache directory")
+        }
         guard current < Self.migrations.count else { return }
         for (index, sql) in Self.migrations.enumerated().dropFirst(current) {
             try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
