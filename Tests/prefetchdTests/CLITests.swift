@@ -254,6 +254,7 @@ struct CLITests {
         }
         #expect(status.contains("1 connection\n") && status.contains("cache: 1 entry,") && status.contains("(0 hits, 1 miss)"),
                 "\(status)")
+        #expect(status.contains(" kB of 1.1 GB, hit ratio"), "sizes a person reads (1 GiB limit): \(status)")
         let waited = daemon.ctl("queue", "--wait", "--timeout", "0.5", Self.origin.url("/plural-slow.jpg?delay=5"))
         #expect(waited.status == 5)
         #expect(waited.stderr.contains("1 URL still not fetched after 0.5 s; it stays queued"), "\(waited.stderr)")

@@ -45,8 +45,8 @@ enum InspectCommand {
             Output.line("slow lane waits for disk space: the disk is full; trying again at "
                         + HumanTime.instant(until, now: now, dateWhenToday: false) + "; queued URLs are kept")
         }
-        Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(cache.bytes) of "
-                    + "\(Units.count(cache.limit, "byte")), hit ratio \(Int(ratio.rounded()))% "
+        Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(Units.bytes(cache.bytes)) of "
+                    + "\(Units.bytes(cache.limit)), hit ratio \(Int(ratio.rounded()))% "
                     + "(\(Units.count(cache.hits, "hit")), \(Units.count(cache.misses, "miss", "misses"))), \(cache.directory)")
         Output.line("fetched \(status.fetched), failed \(status.failed)")
         for paused in status.pausedHosts {
