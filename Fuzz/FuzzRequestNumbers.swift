@@ -13,7 +13,7 @@ import PrefetchProtocol
 import QueueCore
 
 private let decoder = JSONDecoder()
-/// The daemon's limits (Daemon+Views.swift).
+/// The daemon's limits (`Command.maximumViewRows`, `maximumVisibleRows`, `maximumLookAround` in Server/Command.swift).
 private let maximumRows = 100_000, maximumVisible = 1_000, maximumLookAround = 1_000
 
 @inline(never)
@@ -83,7 +83,7 @@ public func test(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         require((try? VariantSpec(spec: spec.spec)) == spec, "spec \(spec.spec) does not parse back")
     }
 
-    // list: limit, as Daemon.handle clamps it.
+    // list: limit, as Command checks it (a negative one is bad_request).
     _ = [1, 2, 3].prefix(max(0, request.limit ?? 1000))
     _ = request.id?.description
     return 0

@@ -62,10 +62,10 @@ final class Clients {
         access = AccessPolicy(options: options)
         outputBudget = options.outputBudget
         inputTimer = loop.makeTimer { [unowned self] in
-            for id in pendingInput {
-                pendingInput.remove(id)
-                if let connection = connections[id] { serveInput(connection) }
-            }
+            // Taken at once, so the timer is scheduled again only by a connection whose turn runs out again.
+            let ready = pendingInput
+            pendingInput = []
+            for id in ready { if let connection = connections[id] { serveInput(connection) } }
         }
         acceptTimer = loop.makeTimer { [unowned self] in
             if listenFD >= 0 { loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue)) }
