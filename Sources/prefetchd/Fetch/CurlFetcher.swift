@@ -50,6 +50,9 @@ final class CurlFetcher {
     var mayConclude: () -> Bool = { true }
     /// Transfers that ended and whose responses are not interpreted yet.
     private var finished: [(Transfer, CURLcode)] = []
+    /// Keys whose transfer ended and whose `onFinish` has not been called yet (held by the crash guard, or a failed
+    /// lookup being asked again).
+    private var ending: Set<String> = []
     /// The background pool's download rate in all (bytes per second) while a condition says `slow`; nil for none.
     /// Enforced like the hold: over budget, the pool is not read until the budget is paid back (no curl rate limit,
     /// whose waits are late and stall a whole HTTP/2 connection: docs/transport.md). Urgent work is never capped: a
@@ -109,9 +112,11 @@ final class CurlFetcher {
 
     deinit {
         letGo = [:]
-        opening = [:]
         for key in Array(transfers.keys) { stop(key, keepingBody: true) }
     }
+
+    /// Whether `key`'s transfer ended and its end is still on its way to `onFinish`.
+    func isEnding(_ key: String) -> Bool { ending.contains(key) }
 
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? {
@@ -145,7 +150,6 @@ final class CurlFetcher {
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
             let added = pool(transfer.pool).add(transfer.easy)
             guard added == CURLM_OK else {
-                transfer.closeFile()
                 throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
             }
             transfers[key] = transfer
@@ -262,6 +266,7 @@ final class CurlFetcher {
             // that did not answer (glibc's shortest timeout is 1 s): transient, as curl reported it.
             let unresolvedAtOnce = code == CURLE_COULDNT_RESOLVE_HOST && transfer.stopReason == nil
                 && monotonicMilliseconds() - transfer.startedAt < 1000
+            ending.insert(transfer.key)
             if !(unresolvedAtOnce && askResolverAgain(transfer)) { finished.append((transfer, code)) }
             ended = true
         }
@@ -273,6 +278,7 @@ final class CurlFetcher {
     func concludeHeld() {
         while !finished.isEmpty, mayConclude() {
             let (transfer, code) = finished.removeFirst()
+            ending.remove(transfer.key)
             onConcluding(transfer.key)
             onFinish(conclude(transfer, code: code))
         }
@@ -294,6 +300,7 @@ final class CurlFetcher {
             case .transient:
                 outcome = failure
             }
+            ending.remove(transfer.key)
             onFinish(FetchResult(key: transfer.key, headers: transfer.headers, outcome: .failure(outcome)))
         }
         if asked { transfer.closeFile() }

@@ -33,6 +33,8 @@ final class Fetches {
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
     /// interpreted no response, such as an unresolved name, never began one; a variant of the same key may run.)
     private var guarded: Set<String> = []
+    /// Keys whose body is being inspected and moved into place: their end is on its way to `onEnd`.
+    private var ending: Set<String> = []
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
@@ -60,8 +62,12 @@ final class Fetches {
     // MARK: The scheduler's actions
 
     /// `.start`: a conditional request when revalidating a copy with validators, else a download that resumes what
-    /// a partial body on disk holds. `retry` opens a connection of its own (the last one may be dead).
+    /// a partial body on disk holds. `retry` opens a connection of its own (the last one may be dead). A key whose
+    /// last transfer ended and whose end has not been reported yet (a park or a lane change meanwhile found nothing
+    /// to stop) does not start again: that end is on its way, and the scheduler takes it as this start's. A second
+    /// transfer would write into the body file the first one's is being moved out of.
     func start(_ key: String, lane: Lane, revalidate: Bool, retry: Bool) {
+        guard !ending.contains(key), !fetcher.isEnding(key) else { return Log.debug("\(key) is ending: not started again") }
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         request.freshConnection = retry
@@ -165,6 +171,7 @@ final class Fetches {
             onEnd(key, .revalidated)
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
+            ending.insert(key)
             let policy = images
             workers.run({ ImageInspector.inspect(temporary, policy: policy) }, completion: { [unowned self] verdict in
                 self.inspected(result, temporary: temporary, bytes: bytes, sha256: sha256, verdict: verdict)
@@ -180,6 +187,7 @@ final class Fetches {
         case .nonImage: info = nil
         case .rejected(let failure):
             bodyFiles.run({ unlink(temporary) }, completion: { _ in })
+            ending.remove(result.key)
             endGuardedStep(result.key)
             return onEnd(result.key, .failed(failure))
         }
@@ -194,6 +202,7 @@ final class Fetches {
                 return .local("cannot install the file", error)
             }
         }, completion: { [unowned self] failure in
+            self.ending.remove(result.key)
             self.endGuardedStep(result.key)
             if let failure { return self.onEnd(result.key, .failed(failure)) }
             self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
