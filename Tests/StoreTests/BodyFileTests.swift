@@ -56,10 +56,21 @@ import Testing
         }
     }
 
+    @Test("a body file whose directory was removed behind the daemon's back is made after the directory")
+    func directoryRemoved() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/tmp/body"
+            let body = try BodyFile.open(path, resuming: false)
+            close(body.descriptor)
+            #expect(access(path, F_OK) == 0)
+        }
+    }
+
     @Test("a body file that cannot be made is an error naming the call and the path")
     func cannotMake() throws {
         try withCacheDirectory { directory in
-            let path = directory + "/missing/body"
+            let path = directory + "/file/body"
+            try writeFile(directory + "/file")  // a file where the directory would be
             let error = #expect(throws: SystemError.self) { try BodyFile.open(path, resuming: false) }
             #expect(error?.call == "open")
             #expect(error.map { "\($0)" }?.contains(path) == true)

@@ -16,7 +16,14 @@ struct BodyFile: @unchecked Sendable {
     /// the file positioned after them.
     static func open(_ path: String, resuming: Bool) throws(SystemError) -> BodyFile {
         let flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resuming ? 0 : O_TRUNC)
-        let descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
+        let descriptor: Int32
+        do {
+            descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
+        } catch where error.errno == ENOENT {
+            // Its directory was removed behind the daemon's back: made again, as `CacheFiles.install` does.
+            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: 0o700)
+            descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
+        }
         let hash = SHA256()
         guard resuming else { return BodyFile(descriptor: descriptor, hash: hash, length: 0) }
         do {
@@ -65,19 +72,12 @@ final class BodyFileJob: Sendable {
         return nil
     }
 
-    /// On the loop thread: cancels the job; returns whether it had begun (its file may exist).
+    /// On the loop thread, once: cancels the job; returns whether it had begun (its file may exist).
     func cancel() -> Bool {
         state.withLock { state in
-            switch state {
-            case .queued:
-                state = .cancelled
-                return false
-            case .begun:
-                state = .abandoned
-                return true
-            case .cancelled, .abandoned:
-                return state == .abandoned
-            }
+            let begun = state == .begun
+            state = begun ? .abandoned : .cancelled
+            return begun
         }
     }
 }
