@@ -29,7 +29,7 @@ import Testing
         }
     }
 
-    @Test("a stopped transfer's job makes no file when cancelled first, and closes the file it made when cancelled meanwhile")
+    @Test("a stopped transfer's job makes no file when cancelled first, and closes its file when cancelled later")
     func cancelledJobs() throws {
         try withCacheDirectory { directory in
             let path = directory + "/body"
@@ -53,6 +53,13 @@ import Testing
             #expect(delivered == nil, "nothing to deliver")
             #expect(begun == true, "begun: the caller deletes the file")
             #expect(descriptor >= 0 && fcntl(descriptor, F_GETFD) == -1, "its descriptor is closed")
+
+            // Stopped after its file was opened, while the result waits for the loop thread.
+            let waiting = BodyFileJob()
+            guard case .success(let file)? = waiting.run(open) else { Issue.record("not opened"); return }
+            #expect(fcntl(file.descriptor, F_GETFD) != -1)
+            #expect(waiting.cancel() == true, "begun: the caller deletes the file")
+            #expect(fcntl(file.descriptor, F_GETFD) == -1, "cancelling closed its descriptor")
         }
     }
 

@@ -52,9 +52,10 @@ struct BodyFile: @unchecked Sendable {
 }
 
 /// Opening a body file on the body-files thread, which the loop thread may cancel: a view scrolled fast starts and
-/// stops transfers faster than files can be made, and a stopped one must cost no file and hold no descriptor.
+/// stops transfers faster than files can be made, and a stopped one must cost no file and hold no descriptor, also
+/// while its result waits for the loop thread.
 final class BodyFileJob: Sendable {
-    private enum State { case queued, cancelled, begun, abandoned }
+    private enum State: Equatable { case queued, cancelled, begun, opened(Int32), abandoned }
     private let state = Mutex(State.queued)
 
     /// On the body-files thread: opens the file unless the job was cancelled; a file whose job was cancelled while
@@ -67,15 +68,30 @@ final class BodyFileJob: Sendable {
         }
         guard go else { return nil }
         let body = open()
-        guard state.withLock({ $0 == .abandoned }) else { return body }
+        let delivered = state.withLock { state in
+            guard state == .begun else { return false }
+            if case .success(let file) = body { state = .opened(file.descriptor) }
+            return true
+        }
+        guard !delivered else { return body }
         if case .success(let file) = body { close(file.descriptor) }
         return nil
     }
 
-    /// On the loop thread, once: cancels the job; returns whether it had begun (its file may exist).
+    /// On the loop thread, once: cancels the job, closing a file it opened whose result has not been taken yet;
+    /// returns whether it had begun (its file may exist). A cancelled job's result is never used.
     func cancel() -> Bool {
         state.withLock { state in
-            let begun = state == .begun
+            let begun: Bool
+            switch state {
+            case .queued, .cancelled:
+                begun = false
+            case .opened(let descriptor):
+                close(descriptor)
+                begun = true
+            case .begun, .abandoned:
+                begun = true
+            }
             state = begun ? .abandoned : .cancelled
             return begun
         }

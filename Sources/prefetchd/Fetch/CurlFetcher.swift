@@ -138,10 +138,8 @@ final class CurlFetcher {
 
     /// A body file is open: its transfer joins the pool of its lane now, unless it was stopped meanwhile.
     private func opened(_ key: String, job: BodyFileJob, _ body: Result<BodyFile, SystemError>?) {
-        guard let pending = opening[key], pending.job === job, let body else {
-            if case .success(let file)? = body { close(file.descriptor) }
-            return
-        }
+        // A job no longer in `opening` was cancelled, which closed any file it opened.
+        guard let pending = opening[key], pending.job === job, let body else { return }
         opening[key] = nil
         do {
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
