@@ -77,6 +77,24 @@ def git(*args):
     return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True).stdout.strip()
 
 
+def server_start(entry):
+    """When nginx began to handle a request (its log has the end, `msec`, and the time taken)."""
+    return entry["msec"] - entry["request_time"]
+
+
+def background_lead(urgent, background):
+    """For each urgent request in the log, seconds since the last background response began at the server before it
+    (None if none did). A background response that began shortly before was already on its way when the urgent
+    request left the daemon: the hold cannot stop what the server sends into the window open at that moment."""
+    starts = sorted(server_start(e) for e in background)
+    leads = []
+    for entry in urgent:
+        start = server_start(entry)
+        earlier = [s for s in starts if s <= start]
+        leads.append(start - earlier[-1] if earlier else None)
+    return leads
+
+
 def median(values):
     return statistics.median(values) if values else None
 
@@ -236,6 +254,7 @@ class LabBench:
             background_connections = {e["connection"] for e in log_background}
             shared = sum(1 for e in log_urgent if e["connection"] in background_connections)
             figures[config] = {
+                "after_background_start": background_lead(log_urgent[cfg["warm"]:], log_background),
                 "latencies": latencies, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
                 "p99": percentile(latencies, 99),
                 "max": max(latencies), "first": latencies[0], "warm_up": warm, "errors": errors + warm_errors,
@@ -252,6 +271,11 @@ class LabBench:
         slow_limit = idle["p50"] + 0.2
         for figure in (idle, busy):
             figure["gets_over_p50_plus_200ms"] = sum(1 for s in figure["latencies"] if s > slow_limit)
+        # Gets that met a file boundary: a background response began less than a round trip before them
+        # (docs/transport.md, "What a file boundary costs").
+        round_trip = 2 * self.net.link["delay_ms"] / 1000
+        boundary = [s for s, lead in zip(busy["latencies"], busy["after_background_start"])
+                    if lead is not None and lead < round_trip]
         self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets 0.5 s apart, while a %d-URL "
                  "backlog drains (p99 ratio to idle)" % (cfg["gets"], cfg["backlog"]),
                  ours="p50 %s / p99 %s (first %s)" % (ms(busy["p50"]), ms(busy["p99"]), ms(busy["first"])),
@@ -261,13 +285,15 @@ class LabBench:
                  note="p50 ratio %.2f, p95 ratio %.2f (p99 of %d gets is the largest); background files fetched "
                       "meanwhile %d; warm-up gets (not counted) idle %s, busy %s; urgent requests on a connection that "
                       "carried background requests: %d of %d; connections urgent %d, background %d; errors %d; "
-                      "packets overflowed %d (idle %d); gets slower than idle p50 + 200 ms (an RTO or ProbeRTT): idle %d, busy %d"
+                      "packets overflowed %d (idle %d); gets slower than idle p50 + 200 ms (an RTO or ProbeRTT): idle %d, busy %d; "
+                      "busy gets less than a round trip after a background response began: %d%s"
                       % (busy["p50"] / idle["p50"], busy["p95"] / idle["p95"], len(busy["latencies"]),
                          busy["background_fetched"], "/".join(ms(s) for s in idle["warm_up"]),
                          "/".join(ms(s) for s in busy["warm_up"]), busy["urgent_on_background_connection"],
                          busy["urgent_requests"], busy["urgent_connections"], busy["background_connections"],
                          busy["errors"] + idle["errors"], busy["packets_overflowed"], idle["packets_overflowed"],
-                         idle["gets_over_p50_plus_200ms"], busy["gets_over_p50_plus_200ms"]),
+                         idle["gets_over_p50_plus_200ms"], busy["gets_over_p50_plus_200ms"], len(boundary),
+                         " (p50 %s)" % ms(median(boundary)) if boundary else ""),
                  figures=figures)
 
     # ---- L2: background drain with nothing urgent

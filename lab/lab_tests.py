@@ -4,8 +4,9 @@
 They assert order and connections from nginx's access log (its `$connection` id per request), never timings:
 
   1  an urgent get made while background transfers are held never shares their connection (HTTP/2 and HTTP/1.1)
-  2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1); 2b: on HTTP/2 one
-     connection even at --slow-width 4
+  2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1); at the default width of 1,
+     on HTTP/2 most files start while the one before has its last window on the way (never more than 2 at once,
+     from the daemon's `watch` events), on HTTP/1.1 none does; 2b: on HTTP/2 one connection even at --slow-width 4
   3  promotion in place over HTTP/2 resumes without a lost byte (one request, no Range, the origin's SHA-256)
   4  an origin behind a private CA works with ca_file and fails with `tls` without it
 
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,6 +134,44 @@ class Daemon:
                 return "\n      ".join(["daemon log (%s):" % self.log_path] + f.read().splitlines()[-lines:])
         except OSError:
             return "(no daemon log)"
+
+
+class Watcher:
+    """A `watch` connection to a daemon, read on a thread of its own: the `started`, `finished` and `failed` events."""
+
+    def __init__(self, daemon):
+        self.client = Client(daemon.socket, timeout=WAIT)
+        self.client.call("watch")
+        self.events = []
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        try:
+            while True:
+                event = self.client.receive()
+                if event.get("event") in ("started", "finished", "failed"):
+                    self.events.append(event)
+        except (OSError, ValueError, ConnectionError):
+            pass
+
+    def stop(self):
+        self.client.close()
+        self.thread.join(5)
+
+    def slow_overlaps(self):
+        """(how many background transfers started while another ran, the most that ran at once)."""
+        running, overlapped, most = set(), 0, 0
+        for event in self.events:
+            if event["lane"] != "slow":
+                continue
+            if event["event"] == "started":
+                overlapped += bool(running)
+                running.add(event["url"])
+                most = max(most, len(running))
+            else:
+                running.discard(event["url"])
+        return overlapped, most
 
 
 def fetched_without_failure(daemon):
@@ -250,10 +290,24 @@ class Run:
     def test_drain_connections(self, name, started, origin, slow_width=1, limit=DRAIN_CONNECTIONS):
         tag = "t2%sw%d" % (origin, slow_width)
         daemon = Daemon(self, tag, ["--slow-width", str(slow_width)])
+        watcher = Watcher(daemon)
         urls = [self.url(ORIGINS[origin][0], tag, i) for i in range(DRAIN)]
         rc, _, err = daemon.ctl_run("queue", "--wait", "--timeout", str(WAIT), "-", stdin_text="\n".join(urls) + "\n")
         fetched = daemon.call("status")["fetched"]
+        watcher.stop()
         daemon.stop()
+        overlapped, most = watcher.slow_overlaps()
+        if slow_width > 1:
+            overlap = ("at most %d background transfers at once (width + those in their last window)" % (2 * slow_width),
+                       "%d" % most, most <= 2 * slow_width)
+        elif origin == "h2":
+            # Each file is about 205 KB, more than a window: its successor starts once its last 128 KiB are on the way.
+            overlap = ("at least %d of %d files start beside the last window of the one before; never more than 2 at "
+                       "once" % (DRAIN // 2, DRAIN), "%d; at most %d" % (overlapped, most),
+                       overlapped >= DRAIN // 2 and most == 2)
+        else:
+            overlap = ("one background transfer at a time (HTTP/1.1 does not multiplex)",
+                       "%d started beside another; at most %d" % (overlapped, most), overlapped == 0 and most == 1)
         entries = self.requests(tag)
         served = {e["request"].split(" ")[1] for e in entries if e["status"] == 200}
         connections = sorted({e["connection"] for e in entries})
@@ -266,6 +320,7 @@ class Run:
              % (len(entries), len(served)), len(entries) == DRAIN and len(served) == DRAIN),
             ("connections <= %d" % limit, "%d %s" % (len(connections), connections),
              1 <= len(connections) <= limit),
+            overlap,
         ], daemon.log_tail())
 
     def test_drain_multiplexed(self, name, started):
@@ -365,7 +420,8 @@ class Run:
         tests = [
             ("1", "an urgent get made while background transfers are held never shares their connection",
              self.test_urgent_connections, list(ORIGINS)),
-            ("2", "a background drain of %d files opens at most %d connections" % (DRAIN, DRAIN_CONNECTIONS),
+            ("2", "a background drain of %d files opens at most %d connections; on HTTP/2 a file starts beside the "
+             "last window of the one before" % (DRAIN, DRAIN_CONNECTIONS),
              self.test_drain_connections, list(ORIGINS)),
             ("2b", "on HTTP/2 a drain at --slow-width 4 multiplexes its %d files on one connection" % DRAIN,
              self.test_drain_multiplexed, [None]),

@@ -9,6 +9,10 @@
 /// kept, first in line in the slow lane; a promoted one goes on as background work and changes lane in place when its
 /// turn in the fast lane comes; a lane made narrower parks its most recent starts.
 ///
+/// A slow task whose remaining bytes are all on their way (its transfer reports its *last window*) leaves its place
+/// in the lane to the next one, so that the connection never idles between files: up to `slowWidth` such tasks run
+/// beyond the width. A background pause parks them too; a narrower lane parks them last.
+///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`).
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
@@ -68,6 +72,8 @@ public struct Scheduler: Sendable {
         var tentative = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
+        /// Running in the slow lane with its last window on the way: it takes no place in the lane.
+        var inLastWindow = false
     }
 
     public private(set) var configuration: Configuration
@@ -221,13 +227,24 @@ public struct Scheduler: Sendable {
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
             tasks[key] = task
-        case .running where counts.slowRunning < slowCapacity:
+        case .running where slowOccupied < slowCapacity:
             moveRunning(key, to: .slow, into: &actions)
         case .running:
             park(key, waitingIn: .slow, into: &actions)
         case .delayed:
             tasks[key]!.lane = .slow
         }
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// A running slow task's remaining bytes are all on their way (its connection's window covers them): the next
+    /// task may start now, while they arrive. Ignored for any other task.
+    public mutating func lastWindowReached(_ key: String, now: Moment) -> [Action] {
+        guard let task = tasks[key], task.state == .running, task.lane == .slow, !task.inLastWindow else { return [] }
+        tasks[key]!.inLastWindow = true
+        counts.slowInLastWindow += 1
+        var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
     }
@@ -426,6 +443,12 @@ public struct Scheduler: Sendable {
     /// How many tasks the slow lane may run: its width, none while background work is paused.
     private var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
 
+    /// The places running slow tasks take in the lane: one each, but up to `slowWidth` of those in their last window
+    /// take none while background work goes on.
+    private var slowOccupied: Int {
+        backgroundPaused ? counts.slowRunning : counts.slowRunning - min(counts.slowInLastWindow, configuration.slowWidth)
+    }
+
     private mutating func takeTicket() -> UInt64 {
         nextTicket += 1
         return nextTicket
@@ -474,6 +497,7 @@ public struct Scheduler: Sendable {
     /// A running task changes lane without stopping (the caller made sure the lane has room).
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
         if lane == .fast {
+            leaveLastWindow(key)
             counts.slowRunning -= 1
             counts.fastRunning += 1
         } else {
@@ -488,6 +512,7 @@ public struct Scheduler: Sendable {
     /// Stops a running task with its bytes kept: it waits first in `lane`, and its next start resumes the same
     /// attempt.
     private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action]) {
+        leaveLastWindow(key)
         var task = tasks[key]!
         leaveRunning(task)
         task.lane = lane
@@ -508,16 +533,18 @@ public struct Scheduler: Sendable {
     }
 
     /// A lane made narrower: its transfers beyond the width are parked, the most recent starts first (so the oldest
-    /// resumes first), those waiting for a promotion last (they go to the fast lane, whose waiters they serve).
-    /// Returns whether it parked any.
+    /// resumes first), those in their last window and those waiting for a promotion last (they go to the fast lane,
+    /// whose waiters they serve). Returns whether it parked any.
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
-        let excess = lane == .fast ? counts.fastRunning - configuration.fastWidth
-            : counts.slowRunning - slowCapacity
-        guard excess > 0 else { return false }
-        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
+        let occupied = { (scheduler: Scheduler) in
+            lane == .fast ? scheduler.counts.fastRunning - scheduler.configuration.fastWidth
+                : scheduler.slowOccupied - scheduler.slowCapacity
+        }
+        guard occupied(self) > 0 else { return false }
+        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inLastWindow ? 0 : 1, task.startOrder) }
         let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
-        for task in newestFirst.prefix(excess) {
+        for task in newestFirst where occupied(self) > 0 {
             park(task.key, waitingIn: task.promotionPending ? .fast : lane, into: &actions)
         }
         return true
@@ -609,8 +636,19 @@ public struct Scheduler: Sendable {
         return key
     }
 
+    /// A running task leaves its last window (it changes lane or stops before the end): it counts in its lane again.
+    private mutating func leaveLastWindow(_ key: String) {
+        guard tasks[key]!.inLastWindow else { return }
+        tasks[key]!.inLastWindow = false
+        counts.slowInLastWindow -= 1
+    }
+
     private mutating func leaveRunning(_ task: Task) {
         if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
+        if task.inLastWindow {
+            counts.slowInLastWindow -= 1
+            tasks[task.key]?.inLastWindow = false
+        }
         runningPerHost[task.host, default: 1] -= 1
         if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
     }
@@ -627,7 +665,7 @@ public struct Scheduler: Sendable {
         // A parked background transfer may free its host for urgent work.
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
-        while !counts.slowSuspended, waitingForDiskUntil == nil, counts.slowRunning < slowCapacity,
+        while !counts.slowSuspended, waitingForDiskUntil == nil, slowOccupied < slowCapacity,
               let key = popStartable(lane: .slow, now: now) {
             start(key, now: now, into: &actions)
         }
@@ -704,6 +742,7 @@ public struct Scheduler: Sendable {
     private mutating func start(_ key: String, now: Moment, into actions: inout [Action]) {
         var task = tasks[key]!
         task.state = .running
+        task.inLastWindow = false
         if task.parked { task.parked = false } else { task.attempts += 1 }
         startsSoFar += 1
         task.startOrder = startsSoFar

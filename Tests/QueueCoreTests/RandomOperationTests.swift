@@ -71,6 +71,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case hold(key: Int)
     case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
+    case lastWindow(key: Int)
     case advance(by: Int64)
     /// New lane widths (`reconfigure`); the other settings stay.
     case widths(fast: Int, slow: Int)
@@ -97,6 +98,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .disconnect(let client): return "disconnect client \(client)"
         case .release(let waiter): return "release \(waiter)"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
+        case .lastWindow(let key): return "last window of \(k(key))"
         case .advance(let by): return "advance time by \(by)ms"
         case .widths(let fast, let slow): return "reconfigure to fastWidth \(fast), slowWidth \(slow)"
         case .pauseBackground(let paused): return paused ? "pause background work" : "let background work go on"
@@ -141,6 +143,7 @@ enum Situation: String, CaseIterable {
     case diskTaskRemoved = "a task waiting for the disk cancelled or dropped"
     case diskTaskRetried = "a task that waited for the disk started again"
     case parkedByPause = "background paused: what ran in the slow lane parked"
+    case startedBesideLastWindow = "a slow task in its last window: the next one started"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
 }
 
@@ -159,6 +162,8 @@ struct Runner {
         var promotionPending = false
         /// The place of its start among all starts (a narrower lane parks the most recent first).
         var order: Int
+        /// A slow task whose last window is on its way: it takes no place in the lane (unless background is paused).
+        var lastWindow = false
     }
 
     enum WaiterState: Equatable {
@@ -205,6 +210,13 @@ struct Runner {
     /// Background work is paused: the slow lane has no room.
     var backgroundPaused = false
     var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
+    /// The places running tasks take in `lane`: one each, but up to `slowWidth` slow ones in their last window take
+    /// none while background work goes on.
+    func occupying(_ lane: Lane) -> Int {
+        let inLane = running.values.count { $0.lane == lane }
+        guard lane == .slow, !backgroundPaused else { return inLane }
+        return inLane - min(running.values.count { $0.lane == .slow && $0.lastWindow }, configuration.slowWidth)
+    }
     /// disk_full failures since the last success: they set the backoff.
     var diskFailures = 0
     /// Tasks a disk_full delayed, until when; and those whose disk delay passed that have not started since.
@@ -407,6 +419,19 @@ struct Runner {
                 }
             }
 
+        case .lastWindow(let index):
+            let key = RandomWorld.keys[index].key
+            let actions = scheduler.lastWindowReached(key, now: now)
+            guard let task = running[key], task.lane == .slow, !task.lastWindow else {
+                guard actions == [] else { throw fail("a last window that changes nothing gave \(actions)") }
+                return try checkInvariants()
+            }
+            running[key]?.lastWindow = true
+            try process(actions, Allowed())
+            if actions.contains(where: { if case .start(_, .slow, _) = $0 { true } else { false } }) {
+                coverage.note(.startedBesideLastWindow)
+            }
+
         case .finish(let index, let kind):
             let key = RandomWorld.keys[index].key
             // Only keys the model knows are running are ever finished; a shrunk sequence may lose the start.
@@ -555,7 +580,7 @@ struct Runner {
             return Allowed()
         }
         guard task.lane == .fast else { return Allowed() }
-        if running.values.count(where: { $0.lane == .slow }) < slowCapacity {
+        if occupying(.slow) < slowCapacity {
             return Allowed(changeLane: (key, .slow))
         }
         return Allowed(parks: [(key, .slow)])
@@ -582,7 +607,7 @@ struct Runner {
                 guard let task, task.state == .running, task.lane == lane, task.revalidate == revalidate else {
                     throw fail("\(action) but the task is \(String(describing: task))")
                 }
-                let laneRunning = running.values.count { $0.lane == lane }
+                let laneRunning = occupying(lane)
                 let width = lane == .fast ? configuration.fastWidth : slowCapacity
                 guard laneRunning < width else {
                     throw fail("start(\(lane)) of \(key) with \(laneRunning) already running (width \(width))")
@@ -623,6 +648,7 @@ struct Runner {
                 }
                 running[key]?.lane = lane
                 running[key]?.promotionPending = false
+                running[key]?.lastWindow = false
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
             case .abort(let key):
@@ -636,11 +662,12 @@ struct Runner {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
                     let width = lane == .fast ? configuration.fastWidth : slowCapacity
+                    // Those in their last window go before pending promotions only.
                     let inLane = running.filter { $0.value.lane == lane }
-                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
+                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.lastWindow ? 0 : 1, task.order) }
                     let newest = inLane.max { rank($0.value) < rank($1.value) }!
-                    guard inLane.count > width, newest.key == key else {
-                        throw fail("\(action) with \(inLane.count) running in the \(lane) lane (width \(width)), newest \(newest.key)")
+                    guard occupying(lane) > width, newest.key == key else {
+                        throw fail("\(action) with \(occupying(lane)) places taken in the \(lane) lane (width \(width)), newest \(newest.key)")
                     }
                     expected = (key, newest.value.promotionPending ? .fast : lane)
                     coverage.note(.parkedByNarrowing)
@@ -774,6 +801,7 @@ struct Runner {
             }
         }
         guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
+        recomputed.slowInLastWindow = running.values.count { $0.lastWindow }
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         // Background transfers are held exactly while urgent ones run.
@@ -797,20 +825,23 @@ struct Runner {
         }
 
         // Widths bound the running tasks at every moment: a lane change in place needs room in the lane it enters.
-        var slowRunning = 0, fastRunning = 0, promotionsPending = 0
+        let slowRunning = occupying(.slow)
+        var fastRunning = 0, promotionsPending = 0
         var perHost: [(host: String, running: Int)] = []
         for task in running.values {
-            if task.lane == .slow { slowRunning += 1 } else { fastRunning += 1 }
+            if task.lane == .fast { fastRunning += 1 }
             if task.promotionPending { promotionsPending += 1 }
             if configuration.perHostLimit != nil {
                 if let i = perHost.firstIndex(where: { $0.host == task.host }) { perHost[i].running += 1 }
                 else { perHost.append((task.host, 1)) }
             }
         }
-        guard slowRunning <= slowCapacity, counts.slowRunning <= slowCapacity else {
-            throw fail("\(slowRunning) slow tasks running (counted \(counts.slowRunning)), room for \(slowCapacity)"
+        let slowOccupied = counts.slowRunning - (backgroundPaused ? 0 : min(counts.slowInLastWindow, configuration.slowWidth))
+        guard slowRunning <= slowCapacity, slowOccupied <= slowCapacity else {
+            throw fail("\(slowRunning) slow tasks running in their places (counted \(slowOccupied)), room for \(slowCapacity)"
                        + (backgroundPaused ? " (background paused)" : ""))
         }
+
         guard scheduler.backgroundPaused == backgroundPaused else {
             throw fail("the scheduler says background paused \(scheduler.backgroundPaused), the model \(backgroundPaused)")
         }
@@ -837,7 +868,7 @@ struct Runner {
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }
             // The disk wait holds back the slow lane only: urgent work still starts.
-            let slowLaneFull = counts.slowSuspended || counts.slowRunning >= slowCapacity
+            let slowLaneFull = counts.slowSuspended || slowOccupied >= slowCapacity
             let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
                 : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
@@ -1003,6 +1034,9 @@ struct Scenario {
                     default: kind = .diskFull
                     }
                     op = .finish(key: finishKey, kind)
+                case 85..<90 where runner.running.values.contains(where: { $0.lane == .slow }):
+                    let runningSlow = runner.running.filter { $0.value.lane == .slow }.keys.sorted()
+                    op = .lastWindow(key: RandomWorld.keyIndex[element(runningSlow)!]!)
                 default:
                     switch below(10) {
                     case 0..<4: op = .advance(by: Int64(roll(0...300)))

@@ -26,6 +26,7 @@ enum U {
     static let s1 = url("http://s.example/1")
     static let s2 = url("http://s.example/2")
     static let s3 = url("http://s.example/3")
+    static let s4 = url("http://s.example/4")
 }
 
 /// A retry policy with round numbers, so deadlines are easy to reason about.

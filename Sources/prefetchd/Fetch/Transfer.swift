@@ -41,6 +41,12 @@ final class Transfer {
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
+    /// Called once, inside curl's write callback, when background work on a multiplexed (HTTP/2) connection of the
+    /// background pool has no more left to come than one window (`background_window`): the rest is on its way.
+    var onLastWindow: (Transfer) -> Void = { _ in }
+    /// Whether the response came over a connection that multiplexes, and whether `onLastWindow` was called.
+    private var multiplexed = false
+    private var lastWindowReported = false
     /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
     private let backgroundBytes: ByteCounter?
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
@@ -237,6 +243,9 @@ final class Transfer {
             let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
             continuation.conditional = nil
             continuation.resumeValidator = validator
+            var version = 0
+            pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
+            multiplexed = version >= Int(CURL_HTTP_VERSION_2_0)
             onBodyStart(self, validator)
         }
         let count = Int64(data.count)
@@ -262,6 +271,12 @@ final class Transfer {
         hash.update(data)
         received += Int64(data.count)
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
+        if multiplexed, !lastWindowReported, lane == .slow, pool == .slow, backgroundWindow > 0,
+           let total = expectedTotal ?? expectedBytes.map({ resumedFrom.saturatingAdd($0) }),
+           total - received <= Int64(backgroundWindow) {
+            lastWindowReported = true
+            onLastWindow(self)
+        }
         return data.count
     }
 
