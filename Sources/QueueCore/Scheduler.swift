@@ -72,7 +72,8 @@ public struct Scheduler: Sendable {
         var tentative = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
-        /// Running in the slow lane with its last window on the way: it takes no place in the lane.
+        /// Running in the slow lane with its last window on the way: it takes no place in the lane. Meaningful only
+        /// while it runs (a start clears it).
         var inLastWindow = false
     }
 
@@ -512,7 +513,6 @@ public struct Scheduler: Sendable {
     /// Stops a running task with its bytes kept: it waits first in `lane`, and its next start resumes the same
     /// attempt.
     private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action]) {
-        leaveLastWindow(key)
         var task = tasks[key]!
         leaveRunning(task)
         task.lane = lane
@@ -645,10 +645,7 @@ public struct Scheduler: Sendable {
 
     private mutating func leaveRunning(_ task: Task) {
         if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
-        if task.inLastWindow {
-            counts.slowInLastWindow -= 1
-            tasks[task.key]?.inLastWindow = false
-        }
+        if task.inLastWindow { counts.slowInLastWindow -= 1 }
         runningPerHost[task.host, default: 1] -= 1
         if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
     }
