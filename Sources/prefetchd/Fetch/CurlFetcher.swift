@@ -33,8 +33,11 @@ final class CurlFetcher {
     /// Transfers whose body file is being opened, each with its job (which also tells a stopped one from a later
     /// start of the same key).
     private var opening: [String: (request: TransferRequest, job: BodyFileJob)] = [:]
-    /// Whether background work is held back because urgent work runs.
+    /// Whether background work is held back because urgent work runs (or ran less than a round trip ago).
     private var backgroundHeld = false
+    /// Due when a hold for urgent work ends: `releaseGrace` after the last urgent transfer, so that urgent work
+    /// coming at once (a client's next get) does not meet the window the background connections open on release.
+    private var releaseTimer: LoopTimer!
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
     private var letGoTimer: LoopTimer!
     /// Background transfers that let go of their connections during a hold, to start again when it ends.
@@ -42,6 +45,8 @@ final class CurlFetcher {
     /// How long background transfers stay on held connections. After that they let go (bytes kept) and resume with
     /// `Range` when the hold ends, before a server's send timeout (nginx: 60 s) turns the hold into a failed attempt.
     static let longestHold: Int64 = 15_000
+    /// The longest a hold outlasts urgent work (ms).
+    static let longestReleaseGrace: Int64 = 1_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
     /// Called just before a finished transfer's response is interpreted.
@@ -111,6 +116,10 @@ final class CurlFetcher {
             for key in reached where self.transfers[key] != nil { self.onLastWindow(key) }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
+        releaseTimer = loop.makeTimer { [unowned self] in
+            self.backgroundHeld = false
+            self.updateHold()
+        }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
             self.chargeBackgroundRate()
@@ -190,9 +199,21 @@ final class CurlFetcher {
     }
 
     /// Holds background work back while urgent work runs, or lets it go on.
+    /// Holds background work while urgent work runs. The hold ends one and a half of the background connections'
+    /// round trips after the urgent work: released, they read what they held and open a full window at once, which
+    /// the servers fill within about a round trip and no later hold can recall (docs/transport.md).
     func holdBackground(_ held: Bool) {
-        backgroundHeld = held
-        updateHold()
+        if held {
+            releaseTimer.cancel()
+            backgroundHeld = true
+            return updateHold()
+        }
+        let grace = min(Self.longestReleaseGrace, (slowPool.longestRoundTrip() ?? 0) * 3 / 2)
+        guard grace > 0, backgroundHeld else {
+            backgroundHeld = false
+            return updateHold()
+        }
+        releaseTimer.schedule(at: monotonicMilliseconds() + grace)
     }
 
     /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.
