@@ -5,7 +5,7 @@ They assert order and connections from nginx's access log (its `$connection` id 
 
   1  an urgent get made while background transfers are held never shares their connection (HTTP/2 and HTTP/1.1)
   2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1); at the default width of 1,
-     on HTTP/2 most files start while the one before has its last window on the way (never more than 2 at once,
+     on HTTP/2 most files start while the one before nears its end (never more than 2 at once,
      from the daemon's `watch` events), on HTTP/1.1 none does; 2b: on HTTP/2 one connection even at --slow-width 4
   3  promotion in place over HTTP/2 resumes without a lost byte (one request, no Range, the origin's SHA-256)
   4  an origin behind a private CA works with ca_file and fails with `tls` without it
@@ -301,11 +301,11 @@ class Run:
         daemon.stop()
         overlapped, most = watcher.slow_overlaps()
         if slow_width > 1:
-            overlap = ("at most %d background transfers at once (width + those in their last window)" % (2 * slow_width),
+            overlap = ("at most %d background transfers at once (width + those near their end)" % (2 * slow_width),
                        "%d" % most, most <= 2 * slow_width)
         elif origin == "h2":
-            # Each file is about 205 KB, more than a window: its successor starts once its last 128 KiB are on the way.
-            overlap = ("at least %d of %d files start beside the last window of the one before; never more than 2 at "
+            # Each file is about 205 KB: its successor starts within its first bytes (two windows of 128 KiB from its end).
+            overlap = ("at least %d of %d files start before the one before ends; never more than 2 at "
                        "once" % (DRAIN // 2, DRAIN), "%d; at most %d" % (overlapped, most),
                        overlapped >= DRAIN // 2 and most == 2)
         else:
@@ -457,8 +457,8 @@ class Run:
         tests = [
             ("1", "an urgent get made while background transfers are held never shares their connection",
              self.test_urgent_connections, list(ORIGINS)),
-            ("2", "a background drain of %d files opens at most %d connections; on HTTP/2 a file starts beside the "
-             "last window of the one before" % (DRAIN, DRAIN_CONNECTIONS),
+            ("2", "a background drain of %d files opens at most %d connections; on HTTP/2 a file starts before the "
+             "end of the one before" % (DRAIN, DRAIN_CONNECTIONS),
              self.test_drain_connections, list(ORIGINS)),
             ("2b", "on HTTP/2 a drain at --slow-width 4 multiplexes its %d files on one connection" % DRAIN,
              self.test_drain_multiplexed, [None]),

@@ -99,8 +99,8 @@ public struct LaneCounts: Equatable, Sendable {
     public var fastRunning = 0
     public var slowWaiting = 0
     public var slowRunning = 0
-    /// Running slow tasks in their last window (counted in `slowRunning` too): they leave their place to the next.
-    public var slowInLastWindow = 0
+    /// Running slow tasks in their tail (counted in `slowRunning` too): they leave their place to the next.
+    public var slowInTail = 0
     public var delayed = 0
     public var waiters = 0
 

@@ -9,9 +9,10 @@
 /// kept, first in line in the slow lane; a promoted one goes on as background work and changes lane in place when its
 /// turn in the fast lane comes; a lane made narrower parks its most recent starts.
 ///
-/// A slow task whose remaining bytes are all on their way (its transfer reports its *last window*) leaves its place
-/// in the lane to the next one, so that the connection never idles between files: up to `slowWidth` such tasks run
-/// beyond the width. A background pause parks them too; a narrower lane parks them last.
+/// A slow task near its end (its transfer reports its *tail*) leaves its place in the lane to the next one, whose
+/// request then reaches the server before this response runs out, so that the connection never idles between files:
+/// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
+/// last.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`).
@@ -72,9 +73,9 @@ public struct Scheduler: Sendable {
         var tentative = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
-        /// Running in the slow lane with its last window on the way: it takes no place in the lane. Meaningful only
-        /// while it runs (a start clears it).
-        var inLastWindow = false
+        /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
+        /// runs (a start clears it).
+        var inTail = false
     }
 
     public private(set) var configuration: Configuration
@@ -239,12 +240,12 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// A running slow task's remaining bytes are all on their way (its connection's window covers them): the next
-    /// task may start now, while they arrive. Ignored for any other task.
-    public mutating func lastWindowReached(_ key: String, now: Moment) -> [Action] {
-        guard let task = tasks[key], task.state == .running, task.lane == .slow, !task.inLastWindow else { return [] }
-        tasks[key]!.inLastWindow = true
-        counts.slowInLastWindow += 1
+    /// A running slow task is near its end (its tail): the next task may start now, so that its request reaches the
+    /// server before this response runs out. Ignored for any other task.
+    public mutating func tailReached(_ key: String, now: Moment) -> [Action] {
+        guard let task = tasks[key], task.state == .running, task.lane == .slow, !task.inTail else { return [] }
+        tasks[key]!.inTail = true
+        counts.slowInTail += 1
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -444,10 +445,10 @@ public struct Scheduler: Sendable {
     /// How many tasks the slow lane may run: its width, none while background work is paused.
     private var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
 
-    /// The places running slow tasks take in the lane: one each, but up to `slowWidth` of those in their last window
-    /// take none while background work goes on.
+    /// The places running slow tasks take in the lane: one each, but up to `slowWidth` of those in their tail take
+    /// none while background work goes on.
     private var slowOccupied: Int {
-        backgroundPaused ? counts.slowRunning : counts.slowRunning - min(counts.slowInLastWindow, configuration.slowWidth)
+        backgroundPaused ? counts.slowRunning : counts.slowRunning - min(counts.slowInTail, configuration.slowWidth)
     }
 
     private mutating func takeTicket() -> UInt64 {
@@ -498,7 +499,7 @@ public struct Scheduler: Sendable {
     /// A running task changes lane without stopping (the caller made sure the lane has room).
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
         if lane == .fast {
-            leaveLastWindow(key)
+            leaveTail(key)
             counts.slowRunning -= 1
             counts.fastRunning += 1
         } else {
@@ -533,8 +534,8 @@ public struct Scheduler: Sendable {
     }
 
     /// A lane made narrower: its transfers beyond the width are parked, the most recent starts first (so the oldest
-    /// resumes first), those in their last window and those waiting for a promotion last (they go to the fast lane,
-    /// whose waiters they serve). Returns whether it parked any.
+    /// resumes first), those in their tail and those waiting for a promotion last (they go to the fast lane, whose
+    /// waiters they serve). Returns whether it parked any.
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
         let occupied = { (scheduler: Scheduler) in
@@ -542,7 +543,7 @@ public struct Scheduler: Sendable {
                 : scheduler.slowOccupied - scheduler.slowCapacity
         }
         guard occupied(self) > 0 else { return false }
-        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inLastWindow ? 0 : 1, task.startOrder) }
+        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder) }
         let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
         for task in newestFirst where occupied(self) > 0 {
             park(task.key, waitingIn: task.promotionPending ? .fast : lane, into: &actions)
@@ -636,16 +637,16 @@ public struct Scheduler: Sendable {
         return key
     }
 
-    /// A running task leaves its last window (it changes lane or stops before the end): it counts in its lane again.
-    private mutating func leaveLastWindow(_ key: String) {
-        guard tasks[key]!.inLastWindow else { return }
-        tasks[key]!.inLastWindow = false
-        counts.slowInLastWindow -= 1
+    /// A running task leaves its tail (it changes lane): it counts in its lane again.
+    private mutating func leaveTail(_ key: String) {
+        guard tasks[key]!.inTail else { return }
+        tasks[key]!.inTail = false
+        counts.slowInTail -= 1
     }
 
     private mutating func leaveRunning(_ task: Task) {
         if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
-        if task.inLastWindow { counts.slowInLastWindow -= 1 }
+        if task.inTail { counts.slowInTail -= 1 }
         runningPerHost[task.host, default: 1] -= 1
         if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
     }
@@ -739,7 +740,7 @@ public struct Scheduler: Sendable {
     private mutating func start(_ key: String, now: Moment, into actions: inout [Action]) {
         var task = tasks[key]!
         task.state = .running
-        task.inLastWindow = false
+        task.inTail = false
         if task.parked { task.parked = false } else { task.attempts += 1 }
         startsSoFar += 1
         task.startOrder = startsSoFar

@@ -72,8 +72,8 @@ final class Daemon {
         }
         fetches = try Fetches(loop: loop, store: store, workers: workers, crashGuard: crashGuard, options: options)
         fetches.onEnd = { [unowned self] key, end in self.fetchEnded(key, end) }
-        fetches.onLastWindow = { [unowned self] key in
-            self.apply(self.scheduler.lastWindowReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
+        fetches.onTail = { [unowned self] key in
+            self.apply(self.scheduler.tailReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
         }
         variants = Variants(store: store, workers: workers, crashGuard: crashGuard, options: options)
         variants.onEnd = { [unowned self] job, outcome in self.variantEnded(job, outcome) }

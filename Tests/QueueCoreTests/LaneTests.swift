@@ -48,51 +48,51 @@ struct LaneTests {
                                                  start(U.a2, .fast)])
     }
 
-    @Test("a slow task in its last window lets the next one start; at width 1 one such task counts, urgent work still suspends the lane")
-    func lastWindow() {
+    @Test("a slow task in its tail lets the next one start; at width 1 one such task counts, urgent work still suspends the lane")
+    func tail() {
         var s = makeScheduler(slow: 1)
         #expect(s.queue(U.s1, cache: .missing, now: t(0)) == (.queued, [start(U.s1, .slow)]))
         #expect(s.queue(U.s2, cache: .missing, now: t(0)) == (.queued, []))
         #expect(s.queue(U.s3, cache: .missing, now: t(0)) == (.queued, []))
-        // s1's last bytes are on their way: s2 starts beside it; reported twice, nothing more.
-        #expect(s.lastWindowReached(U.s1.key, now: t(1)) == [start(U.s2, .slow)])
-        #expect(s.lastWindowReached(U.s1.key, now: t(1)) == [])
-        #expect(s.counts.slowRunning == 2 && s.counts.slowInLastWindow == 1)
-        // s2 reaches its last window before s1 ends (a small file): it waits for s1 to end, then s3 starts.
-        #expect(s.lastWindowReached(U.s2.key, now: t(2)) == [])
+        // s1 is near its end: s2 starts beside it; reported twice, nothing more.
+        #expect(s.tailReached(U.s1.key, now: t(1)) == [start(U.s2, .slow)])
+        #expect(s.tailReached(U.s1.key, now: t(1)) == [])
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+        // s2 reaches its tail before s1 ends (a small file): it waits for s1 to end, then s3 starts.
+        #expect(s.tailReached(U.s2.key, now: t(2)) == [])
         #expect(s.finish(U.s1.key, .success, now: t(3)) == [.forget(key: U.s1.key), start(U.s3, .slow)])
-        #expect(s.counts.slowRunning == 2 && s.counts.slowInLastWindow == 1)
-        // Urgent work suspends the lane: a last window then starts nothing.
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+        // Urgent work suspends the lane: a tail then starts nothing.
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(4)) == [start(U.a, .fast), .holdBackground(true)])
         #expect(s.finish(U.s2.key, .success, now: t(5)) == [.forget(key: U.s2.key)])
         #expect(s.queue(U.s4, cache: .missing, now: t(5)) == (.queued, []))
-        #expect(s.lastWindowReached(U.s3.key, now: t(6)) == [])
+        #expect(s.tailReached(U.s3.key, now: t(6)) == [])
         #expect(s.finish(U.a.key, .success, now: t(7))
                 == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.s4, .slow), .holdBackground(false)])
         // Not a slow running task: ignored.
-        #expect(s.lastWindowReached(U.b.key, now: t(8)) == [])
+        #expect(s.tailReached(U.b.key, now: t(8)) == [])
     }
 
-    @Test("a promoted task leaves its last window; a narrower lane and a pause park tasks in their last window last")
-    func lastWindowLeft() {
+    @Test("a promoted task leaves its tail; a narrower lane and a pause park tasks in their tail last")
+    func tailLeft() {
         var s = makeScheduler(slow: 2)
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         _ = s.queue(U.s2, cache: .missing, now: t(0))
         _ = s.queue(U.s3, cache: .missing, now: t(0))
-        #expect(s.lastWindowReached(U.s1.key, now: t(1)) == [start(U.s3, .slow)])
-        // Width 1: s1 (last window) keeps running beside one other; the newest start, s3, is parked.
+        #expect(s.tailReached(U.s1.key, now: t(1)) == [start(U.s3, .slow)])
+        // Width 1: s1 (in its tail) keeps running beside one other; the newest start, s3, is parked.
         var narrower = s.configuration
         narrower.slowWidth = 1
         #expect(s.reconfigure(narrower, now: t(2)) == [.park(key: U.s3.key)])
-        #expect(s.counts.slowRunning == 2 && s.counts.slowInLastWindow == 1)
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
         // Promoted in place, s1 counts in the fast lane and no longer frees a place: nothing starts.
         #expect(s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(3)) == [.changeLane(key: U.s1.key, lane: .fast), .holdBackground(true)])
-        #expect(s.counts.slowInLastWindow == 0)
+        #expect(s.counts.slowInTail == 0)
         #expect(s.finish(U.s1.key, .success, now: t(4))
                 == [.answer(w(1, 1), .ready), .forget(key: U.s1.key), .holdBackground(false)])
-        #expect(s.lastWindowReached(U.s2.key, now: t(5)) == [start(U.s3, .slow)])
+        #expect(s.tailReached(U.s2.key, now: t(5)) == [start(U.s3, .slow)])
         #expect(s.pauseBackground(true, now: t(6)) == [.park(key: U.s3.key), .park(key: U.s2.key)])
-        #expect(s.counts.slowRunning == 0 && s.counts.slowInLastWindow == 0)
+        #expect(s.counts.slowRunning == 0 && s.counts.slowInTail == 0)
     }
 
     @Test("slow width: at most slowWidth slow tasks run, in queue order")

@@ -71,7 +71,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case hold(key: Int)
     case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
-    case lastWindow(key: Int)
+    case tail(key: Int)
     case advance(by: Int64)
     /// New lane widths (`reconfigure`); the other settings stay.
     case widths(fast: Int, slow: Int)
@@ -98,7 +98,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .disconnect(let client): return "disconnect client \(client)"
         case .release(let waiter): return "release \(waiter)"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
-        case .lastWindow(let key): return "last window of \(k(key))"
+        case .tail(let key): return "tail of \(k(key))"
         case .advance(let by): return "advance time by \(by)ms"
         case .widths(let fast, let slow): return "reconfigure to fastWidth \(fast), slowWidth \(slow)"
         case .pauseBackground(let paused): return paused ? "pause background work" : "let background work go on"
@@ -143,7 +143,7 @@ enum Situation: String, CaseIterable {
     case diskTaskRemoved = "a task waiting for the disk cancelled or dropped"
     case diskTaskRetried = "a task that waited for the disk started again"
     case parkedByPause = "background paused: what ran in the slow lane parked"
-    case startedBesideLastWindow = "a slow task in its last window: the next one started"
+    case startedBesideTail = "a slow task in its tail: the next one started"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
 }
 
@@ -162,8 +162,8 @@ struct Runner {
         var promotionPending = false
         /// The place of its start among all starts (a narrower lane parks the most recent first).
         var order: Int
-        /// A slow task whose last window is on its way: it takes no place in the lane (unless background is paused).
-        var lastWindow = false
+        /// A slow task near its end: it takes no place in the lane (unless background is paused).
+        var inTail = false
     }
 
     enum WaiterState: Equatable {
@@ -210,12 +210,12 @@ struct Runner {
     /// Background work is paused: the slow lane has no room.
     var backgroundPaused = false
     var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
-    /// The places running tasks take in `lane`: one each, but up to `slowWidth` slow ones in their last window take
-    /// none while background work goes on.
+    /// The places running tasks take in `lane`: one each, but up to `slowWidth` slow ones in their tail take none
+    /// while background work goes on.
     func occupying(_ lane: Lane) -> Int {
         let inLane = running.values.count { $0.lane == lane }
         guard lane == .slow, !backgroundPaused else { return inLane }
-        return inLane - min(running.values.count { $0.lane == .slow && $0.lastWindow }, configuration.slowWidth)
+        return inLane - min(running.values.count { $0.lane == .slow && $0.inTail }, configuration.slowWidth)
     }
     /// disk_full failures since the last success: they set the backoff.
     var diskFailures = 0
@@ -419,17 +419,17 @@ struct Runner {
                 }
             }
 
-        case .lastWindow(let index):
+        case .tail(let index):
             let key = RandomWorld.keys[index].key
-            let actions = scheduler.lastWindowReached(key, now: now)
-            guard let task = running[key], task.lane == .slow, !task.lastWindow else {
-                guard actions == [] else { throw fail("a last window that changes nothing gave \(actions)") }
+            let actions = scheduler.tailReached(key, now: now)
+            guard let task = running[key], task.lane == .slow, !task.inTail else {
+                guard actions == [] else { throw fail("a tail that changes nothing gave \(actions)") }
                 return try checkInvariants()
             }
-            running[key]?.lastWindow = true
+            running[key]?.inTail = true
             try process(actions, Allowed())
             if actions.contains(where: { if case .start(_, .slow, _) = $0 { true } else { false } }) {
-                coverage.note(.startedBesideLastWindow)
+                coverage.note(.startedBesideTail)
             }
 
         case .finish(let index, let kind):
@@ -648,7 +648,7 @@ struct Runner {
                 }
                 running[key]?.lane = lane
                 running[key]?.promotionPending = false
-                running[key]?.lastWindow = false
+                running[key]?.inTail = false
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
             case .abort(let key):
@@ -662,9 +662,9 @@ struct Runner {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
                     let width = lane == .fast ? configuration.fastWidth : slowCapacity
-                    // Those in their last window go before pending promotions only.
+                    // Those in their tail go before pending promotions only.
                     let inLane = running.filter { $0.value.lane == lane }
-                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.lastWindow ? 0 : 1, task.order) }
+                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.order) }
                     let newest = inLane.max { rank($0.value) < rank($1.value) }!
                     guard occupying(lane) > width, newest.key == key else {
                         throw fail("\(action) with \(occupying(lane)) places taken in the \(lane) lane (width \(width)), newest \(newest.key)")
@@ -801,7 +801,7 @@ struct Runner {
             }
         }
         guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
-        recomputed.slowInLastWindow = running.values.count { $0.lastWindow }
+        recomputed.slowInTail = running.values.count { $0.inTail }
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         // Background transfers are held exactly while urgent ones run.
@@ -836,7 +836,7 @@ struct Runner {
                 else { perHost.append((task.host, 1)) }
             }
         }
-        let slowOccupied = counts.slowRunning - (backgroundPaused ? 0 : min(counts.slowInLastWindow, configuration.slowWidth))
+        let slowOccupied = counts.slowRunning - (backgroundPaused ? 0 : min(counts.slowInTail, configuration.slowWidth))
         guard slowRunning <= slowCapacity, slowOccupied <= slowCapacity else {
             throw fail("\(slowRunning) slow tasks running in their places (counted \(slowOccupied)), room for \(slowCapacity)"
                        + (backgroundPaused ? " (background paused)" : ""))
@@ -1036,7 +1036,7 @@ struct Scenario {
                     op = .finish(key: finishKey, kind)
                 case 85..<90 where runner.running.values.contains(where: { $0.lane == .slow }):
                     let runningSlow = runner.running.filter { $0.value.lane == .slow }.keys.sorted()
-                    op = .lastWindow(key: RandomWorld.keyIndex[element(runningSlow)!]!)
+                    op = .tail(key: RandomWorld.keyIndex[element(runningSlow)!]!)
                 default:
                     switch below(10) {
                     case 0..<4: op = .advance(by: Int64(roll(0...300)))

@@ -93,11 +93,11 @@ final class CurlFetcher {
     private var rateBurst: Int64 { max(16 << 10, (backgroundRateLimit ?? 0) / 4) }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
-    /// Called when background work on an HTTP/2 connection has its last window on the way (`Transfer.onLastWindow`),
-    /// after curl returned: the next background transfer may start so that the connection does not idle.
-    var onLastWindow: (_ key: String) -> Void = { _ in }
-    /// Keys that reached their last window inside curl's callbacks, reported when curl returns.
-    private var lastWindows: [String] = []
+    /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), after curl
+    /// returned: the next background transfer may start so that the connection does not idle.
+    var onTail: (_ key: String) -> Void = { _ in }
+    /// Keys that reached their tail inside curl's callbacks, reported when curl returns.
+    private var tails: [String] = []
 
     init(loop: EventLoop, settings: FetchSettings, bodyFiles: WorkerPool) throws {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
@@ -111,9 +111,9 @@ final class CurlFetcher {
         slowPool.afterAction = { [unowned self] in
             self.chargeBackgroundRate()
             self.collectFinished(from: self.slowPool)
-            let reached = self.lastWindows
-            self.lastWindows = []
-            for key in reached where self.transfers[key] != nil { self.onLastWindow(key) }
+            let reached = self.tails
+            self.tails = []
+            for key in reached where self.transfers[key] != nil { self.onTail(key) }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
         releaseTimer = loop.makeTimer { [unowned self] in
@@ -162,7 +162,7 @@ final class CurlFetcher {
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: pending.request.lane == .slow ? backgroundBytes : nil)
             transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
-            transfer.onLastWindow = { [unowned self] transfer in self.lastWindows.append(transfer.key) }
+            transfer.onTail = { [unowned self] transfer in self.tails.append(transfer.key) }
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
             let added = pool(transfer.pool).add(transfer.easy)
             guard added == CURLM_OK else {

@@ -40,10 +40,10 @@ final class Fetches {
     private var defaultTTL: Int64
     /// Called on the loop thread for every fetch that ends, also for one that could not start.
     var onEnd: (_ key: String, _ end: FetchEnd) -> Void = { _, _ in }
-    /// Called when a background fetch's last window is on its way (`CurlFetcher.onLastWindow`).
-    var onLastWindow: (_ key: String) -> Void {
-        get { fetcher.onLastWindow }
-        set { fetcher.onLastWindow = newValue }
+    /// Called when a background fetch reaches its tail (`CurlFetcher.onTail`).
+    var onTail: (_ key: String) -> Void {
+        get { fetcher.onTail }
+        set { fetcher.onTail = newValue }
     }
 
     init(loop: EventLoop, store: Store, workers: WorkerPool, crashGuard: CrashGuard, options: Options) throws {

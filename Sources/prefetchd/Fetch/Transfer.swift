@@ -42,11 +42,12 @@ final class Transfer {
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     /// Called once, inside curl's write callback, when background work on a multiplexed (HTTP/2) connection of the
-    /// background pool has no more left to come than one window (`background_window`): the rest is on its way.
-    var onLastWindow: (Transfer) -> Void = { _ in }
-    /// Whether the response came over a connection that multiplexes, and whether `onLastWindow` was called.
+    /// background pool reaches its tail, two `background_window`s from its end: about one window is on its way, and
+    /// a request for the next file sent now reaches the server before the other runs out.
+    var onTail: (Transfer) -> Void = { _ in }
+    /// Whether the response came over a connection that multiplexes, and whether `onTail` was called.
     private var multiplexed = false
-    private var lastWindowReported = false
+    private var tailReported = false
     /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
     private let backgroundBytes: ByteCounter?
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
@@ -271,11 +272,11 @@ final class Transfer {
         hash.update(data)
         received += Int64(data.count)
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
-        if multiplexed, !lastWindowReported, lane == .slow, pool == .slow, backgroundWindow > 0,
+        if multiplexed, !tailReported, lane == .slow, pool == .slow, backgroundWindow > 0,
            let total = expectedTotal ?? expectedBytes.map({ resumedFrom.saturatingAdd($0) }),
-           total - received <= Int64(backgroundWindow) {
-            lastWindowReported = true
-            onLastWindow(self)
+           total - received <= 2 * Int64(backgroundWindow) {
+            tailReported = true
+            onTail(self)
         }
         return data.count
     }
