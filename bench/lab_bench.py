@@ -3,7 +3,7 @@
 
 Brings up the network lab (lab/README.md) and measures, each row a ratio of figures taken side by side in one run:
 
-  L1  urgent `prefetchctl get` latency, one every 0.5 s: idle daemon vs while a 2,000-URL backlog drains
+  L1  urgent `prefetchctl get` latency, one every 0.4-0.6 s: idle daemon vs while a 2,000-URL backlog drains
       (p50, p99, ratio to idle; background files fetched meanwhile; urgent requests nginx served on a connection
       that also carried background requests)
   L2  nothing urgent: `prefetchctl queue --wait` of N x 205 KB vs one curl process fetching them serially over one
@@ -25,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import random
 import shlex
 import shutil
 import statistics
@@ -44,7 +45,10 @@ from benchlib import Client, log, percentile  # noqa: E402
 
 FULL = dict(gets=60, warm=3, backlog=2000, drain_files=200, drain_cap=120, bulk_files=200, screens=10)
 QUICK = dict(gets=12, warm=3, backlog=2000, drain_files=30, drain_cap=45, bulk_files=60, screens=6)
-GET_INTERVAL = 0.5
+# L1: seconds from one get's start to the next, drawn evenly from this range (the same seeded draws for the idle and the
+# busy daemon). Gets exactly 0.5 s apart met the background's file boundaries at one phase, which the drain's rhythm
+# locked in and which changed from run to run (docs/transport.md, "What a file boundary costs").
+GET_INTERVALS = (0.4, 0.6)
 SCREEN_ROWS = 10
 SCREEN_SECONDS = 2.0
 VIEW_AHEAD = 20
@@ -213,14 +217,16 @@ class LabBench:
     # ---- L1: urgent latency, idle vs backlog draining
 
     def gets(self, daemon, urls):
-        """One `prefetchctl get` per URL, started GET_INTERVAL apart (or when the one before ends, if later);
+        """One `prefetchctl get` per URL, started GET_INTERVALS apart (or when the one before ends, if later);
         returns their wall times and how many failed."""
         latencies, errors = [], 0
-        started = time.monotonic()
-        for i, url in enumerate(urls):
-            delay = started + i * GET_INTERVAL - time.monotonic()
+        draws = random.Random(len(urls))
+        start = time.monotonic()
+        for url in urls:
+            delay = start - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            start += draws.uniform(*GET_INTERVALS)
             seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "60", url))
             latencies.append(seconds)
             errors += rc != 0
@@ -276,7 +282,7 @@ class LabBench:
         round_trip = 2 * self.net.link["delay_ms"] / 1000
         boundary = [s for s, lead in zip(busy["latencies"], busy["after_background_start"])
                     if lead is not None and lead < round_trip]
-        self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets 0.5 s apart, while a %d-URL "
+        self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets 0.4-0.6 s apart, while a %d-URL "
                  "backlog drains (p99 ratio to idle)" % (cfg["gets"], cfg["backlog"]),
                  ours="p50 %s / p99 %s (first %s)" % (ms(busy["p50"]), ms(busy["p99"]), ms(busy["first"])),
                  peer="idle daemon: p50 %s / p99 %s" % (ms(idle["p50"]), ms(idle["p99"])),
