@@ -535,17 +535,21 @@ public struct Scheduler: Sendable {
 
     /// A lane made narrower: its transfers beyond the width are parked, the most recent starts first (so the oldest
     /// resumes first), those in their tail and those waiting for a promotion last (they go to the fast lane, whose
-    /// waiters they serve). Returns whether it parked any.
+    /// waiters they serve). A task in its tail is parked only when that frees a place. Returns whether it parked any.
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
-        let occupied = { (scheduler: Scheduler) in
+        let excess = { (scheduler: Scheduler) in
             lane == .fast ? scheduler.counts.fastRunning - scheduler.configuration.fastWidth
                 : scheduler.slowOccupied - scheduler.slowCapacity
         }
-        guard occupied(self) > 0 else { return false }
+        guard excess(self) > 0 else { return false }
+        // Up to slowWidth tasks in their tail take no place, so parking one of those frees none.
+        let freesPlace = { (scheduler: Scheduler, task: Task) in
+            !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
+        }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder) }
         let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
-        for task in newestFirst where occupied(self) > 0 {
+        for task in newestFirst where excess(self) > 0 && freesPlace(self, task) {
             park(task.key, waitingIn: task.promotionPending ? .fast : lane, into: &actions)
         }
         return true

@@ -95,6 +95,22 @@ struct LaneTests {
         #expect(s.counts.slowRunning == 0 && s.counts.slowInTail == 0)
     }
 
+    @Test("a narrower lane keeps a task in its tail when parking it would free no place")
+    func tailKeptWhenNarrowing() {
+        var s = makeScheduler(fast: 1, slow: 3)
+        for u in [U.s1, U.s2, U.s3, U.s4] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.tailReached(U.s3.key, now: t(1)) == [start(U.s4, .slow)])
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(2))
+        // The fast lane is full: s1 and s2 go on as background work until their turn.
+        #expect(s.get(U.s1, waiter: w(1, 2), cache: .missing, now: t(2)) == [])
+        #expect(s.get(U.s2, waiter: w(1, 3), cache: .missing, now: t(2)) == [])
+        // Width 1: s4 goes first; s3 (in its tail, the only one) takes no place, so the newer promotion, s2, is next.
+        var narrower = s.configuration
+        narrower.slowWidth = 1
+        #expect(s.reconfigure(narrower, now: t(3)) == [.park(key: U.s4.key), .park(key: U.s2.key)])
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+    }
+
     @Test("slow width: at most slowWidth slow tasks run, in queue order")
     func slowWidth() {
         var s = makeScheduler(slow: 2)

@@ -662,8 +662,12 @@ struct Runner {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
                     let width = lane == .fast ? configuration.fastWidth : slowCapacity
-                    // Those in their tail go before pending promotions only.
-                    let inLane = running.filter { $0.value.lane == lane }
+                    // Those in their tail go before pending promotions only, and only when parking them frees a place
+                    // (more than slowWidth are in their tail, or background work is paused).
+                    let tails = running.values.count { $0.lane == .slow && $0.inTail }
+                    let inLane = running.filter {
+                        $0.value.lane == lane && (!$0.value.inTail || backgroundPaused || tails > configuration.slowWidth)
+                    }
                     let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.order) }
                     let newest = inLane.max { rank($0.value) < rank($1.value) }!
                     guard occupying(lane) > width, newest.key == key else {
