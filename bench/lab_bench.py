@@ -86,17 +86,18 @@ def server_start(entry):
     return entry["msec"] - entry["request_time"]
 
 
-def background_lead(urgent, background):
-    """For each urgent request in the log, seconds since the last background response began at the server before it
-    (None if none did). A background response that began shortly before was already on its way when the urgent
-    request left the daemon: the hold cannot stop what the server sends into the window open at that moment."""
+def background_lead(urls, urgent, background):
+    """For each of `urls`, seconds from the start of the last background response the server began before its
+    request to that request (None if none began, or the URL is not in the log). A background response that began
+    shortly before was already on its way when the urgent request left the daemon: the hold cannot stop what the
+    server sends into the window open at that moment."""
     starts = sorted(server_start(e) for e in background)
-    leads = []
+    leads = {}
     for entry in urgent:
         start = server_start(entry)
         earlier = [s for s in starts if s <= start]
-        leads.append(start - earlier[-1] if earlier else None)
-    return leads
+        leads[entry["request"].split(" ")[1]] = start - earlier[-1] if earlier else None
+    return [leads.get("/" + url.split("/", 3)[3]) for url in urls]
 
 
 def median(values):
@@ -260,7 +261,7 @@ class LabBench:
             background_connections = {e["connection"] for e in log_background}
             shared = sum(1 for e in log_urgent if e["connection"] in background_connections)
             figures[config] = {
-                "after_background_start": background_lead(log_urgent[cfg["warm"]:], log_background),
+                "after_background_start": background_lead(urgent[cfg["warm"]:], log_urgent, log_background),
                 "latencies": latencies, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
                 "p99": percentile(latencies, 99),
                 "max": max(latencies), "first": latencies[0], "warm_up": warm, "errors": errors + warm_errors,

@@ -33,10 +33,11 @@ final class CurlFetcher {
     /// Transfers whose body file is being opened, each with its job (which also tells a stopped one from a later
     /// start of the same key).
     private var opening: [String: (request: TransferRequest, job: BodyFileJob)] = [:]
-    /// Whether background work is held back because urgent work runs (or ran less than a round trip ago).
+    /// Whether background work is held back because urgent work runs (or ran less than 1.5 round trips ago).
     private var backgroundHeld = false
-    /// Due when a hold for urgent work ends: `releaseGrace` after the last urgent transfer, so that urgent work
-    /// coming at once (a client's next get) does not meet the window the background connections open on release.
+    /// Due when a hold for urgent work ends, 1.5 round trips after the last urgent transfer (`holdBackground`), so
+    /// that urgent work coming at once (a client's next get) does not meet the window the background connections
+    /// open on release.
     private var releaseTimer: LoopTimer!
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
     private var letGoTimer: LoopTimer!
@@ -96,8 +97,8 @@ final class CurlFetcher {
     /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), after curl
     /// returned: the next background transfer may start so that the connection does not idle.
     var onTail: (_ key: String) -> Void = { _ in }
-    /// Keys that reached their tail inside curl's callbacks, reported when curl returns.
-    private var tails: [String] = []
+    /// Transfers that reached their tail inside curl's callbacks, reported when curl returns.
+    private var tails: [Transfer] = []
 
     init(loop: EventLoop, settings: FetchSettings, bodyFiles: WorkerPool) throws {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
@@ -113,7 +114,7 @@ final class CurlFetcher {
             self.collectFinished(from: self.slowPool)
             let reached = self.tails
             self.tails = []
-            for key in reached where self.transfers[key] != nil { self.onTail(key) }
+            for transfer in reached where self.transfers[transfer.key] === transfer { self.onTail(transfer.key) }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
         releaseTimer = loop.makeTimer { [unowned self] in
@@ -162,7 +163,7 @@ final class CurlFetcher {
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: pending.request.lane == .slow ? backgroundBytes : nil)
             transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
-            transfer.onTail = { [unowned self] transfer in self.tails.append(transfer.key) }
+            transfer.onTail = { [unowned self] transfer in self.tails.append(transfer) }
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
             let added = pool(transfer.pool).add(transfer.easy)
             guard added == CURLM_OK else {
@@ -198,7 +199,6 @@ final class CurlFetcher {
         updateHold()
     }
 
-    /// Holds background work back while urgent work runs, or lets it go on.
     /// Holds background work while urgent work runs. The hold ends one and a half of the background connections'
     /// round trips after the urgent work: released, they read what they held and open a full window at once, which
     /// the servers fill within about a round trip and no later hold can recall (docs/transport.md).

@@ -41,10 +41,13 @@ final class Transfer {
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
-    /// Called once, inside curl's write callback, when background work on a multiplexed (HTTP/2) connection of the
-    /// background pool reaches its tail, two `background_window`s from its end: about one window is on its way, and
-    /// a request for the next file sent now reaches the server before the other runs out.
+    /// Called once, inside curl's write callback, when background work on a multiplexed (HTTP/2 or later)
+    /// connection of the background pool reaches its tail, `tailWindows` windows from its end: about one window is on
+    /// its way, and a request for the next file sent now reaches the server before the other runs out. Not with
+    /// `background_window` 0 (no bound to count in).
     var onTail: (Transfer) -> Void = { _ in }
+    /// How many `background_window`s from its end a body's tail begins.
+    static let tailWindows: Int64 = 2
     /// Whether the response came over a connection that multiplexes, and whether `onTail` was called.
     private var multiplexed = false
     private var tailReported = false
@@ -273,8 +276,7 @@ final class Transfer {
         received += Int64(data.count)
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
         if multiplexed, !tailReported, lane == .slow, pool == .slow, backgroundWindow > 0,
-           let total = expectedTotal ?? expectedBytes.map({ resumedFrom.saturatingAdd($0) }),
-           total - received <= 2 * Int64(backgroundWindow) {
+           let total = expectedTotal ?? expectedBytes, total - received <= Self.tailWindows * Int64(backgroundWindow) {
             tailReported = true
             onTail(self)
         }
