@@ -22,6 +22,7 @@ run of every row with the default links, origins and daemon options also replace
 """
 
 import argparse
+import bisect
 import datetime
 import json
 import os
@@ -95,8 +96,8 @@ def background_lead(urls, urgent, background):
     leads = {}
     for entry in urgent:
         start = server_start(entry)
-        earlier = [s for s in starts if s <= start]
-        leads[entry["request"].split(" ")[1]] = start - earlier[-1] if earlier else None
+        before = bisect.bisect_right(starts, start)
+        leads[entry["request"].split(" ")[1]] = start - starts[before - 1] if before else None
     return [leads.get("/" + url.split("/", 3)[3]) for url in urls]
 
 

@@ -21,7 +21,7 @@ struct BodyFile: @unchecked Sendable {
             descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
         } catch where error.errno == ENOENT {
             // Its directory was removed behind the daemon's back: made again, as `CacheFiles.install` does.
-            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: 0o700)
+            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: CacheFiles.privateDirectoryMode)
             descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
         }
         let hash = SHA256()

@@ -86,14 +86,14 @@ final class ConnectionPool {
         armTimers()
     }
 
-    /// The longest smoothed round trip (ms) the kernel measured on this pool's connections; nil without any.
-    func longestRoundTrip() -> Int64? {
-        var longest: Int64?
+    /// The longest smoothed round trip (ms) the kernel measured on this pool's connections; 0 without any.
+    func longestRoundTrip() -> Int64 {
+        var longest: Int64 = 0
         for fd in interest.keys {
             var info = tcp_info()
             var length = socklen_t(MemoryLayout<tcp_info>.size)
             guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { continue }
-            longest = max(longest ?? 0, Int64(info.tcpi_rtt) / 1000)
+            longest = max(longest, Int64(info.tcpi_rtt) / 1000)
         }
         return longest
     }

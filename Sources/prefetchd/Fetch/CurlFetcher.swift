@@ -208,7 +208,7 @@ final class CurlFetcher {
             backgroundHeld = true
             return updateHold()
         }
-        let grace = min(Self.longestReleaseGrace, (slowPool.longestRoundTrip() ?? 0) * 3 / 2)
+        let grace = min(Self.longestReleaseGrace, slowPool.longestRoundTrip() * 3 / 2)
         guard grace > 0, backgroundHeld else {
             backgroundHeld = false
             return updateHold()

@@ -11,6 +11,8 @@ struct CacheFiles {
     /// they were given; the root itself stays 0700 in user mode (the unit makes it 0750, group `prefetch`).
     static let fileMode: mode_t = 0o640
     static let directoryMode: mode_t = 0o750
+    /// The root (in user mode) and `tmp/`, whose partial bodies are nobody else's.
+    static let privateDirectoryMode: mode_t = 0o700
 
     var temporaryDirectory: String { root + "/tmp" }
     var filesDirectory: String { root + "/files" }
@@ -27,8 +29,8 @@ struct CacheFiles {
     func absolute(_ relative: String) -> String { root + "/" + relative }
 
     func prepare() throws(SystemError) {
-        try makeDirectories(root, mode: 0o700)
-        try makeDirectories(temporaryDirectory, mode: 0o700)
+        try makeDirectories(root, mode: Self.privateDirectoryMode)
+        try makeDirectories(temporaryDirectory, mode: Self.privateDirectoryMode)
         try makeDirectories(filesDirectory, mode: Self.directoryMode)
         for directory in Self.fanOut where mkdir(absolute(directory), Self.directoryMode) != 0 && errno != EEXIST {
             throw SystemError(call: "mkdir", errno: errno, detail: absolute(directory))
