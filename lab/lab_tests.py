@@ -6,7 +6,8 @@ They assert order and connections from nginx's access log (its `$connection` id 
   1  an urgent get made while background transfers are held never shares their connection (HTTP/2 and HTTP/1.1)
   2  a background drain of 20 files opens at most 2 connections (HTTP/2 and HTTP/1.1); at the default width of 1,
      on HTTP/2 most files start while the one before nears its end (never more than 2 at once,
-     from the daemon's `watch` events), on HTTP/1.1 none does; 2b: on HTTP/2 one connection even at --slow-width 4
+     from the daemon's `watch` events), on HTTP/1.1 none does; 2b: on HTTP/2 one connection even at --slow-width 4;
+     2c: on HTTP/2 a 1 MB file's successor starts only once the file has two background windows left (`list`)
   3  promotion in place over HTTP/2 resumes without a lost byte (one request, no Range, the origin's SHA-256)
   4  an origin behind a private CA works with ca_file and fails with `tls` without it
   5  an urgent get right after another meets no background bytes: the hold outlasts urgent work by 1.5 round
@@ -51,6 +52,9 @@ URGENT_GETS = 5  # test 1: urgent gets, GET_GAP apart
 GET_GAP = 0.3
 DRAIN = 20  # test 2
 DRAIN_CONNECTIONS = 2
+TAIL_FILE = "/large/1M.bin"  # test 2c: a body several background windows long
+TAIL_FILES = 6
+TAIL_BYTES = 2 * 128 * 1024  # test 2c: two windows of the default background_window
 LARGE = "/large/20M.bin"  # test 3: about 8 s on the lab's link, so the promotion lands mid-transfer
 PROMOTE_AFTER = 256 * 1024  # test 3: bytes the background transfer has received before the urgent get
 WAIT = 60  # seconds any one step may take before the test gives up (a failure, not a timing assertion)
@@ -329,6 +333,44 @@ class Run:
     def test_drain_multiplexed(self, name, started):
         self.test_drain_connections(name, started, "h2", slow_width=4, limit=1)
 
+    def test_tail_threshold(self, name, started):
+        tag = "t2c"
+        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
+        size = os.path.getsize(os.path.join(self.net.docroot, TAIL_FILE.lstrip("/")))
+        urls = [self.net.url(TAIL_FILE, "https") + "?%s-%d" % (tag, i) for i in range(TAIL_FILES)]
+        # When each background transfer starts, what the one before it has received (None: it had ended). Bytes only
+        # grow between the event and the `list` answer, so a successor started too early still shows as one.
+        left_at_start = []
+        watcher = Client(daemon.socket, timeout=WAIT)
+        watcher.call("watch")
+
+        def read_events():
+            try:
+                while True:
+                    event = watcher.receive()
+                    if event.get("event") == "started" and event.get("url") in urls[1:]:
+                        before = urls[urls.index(event["url"]) - 1]
+                        task = next((t for t in daemon.call("list")["tasks"] if t["url"] == before), None)
+                        running = task is not None and task["state"] == "running"
+                        left_at_start.append(size - task.get("bytes", 0) if running else None)
+            except (OSError, ValueError, ConnectionError, TestFailure):
+                pass
+        reader = threading.Thread(target=read_events, daemon=True)
+        reader.start()
+        rc, _, err = daemon.ctl_run("queue", "--wait", "--timeout", str(WAIT), "-", stdin_text="\n".join(urls) + "\n")
+        watcher.close()
+        reader.join(5)
+        daemon.stop()
+        overlapped = [left for left in left_at_start if left is not None]
+        self.record(name, started, [
+            ("queue --wait of %d x %s exits 0" % (TAIL_FILES, TAIL_FILE), "exit %d%s" % (
+                rc, (" (%s)" % err.strip().splitlines()[-1]) if rc and err.strip() else ""), rc == 0),
+            ("at least %d of the %d later files start before the one before ends" % (TAIL_FILES // 2, TAIL_FILES - 1),
+             "%d of %d" % (len(overlapped), len(left_at_start)), len(overlapped) >= TAIL_FILES // 2),
+            ("and only in its last two background windows (%d bytes)" % TAIL_BYTES,
+             "bytes left then: %s" % (overlapped or "none"), all(left <= TAIL_BYTES for left in overlapped)),
+        ], daemon.log_tail())
+
     # ---- 3: promotion in place
 
     def test_promotion(self, name, started):
@@ -467,6 +509,8 @@ class Run:
              self.test_drain_connections, list(ORIGINS)),
             ("2b", "on HTTP/2 a drain at --slow-width 4 multiplexes its %d files on one connection" % DRAIN,
              self.test_drain_multiplexed, [None]),
+            ("2c", "on HTTP/2 a background file of 1 MB has its successor start only in its last two windows",
+             self.test_tail_threshold, [None]),
             ("3", "promotion in place over HTTP/2 resumes without a lost byte", self.test_promotion, [None]),
             ("4", "an origin behind a private CA works with ca_file and fails with tls without it",
              self.test_private_ca, [None]),
