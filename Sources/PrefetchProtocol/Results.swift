@@ -280,7 +280,8 @@ public struct StatusReport: Codable, Equatable, Sendable {
 public struct BackgroundState: Codable, Equatable, Sendable {
     /// `run`, `slow` (its downloads capped at `rateLimit`) or `pause` (it starts nothing; queued work waits).
     public var mode: String
-    /// The conditions that decide `mode` (`metered`, `on_battery`, `power_saver`, `quiet_hours`), none for `run`.
+    /// The conditions that decide `mode` (`metered`, `on_battery`, `power_saver`, `quiet_hours`, `offline`), none for
+    /// `run`.
     public var because: [String]
     /// While `slow`: the background lane's download rate in bytes per second (`slow_rate`), shared equally by its
     /// transfers.
@@ -289,12 +290,12 @@ public struct BackgroundState: Codable, Equatable, Sendable {
     public var conditions: [ConditionState]
 
     public struct ConditionState: Codable, Equatable, Sendable {
-        /// `metered`, `on_battery`, `power_saver` or `quiet_hours`.
+        /// `metered`, `on_battery`, `power_saver`, `quiet_hours` or `offline`.
         public var name: String
         public var active: Bool
-        /// The service that reports it (`NetworkManager`, `UPower`, `power-profiles-daemon`), or the configured
-        /// window for `quiet_hours`; nil when nothing reports it (no such service, no bus, no window), which counts
-        /// as not active.
+        /// The service that reports it (`NetworkManager` for `metered` and `offline`, `UPower`,
+        /// `power-profiles-daemon`), or the configured window for `quiet_hours`; nil when nothing reports it (no such
+        /// service, no bus, no window), which counts as not active.
         public var source: String?
         /// `run`, `slow` or `pause`: what the configuration asks while it holds.
         public var policy: String
@@ -329,6 +330,7 @@ public struct BackgroundState: Codable, Equatable, Sendable {
         case "on_battery": "on battery"
         case "power_saver": "power saver"
         case "quiet_hours": "quiet hours"
+        case "offline": "no network"
         default: name
         }
     }

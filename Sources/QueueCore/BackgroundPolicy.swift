@@ -24,6 +24,8 @@ public enum Condition: String, CaseIterable, Sendable {
     case powerSaver = "power_saver"
     /// The local time is within `quiet_hours`.
     case quietHours = "quiet_hours"
+    /// The machine has no network (NetworkManager's state is asleep, disconnected, disconnecting or connecting).
+    case offline
 
     /// How `status` names the condition when it holds the lane back.
     public var description: String {
@@ -32,6 +34,7 @@ public enum Condition: String, CaseIterable, Sendable {
         case .onBattery: "on battery"
         case .powerSaver: "power saver"
         case .quietHours: "quiet hours"
+        case .offline: "no network"
         }
     }
 }
@@ -89,13 +92,15 @@ public struct BackgroundPolicy: Equatable, Sendable {
     public var onBattery: BackgroundMode
     public var powerSaver: BackgroundMode
     public var quietHours: QuietHours?
+    public var offline: BackgroundMode
 
     public init(metered: BackgroundMode = .pause, onBattery: BackgroundMode = .slow, powerSaver: BackgroundMode = .slow,
-                quietHours: QuietHours? = nil) {
+                quietHours: QuietHours? = nil, offline: BackgroundMode = .pause) {
         self.metered = metered
         self.onBattery = onBattery
         self.powerSaver = powerSaver
         self.quietHours = quietHours
+        self.offline = offline
     }
 
     /// The mode a condition asks for while it holds.
@@ -105,6 +110,7 @@ public struct BackgroundPolicy: Equatable, Sendable {
         case .onBattery: onBattery
         case .powerSaver: powerSaver
         case .quietHours: .pause
+        case .offline: offline
         }
     }
 

@@ -73,7 +73,8 @@ enum Help {
                               --json adds a second line per URL when it ends, status `finished` or `failed`
               --timeout SEC   with --wait: stop waiting after SEC seconds (exit 5); the fetches go on
               --now           fetch them now, as urgent work (status `promoted`), also while the background lane is
-                              paused or slowed (metered network, battery, power saver, quiet hours); still durable
+                              paused or slowed (metered network, battery, power saver, quiet hours, no
+                              network); still durable
 
             Example:
               prefetchctl queue - < urls.txt

@@ -16,7 +16,7 @@ final class Daemon {
     /// Makes resized variants, once each however many ask, and reports how each job ended.
     var variants: Variants!
     private let workers: WorkerPool
-    /// What the background lane may do: a metered network, battery, power saver, quiet hours.
+    /// What the background lane may do: a metered network, battery, power saver, quiet hours, no network.
     var conditions: BackgroundConditions!
     /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
     private var crashGuard: CrashGuard!
@@ -87,7 +87,8 @@ final class Daemon {
         conditions = try BackgroundConditions(loop: loop, policy: options.background, environment: options.environment) {
             [unowned self] in self.backgroundConditionsChanged()
         }
-        // Started inside quiet hours or on a metered network: nothing of the backlog starts before it is held.
+        // Started inside quiet hours, on a metered network or with none: nothing of the backlog starts before it is
+        // held.
         if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         accessFlushTimer = loop.makeTimer { [unowned self] in

@@ -71,7 +71,12 @@ struct BackgroundPolicyTests {
         for mode in BackgroundMode.allCases {
             let only = BackgroundPolicy(metered: mode, onBattery: .run, powerSaver: .run)
             #expect(only.decide([.metered]).mode == mode)
+            #expect(BackgroundPolicy(offline: mode).decide([.offline]).mode == mode)
         }
+        // No network pauses by default, beside the other conditions that pause, in `Condition` order.
+        #expect(policy.decide([.offline, .onBattery]) == (.pause, [.offline]))
+        #expect(policy.decide([.offline, .metered, .quietHours]) == (.pause, [.metered, .quietHours, .offline]))
+        #expect(BackgroundPolicy(offline: .run).decide([.offline]) == (.run, []))
     }
 
     @Test("paused: nothing starts in the slow lane, what runs there is parked, urgent work still runs")

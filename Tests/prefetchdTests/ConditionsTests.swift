@@ -73,6 +73,12 @@ final class MockSystemBus {
                 "Metered", "uint32:\(value)")
     }
 
+    /// NetworkManager's global state (NMState): 10 asleep, 20 disconnected, 50 local, 70 global.
+    func setNetworkState(_ state: UInt32) throws {
+        try set("org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager", "org.freedesktop.NetworkManager",
+                "State", "uint32:\(state)")
+    }
+
     func setOnBattery(_ value: Bool) throws {
         try set("org.freedesktop.UPower", "/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery",
                 "boolean:\(value)")
@@ -113,7 +119,7 @@ private func requests(_ origin: Origin, under prefix: String) throws -> Int {
     try origin.stats().counts.filter { $0.key.hasPrefix(prefix) }.values.reduce(0, +)
 }
 
-@Suite("Conditions: metered network, battery, power saver, quiet hours", .serialized)
+@Suite("Conditions: metered network, battery, power saver, quiet hours, no network", .serialized)
 struct ConditionsTests {
     @Test("a metered network pauses background starts at once, urgent gets and queue --now still run, and the backlog drains when it clears")
     func meteredPausesTheBackground() throws {
@@ -177,6 +183,40 @@ struct ConditionsTests {
         #expect(try requests(origin, under: "/bg/") >= 500)
         #expect(daemon.log.contains("background lane: paused: metered network (NetworkManager)"))
         #expect(daemon.log.contains("background lane: run"))
+    }
+
+    @Test("no network (NetworkManager asleep or disconnected) pauses the background lane: queued URLs are not tried, urgent gets still run, and the backlog drains once a connection is up, a local one too")
+    func offlinePausesTheBackground() throws {
+        let bus = try MockSystemBus()
+        try bus.start("networkmanager", name: "org.freedesktop.NetworkManager")  // State: CONNECTED_GLOBAL
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest([], environment: bus.environment)
+        #expect(waitUntil(seconds: 10) { (try? daemon.condition("offline"))??.source == "NetworkManager" },
+                "the daemon sees NetworkManager's state: \(daemon.log)")
+        #expect(try daemon.status().background?.mode == "run")
+
+        try bus.setNetworkState(20)  // NM_STATE_DISCONNECTED
+        #expect(waitUntil(seconds: 5) { (try? daemon.status().background?.mode) == "pause" }, "\(daemon.log)")
+        #expect(try daemon.status().background?.because == ["offline"])
+        #expect(daemon.ctl("status").stdout.contains("slow lane paused: no network (NetworkManager)"))
+        let backlog = (0..<20).map { origin.url("/off/\($0).jpg") }
+        #expect(daemon.ctl("queue", "-", stdin: backlog.joined(separator: "\n")).status == 0)
+        let get = daemon.ctl("get", origin.url("/urgent.jpg"))
+        #expect(get.status == 0, "urgent work is never held back: \(get.stderr)")
+        usleep(500_000)
+        #expect(try requests(origin, under: "/off/") == 0, "no queued URL tried while there is no network")
+        let metrics = daemon.ctl("metrics").stdout
+        #expect(metrics.contains("prefetchd_condition{condition=\"offline\",policy=\"pause\"} 1"), "\(metrics)")
+
+        // Asleep is no network either; a local connection is a network: the backlog drains.
+        try bus.setNetworkState(10)  // NM_STATE_ASLEEP
+        usleep(300_000)
+        #expect(try daemon.status().background?.mode == "pause")
+        try bus.setNetworkState(50)  // NM_STATE_CONNECTED_LOCAL
+        #expect(waitUntil(seconds: 5) { (try? daemon.status().background?.mode) == "run" })
+        #expect(waitUntil(seconds: 30) { (try? daemon.status().cache.entries) == 21 }, "\(String(describing: try? daemon.status()))")
+        #expect(try requests(origin, under: "/off/") == 20)
+        #expect(daemon.log.contains("background lane: paused: no network (NetworkManager)"))
     }
 
     @Test("on battery and in power saver the background lane downloads at slow_rate in all; urgent work is not capped")
@@ -267,7 +307,7 @@ struct ConditionsTests {
         let daemon = try DaemonUnderTest(["--log-level", "debug"], environment: environment)
         let background = try #require(try daemon.status().background)
         #expect(background.mode == "run" && background.because.isEmpty)
-        #expect(background.conditions.map(\.name) == ["metered", "on_battery", "power_saver", "quiet_hours"])
+        #expect(background.conditions.map(\.name) == ["metered", "on_battery", "power_saver", "quiet_hours", "offline"])
         #expect(background.conditions.allSatisfy { !$0.active && $0.source == nil }, "\(background)")
         #expect(daemon.ctl("queue", "--wait", origin.url("/a.jpg")).status == 0)
         #expect(waitUntil(seconds: 5) { daemon.log.contains("no system bus") }, "\(daemon.log)")

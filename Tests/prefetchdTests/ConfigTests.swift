@@ -90,14 +90,15 @@ struct ConfigTests {
     func backgroundPolicies() {
         let defaults = check([]).settings
         #expect(defaults["metered"] == "pause" && defaults["on_battery"] == "slow" && defaults["power_saver"] == "slow")
-        #expect(defaults["slow_rate"] == "128K" && defaults["quiet_hours"] == "")
+        #expect(defaults["slow_rate"] == "128K" && defaults["quiet_hours"] == "" && defaults["offline"] == "pause")
         let good = check(["--metered", "slow", "--on-battery", "pause", "--power-saver", "run", "--slow-rate", "1M",
-                          "--quiet-hours", "22:00-6:30"])
+                          "--quiet-hours", "22:00-6:30", "--offline", "run"])
         #expect(good.result.status == 0, "\(good.result.stderr)")
         #expect(good.settings["metered"] == "slow" && good.settings["on_battery"] == "pause"
                 && good.settings["power_saver"] == "run" && good.settings["slow_rate"] == "1M"
-                && good.settings["quiet_hours"] == "22:00-06:30", "\(good.settings)")
+                && good.settings["quiet_hours"] == "22:00-06:30" && good.settings["offline"] == "run", "\(good.settings)")
         for (flag, value, message) in [("--metered", "stop", "'stop' is not one of run, slow, pause"),
+                                       ("--offline", "wait", "'wait' is not one of run, slow, pause"),
                                        ("--on-battery", "Pause", "is not one of run, slow, pause"),
                                        ("--quiet-hours", "25:00-01:00", "is not a daily window like 08:00-18:00"),
                                        ("--quiet-hours", "08:00-08:00", "start and end different"),

@@ -161,12 +161,12 @@ struct Metrics {
         single("prefetchd_waiting_for_disk", "gauge", "1 while the disk is full and background work waits for space.",
                gauges.waitingForDisk ? "1" : "0")
         family("prefetchd_background_mode", "gauge",
-               "1 for what the background lane may do now: run, slow (rate-capped) or pause (metered network, battery, power saver, quiet hours).")
+               "1 for what the background lane may do now: run, slow (rate-capped) or pause (metered network, battery, power saver, quiet hours, no network).")
         for mode in ["run", "slow", "pause"] {
             sample("prefetchd_background_mode", [("mode", mode)], gauges.background.mode == mode ? "1" : "0")
         }
         family("prefetchd_condition", "gauge",
-               "1 while a condition holds (metered, on_battery, power_saver, quiet_hours), with what the configuration asks then.")
+               "1 while a condition holds (metered, on_battery, power_saver, quiet_hours, offline), with what the configuration asks then.")
         for condition in gauges.background.conditions {
             sample("prefetchd_condition", [("condition", condition.name), ("policy", condition.policy)], condition.active ? "1" : "0")
         }

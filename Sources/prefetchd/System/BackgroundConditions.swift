@@ -4,8 +4,8 @@ import PrefetchProtocol
 import QueueCore
 
 /// Decides what the background lane may do: the strictest policy among the conditions that hold, a metered network,
-/// battery and the power-saver profile from the system bus (`ConditionMonitor`), quiet hours from the local clock.
-/// Tells its owner when the decision changes; urgent work is never its business.
+/// no network, battery and the power-saver profile from the system bus (`ConditionMonitor`), quiet hours from the
+/// local clock. Tells its owner when the decision changes; urgent work is never its business.
 final class BackgroundConditions {
     private(set) var policy: BackgroundPolicy
     private(set) var mode: BackgroundMode = .run
@@ -101,7 +101,7 @@ final class BackgroundConditions {
     private func logAbsentServices(_ observed: ObservedConditions) {
         if let error = observed.busError {
             guard absentLogged.insert("bus").inserted else { return }
-            return Log.debug("no system bus (\(error)): the network counts as not metered, the machine as on mains")
+            return Log.debug("no system bus (\(error)): the network counts as up and not metered, the machine as on mains")
         }
         for condition in Condition.allCases {
             guard let service = ObservedConditions.service(condition), observed.value(condition) == nil,

@@ -11,13 +11,14 @@ struct ObservedConditions: Equatable, Sendable {
     var metered: Bool?
     var onBattery: Bool?
     var powerSaver: Bool?
+    var offline: Bool?
     /// Why the system bus could not be reached, when it could not.
     var busError: String?
 
     /// The service that reports each condition the system knows (quiet hours come from the clock).
     static func service(_ condition: Condition) -> String? {
         switch condition {
-        case .metered: "NetworkManager"
+        case .metered, .offline: "NetworkManager"
         case .onBattery: "UPower"
         case .powerSaver: "power-profiles-daemon"
         case .quietHours: nil
@@ -31,11 +32,12 @@ struct ObservedConditions: Equatable, Sendable {
         case .onBattery: onBattery
         case .powerSaver: powerSaver
         case .quietHours: nil
+        case .offline: offline
         }
     }
 }
 
-/// Watches NetworkManager's `Metered`, UPower's `OnBattery` and power-profiles-daemon's `ActiveProfile` on the
+/// Watches NetworkManager's `Metered` and `State`, UPower's `OnBattery` and power-profiles-daemon's `ActiveProfile` on the
 /// system D-Bus. GDBus runs on a thread of its own with its own GLib main context (the loop thread never blocks on
 /// the bus); each change reaches the loop thread through an eventfd. Services that start or stop later are seen; when
 /// the bus itself goes away nothing holds, and the monitor connects again every few seconds until it is back.
@@ -155,6 +157,13 @@ private final class BusWatcher: @unchecked Sendable {
         // NM_METERED_YES (1) and NM_METERED_GUESS_YES (3) are metered; UNKNOWN, NO and GUESS_NO are not.
         if let network, prefetchd_proxy_uint32(network, "Metered", &metered) != 0 {
             conditions.metered = metered == 1 || metered == 3
+        }
+        var state: UInt32 = 0
+        // NM_STATE_ASLEEP (10), DISCONNECTED (20), DISCONNECTING (30) and CONNECTING (40): no connection is up.
+        // UNKNOWN (0) and the CONNECTED states (50 local, 60 site, 70 global) are not offline: an origin on the
+        // local network or the site may still answer.
+        if let network, prefetchd_proxy_uint32(network, "State", &state) != 0 {
+            conditions.offline = (10...40).contains(state)
         }
         var onBattery: Int32 = 0
         if let power, prefetchd_proxy_boolean(power, "OnBattery", &onBattery) != 0 {

@@ -55,8 +55,8 @@ extension Daemon {
         }
     }
 
-    /// The background lane follows the conditions (metered network, battery, power saver, quiet hours): paused,
-    /// capped or free. Each change is logged once.
+    /// The background lane follows the conditions (metered network, battery, power saver, quiet hours, no network):
+    /// paused, capped or free. Each change is logged once.
     func backgroundConditionsChanged() {
         apply(scheduler.pauseBackground(conditions.mode == .pause, now: Moment(milliseconds: wallClockMilliseconds())))
         fetches.limitBackgroundRate(backgroundRateLimit)

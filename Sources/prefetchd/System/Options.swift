@@ -231,6 +231,10 @@ struct Options {
                 summary: "background work in the power-saver profile (power-profiles-daemon): run, slow or pause",
                 read: { options, value throws(BadValue) in options.background.powerSaver = try mode(value) },
                 show: { $0.background.powerSaver.rawValue }),
+        Setting(key: "offline", placeholder: "POLICY",
+                summary: "background work while NetworkManager says no connection is up: run, slow or pause",
+                read: { options, value throws(BadValue) in options.background.offline = try mode(value) },
+                show: { $0.background.offline.rawValue }),
         Setting(key: "slow_rate", placeholder: "SIZE",
                 summary: "bytes per second the background lane downloads at, in all, while a condition says slow",
                 read: { options, value throws(BadValue) in
