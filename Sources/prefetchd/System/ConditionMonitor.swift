@@ -37,10 +37,11 @@ struct ObservedConditions: Equatable, Sendable {
     }
 }
 
-/// Watches NetworkManager's `Metered` and `State`, UPower's `OnBattery` and power-profiles-daemon's `ActiveProfile` on the
-/// system D-Bus. GDBus runs on a thread of its own with its own GLib main context (the loop thread never blocks on
-/// the bus); each change reaches the loop thread through an eventfd. Services that start or stop later are seen; when
-/// the bus itself goes away nothing holds, and the monitor connects again every few seconds until it is back.
+/// Watches NetworkManager's `Metered` and `State`, UPower's `OnBattery` and power-profiles-daemon's `ActiveProfile`
+/// on the system D-Bus. GDBus runs on a thread of its own with its own GLib main context (the loop thread never
+/// blocks on the bus); each change reaches the loop thread through an eventfd. Services that start or stop later are
+/// seen; when the bus itself goes away nothing holds, and the monitor connects again every few seconds until it is
+/// back.
 final class ConditionMonitor {
     private let eventFD: Int32
     private let watcher: BusWatcher
