@@ -190,7 +190,8 @@ struct ConditionsTests {
         let bus = try MockSystemBus()
         try bus.start("networkmanager", name: "org.freedesktop.NetworkManager")  // State: CONNECTED_GLOBAL
         let origin = try Origin()
-        let daemon = try DaemonUnderTest([], environment: bus.environment)
+        // As on a laptop off its network: no route to the internet either (this test machine may have one).
+        let daemon = try DaemonUnderTest([], environment: bus.environment.merging(["PREFETCHD_TEST_INTERNET_ROUTE": "no"]) { $1 })
         #expect(waitUntil(seconds: 10) { (try? daemon.condition("offline"))??.source == "NetworkManager" },
                 "the daemon sees NetworkManager's state: \(daemon.log)")
         #expect(try daemon.status().background?.mode == "run")
@@ -217,6 +218,32 @@ struct ConditionsTests {
         #expect(waitUntil(seconds: 30) { (try? daemon.status().cache.entries) == 21 }, "\(String(describing: try? daemon.status()))")
         #expect(try requests(origin, under: "/off/") == 20)
         #expect(daemon.log.contains("background lane: paused: no network (NetworkManager)"))
+    }
+
+    @Test("NetworkManager saying no connection is up is not enough: with a route to the internet (an interface it does not manage) the lane runs, in a network namespace without one it pauses, and a route that appears later is seen")
+    func offlineNeedsNoRoute() throws {
+        let bus = try MockSystemBus()
+        try bus.start("networkmanager", name: "org.freedesktop.NetworkManager")
+        try bus.setNetworkState(20)  // NM_STATE_DISCONNECTED
+        // The kernel's own answer, in network namespaces of their own (unshare exec's the daemon, so its pid is the
+        // daemon's): with only a loopback default route, and with no route at all.
+        let routed = try DaemonUnderTest([], environment: bus.environment, launcher: [
+            "/usr/bin/unshare", "--net", "/bin/sh", "-c", "ip link set lo up && ip route add default dev lo && exec \"$@\"", "sh"])
+        let unrouted = try DaemonUnderTest([], environment: bus.environment, launcher: ["/usr/bin/unshare", "--net"])
+        for daemon in [routed, unrouted] {
+            #expect(waitUntil(seconds: 10) { (try? daemon.condition("offline"))??.source == "NetworkManager" }, "\(daemon.log)")
+        }
+        #expect(try routed.status().background?.mode == "run", "a route to the internet: not offline")
+        #expect(try routed.condition("offline")?.active == false)
+        #expect(waitUntil(seconds: 5) { (try? unrouted.status().background?.because) == ["offline"] }, "\(unrouted.log)")
+
+        // The routes are looked at again while NetworkManager says no connection is up: one that appears is seen
+        // within a few seconds, with no word from NetworkManager.
+        let pid = try #require(unrouted.child?.process.processIdentifier)
+        let added = run("/usr/bin/nsenter", ["--net=/proc/\(pid)/ns/net", "/bin/sh", "-c",
+                                             "ip link set lo up && ip route add default dev lo"])
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(waitUntil(seconds: 10) { (try? unrouted.status().background?.mode) == "run" }, "\(unrouted.log)")
     }
 
     @Test("on battery and in power saver the background lane downloads at slow_rate in all; urgent work is not capped")

@@ -163,20 +163,24 @@ final class DaemonUnderTest: @unchecked Sendable {
     let directory: TemporaryDirectory
     let arguments: [String]
     let environment: [String: String]?
+    /// A command that runs the daemon (it is appended, with its arguments), such as `unshare --net`; it must exec it.
+    let launcher: [String]
     private(set) var child: ChildProcess?
     var socket: String { directory.path + "/ctl.sock" }
     var cache: String { directory.path + "/cache" }
 
-    init(_ extra: [String] = [], environment: [String: String]? = nil) throws {
+    init(_ extra: [String] = [], environment: [String: String]? = nil, launcher: [String] = []) throws {
         directory = try TemporaryDirectory()
         arguments = extra
         self.environment = environment
+        self.launcher = launcher
         try start()
     }
 
     func start() throws {
-        child = try ChildProcess(Paths.prefetchd, ["--socket", socket, "--cache-dir", cache] + arguments,
-                                 stderrPath: directory.path + "/daemon.log", environment: environment)
+        let command = launcher + [Paths.prefetchd, "--socket", socket, "--cache-dir", cache] + arguments
+        child = try ChildProcess(command[0], Array(command.dropFirst()), stderrPath: directory.path + "/daemon.log",
+                                 environment: environment)
         for _ in 0..<200 {
             if ctl("ping").status == 0 { return }
             guard child!.process.isRunning else { throw HarnessError("prefetchd exited: \(child!.stderrText)") }

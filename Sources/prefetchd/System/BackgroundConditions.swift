@@ -27,7 +27,7 @@ final class BackgroundConditions {
         clockOffset = environment["PREFETCHD_TEST_CLOCK_OFFSET"].flatMap { Int64($0) }
             .map { max(-366 * 86_400, min($0, 366 * 86_400)) } ?? 0
         quietHoursTimer = try WallClockTimer(loop: loop) { [unowned self] in self.evaluate() }
-        monitor = try ConditionMonitor(loop: loop) { [unowned self] observed in
+        monitor = try ConditionMonitor(loop: loop, environment: environment) { [unowned self] observed in
             self.logAbsentServices(observed)
             self.evaluate()
         }

@@ -52,9 +52,16 @@ final class ConditionMonitor {
     /// before the bus has said so; a bus slower than this is followed as its answers come.
     private static let firstReadingTimeout = DispatchTimeInterval.seconds(2)
 
-    init(loop: EventLoop, onChange: @escaping (ObservedConditions) -> Void) throws(SystemError) {
+    /// `environment`'s `PREFETCHD_TEST_INTERNET_ROUTE` (`yes` or `no`) stands in for the kernel's routes, for tests.
+    init(loop: EventLoop, environment: [String: String],
+         onChange: @escaping (ObservedConditions) -> Void) throws(SystemError) {
         eventFD = try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
-        watcher = BusWatcher(eventFD: eventFD)
+        var routeToTheInternet: @Sendable () -> Bool = InternetRoute.exists
+        if let forced = environment["PREFETCHD_TEST_INTERNET_ROUTE"] {
+            let routed = forced == "yes"
+            routeToTheInternet = { routed }
+        }
+        watcher = BusWatcher(eventFD: eventFD, routeToTheInternet: routeToTheInternet)
         self.onChange = onChange
         try loop.add(eventFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.take() }
         let watcher = self.watcher
@@ -89,8 +96,16 @@ private final class BusWatcher: @unchecked Sendable {
     private var profiles: UnsafeMutablePointer<GDBusProxy>?
     /// How long after losing the bus (or not reaching it) the next attempt comes.
     private static let retrySeconds: UInt32 = 10
+    /// Whether the kernel routes to the internet (`InternetRoute`).
+    private let routeToTheInternet: @Sendable () -> Bool
+    /// Whether the routes are to be looked at again (NetworkManager says no connection is up).
+    private var routeCheckPending = false
+    private static let routeCheckSeconds: UInt32 = 5
 
-    init(eventFD: Int32) { self.eventFD = eventFD }
+    init(eventFD: Int32, routeToTheInternet: @escaping @Sendable () -> Bool) {
+        self.eventFD = eventFD
+        self.routeToTheInternet = routeToTheInternet
+    }
 
     func run() {
         context = g_main_context_new()
@@ -160,11 +175,15 @@ private final class BusWatcher: @unchecked Sendable {
             conditions.metered = metered == 1 || metered == 3
         }
         var state: UInt32 = 0
-        // NM_STATE_ASLEEP (10), DISCONNECTED (20), DISCONNECTING (30) and CONNECTING (40): no connection is up.
-        // UNKNOWN (0) and the CONNECTED states (50 local, 60 site, 70 global) are not offline: an origin on the
-        // local network or the site may still answer.
+        // NM_STATE_ASLEEP (10), DISCONNECTED (20), DISCONNECTING (30) and CONNECTING (40): no connection of
+        // NetworkManager's is up. UNKNOWN (0) and the CONNECTED states (50 local, 60 site, 70 global) are not offline:
+        // an origin on the local network or the site may still answer. Nor is a kernel that routes to the internet,
+        // through an interface NetworkManager does not manage: while NetworkManager says no connection is up, the
+        // routes are looked at again every few seconds, as such an interface comes and goes unannounced.
         if let network, prefetchd_proxy_uint32(network, "State", &state) != 0 {
-            conditions.offline = (10...40).contains(state)
+            let disconnected = (10...40).contains(state)
+            conditions.offline = disconnected && !routeToTheInternet()
+            if disconnected { checkRoutesLater() }
         }
         var onBattery: Int32 = 0
         if let power, prefetchd_proxy_boolean(power, "OnBattery", &onBattery) != 0 {
@@ -175,6 +194,17 @@ private final class BusWatcher: @unchecked Sendable {
             g_free(profile)
         }
         publish(conditions)
+    }
+
+    private func checkRoutesLater() {
+        guard !routeCheckPending else { return }
+        routeCheckPending = true
+        prefetchd_call_later(context, Self.routeCheckSeconds, { data in
+            let watcher = Unmanaged<BusWatcher>.fromOpaque(data!).takeUnretainedValue()
+            watcher.routeCheckPending = false
+            watcher.read()
+            return 0  // G_SOURCE_REMOVE
+        }, unretained)
     }
 
     private func publish(_ conditions: ObservedConditions) {
@@ -196,5 +226,32 @@ private struct GDBusFailure {
         message = error.flatMap { $0.pointee.message.map { String(cString: $0) } } ?? "unknown error"
         var error = error
         g_clear_error(&error)
+    }
+}
+
+/// Whether the kernel would route a packet to the internet, over IPv4 or IPv6: a UDP socket connected to a
+/// documentation address (RFC 5737, RFC 3849) fails with ENETUNREACH without a route. Nothing is sent, and no
+/// `/proc` is read (the system service cannot see `/proc/net`).
+enum InternetRoute {
+    @Sendable static func exists() -> Bool {
+        var v4 = sockaddr_in()
+        v4.sin_family = sa_family_t(AF_INET)
+        v4.sin_port = UInt16(9).bigEndian
+        inet_pton(AF_INET, "198.51.100.1", &v4.sin_addr)
+        var v6 = sockaddr_in6()
+        v6.sin6_family = sa_family_t(AF_INET6)
+        v6.sin6_port = UInt16(9).bigEndian
+        inet_pton(AF_INET6, "2001:db8::1", &v6.sin6_addr)
+        return routes(AF_INET, &v4, socklen_t(MemoryLayout<sockaddr_in>.size))
+            || routes(AF_INET6, &v6, socklen_t(MemoryLayout<sockaddr_in6>.size))
+    }
+
+    private static func routes<Address>(_ family: Int32, _ address: inout Address, _ length: socklen_t) -> Bool {
+        let fd = socket(family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) == 0 }
+        }
     }
 }
