@@ -15,19 +15,19 @@ Needs root (the lab). Prints one line per build and delay.
 import argparse
 import os
 import shutil
-import subprocess
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "lab"))
 import lab  # noqa: E402
 from benchlib import Client  # noqa: E402
-from lab_bench import parse_link  # noqa: E402
+from lab_bench import LabDaemon, parse_link  # noqa: E402
 
 ORIGINS = {"h1": "https_h1", "h2": "https"}
 BACKLOG = 2000
@@ -36,21 +36,11 @@ GAP = 0.3  # seconds after a get before waiting for the next background start
 
 def probe(net, bin_dir, origin, delays, repeats, work, tag):
     """{delay ms: [(latency ms, packets overflowed, bytes beyond the image)]} for one build."""
-    directory = os.path.join(work, tag)
-    os.makedirs(directory)
-    socket_path = os.path.join(directory, "ctl.sock")
-    daemon = net.popen("client", [os.path.join(bin_dir, "prefetchd"), "--socket", socket_path,
-                                  "--cache-dir", os.path.join(directory, "cache"), "--ca-file", net.ca_file],
-                       stdout=open(os.path.join(directory, "log"), "w"), stderr=subprocess.STDOUT)
+    daemon = LabDaemon(types.SimpleNamespace(work=work, bins=bin_dir, net=net, daemon_args=[]), tag)
     try:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(socket_path):
-            if time.monotonic() > deadline or daemon.poll() is not None:
-                raise RuntimeError("the daemon did not start: see %s/log" % directory)
-            time.sleep(0.05)
-        client = Client(socket_path, timeout=60)
+        client = Client(daemon.socket, timeout=60)
         starts = []
-        watcher = Client(socket_path, timeout=600)
+        watcher = Client(daemon.socket, timeout=600)
         watcher.call("watch")
 
         def read_events():
@@ -95,7 +85,7 @@ def probe(net, bin_dir, origin, delays, repeats, work, tag):
                 time.sleep(GAP)
         return results
     finally:
-        net.stop_process(daemon)
+        daemon.stop()
 
 
 def main():

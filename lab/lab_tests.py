@@ -144,12 +144,14 @@ class Daemon:
 
 
 class Watcher:
-    """A `watch` connection to a daemon, read on a thread of its own: the `started`, `finished` and `failed` events."""
+    """A `watch` connection to a daemon, read on a thread of its own: the `started`, `finished` and `failed` events,
+    each also handed to `on_event` (on that thread) as it comes."""
 
-    def __init__(self, daemon):
+    def __init__(self, daemon, on_event=lambda event: None):
         self.client = Client(daemon.socket, timeout=WAIT)
         self.client.call("watch")
         self.events = []
+        self.on_event = on_event
         self.thread = threading.Thread(target=self.read, daemon=True)
         self.thread.start()
 
@@ -159,7 +161,8 @@ class Watcher:
                 event = self.client.receive()
                 if event.get("event") in ("started", "finished", "failed"):
                     self.events.append(event)
-        except (OSError, ValueError, ConnectionError):
+                    self.on_event(event)
+        except (OSError, ValueError, ConnectionError, TestFailure):
             pass
 
     def stop(self):
@@ -341,25 +344,16 @@ class Run:
         # When each background transfer starts, what the one before it has received (None: it had ended). Bytes only
         # grow between the event and the `list` answer, so a successor started too early still shows as one.
         left_at_start = []
-        watcher = Client(daemon.socket, timeout=WAIT)
-        watcher.call("watch")
 
-        def read_events():
-            try:
-                while True:
-                    event = watcher.receive()
-                    if event.get("event") == "started" and event.get("url") in urls[1:]:
-                        before = urls[urls.index(event["url"]) - 1]
-                        task = next((t for t in daemon.call("list")["tasks"] if t["url"] == before), None)
-                        running = task is not None and task["state"] == "running"
-                        left_at_start.append(size - task.get("bytes", 0) if running else None)
-            except (OSError, ValueError, ConnectionError, TestFailure):
-                pass
-        reader = threading.Thread(target=read_events, daemon=True)
-        reader.start()
+        def note_left(event):
+            if event["event"] == "started" and event.get("url") in urls[1:]:
+                before = urls[urls.index(event["url"]) - 1]
+                task = next((t for t in daemon.call("list")["tasks"] if t["url"] == before), None)
+                running = task is not None and task["state"] == "running"
+                left_at_start.append(size - task.get("bytes", 0) if running else None)
+        watcher = Watcher(daemon, on_event=note_left)
         rc, _, err = daemon.ctl_run("queue", "--wait", "--timeout", str(WAIT), "-", stdin_text="\n".join(urls) + "\n")
-        watcher.close()
-        reader.join(5)
+        watcher.stop()
         daemon.stop()
         overlapped = [left for left in left_at_start if left is not None]
         self.record(name, started, [
