@@ -8,7 +8,7 @@ Brings up the network lab (lab/README.md) and measures, each row a ratio of figu
       that also carried background requests)
   L2  nothing urgent: `prefetchctl queue --wait` of N x 205 KB vs one curl process fetching them serially over one
       connection, and `--slow-width 4` vs `curl --parallel --parallel-max 4`
-  L3  fast-lane bulk: `prefetchctl get -` of N vs `curl -Z --parallel-max 8`
+  L3  fast-lane bulk: `prefetchctl get -` of N vs `curl -Z --parallel-max 8` and `wget2 --max-threads=8`
   L4  a person scrolling 10-row screens, 2 s per screen, `prefetchctl view --ahead 20`: time until a screen is
       fully ready (median of screens 2..S) vs a client running `curl -Z` for each screen when it is shown
 
@@ -325,6 +325,18 @@ class LabBench:
         shutil.rmtree(os.path.join(self.work, tag))
         return self.drain_figures(tag, seconds, done, count, rc)
 
+    def wget2_fetch(self, origin, tag, count, threads):
+        """wget2 on the client side, trusting the lab CA: `count` URLs with `threads` at once, into a directory."""
+        directory = os.path.join(self.work, tag)
+        os.makedirs(directory)
+        listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
+        seconds, rc, _ = self.timed(self.net.command("client", [
+            "wget2", "--max-threads=%d" % threads, "-q", "-i", listing, "-P", directory,
+            "--ca-certificate=" + self.net.ca_file]), timeout=600)
+        done = len(os.listdir(directory))
+        shutil.rmtree(directory)
+        return self.drain_figures(tag, seconds, done, count, rc)
+
     def drain_figures(self, tag, seconds, done, count, rc):
         entries = self.requests(tag)
         return {"seconds": seconds, "files": done, "asked": count, "rate": done / seconds, "rc": rc,
@@ -361,13 +373,19 @@ class LabBench:
         finally:
             daemon.stop()
         ours = self.drain_figures(tag, seconds, count if rc == 0 else 0, count, rc)
-        peer = self.curl_drain(origin, self.tag("l3c"), count, 8)
-        self.row(row="L3", link=link, origin=origin, what="fast-lane bulk: `get -` of %d × 205 KB (time ratio)" % count,
-                 ours="%.1f s, %d connections" % (ours["seconds"], ours["connections"]),
-                 peer="curl -Z --parallel-max 8: %.1f s, %d connections" % (peer["seconds"], peer["connections"]),
-                 ratio=peer["seconds"] / ours["seconds"], target="≥ 1.0 × curl -Z (speed)",
-                 met=rc == 0 and ours["seconds"] <= peer["seconds"], note="ratio: curl's time ÷ ours",
-                 figures={"prefetchd": ours, "curl": peer})
+        curl = self.curl_drain(origin, self.tag("l3c"), count, 8)
+        wget2 = self.wget2_fetch(origin, self.tag("l3w"), count, 8)
+        what = "fast-lane bulk: `get -` of %d × 205 KB (time ratio)" % count
+        for name, peer, target in (("curl -Z --parallel-max 8", curl, "≥ 1.0 × curl -Z (speed)"),
+                                   ("wget2 --max-threads=8", wget2, None)):
+            shown = "%.1f s" % peer["seconds"] if peer["complete"] else "%d of %d files in %.1f s (rc %d)" % (
+                peer["files"], peer["asked"], peer["seconds"], peer["rc"])
+            self.row(row="L3", link=link, origin=origin, what=what,
+                     ours="%.1f s, %d connections" % (ours["seconds"], ours["connections"]),
+                     peer="%s: %s, %d connections" % (name, shown, peer["connections"]),
+                     ratio=peer["seconds"] / ours["seconds"], target=target or "—",
+                     met=None if target is None else rc == 0 and ours["seconds"] <= peer["seconds"],
+                     note="ratio: the peer's time ÷ ours", figures={"prefetchd": ours, "peer": peer})
 
     # ---- L4: a person scrolling
 
@@ -480,7 +498,7 @@ class LabBench:
             lines.append("| %s | lab %s, %s | %s%s | %s | %s | %s | %s | %s |" % (
                 r["row"], r["link"], names[r["origin"]], r["what"], " — " + r["note"] if r["note"] else "", r["ours"],
                 r["peer"], "—" if r["ratio"] is None else "%.2f" % r["ratio"], r["target"],
-                "**yes**" if r["met"] else "**no**"))
+                "—" if r["met"] is None else "**yes**" if r["met"] else "**no**"))
         lines += ["", "Rows that could not run: " + "; ".join(self.errors)] if self.errors else []
         table = "\n".join(lines)
         print(table)
