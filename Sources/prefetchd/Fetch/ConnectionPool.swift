@@ -12,7 +12,6 @@ import Glibc
 final class ConnectionPool {
     private(set) var multi: UnsafeMutableRawPointer
     private let loop: EventLoop
-    private let connectionsPerHost: Int
     /// Transfers attached now.
     private var attached = 0
     /// Since when (monotonic ms) no transfer is attached, while curl may keep connections of earlier ones.
@@ -30,10 +29,9 @@ final class ConnectionPool {
     /// Called after curl ran, to collect the transfers that ended.
     var afterAction: () -> Void = {}
 
-    init(loop: EventLoop, connectionsPerHost: Int) {
+    init(loop: EventLoop) {
         multi = curl_multi_init()
         self.loop = loop
-        self.connectionsPerHost = connectionsPerHost
         curlTimer = loop.makeTimer { [unowned self] in self.curlTimerFired() }
         idleTimer = loop.makeTimer { [unowned self] in self.closeIdleConnections() }
         configure()
@@ -45,7 +43,6 @@ final class ConnectionPool {
         pf_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, me)
         pf_multi_setopt_timer_callback(multi, poolTimer)
         pf_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, me)
-        pf_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, connectionsPerHost)
         pf_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
     }
 

@@ -105,9 +105,10 @@ final class CurlFetcher {
         self.settings = settings
         hostLookup = try HostLookup(loop: loop)
         self.bodyFiles = bodyFiles
-        fastPool = ConnectionPool(loop: loop, connectionsPerHost: settings.connectionsPerHost)
-        // The scheduler bounds the background lane; its pool needs no limit of its own.
-        slowPool = ConnectionPool(loop: loop, connectionsPerHost: 0)
+        // The scheduler bounds each lane (its width, `per_host`); the pools add no connection limit of their own, so
+        // on HTTP/1.1 each running transfer has a connection, as with `curl -Z --parallel-max`.
+        fastPool = ConnectionPool(loop: loop)
+        slowPool = ConnectionPool(loop: loop)
         fastPool.afterAction = { [unowned self] in self.collectFinished(from: self.fastPool) }
         slowPool.afterAction = { [unowned self] in
             self.chargeBackgroundRate()

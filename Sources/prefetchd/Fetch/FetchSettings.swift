@@ -6,7 +6,6 @@ struct FetchSettings {
     /// Abort when fewer than `lowSpeedLimit` bytes/s arrive for `lowSpeedTime` seconds.
     var lowSpeedLimit: Int64 = 1024
     var lowSpeedTime: Int64 = 30
-    var connectionsPerHost: Int = 6
     /// The receive buffer of the background pool's connections (bytes), or 0 to leave it to the kernel. Not reading
     /// a held connection does not stop its server while the TCP window is open, and Linux opens it to megabytes; a
     /// buffer near the path's bandwidth-delay product lets about one window cross after the hold, so urgent work
