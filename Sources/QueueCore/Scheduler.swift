@@ -339,10 +339,20 @@ public struct Scheduler: Sendable {
 
     /// A running fetch ended. Success answers every waiter; a transient failure is retried after a backoff until
     /// the attempts run out; a permanent failure is answered and remembered for the negative TTL.
+    ///
+    /// An unanswered failure of background work (no waiters) whose host was failing already costs the URL no
+    /// attempt: a network down or a dead host would otherwise drop the whole queue, a few URLs per host pause. The
+    /// circuit breaker paces those tries instead.
     public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
-        guard let task = tasks[key], task.state == .running else { return [] }
+        guard var task = tasks[key], task.state == .running else { return [] }
         var actions: [Action] = []
+        let hostWasFailing = hostFailures[task.host] != nil
         let pausedUntil = noteHostOutcome(task.host, outcome, now: now, into: &actions)
+        if case .failure(let failure) = outcome, failure.isTransient, failure.unanswered, hostWasFailing,
+           task.waiters.isEmpty, configuration.hostFailureThreshold != nil {
+            task.attempts -= 1
+            tasks[key]!.attempts = task.attempts
+        }
         switch outcome {
         case .success:
             diskFailures = 0
@@ -351,7 +361,8 @@ public struct Scheduler: Sendable {
         case .failure(let failure) where failure.code == .diskFull:
             waitForDisk(key, failure, now: now, into: &actions)
         case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
-            let delay = configuration.retry.delay(after: task.attempts, retryAfter: failure.retryAfter, random: &random)
+            let delay = configuration.retry.delay(after: max(task.attempts, 1), retryAfter: failure.retryAfter,
+                                                  random: &random)
             leaveRunning(task)
             tasks[key]!.state = .delayed(until: now + delay)
             if task.promotionPending {
@@ -574,6 +585,9 @@ public struct Scheduler: Sendable {
         actions.append(.forget(key: key))
     }
 
+    /// A host's failures in a row are counted up to this; more change nothing.
+    static let failuresCounted = 1_000_000
+
     /// Failures of this machine rather than of the host (a full disk, a local error): they never pause a host.
     static let localFailureCodes: Set<ErrorCode> = [.diskFull, .internal]
 
@@ -608,7 +622,7 @@ public struct Scheduler: Sendable {
     }
 
     /// Counts consecutive transient failures per host; at the threshold the host is paused, and the end of the
-    /// pause is returned.
+    /// pause is returned. The count lasts until a success, so after a pause one more failure pauses it again.
     private mutating func noteHostOutcome(_ host: String, _ outcome: FetchOutcome, now: Moment,
                                           into actions: inout [Action]) -> Moment? {
         switch outcome {
@@ -616,12 +630,9 @@ public struct Scheduler: Sendable {
             hostFailures.removeValue(forKey: host)
             return nil
         case .failure(let failure) where failure.isTransient && !Self.localFailureCodes.contains(failure.code):
-            let failures = hostFailures[host, default: 0] + 1
-            guard let threshold = configuration.hostFailureThreshold, failures >= threshold else {
-                hostFailures[host] = failures
-                return nil
-            }
-            hostFailures.removeValue(forKey: host)
+            let failures = min(hostFailures[host, default: 0], Self.failuresCounted) + 1
+            hostFailures[host] = failures
+            guard let threshold = configuration.hostFailureThreshold, failures >= threshold else { return nil }
             let until = now + configuration.hostPause
             pausedHosts[host] = until
             actions.append(.pauseHost(host: host, until: until))

@@ -52,7 +52,8 @@ struct CircuitBreakerTests {
         #expect(s.task(U.a3.key)?.waiters == [w(2, 1)])
         _ = s.get(url("http://a.example/late"), waiter: w(3, 1), cache: .missing, now: t(30))
         let late = s.finish(U.a3.key, .failure(Self.network), now: t(40))
-        guard case .answer(w(2, 1), .failed(let failure))? = late.first else { Issue.record("\(late)"); return }
+        #expect(late.first == .pauseHost(host: "a.example", until: t(5_040)), "the host still fails: paused again")
+        guard case .answer(w(2, 1), .failed(let failure))? = late.dropFirst().first else { Issue.record("\(late)"); return }
         #expect(failure.code == .network)
         #expect(late.contains(start(U.b, .slow)), "the slow lane is not held by the paused host: \(late)")
     }
@@ -88,6 +89,74 @@ struct CircuitBreakerTests {
             #expect(!actions.contains { if case .pauseHost = $0 { true } else { false } })
         }
         #expect(s.paused.isEmpty)
+    }
+
+    static let unreachable = Failure(code: .network, message: "could not connect", isTransient: true, unanswered: true)
+
+    /// Runs `u`'s task, due now or at its retry, to `outcome`; returns the actions of its finish.
+    func fail(_ s: inout Scheduler, _ u: CanonicalURL, _ failure: Failure, at now: inout Moment) -> [Action] {
+        if case .delayed(let until)? = s.state(u) { now = max(now, until) }
+        if let pause = s.paused.first(where: { $0.host == u.authority })?.until { now = max(now, pause) }
+        _ = s.advance(to: now)
+        #expect(s.state(u) == .running, "\(u.key) should run at \(now)")
+        now = now + 10
+        return s.finish(u.key, .failure(failure), now: now)
+    }
+
+    @Test("queued work on a host that never answers keeps its attempts: the breaker paces it, one try per pause, and it is fetched when the host is back")
+    func outageKeepsQueuedWork() throws {
+        let retry = RetryPolicy(maxAttempts: 3, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 3, hostPause: 5_000), seed: 1)
+        var now = t(0)
+        #expect(s.queue(U.a, cache: .missing, now: now) == (.queued, [start(U.a, .slow)]))
+        var pauses: [Moment] = []
+        for _ in 0..<12 {
+            for action in fail(&s, U.a, Self.unreachable, at: &now) {
+                if case .pauseHost(_, let until) = action { pauses.append(until) }
+            }
+            #expect(s.task(U.a.key)?.attempts == 1, "only the first failure, on a host not failing yet, is charged")
+        }
+        // Failures 3 to 12 each paused the host: the count lasts until a success, so a pause ends with one try.
+        #expect(pauses.count == 10)
+        #expect(zip(pauses, pauses.dropFirst()).allSatisfy { $1.milliseconds - $0.milliseconds >= 5_000 })
+        #expect(fail(&s, U.a, Self.unreachable, at: &now).contains { if case .pauseHost = $0 { true } else { false } })
+        now = s.paused.first!.until
+        #expect(s.advance(to: now) == [start(U.a, .slow)])
+        #expect(s.finish(U.a.key, .success, now: now + 10) == [.forget(key: U.a.key)])
+        #expect(s.paused.isEmpty && s.task(U.a.key) == nil)
+    }
+
+    @Test("what an outage does not forgive: answered failures, the first failure on a host, and failures a get waits for")
+    func chargedFailures() throws {
+        let retry = RetryPolicy(maxAttempts: 2, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 100, hostPause: 5_000), seed: 1)
+        var now = t(0)
+        // A server that answers 503 is there: each answer costs the URL an attempt, however long the host fails.
+        _ = s.queue(U.a, cache: .missing, now: now)
+        let unavailable = Failure.httpStatus(503)
+        _ = fail(&s, U.a, unavailable, at: &now)
+        #expect(fail(&s, U.a, unavailable, at: &now).contains(.forget(key: U.a.key)))
+        // With a success in between, no failure finds its host failing: each one is charged.
+        _ = s.queue(U.b, cache: .missing, now: now)
+        _ = fail(&s, U.b, Self.unreachable, at: &now)
+        #expect(s.queue(U.b2, cache: .missing, now: now) == (.queued, [start(U.b2, .slow)]))
+        _ = s.finish(U.b2.key, .success, now: now + 1)
+        #expect(fail(&s, U.b, Self.unreachable, at: &now).contains(.forget(key: U.b.key)))
+        // A get waiting for its answer gets it after max_attempts, as before: a person is waiting.
+        _ = s.get(U.c, waiter: w(1, 1), cache: .missing, now: now)
+        _ = fail(&s, U.c, Self.unreachable, at: &now)
+        let answered = fail(&s, U.c, Self.unreachable, at: &now)
+        #expect(answered.first == .answer(w(1, 1), .failed(Self.unreachable)) && s.task(U.c.key) == nil)
+    }
+
+    @Test("without a circuit breaker nothing paces an outage's tries, so every failure is charged")
+    func noBreakerNoForgiveness() {
+        let retry = RetryPolicy(maxAttempts: 2, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: nil), seed: 1)
+        var now = t(0)
+        _ = s.queue(U.a, cache: .missing, now: now)
+        _ = fail(&s, U.a, Self.unreachable, at: &now)
+        #expect(fail(&s, U.a, Self.unreachable, at: &now).contains(.forget(key: U.a.key)))
     }
 
     @Test("a pause restored after a restart holds until it ends")

@@ -28,6 +28,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
     case ok
     case serverError(retryAfter: Int64?)
     case network
+    /// No answer from the server (no connection): when its host was failing already, not the URL's fault.
+    case unreachable
     case notFound
     /// This machine's disk is full: not the URL's fault, and not the host's.
     case diskFull
@@ -37,6 +39,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .ok: .success
         case .serverError(let retryAfter): .failure(.httpStatus(503, retryAfter: retryAfter))
         case .network: .failure(Failure(code: .network, message: "connection reset", isTransient: true))
+        case .unreachable: .failure(Failure(code: .network, message: "could not connect", isTransient: true,
+                                            unanswered: true))
         case .notFound: .failure(.httpStatus(404))
         case .diskFull: .failure(Failure(code: .diskFull, message: "writing the body: No space left on device",
                                          isTransient: true))
@@ -49,6 +53,7 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .serverError(nil): "transient 503"
         case .serverError(let retryAfter?): "transient 503, Retry-After \(retryAfter)ms"
         case .network: "transient network error"
+        case .unreachable: "transient, unanswered (could not connect)"
         case .notFound: "permanent 404"
         case .diskFull: "disk_full (this machine's disk is full)"
         }
@@ -128,6 +133,8 @@ enum Situation: String, CaseIterable {
     case answeredReady = "answered ready", answeredFailed = "answered failed", answeredCancelled = "answered cancelled"
     case waiterLeft = "waiter left (disconnect or release)"
     case hostPaused = "host paused by the circuit breaker"
+    case pausedAgain = "a host failing since its last pause paused again by one more failure"
+    case attemptGivenBack = "an unanswered failure of background work on a host failing already: the attempt given back"
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case dropped = "a tentative task dropped when no longer held"
     case adopted = "a tentative task adopted by an ordinary request"
@@ -440,17 +447,18 @@ struct Runner {
                 throw fail("the model thinks \(key) runs, the scheduler has \(String(describing: scheduler.task(key)))")
             }
             let wasPromoted = running.removeValue(forKey: key)?.promotionPending == true
-            let tries = attempts[key, default: 0]
+            let hostWasFailing = hostFailures[task.host] != nil
             let actions = scheduler.finish(key, kind.outcome, now: now)
             var pauseHost: String?
             switch kind.outcome {
             case .success:
                 hostFailures[task.host] = nil
             case .failure(let failure) where failure.isTransient && kind != .diskFull:
-                // A failure of this machine neither counts against the host nor resets its count.
+                // A failure of this machine neither counts against the host nor resets its count; a pause does not
+                // reset it either.
                 hostFailures[task.host, default: 0] += 1
                 if let threshold = configuration.hostFailureThreshold, hostFailures[task.host]! >= threshold {
-                    hostFailures[task.host] = nil
+                    if hostFailures[task.host]! > threshold { coverage.note(.pausedAgain) }
                     pauseHost = task.host
                     guard actions.contains(.pauseHost(host: task.host, until: now + configuration.hostPause)) else {
                         throw fail("\(task.host) failed \(threshold) times in a row but was not paused: \(actions)")
@@ -459,6 +467,11 @@ struct Runner {
             case .failure:
                 break
             }
+            if kind == .unreachable, hostWasFailing, task.waiters.isEmpty, configuration.hostFailureThreshold != nil {
+                attempts[key, default: 0] -= 1
+                coverage.note(.attemptGivenBack)
+            }
+            let tries = attempts[key, default: 0]
             switch kind.outcome {
             case .success:
                 // A file written shows that space is back: background work may start in this very step.
@@ -481,7 +494,7 @@ struct Runner {
                     throw fail("a retryable failure left the task \(String(describing: after))")
                 }
                 let policy = configuration.retry
-                let backoff = min(policy.maxDelay, policy.baseDelay << Int64(tries - 1))
+                let backoff = min(policy.maxDelay, policy.baseDelay << Int64(max(tries, 1) - 1))
                 let honoured = min(max(failure.retryAfter ?? 0, 0), policy.retryAfterCap)
                 let delay = until.milliseconds - now.milliseconds
                 guard delay >= max(backoff / 2, honoured), delay <= max(backoff, honoured) else {
@@ -1029,12 +1042,13 @@ struct Scenario {
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
                     let kind: FinishKind
-                    switch below(9) {
+                    switch below(10) {
                     case 0..<4: kind = .ok
                     case 4: kind = .serverError(retryAfter: nil)
                     case 5: kind = .serverError(retryAfter: Int64(roll(0...3_000)))
                     case 6: kind = .network
                     case 7: kind = .notFound
+                    case 8: kind = .unreachable
                     default: kind = .diskFull
                     }
                     op = .finish(key: finishKey, kind)

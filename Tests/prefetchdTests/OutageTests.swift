@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+
+/// A host that does not answer (it is down, or the network is) costs a queued URL one attempt, not all of them: the
+/// circuit breaker paces the tries, and the URLs stay in the durable queue until the host answers again.
+@Suite(.serialized)
+struct OutageTests {
+    static func json(_ daemon: DaemonUnderTest, _ arguments: String...) throws -> [String: Any] {
+        let result = daemon.ctl(arguments: arguments + ["--json"])
+        return try #require(try JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any], "\(result.stderr)")
+    }
+
+    /// The queued tasks, URL to attempts.
+    static func queued(_ daemon: DaemonUnderTest) throws -> [String: Int] {
+        let tasks = try json(daemon, "list")["tasks"] as? [[String: Any]] ?? []
+        return Dictionary(uniqueKeysWithValues: tasks.map { ($0["url"] as? String ?? "?", $0["attempts"] as? Int ?? -1) })
+    }
+
+    @Test("queued URLs of a host that refuses every connection outlast max_attempts and stay queued across a restart")
+    func queuedWorkOutlastsAnOutage() throws {
+        let port = try freePort()
+        let host = "127.0.0.1:\(port)"
+        let urls = (0..<3).map { "http://\(host)/o\($0).jpg" }
+        let daemon = try DaemonUnderTest(["--max-attempts", "2"])
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        // Five failures in a row pause the host. Before that, each URL failed at least once and one of them at
+        // least twice: with max_attempts 2, charged attempts would have dropped it.
+        #expect(waitUntil(seconds: 20) {
+            let paused = (try? Self.json(daemon, "status"))?["paused_hosts"] as? [[String: Any]] ?? []
+            return paused.contains { $0["host"] as? String == host }
+        }, "\(daemon.log)")
+        let status = try Self.json(daemon, "status")
+        #expect((status["failed"] as? Int ?? 0) >= 5, "\(status)")
+        let before = try Self.queued(daemon)
+        #expect(before.keys.sorted() == urls, "\(before)")
+        #expect(before.values.reduce(0, +) == 1, "only the first failure, before the host was failing, is charged: \(before)")
+
+        daemon.child?.stop(SIGTERM)
+        try daemon.start()
+        #expect(try Self.queued(daemon).keys.sorted() == urls, "still queued after a restart")
+    }
+}
