@@ -44,8 +44,8 @@ sys.path.insert(0, os.path.join(REPO, "lab"))
 import lab  # noqa: E402
 from benchlib import Client, log, percentile  # noqa: E402
 
-FULL = dict(gets=60, warm=3, backlog=2000, drain_files=200, drain_cap=120, bulk_files=200, screens=10)
-QUICK = dict(gets=12, warm=3, backlog=2000, drain_files=30, drain_cap=45, bulk_files=60, screens=6)
+FULL = dict(gets=60, warm=3, backlog=2000, drain_files=200, drain_cap=120, bulk_files=200, bulk_repeats=3, screens=10)
+QUICK = dict(gets=12, warm=3, backlog=2000, drain_files=30, drain_cap=45, bulk_files=60, bulk_repeats=1, screens=6)
 # L1: seconds from one get's start to the next, drawn evenly from this range (the same seeded draws for the idle and the
 # busy daemon). Gets exactly 0.5 s apart met the background's file boundaries at one phase, which the drain's rhythm
 # locked in and which changed from run to run (docs/transport.md, "What a file boundary costs").
@@ -363,29 +363,51 @@ class LabBench:
 
     # ---- L3: fast-lane bulk
 
-    def l3(self, link, origin):
-        count = self.cfg["bulk_files"]
-        tag = self.tag("l3d")
+    def bulk(self, origin, tag, count):
+        """`prefetchctl get -` of `count` URLs on a fresh daemon."""
         daemon = LabDaemon(self, tag)
         try:
             listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
             seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "300", "-"), stdin=listing)
         finally:
             daemon.stop()
-        ours = self.drain_figures(tag, seconds, count if rc == 0 else 0, count, rc)
-        curl = self.curl_drain(origin, self.tag("l3c"), count, 8)
-        wget2 = self.wget2_fetch(origin, self.tag("l3w"), count, 8)
-        what = "fast-lane bulk: `get -` of %d × 205 KB (time ratio)" % count
-        for name, peer, target in (("curl -Z --parallel-max 8", curl, "≥ 1.0 × curl -Z (speed)"),
-                                   ("wget2 --max-threads=8", wget2, None)):
-            shown = "%.1f s" % peer["seconds"] if peer["complete"] else "%d of %d files in %.1f s (rc %d)" % (
-                peer["files"], peer["asked"], peer["seconds"], peer["rc"])
-            self.row(row="L3", link=link, origin=origin, what=what,
-                     ours="%.1f s, %d connections" % (ours["seconds"], ours["connections"]),
-                     peer="%s: %s, %d connections" % (name, shown, peer["connections"]),
-                     ratio=peer["seconds"] / ours["seconds"], target=target or "—",
-                     met=None if target is None else rc == 0 and ours["seconds"] <= peer["seconds"],
-                     note="ratio: the peer's time ÷ ours", figures={"prefetchd": ours, "peer": peer})
+        return self.drain_figures(tag, seconds, count if rc == 0 else 0, count, rc)
+
+    def l3(self, link, origin):
+        count = self.cfg["bulk_files"]
+        tools = {"prefetchd": lambda: self.bulk(origin, self.tag("l3d"), count),
+                 "curl -Z --parallel-max 8": lambda: self.curl_drain(origin, self.tag("l3c"), count, 8),
+                 "wget2 --max-threads=8": lambda: self.wget2_fetch(origin, self.tag("l3w"), count, 8)}
+        names = list(tools)
+        runs = {name: [] for name in names}
+        for repeat in range(self.cfg["bulk_repeats"]):  # rotating order: no tool always first or last
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                runs[name].append(tools[name]())
+
+        def shown(name):
+            figures = runs[name]
+            seconds = [f["seconds"] for f in figures]
+            text = "%.1f s" % median(seconds)
+            if len(seconds) > 1:
+                text += " (%.1f–%.1f)" % (min(seconds), max(seconds))
+            incomplete = [f for f in figures if not f["complete"]]
+            if incomplete:
+                text += ", %d of %d runs incomplete (rc %s)" % (len(incomplete), len(figures),
+                                                                 ",".join(str(f["rc"]) for f in incomplete))
+            return text + ", %d connections" % max(f["connections"] for f in figures)
+
+        ours = median([f["seconds"] for f in runs["prefetchd"]])
+        complete = all(f["complete"] for f in runs["prefetchd"])
+        repeats = len(runs["prefetchd"])
+        what = "fast-lane bulk: `get -` of %d × 205 KB (time ratio%s)" % (
+            count, ", median of %d runs each" % repeats if repeats > 1 else "")
+        for name, target in ((names[1], "≥ 1.0 × curl -Z (speed)"), (names[2], None)):
+            peer = median([f["seconds"] for f in runs[name]])
+            self.row(row="L3", link=link, origin=origin, what=what, ours=shown("prefetchd"),
+                     peer="%s: %s" % (name, shown(name)), ratio=peer / ours, target=target or "—",
+                     met=None if target is None else complete and ours <= peer,
+                     note="ratio: the peer's median time ÷ ours",
+                     figures={"prefetchd": runs["prefetchd"], "peer": runs[name]})
 
     # ---- L4: a person scrolling
 
