@@ -7,18 +7,18 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
     public var retryAfter: Int64?
     /// The HTTP status, for `http_status` failures.
     public var httpStatus: Int?
-    /// No answer came from the server: no address, no connection, or the connection lost before a response. When
-    /// its host was failing already, such a failure says nothing about the URL (a dead host, a network down).
-    public var unanswered: Bool
+    /// The server was not reached: no address, no connection or no TLS handshake, so no request was sent. When its
+    /// host was failing already, such a failure says nothing about the URL: the host, or the network, is down.
+    public var unreached: Bool
 
     public init(code: ErrorCode, message: String, isTransient: Bool, retryAfter: Int64? = nil, httpStatus: Int? = nil,
-                unanswered: Bool = false) {
+                unreached: Bool = false) {
         self.code = code
         self.message = message
         self.isTransient = isTransient
         self.retryAfter = retryAfter
         self.httpStatus = httpStatus
-        self.unanswered = unanswered
+        self.unreached = unreached
     }
 
     /// A failure for an HTTP status: 408, 429 and 5xx are worth retrying, other statuses are not.

@@ -84,8 +84,11 @@ public struct TaskInfo: Equatable, Sendable {
     public var lane: Lane
     public var state: TaskState
     public var waiters: [Waiter]
-    /// Attempts started so far.
+    /// Attempts counted against the URL (`maxAttempts`): a try that failed for want of disk space, or that did not
+    /// reach a host failing already, is given back.
     public var attempts: Int
+    /// Fetches started so far (a parked transfer's resume is not a new one), counted or not.
+    public var tries: Int
     public var revalidate: Bool
     /// Created for a view and not adopted by an ordinary request.
     public var tentative: Bool

@@ -61,6 +61,7 @@ public struct Scheduler: Sendable {
         var state: TaskState
         var waiters: [Waiter] = []
         var attempts = 0
+        var tries = 0
         var revalidate: Bool
         /// Stopped with its bytes kept (`park`): its next start resumes the same attempt.
         var parked = false
@@ -87,7 +88,8 @@ public struct Scheduler: Sendable {
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
     private var negative: [String: (failure: Failure, until: Moment)] = [:]
-    private var hostFailures: [String: Int] = [:]
+    /// Per host: transient failures in a row, and when the last one came.
+    private var hostFailures: [String: (count: Int, last: Moment)] = [:]
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
     private var startsSoFar: UInt64 = 0
@@ -117,7 +119,7 @@ public struct Scheduler: Sendable {
     public func task(_ key: String) -> TaskInfo? {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
-                     attempts: $0.attempts, revalidate: $0.revalidate, tentative: $0.tentative,
+                     attempts: $0.attempts, tries: $0.tries, revalidate: $0.revalidate, tentative: $0.tentative,
                      promotionPending: $0.promotionPending)
         }
     }
@@ -287,6 +289,11 @@ public struct Scheduler: Sendable {
     /// Restores a host pause from before a restart.
     public mutating func pause(host: String, until: Moment) {
         pausedHosts[host] = until
+        // It failed too often in a row when it was paused: after the pause, one more failure pauses it again.
+        if let threshold = configuration.hostFailureThreshold {
+            let pausedAt = Moment(milliseconds: until.milliseconds.saturatingSubtract(configuration.hostPause))
+            hostFailures[host] = (threshold, pausedAt)
+        }
     }
 
     /// Restores a permanent failure remembered before a restart.
@@ -340,16 +347,17 @@ public struct Scheduler: Sendable {
     /// A running fetch ended. Success answers every waiter; a transient failure is retried after a backoff until
     /// the attempts run out; a permanent failure is answered and remembered for the negative TTL.
     ///
-    /// An unanswered failure of background work (no waiters) whose host was failing already costs the URL no
-    /// attempt: a network down or a dead host would otherwise drop the whole queue, a few URLs per host pause. The
-    /// circuit breaker paces those tries instead.
+    /// A failure of background work (no waiters) that did not reach its host, while that host was failing already,
+    /// costs the URL no attempt: a network down or a dead host would otherwise drop the whole queue, a few URLs per
+    /// host pause. The circuit breaker paces those tries instead, so without one nothing is given back.
     public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
         guard var task = tasks[key], task.state == .running else { return [] }
         var actions: [Action] = []
-        let hostWasFailing = hostFailures[task.host] != nil
+        let hostWasFailing = failuresInARow(task.host, now: now) > 0
         let pausedUntil = noteHostOutcome(task.host, outcome, now: now, into: &actions)
-        if case .failure(let failure) = outcome, failure.isTransient, failure.unanswered, hostWasFailing,
-           task.waiters.isEmpty, configuration.hostFailureThreshold != nil {
+        if case .failure(let failure) = outcome, failure.isTransient, failure.unreached, hostWasFailing,
+           task.waiters.isEmpty, !Self.localFailureCodes.contains(failure.code),
+           configuration.hostFailureThreshold != nil, configuration.hostPause > 0 {
             task.attempts -= 1
             tasks[key]!.attempts = task.attempts
         }
@@ -433,7 +441,11 @@ public struct Scheduler: Sendable {
             enqueue(key, lane: task.lane, atFront: false)
         }
         negative = negative.filter { $0.value.until > now }
+        let paused = pausedHosts.count
         pausedHosts = pausedHosts.filter { $0.value > now }
+        if pausedHosts.count < paused {  // a pause ended: failure counts gone stale go too
+            hostFailures = hostFailures.filter { failuresInARow($0.key, now: now) > 0 }
+        }
         if let rate = configuration.hostStartRate {
             buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
         }
@@ -588,6 +600,14 @@ public struct Scheduler: Sendable {
     /// A host's failures in a row are counted up to this; more change nothing.
     static let failuresCounted = 1_000_000
 
+    /// A host's transient failures in a row, forgotten once it went without one for twice the longer of a pause and
+    /// a retry's longest backoff: a host paused yesterday is not one failure away from its next pause today.
+    private func failuresInARow(_ host: String, now: Moment) -> Int {
+        guard let failures = hostFailures[host] else { return 0 }
+        let forgetAfter = max(configuration.hostPause, configuration.retry.maxDelay).saturatingMultiply(2)
+        return now.milliseconds < failures.last.milliseconds.saturatingAdd(forgetAfter) ? failures.count : 0
+    }
+
     /// Failures of this machine rather than of the host (a full disk, a local error): they never pause a host.
     static let localFailureCodes: Set<ErrorCode> = [.diskFull, .internal]
 
@@ -630,8 +650,8 @@ public struct Scheduler: Sendable {
             hostFailures.removeValue(forKey: host)
             return nil
         case .failure(let failure) where failure.isTransient && !Self.localFailureCodes.contains(failure.code):
-            let failures = min(hostFailures[host, default: 0], Self.failuresCounted) + 1
-            hostFailures[host] = failures
+            let failures = min(failuresInARow(host, now: now), Self.failuresCounted) + 1
+            hostFailures[host] = (failures, now)
             guard let threshold = configuration.hostFailureThreshold, failures >= threshold else { return nil }
             let until = now + configuration.hostPause
             pausedHosts[host] = until
@@ -756,7 +776,12 @@ public struct Scheduler: Sendable {
         var task = tasks[key]!
         task.state = .running
         task.inTail = false
-        if task.parked { task.parked = false } else { task.attempts += 1 }
+        if task.parked {
+            task.parked = false
+        } else {
+            task.attempts += 1
+            task.tries += 1
+        }
         startsSoFar += 1
         task.startOrder = startsSoFar
         tasks[key] = task

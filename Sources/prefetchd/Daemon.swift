@@ -329,7 +329,7 @@ final class Daemon {
             switch action {
             case .start(let key, let lane, let revalidate):
                 transferStarted(key, lane: lane)
-                fetches.start(key, lane: lane, revalidate: revalidate, retry: (scheduler.task(key)?.attempts ?? 1) > 1)
+                fetches.start(key, lane: lane, revalidate: revalidate, retry: (scheduler.task(key)?.tries ?? 1) > 1)
             case .changeLane(let key, let lane):
                 fetches.changeLane(key, to: lane)
             case .park(let key):

@@ -91,7 +91,7 @@ struct CircuitBreakerTests {
         #expect(s.paused.isEmpty)
     }
 
-    static let unreachable = Failure(code: .network, message: "could not connect", isTransient: true, unanswered: true)
+    static let unreachable = Failure(code: .network, message: "could not connect", isTransient: true, unreached: true)
 
     /// Runs `u`'s task, due now or at its retry, to `outcome`; returns the actions of its finish.
     func fail(_ s: inout Scheduler, _ u: CanonicalURL, _ failure: Failure, at now: inout Moment) -> [Action] {
@@ -116,6 +116,7 @@ struct CircuitBreakerTests {
             }
             #expect(s.task(U.a.key)?.attempts == 1, "only the first failure, on a host not failing yet, is charged")
         }
+        #expect(s.task(U.a.key)?.tries == 12, "each try counts as one (a retry opens a connection of its own)")
         // Failures 3 to 12 each paused the host: the count lasts until a success, so a pause ends with one try.
         #expect(pauses.count == 10)
         #expect(zip(pauses, pauses.dropFirst()).allSatisfy { $1.milliseconds - $0.milliseconds >= 5_000 })
@@ -157,6 +158,34 @@ struct CircuitBreakerTests {
         _ = s.queue(U.a, cache: .missing, now: now)
         _ = fail(&s, U.a, Self.unreachable, at: &now)
         #expect(fail(&s, U.a, Self.unreachable, at: &now).contains(.forget(key: U.a.key)))
+    }
+
+    @Test("a pause restored after a restart is a host failing: after it, one failure pauses it again, and costs queued work nothing")
+    func restoredPauseKeepsCounting() {
+        let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 5, hostPause: 5_000), seed: 1)
+        s.pause(host: "a.example", until: t(1_000))
+        _ = s.queue(U.a, cache: .missing, now: t(0))
+        #expect(s.advance(to: t(1_000)) == [start(U.a, .slow)])
+        let actions = s.finish(U.a.key, .failure(Self.unreachable), now: t(1_010))
+        #expect(actions.first == .pauseHost(host: "a.example", until: t(6_010)))
+        #expect(s.task(U.a.key)?.attempts == 0 && s.task(U.a.key)?.tries == 1, "kept, with max_attempts 1")
+    }
+
+    @Test("a host's failures in a row are forgotten after twice the longer of a pause and the longest backoff")
+    func failuresForgotten() {
+        let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 2, hostPause: 5_000), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(Self.network), now: t(10))
+        // 10 s later a.example is not one failure from a pause any more, nor failing: a2's failure is charged.
+        _ = s.queue(U.a2, cache: .missing, now: t(10_010))
+        let actions = s.finish(U.a2.key, .failure(Self.unreachable), now: t(10_020))
+        #expect(!actions.contains { if case .pauseHost = $0 { true } else { false } }, "\(actions)")
+        #expect(actions.contains(.forget(key: U.a2.key)), "charged: its one attempt is used up")
+        // Within the time, the count goes on: one more failure pauses the host.
+        _ = s.queue(U.a3, cache: .missing, now: t(10_030))
+        #expect(s.finish(U.a3.key, .failure(Self.network), now: t(19_000)).first == .pauseHost(host: "a.example", until: t(24_000)))
     }
 
     @Test("a pause restored after a restart holds until it ends")

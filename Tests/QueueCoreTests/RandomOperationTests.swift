@@ -40,7 +40,7 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .serverError(let retryAfter): .failure(.httpStatus(503, retryAfter: retryAfter))
         case .network: .failure(Failure(code: .network, message: "connection reset", isTransient: true))
         case .unreachable: .failure(Failure(code: .network, message: "could not connect", isTransient: true,
-                                            unanswered: true))
+                                            unreached: true))
         case .notFound: .failure(.httpStatus(404))
         case .diskFull: .failure(Failure(code: .diskFull, message: "writing the body: No space left on device",
                                          isTransient: true))
@@ -53,7 +53,7 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .serverError(nil): "transient 503"
         case .serverError(let retryAfter?): "transient 503, Retry-After \(retryAfter)ms"
         case .network: "transient network error"
-        case .unreachable: "transient, unanswered (could not connect)"
+        case .unreachable: "transient, the server not reached (could not connect)"
         case .notFound: "permanent 404"
         case .diskFull: "disk_full (this machine's disk is full)"
         }
@@ -134,7 +134,8 @@ enum Situation: String, CaseIterable {
     case waiterLeft = "waiter left (disconnect or release)"
     case hostPaused = "host paused by the circuit breaker"
     case pausedAgain = "a host failing since its last pause paused again by one more failure"
-    case attemptGivenBack = "an unanswered failure of background work on a host failing already: the attempt given back"
+    case attemptGivenBack = "background work that did not reach a host failing already: the attempt given back"
+    case failuresForgotten = "a host's failures in a row forgotten after a long quiet time"
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case dropped = "a tentative task dropped when no longer held"
     case adopted = "a tentative task adopted by an ordinary request"
@@ -201,7 +202,10 @@ struct Runner {
     var waiters: [Waiter: WaiterState] = [:]
     var pending: [String: Set<Waiter>] = [:]
     var negative: [String: (failure: Failure, until: Moment)] = [:]
-    var hostFailures: [String: Int] = [:]
+    /// Per host: transient failures in a row and when the last came; forgotten after a quiet time (`failures(of:)`).
+    var hostFailures: [String: (count: Int, last: Moment)] = [:]
+    /// Fetches started per key, counted against the URL or not.
+    var tries: [String: Int] = [:]
     var pausedHosts: [String: Moment] = [:]
     var reportedHold = false
     /// Keys whose task is tentative, held counts, and tasks parked with their bytes.
@@ -447,7 +451,8 @@ struct Runner {
                 throw fail("the model thinks \(key) runs, the scheduler has \(String(describing: scheduler.task(key)))")
             }
             let wasPromoted = running.removeValue(forKey: key)?.promotionPending == true
-            let hostWasFailing = hostFailures[task.host] != nil
+            let failuresBefore = failures(of: task.host)
+            if failuresBefore == 0, hostFailures[task.host] != nil { coverage.note(.failuresForgotten) }
             let actions = scheduler.finish(key, kind.outcome, now: now)
             var pauseHost: String?
             switch kind.outcome {
@@ -456,9 +461,10 @@ struct Runner {
             case .failure(let failure) where failure.isTransient && kind != .diskFull:
                 // A failure of this machine neither counts against the host nor resets its count; a pause does not
                 // reset it either.
-                hostFailures[task.host, default: 0] += 1
-                if let threshold = configuration.hostFailureThreshold, hostFailures[task.host]! >= threshold {
-                    if hostFailures[task.host]! > threshold { coverage.note(.pausedAgain) }
+                let count = failuresBefore + 1
+                hostFailures[task.host] = (count, now)
+                if let threshold = configuration.hostFailureThreshold, count >= threshold {
+                    if count > threshold { coverage.note(.pausedAgain) }
                     pauseHost = task.host
                     guard actions.contains(.pauseHost(host: task.host, until: now + configuration.hostPause)) else {
                         throw fail("\(task.host) failed \(threshold) times in a row but was not paused: \(actions)")
@@ -467,7 +473,8 @@ struct Runner {
             case .failure:
                 break
             }
-            if kind == .unreachable, hostWasFailing, task.waiters.isEmpty, configuration.hostFailureThreshold != nil {
+            if kind == .unreachable, failuresBefore > 0, task.waiters.isEmpty, configuration.hostFailureThreshold != nil,
+               configuration.hostPause > 0 {
                 attempts[key, default: 0] -= 1
                 coverage.note(.attemptGivenBack)
             }
@@ -548,6 +555,14 @@ struct Runner {
     /// gives its attempt back and waits, as background work, until the disk wait ends. The wait is a backoff from the
     /// retry policy after as many attempts as disk_full failures came since the last success, and never shortens one
     /// already running; no slow task starts before it ends (checked in `process`, also for this step's starts).
+    /// A host's transient failures in a row, as the scheduler must count them: forgotten once it went twice the longer
+    /// of a pause and the longest backoff without one.
+    func failures(of host: String) -> Int {
+        guard let entry = hostFailures[host] else { return 0 }
+        let forgetAfter = 2 * max(configuration.hostPause, configuration.retry.maxDelay)
+        return now.milliseconds - entry.last.milliseconds < forgetAfter ? entry.count : 0
+    }
+
     mutating func expectDiskWait(_ key: String, _ failure: Failure, _ actions: [Action]) throws(Violation) {
         diskFailures += 1
         let policy = configuration.retry
@@ -637,12 +652,15 @@ struct Runner {
                     guard tokens >= 1 else { throw fail("start of \(key) with \(tokens) tokens left on \(task.host)") }
                     buckets[task.host] = (tokens - 1, now)
                 }
-                if parked.remove(key) == nil { attempts[key, default: 0] += 1 }
+                if parked.remove(key) == nil {
+                    attempts[key, default: 0] += 1
+                    tries[key, default: 0] += 1
+                }
                 if backFromDisk.remove(key) != nil { coverage.note(.diskTaskRetried) }
                 starts += 1
                 running[key] = Running(lane: lane, host: task.host, order: starts)
                 if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
-                if attempts[key, default: 0] > 1 { coverage.note(.retryStarted) }
+                if tries[key, default: 0] > 1 { coverage.note(.retryStarted) }
 
             case .changeLane(let key, let lane):
                 let inTurn = lane == .fast && running[key]?.promotionPending == true
@@ -744,6 +762,7 @@ struct Runner {
                 tentative.remove(key)
                 parked.remove(key)
                 attempts[key] = nil
+                tries[key] = nil
                 if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
                 backFromDisk.remove(key)
 
@@ -790,8 +809,9 @@ struct Runner {
                 earliest = min(earliest ?? until, until)
             }
             recomputed.waiters += task.waiters.count
-            guard task.attempts == attempts[task.key, default: 0] else {
-                throw fail("\(task.key) has \(task.attempts) attempts, the model \(attempts[task.key, default: 0])")
+            guard task.attempts == attempts[task.key, default: 0], task.tries == tries[task.key, default: 0] else {
+                throw fail("\(task.key) has \(task.attempts) attempts and \(task.tries) tries, the model "
+                           + "\(attempts[task.key, default: 0]) and \(tries[task.key, default: 0])")
             }
             guard task.state == .running || !task.promotionPending else {
                 throw fail("\(task.key) is \(task.state) with a promotion pending")

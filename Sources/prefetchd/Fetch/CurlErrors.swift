@@ -33,7 +33,7 @@ enum CurlErrors {
             return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT:
             return Failure(code: .timeout, message: "the transfer stalled or timed out (\(text))", isTransient: true,
-                           unanswered: transfer.responseCode == 0)
+                           unreached: !transfer.requestSent)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
             return Failure(code: .tls, message: transfer.errorDetail ?? text, isTransient: false)
@@ -48,9 +48,8 @@ enum CurlErrors {
         case CURLE_PARTIAL_FILE:
             return Failure(code: .network, message: "the body was shorter than its Content-Length", isTransient: true)
         default:
-            // Unanswered when no status line came: no address, no connection, or the connection lost before a response.
             return Failure(code: .network, message: transfer.errorDetail ?? text, isTransient: true,
-                           unanswered: transfer.responseCode == 0)
+                           unreached: !transfer.requestSent)
         }
     }
 }

@@ -319,7 +319,7 @@ final class CurlFetcher {
     private func askResolverAgain(_ transfer: Transfer) -> Bool {
         guard let host = transfer.effectiveHost else { return false }
         let failure = Failure(code: .network, message: transfer.errorDetail ?? "Could not resolve host: \(host)",
-                              isTransient: true, unanswered: true)
+                              isTransient: true, unreached: true)
         let asked = hostLookup.check(host) { [unowned self] answer in
             let outcome: Failure
             switch answer {

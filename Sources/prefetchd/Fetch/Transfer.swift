@@ -38,6 +38,9 @@ final class Transfer {
     private(set) var stopReason: Failure?
     /// Set when the prerequest callback refused the address curl connected to: the address and the network.
     fileprivate(set) var refusedAddress: (address: String, network: IPNetwork)?
+    /// Whether the request was sent, on a connection made (handshakes included) or reused: false when the server was
+    /// not reached.
+    fileprivate(set) var requestSent = false
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
@@ -404,6 +407,7 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     let address = remote.map { String(cString: $0) } ?? ""
     guard let network = transfer.deniedNetworks.first(where: { $0.contains(address) }) else {
+        transfer.requestSent = true
         return 0  // CURL_PREREQFUNC_OK
     }
     transfer.refusedAddress = (address, network)

@@ -115,7 +115,7 @@ extension Daemon {
         case .running: state = .running
         case .delayed: state = .delayed
         }
-        return TaskSummary(url: task.key, lane: task.lane.rawValue, state: state, attempts: task.attempts,
+        return TaskSummary(url: task.key, lane: task.lane.rawValue, state: state, attempts: task.tries,
                            waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
     }
 

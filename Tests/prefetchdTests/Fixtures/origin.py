@@ -44,6 +44,8 @@ Query parameters (combine freely):
     no_length=1        no Content-Length, Connection: close, stream then close
     short=K            full Content-Length but only K bytes sent, then close
     reset_after=K      headers + K bytes, then TCP RST (SO_LINGER 0)
+    hangup=1           read the request, then close the connection without a
+                       reply (curl: "Empty reply from server")
     html=1             HTML body served as image/jpeg
     ctype=TYPE         override Content-Type
     cc=VALUE           Cache-Control (default max-age=3600; empty: none)
@@ -620,6 +622,9 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         # --- failures ---
+        if truthy(q, "hangup"):
+            self.close_connection = True
+            return
         fail_first = parse_int(q, "fail_first", 0)
         if count <= fail_first:
             fail_status = parse_int(q, "fail_status", 500, minimum=100)
