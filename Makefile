@@ -269,7 +269,7 @@ lab-test: lab build
 .PHONY: bench-lab bench-lab-quick
 
 ## bench-lab: rows L1-L4 on the lab (urgent latency under a backlog, background drain, fast-lane bulk, a person
-## scrolling) over HTTPS + HTTP/2 and HTTP/1.1 on two links, against curl (about 17 minutes; bench/README.md)
+## scrolling) over HTTPS + HTTP/2 and HTTP/1.1 on two links, against curl and wget2 (about 25 minutes; bench/README.md)
 bench-lab: bench-deps lab release
 	python3 bench/lab_bench.py --bin-dir $(BUILD_DIR)/release
 
