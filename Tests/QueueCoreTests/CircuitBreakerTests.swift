@@ -103,7 +103,7 @@ struct CircuitBreakerTests {
         return s.finish(u.key, .failure(failure), now: now)
     }
 
-    @Test("queued work on a host that never answers keeps its attempts: the breaker paces it, one try per pause, and it is fetched when the host is back")
+    @Test("queued work on a host that cannot be reached keeps its attempts: the breaker paces it, one try per pause, and it is fetched when the host is back")
     func outageKeepsQueuedWork() throws {
         let retry = RetryPolicy(maxAttempts: 3, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
         var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 3, hostPause: 5_000), seed: 1)
@@ -127,12 +127,12 @@ struct CircuitBreakerTests {
         #expect(s.paused.isEmpty && s.task(U.a.key) == nil)
     }
 
-    @Test("what an outage does not forgive: answered failures, the first failure on a host, and failures a get waits for")
+    @Test("what an outage does not forgive: tries that reached the server, the first failure on a host, and failures a get waits for")
     func chargedFailures() throws {
         let retry = RetryPolicy(maxAttempts: 2, baseDelay: 100, maxDelay: 800, retryAfterCap: 1_000, negativeTTL: 1_000)
         var s = Scheduler(configuration: .init(retry: retry, hostFailureThreshold: 100, hostPause: 5_000), seed: 1)
         var now = t(0)
-        // A server that answers 503 is there: each answer costs the URL an attempt, however long the host fails.
+        // A server that answers 503 was reached: each answer costs the URL an attempt, however long the host fails.
         _ = s.queue(U.a, cache: .missing, now: now)
         let unavailable = Failure.httpStatus(503)
         _ = fail(&s, U.a, unavailable, at: &now)
