@@ -306,36 +306,43 @@ class LabBench:
 
     # ---- L2: background drain with nothing urgent
 
-    def drain(self, origin, tag, count, slow_width):
-        daemon = LabDaemon(self, tag, ["--slow-width", str(slow_width)])
+    def daemon_batch(self, origin, tag, count, ctl_args, daemon_args=(), timeout=600):
+        """A fresh daemon given `count` URLs on stdin (`prefetchctl CTL_ARGS -`); the files it fetched count as done."""
+        daemon = LabDaemon(self, tag, list(daemon_args))
         try:
             listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
-            seconds, rc, err = self.timed(daemon.ctl("queue", "--wait", "--timeout", str(self.cfg["drain_cap"]), "-"),
-                                          stdin=listing, timeout=self.cfg["drain_cap"] + 60)
+            seconds, rc, _ = self.timed(daemon.ctl(*ctl_args, "-"), stdin=listing, timeout=timeout)
             done = daemon.status()["fetched"]
         finally:
             daemon.stop()
         return self.drain_figures(tag, seconds, done, count, rc)
 
-    def curl_drain(self, origin, tag, count, parallel):
-        config = self.curl_config(self.urls(origin, tag, count), os.path.join(self.work, tag))
-        extra = ["--parallel", "--parallel-max", str(parallel)] if parallel else []
-        seconds, rc, _ = self.timed(self.curl(*extra, "-K", config), timeout=600)
-        done = len(os.listdir(os.path.join(self.work, tag)))
-        shutil.rmtree(os.path.join(self.work, tag))
+    def drain(self, origin, tag, count, slow_width):
+        cap = self.cfg["drain_cap"]
+        return self.daemon_batch(origin, tag, count, ("queue", "--wait", "--timeout", str(cap)),
+                                 ("--slow-width", str(slow_width)), timeout=cap + 60)
+
+    def peer_figures(self, tag, count, argv, directory):
+        """Runs a peer that downloads into `directory`; the files it left there count as done."""
+        seconds, rc, _ = self.timed(argv, timeout=600)
+        done = len(os.listdir(directory))
+        shutil.rmtree(directory)
         return self.drain_figures(tag, seconds, done, count, rc)
+
+    def curl_drain(self, origin, tag, count, parallel):
+        directory = os.path.join(self.work, tag)
+        config = self.curl_config(self.urls(origin, tag, count), directory)
+        extra = ["--parallel", "--parallel-max", str(parallel)] if parallel else []
+        return self.peer_figures(tag, count, self.curl(*extra, "-K", config), directory)
 
     def wget2_fetch(self, origin, tag, count, threads):
         """wget2 on the client side, trusting the lab CA: `count` URLs with `threads` at once, into a directory."""
         directory = os.path.join(self.work, tag)
         os.makedirs(directory)
         listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
-        seconds, rc, _ = self.timed(self.net.command("client", [
+        return self.peer_figures(tag, count, self.net.command("client", [
             "wget2", "--max-threads=%d" % threads, "-q", "-i", listing, "-P", directory,
-            "--ca-certificate=" + self.net.ca_file]), timeout=600)
-        done = len(os.listdir(directory))
-        shutil.rmtree(directory)
-        return self.drain_figures(tag, seconds, done, count, rc)
+            "--ca-certificate=" + self.net.ca_file]), directory)
 
     def drain_figures(self, tag, seconds, done, count, rc):
         entries = self.requests(tag)
@@ -363,19 +370,9 @@ class LabBench:
 
     # ---- L3: fast-lane bulk
 
-    def bulk(self, origin, tag, count):
-        """`prefetchctl get -` of `count` URLs on a fresh daemon."""
-        daemon = LabDaemon(self, tag)
-        try:
-            listing = self.write_list(tag + ".txt", self.urls(origin, tag, count))
-            seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "300", "-"), stdin=listing)
-        finally:
-            daemon.stop()
-        return self.drain_figures(tag, seconds, count if rc == 0 else 0, count, rc)
-
     def l3(self, link, origin):
         count = self.cfg["bulk_files"]
-        tools = {"prefetchd": lambda: self.bulk(origin, self.tag("l3d"), count),
+        tools = {"prefetchd": lambda: self.daemon_batch(origin, self.tag("l3d"), count, ("get", "--timeout", "300")),
                  "curl -Z --parallel-max 8": lambda: self.curl_drain(origin, self.tag("l3c"), count, 8),
                  "wget2 --max-threads=8": lambda: self.wget2_fetch(origin, self.tag("l3w"), count, 8)}
         names = list(tools)
