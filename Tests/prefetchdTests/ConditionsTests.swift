@@ -246,6 +246,31 @@ struct ConditionsTests {
         #expect(waitUntil(seconds: 10) { (try? unrouted.status().background?.mode) == "run" }, "\(unrouted.log)")
     }
 
+    @Test("a route check that cannot open a socket (the daemon at its open-files limit) tells nothing about the network: NetworkManager saying no connection is up does not pause the lane for it")
+    func routeCheckWithoutDescriptors() throws {
+        let bus = try MockSystemBus()
+        try bus.start("networkmanager", name: "org.freedesktop.NetworkManager")
+        try bus.setNetworkState(20)  // NM_STATE_DISCONNECTED: the routes are looked at every 5 s
+        let daemon = try DaemonUnderTest([], environment: bus.environment, launcher: [
+            "/usr/bin/unshare", "--net", "/bin/sh", "-c", "ip link set lo up && ip route add default dev lo && exec \"$@\"", "sh"])
+        #expect(waitUntil(seconds: 10) { (try? daemon.condition("offline"))??.source == "NetworkManager" }, "\(daemon.log)")
+        #expect(try daemon.status().background?.mode == "run")
+
+        // No descriptor left for the daemon while a route check runs, then its limit back.
+        let pid = try #require(daemon.child?.process.processIdentifier)
+        let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+        let soft = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).first)
+        // The limit is on descriptor numbers: at the lowest free one, the next socket fails with EMFILE.
+        let open = Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").compactMap { Int($0) })
+        let lowestFree = (0...).first { !open.contains($0) }!
+        #expect(run("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(lowestFree):"]).status == 0)
+        usleep(6_000_000)
+        #expect(run("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(soft):"]).status == 0)
+        #expect(try daemon.status().background?.mode == "run", "\(daemon.log)")
+        #expect(!daemon.log.contains("no network"), "\(daemon.log)")
+    }
+
     @Test("on battery and in power saver the background lane downloads at slow_rate in all; urgent work is not capped")
     func batteryAndPowerSaverSlowTheBackground() throws {
         let bus = try MockSystemBus()

@@ -231,8 +231,12 @@ private struct GDBusFailure {
 
 /// Whether the kernel would route a packet to the internet, over IPv4 or IPv6: a UDP socket connected to a
 /// documentation address (RFC 5737, RFC 3849) fails with ENETUNREACH without a route. Nothing is sent, and no
-/// `/proc` is read (the system service cannot see `/proc/net`).
+/// `/proc` is read (the system service cannot see `/proc/net`). Only the kernel saying "no route" on both families
+/// counts: a probe that fails for another reason (too many open files) tells nothing, and nothing is paused for it.
 enum InternetRoute {
+    /// One family's probe.
+    enum Answer: Equatable { case routed, unrouted, unknown }
+
     @Sendable static func exists() -> Bool {
         var v4 = sockaddr_in()
         v4.sin_family = sa_family_t(AF_INET)
@@ -242,16 +246,27 @@ enum InternetRoute {
         v6.sin6_family = sa_family_t(AF_INET6)
         v6.sin6_port = UInt16(9).bigEndian
         inet_pton(AF_INET6, "2001:db8::1", &v6.sin6_addr)
-        return routes(AF_INET, &v4, socklen_t(MemoryLayout<sockaddr_in>.size))
-            || routes(AF_INET6, &v6, socklen_t(MemoryLayout<sockaddr_in6>.size))
+        return probe(AF_INET, &v4, socklen_t(MemoryLayout<sockaddr_in>.size)) != .unrouted
+            || probe(AF_INET6, &v6, socklen_t(MemoryLayout<sockaddr_in6>.size)) != .unrouted
     }
 
-    private static func routes<Address>(_ family: Int32, _ address: inout Address, _ length: socklen_t) -> Bool {
+    /// `socket` failing with `error`: a kernel without the family has no route over it; anything else (EMFILE,
+    /// ENOBUFS) is about this process, not the network.
+    static func answer(socketError error: Int32) -> Answer { error == EAFNOSUPPORT ? .unrouted : .unknown }
+
+    /// `connect` failing with `error`: no route, or no address to send from; anything else (a firewall's EPERM)
+    /// does not say the network is down.
+    static func answer(connectError error: Int32) -> Answer {
+        [ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL].contains(error) ? .unrouted : .unknown
+    }
+
+    private static func probe<Address>(_ family: Int32, _ address: inout Address, _ length: socklen_t) -> Answer {
         let fd = socket(family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return answer(socketError: errno) }
         defer { close(fd) }
-        return withUnsafePointer(to: &address) {
+        let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) == 0 }
         }
+        return connected ? .routed : answer(connectError: errno)
     }
 }
