@@ -43,15 +43,29 @@ public struct CacheEntry: Codable, Equatable, Sendable {
     }
 }
 
-/// What a batch operation did with one URL.
-public enum ItemStatus: String, Codable, CaseIterable, Sendable {
-    case queued, already, cached, skipped, demoted, promoted, cancelled, evicted, unknown
+/// What a batch operation did with one URL. Open: a newer daemon may send a status this version does not know, and
+/// it decodes (with its `rawValue` as sent) instead of failing the whole reply.
+public struct ItemStatus: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    public static let queued = Self(rawValue: "queued")
+    public static let already = Self(rawValue: "already")
+    public static let cached = Self(rawValue: "cached")
+    public static let skipped = Self(rawValue: "skipped")
+    public static let demoted = Self(rawValue: "demoted")
+    public static let promoted = Self(rawValue: "promoted")
+    public static let cancelled = Self(rawValue: "cancelled")
+    public static let evicted = Self(rawValue: "evicted")
+    public static let unknown = Self(rawValue: "unknown")
     /// Still answering a request or the original of a variant being made: `evict` leaves it.
-    case inUse = "in_use"
+    public static let inUse = Self(rawValue: "in_use")
     /// Not a URL prefetchd takes; `error` says why.
-    case rejected
+    public static let rejected = Self(rawValue: "rejected")
     /// `prefetchctl queue --wait --json` only: how the wait for a queued URL ended.
-    case finished, failed
+    public static let finished = Self(rawValue: "finished")
+    public static let failed = Self(rawValue: "failed")
 }
 
 /// The outcome for one URL of a batch operation (`queue`, `demote`, `promote`, `cancel`, `evict`).
@@ -128,13 +142,18 @@ public struct Pong: Codable, Equatable, Sendable {
 
 /// One task in the scheduler, as `list` and `info` show it.
 public struct TaskSummary: Codable, Equatable, Sendable {
-    /// Where a task stands.
-    public enum State: String, Codable, CaseIterable, Sendable {
-        case waiting, running
+    /// Where a task stands. Open, as `ItemStatus` is: a state a newer daemon adds decodes as sent.
+    public struct State: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        public static let waiting = Self(rawValue: "waiting")
+        public static let running = Self(rawValue: "running")
         /// Waiting for a retry.
-        case delayed
+        public static let delayed = Self(rawValue: "delayed")
         /// Durable in the queue, not yet in memory.
-        case backlog
+        public static let backlog = Self(rawValue: "backlog")
     }
 
     public var url: String

@@ -275,6 +275,35 @@ struct CLITests {
         #expect(!line.contains("\\/"), "\(line)")
     }
 
+    @Test("a per-URL status or a task state this prefetchctl does not know (a newer daemon's) is shown as sent, not a decoding failure")
+    func unknownStatusesFromANewerDaemon() throws {
+        func answering(_ result: @escaping @Sendable (_ urls: [String]) -> String) throws -> RecordingDaemon {
+            try RecordingDaemon { line in
+                let urls = ((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any])?["urls"] as? [String] ?? []
+                return "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":\(result(urls))}"
+            }
+        }
+        let queue = try answering { urls in
+            "{\"results\":[" + zip(urls, ["queued", "deferred"]).map { "{\"url\":\"\($0)\",\"key\":\"\($0)\",\"status\":\"\($1)\"}" }
+                .joined(separator: ",") + "]}"
+        }
+        let queued = run(Paths.prefetchctl, ["--socket", queue.socket, "queue", "http://example.com/1.jpg", "http://example.com/2.jpg"])
+        #expect(queued.status == 0, "\(queued.stderr)")
+        #expect(queued.stderr == "prefetchctl: 1 queued, 1 deferred\n")
+
+        let demote = try answering { urls in "{\"results\":[{\"url\":\"\(urls[0])\",\"key\":\"\(urls[0])\",\"status\":\"parked\"}]}" }
+        let demoted = run(Paths.prefetchctl, ["--socket", demote.socket, "demote", "http://example.com/3.jpg"])
+        #expect(demoted.status == 0, "\(demoted.stderr)")
+        #expect(demoted.stdout == "http://example.com/3.jpg parked\n")
+
+        let list = try answering { _ in
+            "{\"tasks\":[{\"url\":\"http://example.com/4.jpg\",\"lane\":\"slow\",\"state\":\"throttled\",\"attempts\":1,\"waiters\":0}],\"backlog\":0}"
+        }
+        let listed = run(Paths.prefetchctl, ["--socket", list.socket, "list"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        #expect(listed.stdout.contains("slow throttled http://example.com/4.jpg"), "\(listed.stdout)")
+    }
+
     @Test("queue - of 100,000 URLs of 300 bytes: parts sized by bytes, every request line well under the 64 KiB limit")
     func partsAreSizedByBytes() throws {
         let recorder = try RecordingDaemon { line in

@@ -71,7 +71,9 @@ enum BatchCommand {
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
         if op == .queue, !arguments.json {
-            let order: [ItemStatus] = [.queued, .promoted, .already, .cached, .skipped, .rejected]
+            // A status a newer daemon added follows the known ones.
+            let known: [ItemStatus] = [.queued, .promoted, .already, .cached, .skipped, .rejected]
+            let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
             Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
         }
