@@ -13,6 +13,8 @@ They assert order and connections from nginx's access log (its `$connection` id 
   5  an urgent get right after another meets no background bytes: the hold outlasts urgent work by 1.5 round
      trips, so a released connection does not fill its window while the next get's response arrives (the lab's
      byte counter, HTTP/2 and HTTP/1.1)
+  6  on a path smaller than background_window (30 ms, 10 Mbit/s: 37.5 KB), the window the background connection
+     announces follows the path, not the buffer (the server's `snd_wnd` in `ss`), while the download goes on
 
 Brings up one lab (lab/README.md) named `labtest`, starts a fresh daemon per test in its client namespace (a
 directory of its own under one temporary directory), prints one line per test with what was expected and what was
@@ -26,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -57,6 +60,8 @@ TAIL_FILES = 6
 TAIL_BYTES = 2 * 128 * 1024  # test 2c: two windows of the default background_window
 LARGE = "/large/20M.bin"  # test 3: about 8 s on the lab's link, so the promotion lands mid-transfer
 PROMOTE_AFTER = 256 * 1024  # test 3: bytes the background transfer has received before the urgent get
+SMALL_PATH = dict(delay_ms=15, rate_mbit=10)  # test 6: 37.5 KB in flight fill it
+SMALL_PATH_WINDOW = 96 * 1024  # test 6: at most, against about 160 KB announced for the default 128K
 WAIT = 60  # seconds any one step may take before the test gives up (a failure, not a timing assertion)
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                    "NO_PROXY")
@@ -494,6 +499,44 @@ class Run:
              "%d bytes, %d more" % (delivered, extra), extra < 48 * 1024),
         ], daemon.log_tail())
 
+    # ---- 6: a window that follows the path
+
+    def test_small_path(self, name, started):
+        tag = "t6"
+        url = self.net.url(LARGE) + "?%s-0" % tag
+        self.net.set_link(**SMALL_PATH)
+        try:
+            daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
+            rc, _, err = daemon.ctl_run("queue", url)
+            if rc != 0:
+                raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
+
+            def received():
+                t = next((t for t in daemon.call("list")["tasks"] if t["url"] == url), None)
+                if t is None:
+                    raise TestFailure("the download ended before the test: %s" % daemon.log_tail())
+                return t.get("bytes", 0) if t["state"] == "running" else 0
+            # About 2 s at the path's rate: the connection left slow start, and its window had samples to follow.
+            self.poll("%s 2.5 MB into its download" % LARGE, lambda: received() >= 2500 * 1024)
+            windows = []
+            for _ in range(5):
+                out = self.net.run("server", ["ss", "-tni", "state", "established", "( sport = :443 )"],
+                                   capture_output=True, text=True).stdout
+                windows += [int(w) for w in re.findall(r"snd_wnd:(\d+)", out)]
+                time.sleep(0.2)
+            before = received()
+            time.sleep(1)
+            grew = received() - before
+        finally:
+            self.net.set_link(delay_ms=LINK["delay_ms"], rate_mbit=LINK["rate_mbit"])
+        daemon.stop()
+        self.record(name, started, [
+            ("one connection, announcing at most %d bytes (the path: 37,500)" % SMALL_PATH_WINDOW,
+             "snd_wnd %s" % windows, bool(windows) and max(windows) <= SMALL_PATH_WINDOW),
+            ("the download goes on at the path's rate (over 600 KB in 1 s of 1.25 MB/s)", "%d bytes in 1 s" % grew,
+             grew > 600 * 1024),
+        ], daemon.log_tail())
+
     def main(self, only):
         tests = [
             ("1", "an urgent get made while background transfers are held never shares their connection",
@@ -510,6 +553,8 @@ class Run:
              self.test_private_ca, [None]),
             ("5", "an urgent get right after another meets no background bytes", self.test_back_to_back,
              list(ORIGINS)),
+            ("6", "on a path smaller than background_window the background window follows the path",
+             self.test_small_path, [None]),
         ]
         started = time.monotonic()
         self.net = lab.Lab(name=LAB_NAME, images=IMAGES, **LINK)

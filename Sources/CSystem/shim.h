@@ -1,12 +1,29 @@
 #ifndef PREFETCHD_CSYSTEM_SHIM_H
 #define PREFETCHD_CSYSTEM_SHIM_H
-/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd, malloc_trim, and getaddrinfo's
-   GNU error code for a name without addresses. */
+/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd, malloc_trim, the newer fields of
+   TCP_INFO, and getaddrinfo's GNU error code for a name without addresses. */
 #include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+
+#include <stdint.h>
+
+/* The kernel's struct tcp_info (linux/tcp.h) as far as tcpi_min_rtt; glibc's copy stops before
+   tcpi_bytes_received. The kernel only appends to it, so this prefix keeps its layout. */
+struct pf_tcp_info {
+    uint8_t state, ca_state, retransmits, probes, backoff, options, wscale, flags;
+    uint32_t rto, ato, snd_mss, rcv_mss;
+    uint32_t unacked, sacked, lost, retrans, fackets;
+    uint32_t last_data_sent, last_ack_sent, last_data_recv, last_ack_recv;
+    uint32_t pmtu, rcv_ssthresh, rtt, rttvar, snd_ssthresh, snd_cwnd, advmss, reordering;
+    uint32_t rcv_rtt, rcv_space;
+    uint32_t total_retrans;
+    uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+    uint32_t segs_out, segs_in;
+    uint32_t notsent_bytes, min_rtt;
+};
 
 /* glibc's EAI_NODATA (<netdb.h> shows it under _GNU_SOURCE only; including it here would hide the socket constants
    of the Glibc module). */

@@ -28,6 +28,8 @@ final class ConnectionPool {
     private(set) var isHeld = false
     /// Called after curl ran, to collect the transfers that ended.
     var afterAction: () -> Void = {}
+    /// Called after curl read a socket that had data.
+    var afterRead: (Int32) -> Void = { _ in }
 
     init(loop: EventLoop) {
         multi = curl_multi_init()
@@ -159,6 +161,7 @@ final class ConnectionPool {
         if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
         var running: Int32 = 0
         curl_multi_socket_action(multi, fd, mask, &running)
+        if mask & CURL_CSELECT_IN != 0 { afterRead(fd) }
         afterAction()
     }
 }

@@ -85,6 +85,8 @@ final class CurlFetcher {
 
     /// Body bytes background transfers of the slow pool received since the budget was last charged.
     private let backgroundBytes = ByteCounter()
+    /// The windows of the slow pool's connections, following their paths.
+    private let pathWindows = PathWindows()
     /// Bytes the background pool may still receive now; below 0 it is held until `rateTimer` is due.
     private var rateBudget: Double = 0
     private var rateCheckedAt: Int64 = 0
@@ -110,6 +112,7 @@ final class CurlFetcher {
         fastPool = ConnectionPool(loop: loop)
         slowPool = ConnectionPool(loop: loop)
         fastPool.afterAction = { [unowned self] in self.collectFinished(from: self.fastPool) }
+        slowPool.afterRead = { [unowned self] fd in self.pathWindows.read(fd) }
         slowPool.afterAction = { [unowned self] in
             self.chargeBackgroundRate()
             self.collectFinished(from: self.slowPool)
@@ -161,8 +164,9 @@ final class CurlFetcher {
         guard let pending = opening[key], pending.job === job, let body else { return }
         opening[key] = nil
         do {
+            let slow = pending.request.lane == .slow
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
-                                        backgroundBytes: pending.request.lane == .slow ? backgroundBytes : nil)
+                                        backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil)
             transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
             transfer.onTail = { [unowned self] transfer in self.tails.append(transfer) }
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
@@ -239,7 +243,10 @@ final class CurlFetcher {
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
         let held = (backgroundHeld || rateHeld) && !urgentOnBackgroundConnection
-        if held != slowPool.isHeld { letGoTimer.schedule(at: held ? monotonicMilliseconds() + Self.longestHold : nil) }
+        if held != slowPool.isHeld {
+            letGoTimer.schedule(at: held ? monotonicMilliseconds() + Self.longestHold : nil)
+            pathWindows.holdChanged()
+        }
         slowPool.hold(held)
         if held {
             if backgroundHeld { letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting } }

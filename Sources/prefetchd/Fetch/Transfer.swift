@@ -49,13 +49,15 @@ final class Transfer {
     /// its way, and a request for the next file sent now reaches the server before the other runs out. Not with
     /// `background_window` 0 (no bound to count in).
     var onTail: (Transfer) -> Void = { _ in }
-    /// How many `background_window`s from its end a body's tail begins.
+    /// How many of its connection's windows (`window`) from its end a body's tail begins.
     static let tailWindows: Int64 = 2
     /// Whether the response came over a connection that multiplexes, and whether `onTail` was called.
     private var multiplexed = false
     private var tailReported = false
     /// Counts the body bytes this transfer receives while it is background work (the background rate budget).
     private let backgroundBytes: ByteCounter?
+    /// The windows of the background pool's connections, for a transfer of that pool.
+    fileprivate let pathWindows: PathWindows?
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
     let startedAt = monotonicMilliseconds()
     /// Whether body bytes of the final response arrived.
@@ -73,13 +75,14 @@ final class Transfer {
 
     /// A transfer writing into `body`, which it owns from now on (and closes).
     init(_ request: TransferRequest, body: BodyFile, settings: FetchSettings,
-         backgroundBytes: ByteCounter?) throws(SystemError) {
+         backgroundBytes: ByteCounter?, pathWindows: PathWindows?) throws(SystemError) {
         guard let easy = curl_easy_init() else {
             close(body.descriptor)
             throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "")
         }
         self.easy = easy
         self.backgroundBytes = backgroundBytes
+        self.pathWindows = pathWindows
         key = request.key
         lane = request.lane
         pool = request.lane
@@ -253,6 +256,7 @@ final class Transfer {
             var version = 0
             pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
             multiplexed = version >= Int(CURL_HTTP_VERSION_2_0)
+            if !multiplexed, pool == .slow { pathWindows?.unfollow(socket) }
             onBodyStart(self, validator)
         }
         let count = Int64(data.count)
@@ -279,7 +283,7 @@ final class Transfer {
         received += Int64(data.count)
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
         if multiplexed, !tailReported, lane == .slow, pool == .slow, backgroundWindow > 0,
-           let total = expectedTotal ?? expectedBytes, total - received <= Self.tailWindows * Int64(backgroundWindow) {
+           let total = expectedTotal ?? expectedBytes, total - received <= Self.tailWindows * window {
             tailReported = true
             onTail(self)
         }
@@ -327,6 +331,9 @@ final class Transfer {
     /// buffer once it was set), large.
     static let urgentWindow: Int32 = 4 << 20
 
+    /// The window of this background transfer's connection: the path's (`PathWindows`) or else `background_window`.
+    private var window: Int64 { Int64(pathWindows?.buffer(of: socket) ?? backgroundWindow) }
+
     /// The connection's socket, as curl reported it for polling (`ConnectionPool`).
     private var socket: Int32 = -1
 
@@ -349,6 +356,7 @@ final class Transfer {
     func widenWindowForUrgentWork() {
         guard pool == .slow, backgroundWindow > 0, socket >= 0, widenedSocket == nil else { return }
         setReceiveBuffer(socket, Self.urgentWindow)
+        pathWindows?.lift(socket)
         widenedSocket = socket
     }
 
@@ -361,7 +369,7 @@ final class Transfer {
             var alive: curl_socket_t = -1
             guard pf_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &alive) == CURLE_OK, alive == widened else { return }
         }
-        setReceiveBuffer(widened, backgroundWindow)
+        if pathWindows?.restore(widened) != true { setReceiveBuffer(widened, backgroundWindow) }
     }
 
     /// While the background lane's rate is capped its transfers wait in turns, so curl's low-speed abort (under
@@ -378,12 +386,6 @@ final class Transfer {
     }
 }
 
-/// Sets a socket's receive buffer, which bounds the TCP window it announces.
-private func setReceiveBuffer(_ socket: Int32, _ bytes: Int32) {
-    var size = bytes
-    setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-}
-
 private let transferWrite: pf_data_callback = { data, size, count, userdata in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     return transfer.write(UnsafeRawBufferPointer(start: data, count: size * count))
@@ -395,9 +397,12 @@ private let transferHeader: pf_data_callback = { data, size, count, userdata in
     return transfer.header(Substring(String(decoding: bytes, as: UTF8.self))) ? size * count : 0
 }
 
-/// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`).
+/// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`), and
+/// its window follows its path below that (`PathWindows`).
 private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _ in
-    setReceiveBuffer(socket, Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue().backgroundWindow)
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    setReceiveBuffer(socket, transfer.backgroundWindow)
+    transfer.pathWindows?.opened(socket, buffer: transfer.backgroundWindow)
     return 0  // CURL_SOCKOPT_OK
 }
 
