@@ -14,7 +14,7 @@ import Glibc
 ///
 /// A connection is sampled after the loop read it, at most once per two round trips (shorter spans see the link's
 /// bursts, not its rate); no sample spans a hold. The first samples, in slow start, change nothing. Connections that
-/// turn out not to multiplex are not followed (`unfollow`).
+/// turn out not to multiplex, or whose path is shorter than `shortestPath`, are not followed (`unfollow`).
 final class PathWindows {
     private struct Connection {
         /// The buffer set (`background_window` at first) and the most it may be.
@@ -35,6 +35,10 @@ final class PathWindows {
     static let windowPerBufferByte = 1.25
     /// The smallest buffer set, whatever the estimate.
     static let smallest: Int32 = 16 << 10
+    /// Paths with a shorter minimum round trip (µs; a LAN, the loopback) keep the ceiling: there the server's and the
+    /// daemon's own turnaround is much of each round trip, so a window of 1.25 × rate × minimum round trip would not
+    /// keep the link busy, and each sample would shrink it further.
+    static let shortestPath: UInt32 = 5_000
     /// How many delivery rates the estimate takes the largest of, and how many it waits for before the first change.
     static let samples = 8
     static let firstChangeAfter = 4
@@ -50,8 +54,9 @@ final class PathWindows {
             connection.last = (now, info.bytes_received)
             return connections[fd] = connection
         }
+        guard info.min_rtt >= Self.shortestPath else { return unfollow(fd) }
         let elapsed = now - last.time
-        guard info.min_rtt > 0, elapsed >= max(2 * Int64(info.min_rtt), 4_000) else { return }
+        guard elapsed >= 2 * Int64(info.min_rtt) else { return }
         connection.last = (now, info.bytes_received)
         if info.bytes_received > last.bytes {
             connection.rates.append(Double(info.bytes_received - last.bytes) * 1_000_000 / Double(elapsed))
