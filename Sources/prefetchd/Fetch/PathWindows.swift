@@ -22,6 +22,9 @@ final class PathWindows {
         let ceiling: Int32
         /// Monotonic µs and `tcpi_bytes_received` of the last sample; nil until the next read sets them.
         var last: (time: Int64, bytes: UInt64)?
+        /// The minimum round trip (µs) at the last sample: reads sooner than two of it after the sample ask the
+        /// kernel nothing (a read is the hot path, `TCP_INFO` a system call).
+        var minRTT: Int64 = 0
         /// Recent delivery rates (bytes per second), newest last.
         var rates: [Double] = []
         /// Promoted in place: the buffer is the transfer's (`Transfer.urgentWindow`), not followed.
@@ -48,15 +51,18 @@ final class PathWindows {
 
     /// The loop read `fd`: a delivery sample if two round trips passed since the last one.
     func read(_ fd: Int32) {
-        guard var connection = connections[fd], !connection.lifted, let info = Self.info(fd) else { return }
+        guard var connection = connections[fd], !connection.lifted else { return }
         let now = Self.microseconds()
+        if let last = connection.last, now - last.time < 2 * connection.minRTT { return }
+        guard let info = Self.info(fd) else { return }
+        connection.minRTT = Int64(info.min_rtt)
         guard let last = connection.last else {
             connection.last = (now, info.bytes_received)
             return connections[fd] = connection
         }
         guard info.min_rtt >= Self.shortestPath else { return unfollow(fd) }
         let elapsed = now - last.time
-        guard elapsed >= 2 * Int64(info.min_rtt) else { return }
+        guard elapsed >= 2 * connection.minRTT else { return connections[fd] = connection }
         connection.last = (now, info.bytes_received)
         if info.bytes_received > last.bytes {
             connection.rates.append(Double(info.bytes_received - last.bytes) * 1_000_000 / Double(elapsed))
