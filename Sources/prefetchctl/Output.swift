@@ -10,7 +10,13 @@ enum Output {
     }()
 
     static func line(_ text: String) {
-        print(text)
+        print(text.forTerminal)
+    }
+
+    /// A cached file's path as the daemon made it (from its cache directory and a hash), byte for byte: it is
+    /// data for scripts, and nothing in it comes from a server.
+    static func path(_ path: String) {
+        print(path)
     }
 
     static func json<T: Encodable>(_ value: T) {
@@ -19,7 +25,7 @@ enum Output {
     }
 
     static func message(_ text: String) {
-        stderr("prefetchctl: \(text)\n")
+        stderr("prefetchctl: \(text.forTerminal)\n")
     }
 
     /// `text` on stderr as it is.
@@ -27,4 +33,30 @@ enum Output {
         var bytes = Array(text.utf8)
         _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
     }
+}
+
+extension String {
+    /// The text with what a terminal would act on written out as `\uXXXX`: C0 and C1 controls, DEL, and the bidi
+    /// overrides and isolates that reorder what follows. Text from the daemon carries what servers sent (a
+    /// content type, an error's detail), and nothing a server sends may move the cursor, retitle the window or
+    /// disguise a URL. `keepingNewlines` leaves `\n` alone (multi-line text such as metrics).
+    func forTerminal(keepingNewlines: Bool) -> String {
+        guard utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == 0xC2 || $0 == 0xE2 }) else { return self }
+        var result = ""
+        for scalar in unicodeScalars {
+            let value = scalar.value
+            let acts = value < 0x20 || (0x7F...0x9F).contains(value) || (0x202A...0x202E).contains(value)
+                || (0x2066...0x2069).contains(value)
+            if acts && !(keepingNewlines && value == 0x0A) {
+                let hex = String(value, radix: 16)
+                result += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    /// `forTerminal(keepingNewlines: false)`: one line.
+    var forTerminal: String { forTerminal(keepingNewlines: false) }
 }

@@ -167,7 +167,7 @@ struct Styled {
     var style: String?
 
     init(_ text: String, _ style: String? = nil) {
-        self.text = text
+        self.text = text.forTerminal
         self.style = style
     }
 }

@@ -35,6 +35,15 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(headers("Age: -5").age == nil && headers("Age: 12").age == 12)
     }
 
+    @Test("a value with a control character (an escape sequence for the terminal of whoever runs info, a CR in an ETag sent back) is not kept; a tab is")
+    func controlCharactersInValues() {
+        let hostile = headers("Content-Type: image/jpeg\u{1B}]0;owned\u{07}", "ETag: \"a\rX-Injected: 1\"",
+                              "Last-Modified: Wed, 01 Jan 2020\u{00} 00:00:00 GMT", "Cache-Control: max-age=60\u{7F}")
+        #expect(hostile.contentType == nil && hostile.etag == nil && hostile.lastModified == nil && hostile.cacheControl == nil)
+        #expect(headers("Content-Type: image/jpeg;\tq=1").contentType == "image/jpeg;\tq=1")
+        #expect(headers("Content-Length: 12\u{1B}").framingProblem != nil)
+    }
+
     @Test("Cache-Control: = (a directive without a name, found by the fuzzer) crashed the daemon; now it is ignored")
     func emptyDirective() {
         for value in ["=", "=,", ", =60", "max-age=60, ="] {

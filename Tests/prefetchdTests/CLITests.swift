@@ -275,6 +275,25 @@ struct CLITests {
         #expect(!line.contains("\\/"), "\(line)")
     }
 
+    @Test("what the daemon relays from servers (an error's detail, a task's URL) reaches the terminal with its control characters and bidi overrides written out, not acted on")
+    func controlCharactersAreWrittenOut() throws {
+        // JSON escapes in the reply, and the way prefetchctl writes the characters out.
+        let hostile = "\\u001b]0;owned\\u0007\\u001b[2J \\u202egpj.exe \\u009b31m"
+        let failing = try RecordingDaemon { line in
+            "{\"id\":\(RecordingDaemon.id(line)),\"ok\":false,\"error\":{\"code\":\"http_status\",\"message\":\"\(hostile)\"}}"
+        }
+        let listing = try RecordingDaemon { line in
+            "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{\"tasks\":[{\"url\":\"http://example.com/\(hostile)\","
+                + "\"lane\":\"slow\",\"state\":\"running\",\"attempts\":1,\"waiters\":0}],\"backlog\":0}}"
+        }
+        let failed = run(Paths.prefetchctl, ["--socket", failing.socket, "info", "http://example.com/a.jpg"])
+        let listed = run(Paths.prefetchctl, ["--socket", listing.socket, "list"])
+        for text in [failed.stderr, listed.stdout] {
+            #expect(text.contains(hostile), "\(text)")
+            #expect(!text.unicodeScalars.contains { [0x1B, 0x07, 0x9B, 0x202E].contains($0.value) }, "\(text)")
+        }
+    }
+
     @Test("a per-URL status or a task state this prefetchctl does not know (a newer daemon's) is shown as sent, not a decoding failure")
     func unknownStatusesFromANewerDaemon() throws {
         func answering(_ result: @escaping @Sendable (_ urls: [String]) -> String) throws -> RecordingDaemon {

@@ -87,7 +87,7 @@ enum GetCommand {
             case (.success(let entry), true): Output.json(entry)
             case (.success(let entry), false):
                 if entry.stale == true { Output.message("\(url): served stale (past its freshness)") }
-                Output.line(entry.path)
+                Output.path(entry.path)
             case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
             case (.failure(let error), false):
                 Output.message("\(url): \(error.code): \(error.message)")

@@ -4,7 +4,7 @@ import PrefetchProtocol
 enum MetricsCommand {
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         let metrics = try client.call(Request(id: nil, op: .metrics), MetricsText.self)
-        if arguments.json { Output.json(metrics) } else { print(metrics.text, terminator: "") }
+        if arguments.json { Output.json(metrics) } else { print(metrics.text.forTerminal(keepingNewlines: true), terminator: "") }
         return ExitCode.ok
     }
 }

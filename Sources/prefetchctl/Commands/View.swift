@@ -135,7 +135,7 @@ enum ViewCommand {
             if let event = try? decoder.decode(Event.self, from: Data(line)), let row = event.row {
                 if visible?.contains(row) == true { answered.insert(row) }
                 if json {
-                    write(String(decoding: line, as: UTF8.self))
+                    write(String(decoding: line, as: UTF8.self).forTerminal)
                 } else if let path = event.path {
                     write("\(row) \(path)")
                 }

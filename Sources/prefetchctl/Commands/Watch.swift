@@ -15,10 +15,10 @@ enum WatchCommand {
         }
     }
 
-    /// `--json`: every line after the `watch` reply, exactly as it came.
+    /// `--json`: every line after the `watch` reply as it came (a control character, never valid raw in JSON, escaped).
     private static func raw(_ stream: EventStream) throws(CLIError) -> Int32 {
         while let next = try stream.next(deadline: nil) {
-            guard Terminal.write(String(decoding: next.line, as: UTF8.self) + "\n", to: 1) else { return ExitCode.ok }
+            guard Terminal.write(String(decoding: next.line, as: UTF8.self).forTerminal + "\n", to: 1) else { return ExitCode.ok }
         }
         return ExitCode.ok
     }
@@ -28,7 +28,7 @@ enum WatchCommand {
         var lanes: String?
         while let next = try stream.next(deadline: nil) {
             guard let event = next.event, let text = line(event, lanes: &lanes) else { continue }
-            guard Terminal.write(text + "\n", to: 1) else { return ExitCode.ok }
+            guard Terminal.write(text.forTerminal + "\n", to: 1) else { return ExitCode.ok }
         }
         return ExitCode.ok
     }

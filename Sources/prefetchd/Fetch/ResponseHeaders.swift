@@ -43,6 +43,9 @@ struct ResponseHeaders: Equatable {
         guard let colon = line.firstIndex(of: ":") else { return }
         let name = line[..<colon].lowercased()
         let value = String(line[line.index(after: colon)...].trimmingCharacters(in: " \t\r\n"))
+        // RFC 9110 section 5.5: a control character (HTAB aside) has no place in a field value. Such a value is
+        // not kept: it would be shown to people (a content type), sent back (an ETag) or parsed.
+        if name != "content-length", value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) { return }
         func joined(_ old: String?) -> String { old.map { $0 + ", " + value } ?? value }
         switch name {
         case "content-type": contentType = value
