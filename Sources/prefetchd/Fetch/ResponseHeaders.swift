@@ -14,7 +14,8 @@ struct ResponseHeaders: Equatable {
     var contentEncoding: String?
     var etag: String?
     var lastModified: String?
-    var cacheControl: String?
+    /// The `Cache-Control` directives of every such line, in order, parsed as they arrive.
+    var cacheDirectives: [CacheDirective] = []
     var expires: String?
     var date: String?
     /// `Age` in seconds (clamped); an invalid value is ignored (RFC 9111 section 5.1).
@@ -54,7 +55,7 @@ struct ResponseHeaders: Equatable {
         case "content-encoding": contentEncoding = joined(contentEncoding)
         case "etag": etag = value
         case "last-modified": lastModified = value
-        case "cache-control": cacheControl = joined(cacheControl)
+        case "cache-control": cacheDirectives += CacheDirective.list(value)
         case "expires": expires = value
         case "date": date = value
         case "age": age = Self.deltaSeconds(value)
@@ -89,21 +90,11 @@ struct ResponseHeaders: Equatable {
     /// The `max-age` directive in seconds (at most 2^31), if present; one that is not a number gives 0, so the
     /// response is stale at once (RFC 9111 section 4.2.1).
     var maxAge: Int64? {
-        guard let directive = directives.first(where: { $0.name == "max-age" }) else { return nil }
+        guard let directive = cacheDirectives.first(where: { $0.name == "max-age" }) else { return nil }
         return directive.value.flatMap(Self.deltaSeconds) ?? 0
     }
 
-    func has(_ directive: String) -> Bool { directives.contains { $0.name == directive } }
-
-    private var directives: [(name: String, value: String?)] {
-        (cacheControl ?? "").split(separator: ",").map { (part: Substring) -> (name: String, value: String?) in
-            // Not omitting empty pieces: `=` alone has a name, empty (the fuzzer found the index out of range).
-            let pieces: [Substring] = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = String(pieces[0].trimmingCharacters(in: " \t")).lowercased()
-            let value = pieces.count > 1 ? String(pieces[1].trimmingCharacters(in: " \t\"")) : nil
-            return (name, value)
-        }
-    }
+    func has(_ directive: String) -> Bool { cacheDirectives.contains { $0.name == directive } }
 
     /// `Vary: *`: the response matches no later request, so it is never reused (RFC 9111 section 4.1).
     var variesOnEverything: Bool {
@@ -188,6 +179,22 @@ struct ResponseHeaders: Equatable {
     }
 }
 
+/// One `Cache-Control` directive: its name in lower case, and its value without quotes, if it has one.
+struct CacheDirective: Equatable {
+    let name: String
+    let value: String?
+
+    /// The directives of one header value, comma-separated.
+    static func list(_ text: String) -> [CacheDirective] {
+        text.split(separator: ",").map { part in
+            // Not omitting empty pieces: `=` alone has a name, empty (the fuzzer found the index out of range).
+            let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            return CacheDirective(name: pieces[0].trimmingCharacters(in: " \t").lowercased(),
+                                  value: pieces.count > 1 ? String(pieces[1].trimmingCharacters(in: " \t\"")) : nil)
+        }
+    }
+}
+
 /// What a `206` response's body is, for a request from a given offset.
 enum PartialBody: Equatable {
     /// The rest of the file, from the offset asked for: `bytes` of it.
@@ -227,11 +234,11 @@ struct ContentRange: Equatable {
 }
 
 extension StringProtocol {
+    /// The text without the leading and trailing Unicode scalars that are in `set`.
     func trimmingCharacters(in set: String) -> Substring {
-        let chars = Set(set)
-        var slice = Substring(self)
-        while let first = slice.first, chars.contains(first) { slice.removeFirst() }
-        while let last = slice.last, chars.contains(last) { slice.removeLast() }
-        return slice
+        var scalars = Substring(self).unicodeScalars[...]
+        while let first = scalars.first, set.unicodeScalars.contains(first) { scalars = scalars.dropFirst() }
+        while let last = scalars.last, set.unicodeScalars.contains(last) { scalars = scalars.dropLast() }
+        return Substring(scalars)
     }
 }
