@@ -54,7 +54,9 @@ final class PathWindows {
         guard var connection = connections[fd], !connection.lifted else { return }
         let now = Self.microseconds()
         if let last = connection.last, now - last.time < 2 * connection.minRTT { return }
-        guard let info = Self.info(fd) else { return }
+        // Samples start once the connection is up and has a round trip: curl may read a socket still connecting, whose
+        // minimum round trip is "none" (UInt32.max), and a sample kept from then waited 2 × 71 minutes for the next.
+        guard let info = Self.info(fd), info.state == UInt8(TCP_ESTABLISHED), info.min_rtt != .max else { return }
         connection.minRTT = Int64(info.min_rtt)
         guard let last = connection.last else {
             connection.last = (now, info.bytes_received)
