@@ -165,6 +165,18 @@ struct HostileResponseTests {
         }
     }
 
+    @Test("a second ETag carrying a CR was sent back in If-None-Match, where the CR cut the line in two (a header injected into the revalidation); now that value is not kept, and the server's own ETag revalidates")
+    func carriageReturnInETag() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/etag-cr.jpg?cc=max-age%3D0&header=ETag:%20%22a%0DX-Injected:%201%22")
+        #expect(daemon.ctl("get", url).status == 0)
+        #expect(daemon.ctl("get", url).status == 0)
+        let log = try origin.stats().log.filter { $0.path == "/etag-cr.jpg" }
+        #expect(log.map(\.status) == [200, 304], "\(log.map(\.headers))")
+        #expect(log.last?.ifNoneMatch?.hasPrefix("\"a") == false, "\(log.map(\.headers))")
+    }
+
     @Test("a Content-Encoding: gzip image was refused as not_an_image (and remembered); now it is decoded and cached, and the size limit counts the decoded bytes")
     func gzipImage() throws {
         let origin = try Origin()
