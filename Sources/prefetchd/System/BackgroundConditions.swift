@@ -116,6 +116,7 @@ final class BackgroundConditions {
 /// decides again and sets the next time).
 final class WallClockTimer {
     private let fd: Int32
+    private weak var loop: EventLoop?
 
     init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
         let fd = try syscall("timerfd_create") { timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
@@ -125,9 +126,15 @@ final class WallClockTimer {
             handler()
         }
         self.fd = fd
+        self.loop = loop
     }
 
-    deinit { close(fd) }
+    /// Leaves the loop before closing: a registration left behind would hand the next descriptor with this number
+    /// (a connection's socket) to this handler, which reads from it.
+    deinit {
+        loop?.remove(fd)
+        close(fd)
+    }
 
     func fire(atUnixMilliseconds milliseconds: Int64) {
         let at = max(1, milliseconds)

@@ -4,6 +4,7 @@ import Glibc
 /// SIGTERM, SIGINT and SIGHUP delivered through a signalfd to the loop; SIGPIPE ignored.
 final class SignalWatcher {
     private let fd: Int32
+    private weak var loop: EventLoop?
 
     /// Blocks the signals (call before any thread starts) and reports each one to `handler` on the loop thread.
     init(loop: EventLoop, handler: @escaping (Int32) -> Void) throws(SystemError) {
@@ -19,7 +20,12 @@ final class SignalWatcher {
                 handler(Int32(info.ssi_signo))
             }
         }
+        self.loop = loop
     }
 
-    deinit { close(fd) }
+    /// Leaves the loop before closing (see `WallClockTimer`).
+    deinit {
+        loop?.remove(fd)
+        close(fd)
+    }
 }

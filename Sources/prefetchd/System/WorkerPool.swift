@@ -9,6 +9,7 @@ final class WorkerPool {
     private let queue: DispatchQueue
     private let slots: DispatchSemaphore
     private let eventFD: Int32
+    private weak var loop: EventLoop?
     private let finished = Mailbox()
     private var completions: [UInt64: (any Sendable) -> Void] = [:]
     private var nextJob: UInt64 = 0
@@ -18,9 +19,14 @@ final class WorkerPool {
         slots = DispatchSemaphore(value: max(1, threads))
         eventFD = try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
         try loop.add(eventFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.drain() }
+        self.loop = loop
     }
 
-    deinit { close(eventFD) }
+    /// Leaves the loop before closing (see `WallClockTimer`): the handler holds this pool unowned.
+    deinit {
+        loop?.remove(eventFD)
+        close(eventFD)
+    }
 
     /// Runs `work` on a worker, then `completion` with its result on the loop thread.
     func run<T: Sendable>(_ work: @escaping @Sendable () -> T, completion: @escaping (T) -> Void) {
