@@ -78,7 +78,7 @@ struct ViewCloseTests {
 
         listClient = nil  // closes the socket
         floodClient = nil
-        let forgotten = waitUntil(seconds: 15) { Self.gauges(metrics).map { $0.views == 0 && $0.connections == 0 } ?? false }
+        let forgotten = waitUntil(seconds: 60) { Self.gauges(metrics).map { $0.views == 0 && $0.connections == 0 } ?? false }
         #expect(forgotten, "after both left: \(String(describing: Self.gauges(metrics))); log: \(daemon.log.suffix(2000))")
     }
 }
