@@ -152,25 +152,42 @@ import Testing
         try withCacheDirectory { directory in
             let poison = "https://example.com/poison.png", interrupted = "https://example.com/slow.png"
             // Handling `poison` starts, and the process dies (the store goes without a clean stop).
-            do { try Store(directory: directory).startWorking(poison) }
+            do { try Store(directory: directory).startWorking([poison]) }
             do {
                 let store = try Store(directory: directory)
                 let found = try store.countDeaths(limit: 2)
                 #expect(found.quarantine.isEmpty && found.suspects == [poison])
-                try store.startWorking(poison)
+                try store.startWorking([poison])
             }
             do {
                 let store = try Store(directory: directory)
                 let found = try store.countDeaths(limit: 2)
                 #expect(found.quarantine == [poison] && found.suspects.isEmpty)
                 // A clean stop while `interrupted` is being handled.
-                try store.startWorking(interrupted)
+                try store.startWorking([interrupted])
                 try store.stopWorking()
                 try store.commit()
             }
             let store = try Store(directory: directory)
             let found = try store.countDeaths(limit: 2)
             #expect(found.quarantine.isEmpty && found.suspects.isEmpty)
+        }
+    }
+
+    @Test("the keys of one batch are all durable when startWorking returns: a death counts against each")
+    func batchedStartIsDurable() throws {
+        try withCacheDirectory { directory in
+            let keys = (1...5).map { "https://example.com/\($0).png" }
+            do {
+                let store = try Store(directory: directory)
+                // A write of the turn, not committed yet, becomes durable with them.
+                _ = try store.enqueue(key: "https://example.com/queued.png", url: "https://example.com/queued.png", now: 1)
+                try store.startWorking(keys)
+            }
+            let store = try Store(directory: directory)
+            let found = try store.countDeaths(limit: 2)
+            #expect(found.quarantine.isEmpty && found.suspects == Set(keys))
+            #expect(try store.isQueued("https://example.com/queued.png"))
         }
     }
 }

@@ -36,17 +36,28 @@ final class CrashGuard {
     /// Whether a risky step may start now: always, unless suspects are being singled out and one runs already.
     var isFree: Bool { suspects.isEmpty || active.isEmpty }
 
+    /// How many risky steps may start together now: any number, or one at a time while suspects are singled out.
+    var room: Int { suspects.isEmpty ? .max : (active.isEmpty ? 1 : 0) }
+
     /// Runs `step` now if `isFree`, else once the running steps have ended.
     func whenFree(_ step: @escaping () -> Void) {
         if isFree { step() } else { held.append(step) }
     }
 
-    /// `key` enters a risky step: recorded durably before this returns.
-    func begin(_ key: String) {
-        active[key, default: 0] += 1
-        guard active[key] == 1 else { return }
-        do { try store.startWorking(key) } catch { Log.error("cannot record the handling of \(key): \(error)") }
-        if let dieOn, key.contains(dieOn) {
+    /// `keys` enter a risky step: recorded durably, in one commit, before this returns.
+    func begin(_ keys: [String]) {
+        var entering: [String] = []
+        for key in keys {
+            active[key, default: 0] += 1
+            if active[key] == 1 { entering.append(key) }
+        }
+        guard !entering.isEmpty else { return }
+        do {
+            try store.startWorking(entering)
+        } catch {
+            Log.error("cannot record the handling of \(entering.count) URL(s), \(entering[0]) first: \(error)")
+        }
+        if let dieOn, let key = entering.first(where: { $0.contains(dieOn) }) {
             Log.error("PREFETCHD_TEST_DIE_ON matched \(key): killing the daemon")
             kill(getpid(), SIGKILL)
         }

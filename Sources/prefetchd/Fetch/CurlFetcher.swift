@@ -50,12 +50,15 @@ final class CurlFetcher {
     static let longestReleaseGrace: Int64 = 1_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
-    /// Called just before a finished transfer's response is interpreted.
-    var onConcluding: (String) -> Void = { _ in }
-    /// Whether a finished transfer's response may be interpreted now; when not, it waits for `concludeHeld()`.
-    var mayConclude: () -> Bool = { true }
+    /// Called just before finished transfers' responses are interpreted, with their keys.
+    var onConcluding: ([String]) -> Void = { _ in }
+    /// How many finished transfers' responses may be interpreted now; the others wait for `concludeHeld()`.
+    var concludable: () -> Int = { .max }
     /// Transfers that ended and whose responses are not interpreted yet.
     private var finished: [(Transfer, CURLcode)] = []
+    /// Due once transfers ended: they are concluded together after the turn's events, so that the crash guard
+    /// records a turn's worth in one commit.
+    private var concludeTimer: LoopTimer!
     /// Keys whose transfer ended and whose `onFinish` has not been called yet (held by the crash guard, or a failed
     /// lookup being asked again).
     private var ending: Set<String> = []
@@ -125,6 +128,7 @@ final class CurlFetcher {
             self.backgroundHeld = false
             self.updateHold()
         }
+        concludeTimer = loop.makeTimer { [unowned self] in self.concludeHeld() }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
             self.chargeBackgroundRate()
@@ -202,6 +206,14 @@ final class CurlFetcher {
         pool(transfer.pool).remove(transfer.easy)
         if keepingBody { transfer.closeFile() } else { transfer.discardBody() }
         updateHold()
+    }
+
+    /// At shutdown: transfers that ended are not concluded any more. Their bodies stay for the next start, which
+    /// resumes or deletes them like any other download.
+    func stopConcluding() {
+        concludeTimer.cancel()
+        for (transfer, _) in finished { transfer.closeFile() }
+        finished.removeAll()
     }
 
     /// Holds background work while urgent work runs. The hold ends one and a half of the background connections'
@@ -307,16 +319,21 @@ final class CurlFetcher {
             ended = true
         }
         if ended { updateHold() }
-        concludeHeld()
+        if !finished.isEmpty { concludeTimer.schedule(at: 0) }
     }
 
-    /// Interprets the finished transfers' responses, in order, while `mayConclude` allows.
+    /// Interprets the finished transfers' responses, in order, as many at a time as `concludable` allows.
     func concludeHeld() {
-        while !finished.isEmpty, mayConclude() {
-            let (transfer, code) = finished.removeFirst()
-            ending.remove(transfer.key)
-            onConcluding(transfer.key)
-            onFinish(conclude(transfer, code: code))
+        while !finished.isEmpty {
+            let count = min(finished.count, concludable())
+            guard count > 0 else { return }
+            let batch = finished.prefix(count)
+            finished.removeFirst(count)
+            onConcluding(batch.map { $0.0.key })
+            for (transfer, code) in batch {
+                ending.remove(transfer.key)
+                onFinish(conclude(transfer, code: code))
+            }
         }
     }
 

@@ -56,11 +56,11 @@ final class Fetches {
         defaultTTL = options.defaultTTL
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
-        fetcher.onConcluding = { [unowned self] key in
-            self.guarded.insert(key)
-            self.crashGuard.begin(key)
+        fetcher.onConcluding = { [unowned self] keys in
+            self.guarded.formUnion(keys)
+            self.crashGuard.begin(keys)
         }
-        fetcher.mayConclude = { [unowned self] in self.crashGuard.isFree }
+        fetcher.concludable = { [unowned self] in self.crashGuard.room }
         crashGuard.onFree = { [unowned self] in self.fetcher.concludeHeld() }
     }
 
@@ -112,6 +112,8 @@ final class Fetches {
     /// a recorded validator and the URL in the durable backlog); the others are deleted with their records, parked
     /// ones included, so no other temporary file is left behind.
     func stopForShutdown(_ tasks: [(key: String, running: Bool)], resumable: (String) -> Bool) {
+        // Nothing begins a risky step after the crash guard's records are closed (`CrashGuard`).
+        fetcher.stopConcluding()
         for task in tasks {
             let keep = store.partialValidator(task.key) != nil && resumable(task.key)
             if task.running { fetcher.stop(task.key, keepingBody: keep) }

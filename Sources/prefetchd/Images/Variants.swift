@@ -69,7 +69,7 @@ final class Variants {
         }
         // Decoding an original is a risky step (`CrashGuard`).
         crashGuard.whenFree { [unowned self] in
-            crashGuard.begin(job.key)
+            crashGuard.begin([job.key])
             workers.run(make, completion: { [unowned self] result in self.made(job, relative: relative, result) })
         }
     }

@@ -427,12 +427,12 @@ final class Store {
 
     // MARK: Crash-loop guard
 
-    /// Records, durably before returning, that the daemon is about to handle `key`'s response or image (the steps
+    /// Records, durably before returning, that the daemon is about to handle each key's response or image (the steps
     /// that read what a server sent): if the process dies before `finishedWorking`, the next start knows.
-    func startWorking(_ key: String) throws(DatabaseError) {
+    func startWorking(_ keys: [String]) throws(DatabaseError) {
         try write()
-        try db.statement("INSERT INTO working(key, deaths, active) VALUES (?1, 0, 1) ON CONFLICT(key) DO UPDATE SET active = 1")
-            .bind(key).run()
+        let insert = "INSERT INTO working(key, deaths, active) VALUES (?1, 0, 1) ON CONFLICT(key) DO UPDATE SET active = 1"
+        for key in keys { try db.statement(insert).bind(key).run() }
         try commit()
     }
 
