@@ -38,4 +38,25 @@ import Testing
         pool = nil
         #expect(!loop.isRegistered(fd))
     }
+
+    @Test("a job that ends after its pool was dropped writes nothing into the descriptors opened since (it used to signal the closed eventfd's number)")
+    func lateJobWritesNowhere() throws {
+        let loop = try EventLoop()
+        var pool: WorkerPool? = try WorkerPool(threads: 1, loop: loop)
+        pool?.run({ usleep(200_000) }, completion: {})
+        pool = nil
+        // The lowest free numbers: where the pool's eventfd was, were it closed.
+        var pairs: [[Int32]] = []
+        for _ in 0..<4 {
+            var fds: [Int32] = [-1, -1]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+            pairs.append(fds)
+        }
+        defer { for fd in pairs.joined() { close(fd) } }
+        usleep(400_000)
+        for fd in pairs.joined() {
+            var probe = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            #expect(poll(&probe, 1, 0) == 0, "descriptor \(fd) received bytes from a dropped pool's job")
+        }
+    }
 }
