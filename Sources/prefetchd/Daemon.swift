@@ -20,6 +20,9 @@ final class Daemon {
     var conditions: BackgroundConditions!
     /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
     private var crashGuard: CrashGuard!
+    /// The entry a fetch just indexed, while the scheduler's answers to that fetch are carried out: its waiters get
+    /// it as it is, not from a SELECT and a `stat` of the file that was just moved into place.
+    private var justIndexed: IndexEntry?
     var scheduler: Scheduler
     private var signals: SignalWatcher?
     let notifier: SystemdNotifier
@@ -367,11 +370,13 @@ final class Daemon {
     /// then the scheduler, which answers the waiters and starts what comes next.
     func fetchEnded(_ key: String, _ end: FetchEnd) {
         observe(end, of: key)
-        if case .fetched = end {
+        if case .fetched(let entry, _) = end {
             // The entry is indexed with its file: an eviction that fails leaves the cache over its limit for now.
             do { try enforceCacheLimit(sparing: key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
+            justIndexed = entry
         }
         apply(scheduler.finish(key, end.outcome, now: Moment(milliseconds: wallClockMilliseconds())))
+        justIndexed = nil
     }
 
     private func answerWaiter(_ waiter: Waiter, _ answer: Answer) {
@@ -382,7 +387,7 @@ final class Daemon {
         switch answer {
         case .ready:
             do {
-                guard let entry = try store.liveEntry(key) else {
+                guard let entry = try justIndexed.flatMap({ $0.key == key ? $0 : nil }) ?? store.liveEntry(key) else {
                     return deliver(.failure(WireError(.internal, "the entry for \(key) vanished from the cache")),
                                    to: recipient, on: connection)
                 }

@@ -3,8 +3,8 @@ import QueueCore
 
 /// How a fetch ended, once its body is inspected, installed and indexed (or why not).
 enum FetchEnd {
-    /// A new body, in the cache and the index; `detail` describes the image for the log (", jpeg 800x600").
-    case fetched(bytes: Int64, detail: String)
+    /// A new body, in the cache and the index as `entry`; `detail` describes the image for the log (", jpeg 800x600").
+    case fetched(IndexEntry, detail: String)
     /// The server confirmed the cached copy (304); its freshness is renewed.
     case revalidated
     case failed(Failure)
@@ -236,6 +236,6 @@ final class Fetches {
             store.files.remove(relative)
             return onEnd(result.key, .failed(.local("cannot index the file", error)))
         }
-        onEnd(result.key, .fetched(bytes: bytes, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
+        onEnd(result.key, .fetched(entry, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
     }
 }

@@ -36,9 +36,9 @@ struct Metrics {
     mutating func fetchEnded(lane: String, _ end: FetchEnd, seconds: Double?) {
         let result: String
         switch end {
-        case .fetched(let bytes, _):
+        case .fetched(let entry, _):
             result = "ok"
-            downloadedBytes += bytes
+            downloadedBytes += entry.bytes
         case .revalidated:
             result = "not_modified"
         case .failed(let failure):

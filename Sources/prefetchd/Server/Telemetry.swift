@@ -55,7 +55,8 @@ final class Telemetry {
         event.duration = duration
         if activity.isEmpty { activity = Activity(since: monotonicMilliseconds()) }
         switch end {
-        case .fetched(let bytes, let detail):
+        case .fetched(let entry, let detail):
+            let bytes = entry.bytes
             event.bytes = bytes
             activity.fetched += 1
             activity.bytes += bytes
