@@ -1,7 +1,7 @@
 #ifndef PREFETCHD_CSYSTEM_SHIM_H
 #define PREFETCHD_CSYSTEM_SHIM_H
-/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd, malloc_trim, the newer fields of
-   TCP_INFO, and getaddrinfo's GNU error code for a name without addresses. */
+/* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd, malloc_trim, accept4, the newer
+   fields of TCP_INFO, and getaddrinfo's GNU error code for a name without addresses. */
 #include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -24,6 +24,12 @@ struct pf_tcp_info {
     uint32_t segs_out, segs_in;
     uint32_t notsent_bytes, min_rtt;
 };
+
+/* glibc's accept4, which <sys/socket.h> declares under _GNU_SOURCE only (including it here would hide the socket
+   constants of the Glibc module, as for EAI_NODATA below): accepts a client's socket with SOCK_NONBLOCK and
+   SOCK_CLOEXEC set, in one call. */
+struct sockaddr;
+extern int accept4(int fd, struct sockaddr *address, uint32_t *length, int flags);
 
 /* glibc's EAI_NODATA (<netdb.h> shows it under _GNU_SOURCE only; including it here would hide the socket constants
    of the Glibc module). */

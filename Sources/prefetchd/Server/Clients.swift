@@ -166,7 +166,7 @@ final class Clients {
 
     private func acceptClients() {
         while true {
-            let fd = accept(listenFD, nil, nil)
+            let fd = accept4(listenFD, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
             if fd < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 if errno == EMFILE || errno == ENFILE {
@@ -180,8 +180,6 @@ final class Clients {
                 }
                 return
             }
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             do {
                 let peer = try AccessPolicy.peer(of: fd)
                 guard access.admits(peer, on: fd) else {
