@@ -262,6 +262,8 @@ final class Daemon {
         } catch {
             return fail(connection, request.id, error)
         }
+        // What a departed client left unread is served only where it outlives the client (`Clients.abandon`).
+        if connection.isAbandoned, !command.outlivesClient { return }
         let id = request.id
         let now = wallClockMilliseconds()
         switch command {

@@ -81,4 +81,30 @@ struct ViewCloseTests {
         let forgotten = waitUntil(seconds: 60) { Self.gauges(metrics).map { $0.views == 0 && $0.connections == 0 } ?? false }
         #expect(forgotten, "after both left: \(String(describing: Self.gauges(metrics))); log: \(daemon.log.suffix(2000))")
     }
+
+    @Test("a view client that leaves with requests unread (its events backed up past 4 MiB) has its queue carried out, not its view requests: the rows of a view it asked for last are never fetched")
+    func departedViewRequestsAreNotServed() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        var client: RawConnection? = try RawConnection(socket: daemon.socket)
+        // Rows that fail at once, scrolled 500 at a time: 500 events per scroll, never read, until the daemon holds
+        // more than 4 MiB for the client and leaves the rest of its requests unread.
+        var lines = [try Self.json(["id": 1, "op": "view", "urls": (0..<1_000).map { "ftp://example.invalid/\($0).jpg" }])]
+        for n in 0..<300 {
+            let first = n % 2 * 500
+            lines.append(try Self.json(["id": 10 + n, "op": "view", "first": first, "last": first + 499, "ahead": 0, "behind": 0]))
+        }
+        lines.append(try Self.json(["id": 1_000, "op": "queue", "urls": [origin.url("/departed/queued.jpg")]]))
+        lines.append(try Self.json(["id": 1_001, "op": "view", "urls": (0..<10).map { origin.url("/departed/row\($0).jpg") },
+                                    "first": 0, "last": 9]))
+        client!.send(lines.joined())
+        client = nil  // leaves without reading
+
+        let queued = waitUntil(seconds: 30) { ((try? origin.count("/departed/queued.jpg")) ?? 0) > 0 }
+        #expect(queued, "the queue request the client left was not carried out; log: \(daemon.log.suffix(2000))")
+        usleep(1_000_000)
+        let rows = try origin.stats().log.filter { $0.path.hasPrefix("/departed/row") }.map(\.path)
+        #expect(rows.isEmpty, "the departed client's view was served: \(rows)")
+    }
 }
+

@@ -259,8 +259,9 @@ final class Clients {
         pendingInput.insert(connection.id)
     }
 
-    /// The client went away without reading its replies: the requests it sent before it left are still carried out
-    /// (a `queue` is acknowledged work, a `get`'s fetch goes on), their replies dropped; then the connection closes.
+    /// The client went away without reading its replies: the requests it sent before it left that outlive it are
+    /// still carried out (a `queue` is acknowledged work, a `get`'s fetch goes on; `Command.outlivesClient`), their
+    /// replies dropped; then the connection closes.
     private func abandon(_ connection: Connection) {
         connection.discardOutput()
         var budget = Self.abandonedInputLimit

@@ -25,6 +25,15 @@ enum Command {
         var variant: VariantSpec?
     }
 
+    /// Whether carrying it out still matters once its client has gone: it changes what is fetched or kept (a `get`'s
+    /// fetch goes on). The others only answer, or change the client's own view, which goes with the client.
+    var outlivesClient: Bool {
+        switch self {
+        case .get, .queue, .change, .evictAll: true
+        case .ping, .status, .watch, .metrics, .formats, .info, .list, .view: false
+        }
+    }
+
     static let maximumViewRows = 100_000
     static let maximumVisibleRows = 1_000
     static let maximumLookAround = 1_000

@@ -158,6 +158,9 @@ final class Connection {
         ledger.buffered(line.count + 1)
     }
 
+    /// Whether the peer is gone: its output is dropped, and only the requests it left that outlive it are served.
+    var isAbandoned: Bool { discarding }
+
     /// Drops unsent output and whatever is sent from now on: the peer is gone.
     func discardOutput() {
         ledger.released(unsent)
