@@ -389,7 +389,8 @@ final class Daemon {
         switch answer {
         case .ready:
             do {
-                guard let entry = try justIndexed.flatMap({ $0.key == key ? $0 : nil }) ?? store.liveEntry(key) else {
+                let indexed = justIndexed?.key == key ? justIndexed : nil
+                guard let entry = try indexed ?? store.liveEntry(key) else {
                     return deliver(.failure(WireError(.internal, "the entry for \(key) vanished from the cache")),
                                    to: recipient, on: connection)
                 }

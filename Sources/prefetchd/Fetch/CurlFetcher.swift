@@ -59,8 +59,8 @@ final class CurlFetcher {
     /// Due once transfers ended: they are concluded together after the turn's events, so that the crash guard
     /// records a turn's worth in one commit.
     private var concludeTimer: LoopTimer!
-    /// Keys whose transfer ended and whose `onFinish` has not been called yet (held by the crash guard, or a failed
-    /// lookup being asked again).
+    /// Keys whose transfer ended and whose `onFinish` has not been called yet (concluded after the turn's events, held
+    /// by the crash guard, or a failed lookup being asked again).
     private var ending: Set<String> = []
     /// The background pool's download rate in all (bytes per second) while a condition says `slow`; nil for none.
     /// Enforced like the hold: over budget, the pool is not read until the budget is paid back (no curl rate limit,
