@@ -87,13 +87,23 @@ public struct ItemResult: Codable, Equatable, Sendable {
 
 /// The result of a batch operation.
 public struct BatchResult: Codable, Equatable, Sendable {
+    /// One per URL, in order; with `summary`, only those with an error.
     public var results: [ItemResult]
+    /// With `summary`: how many URLs ended in each status, all of them counted (keyed by `ItemStatus.rawValue`).
+    public var counts: [String: Int]?
     /// `evict` with `all`: how many entries went.
     public var evicted: Int?
 
-    public init(results: [ItemResult], evicted: Int? = nil) {
+    public init(results: [ItemResult], counts: [String: Int]? = nil, evicted: Int? = nil) {
         self.results = results
+        self.counts = counts
         self.evicted = evicted
+    }
+
+    /// The reply to a request that asked for a summary: the counts, and the results that carry an error.
+    public static func summary(of results: [ItemResult]) -> BatchResult {
+        BatchResult(results: results.filter { $0.error != nil },
+                    counts: results.reduce(into: [:]) { $0[$1.status.rawValue, default: 0] += 1 })
     }
 }
 

@@ -92,13 +92,16 @@ public struct Request: Codable, Equatable, Sendable {
     public var behind: Int?
     /// `queue`: fetch them now, as urgent work, even while background work is paused or slowed.
     public var now: Bool?
+    /// Batch ops: reply with how many URLs ended in each status, and the results of only those with an error.
+    public var summary: Bool?
 
     public static let maximumBatch = 10_000
 
     public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil,
                 maxStale: Int64? = nil, offline: Bool? = nil, all: Bool? = nil, size: String? = nil, fit: String? = nil,
                 format: String? = nil, quality: Int? = nil, upscale: Bool? = nil, append: Bool? = nil,
-                first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil, now: Bool? = nil) {
+                first: Int? = nil, last: Int? = nil, ahead: Int? = nil, behind: Int? = nil, now: Bool? = nil,
+                summary: Bool? = nil) {
         self.id = id
         self.op = op.rawValue
         self.url = url
@@ -118,10 +121,12 @@ public struct Request: Codable, Equatable, Sendable {
         self.ahead = ahead
         self.behind = behind
         self.now = now
+        self.summary = summary
     }
 
     enum CodingKeys: String, CodingKey {
         case id, op, url, urls, limit, offline, all, size, fit, format, quality, upscale, append, first, last, ahead, behind, now
+        case summary
         case maxStale = "max_stale"
     }
 }

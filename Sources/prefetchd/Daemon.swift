@@ -37,7 +37,7 @@ final class Daemon {
     /// Gives freed memory back to the system after a burst.
     var memory = MemoryTrimmer()
     /// `queue` requests of this turn, committed together at its end.
-    private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool)] = []
+    private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool, summary: Bool)] = []
     /// Writes the access times `Store.touch` collected, every 5 s.
     private var accessFlushTimer: LoopTimer!
     /// Runs the scheduler's retries and expiries when the earliest is due.
@@ -271,10 +271,10 @@ final class Daemon {
         case .get(let text, let variant, let offline, let staleAllowance):
             get(text, variant: variant, offline: offline, staleAllowance: staleAllowance, id: id, connection: connection,
                 now: now)
-        case .queue(let urls, let urgent): queueBatch.append((connection, id, urls, urgent))
+        case .queue(let urls, let urgent, let summary): queueBatch.append((connection, id, urls, urgent, summary))
         case .evictAll: evictAll(id, connection)
         case .view(let change): view(change, id: id, connection: connection, now: now)
-        case .change(let op, let urls): change(op, urls, id, connection, now: now)
+        case .change(let op, let urls, let summary): change(op, urls, summary: summary, id, connection, now: now)
         case .info(let text): info(text, id, connection, now: now)
         case .status: reply(connection, id, status())
         case .watch:
@@ -460,7 +460,9 @@ final class Daemon {
             }
             telemetry.queued(queued)
             if queued > 0 { backlog.queued() }
-            for (connection, id, results) in replies { reply(connection, id, BatchResult(results: results)) }
+            for (index, (connection, id, results)) in replies.enumerated() {
+                reply(connection, id, Self.batchResult(results, summary: batch[index].summary))
+            }
         } catch {
             store.rollback()
             let full = (error as? DatabaseError)?.isDiskFull == true

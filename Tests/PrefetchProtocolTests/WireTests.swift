@@ -34,6 +34,18 @@ struct LineBufferTests {
 
 @Suite("Wire types")
 struct WireTypeTests {
+    @Test("a batch summary counts every result by status and keeps only those with an error, in order")
+    func batchSummary() {
+        let refused = WireError(.invalidURL, "no scheme")
+        let results = [ItemResult(url: "a", key: "a", status: .queued), ItemResult(url: "x", status: .rejected, error: refused),
+                       ItemResult(url: "a", key: "a", status: .already), ItemResult(url: "b", key: "b", status: .queued),
+                       ItemResult(url: "y", status: .rejected, error: refused)]
+        let summary = BatchResult.summary(of: results)
+        #expect(summary.counts == ["queued": 2, "already": 1, "rejected": 2])
+        #expect(summary.results.map(\.url) == ["x", "y"])
+        #expect(BatchResult.summary(of: []) == BatchResult(results: [], counts: [:]))
+    }
+
     @Test("request ids may be numbers or strings and come back as they were")
     func requestIDs() throws {
         let decoder = JSONDecoder()

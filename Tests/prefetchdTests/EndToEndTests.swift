@@ -58,6 +58,33 @@ struct EndToEndTests {
         }
     }
 
+    @Test("queue with summary: the reply counts every status and lists only the URLs with an error; without it, one result per URL; prefetchctl queue prints the same counts")
+    func queueSummary() throws {
+        let origin = try Origin()
+        try origin.setDelay(30)  // nothing finishes while the test looks
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let a = origin.url("/summary/a.jpg"), b = origin.url("/summary/b.jpg")
+        let urls = [a, a, "ftp://example.com/x.jpg", b]
+        connection.send(#"{"id":1,"op":"queue","summary":true,"urls":["# + urls.map { "\"\($0)\"" }.joined(separator: ",") + "]}\n")
+        let summary = try #require(connection.receive()?["result"] as? [String: Any])
+        #expect(summary["counts"] as? [String: Int] == ["queued": 2, "already": 1, "rejected": 1])
+        let listed = try #require(summary["results"] as? [[String: Any]])
+        #expect(listed.count == 1 && listed.first?["url"] as? String == "ftp://example.com/x.jpg"
+                && listed.first?["status"] as? String == "rejected")
+
+        connection.send(#"{"id":2,"op":"queue","urls":["# + urls.map { "\"\($0)\"" }.joined(separator: ",") + "]}\n")
+        let full = try #require(connection.receive()?["result"] as? [String: Any])
+        #expect(full["counts"] == nil)
+        #expect((full["results"] as? [[String: Any]])?.map { $0["status"] as? String } == ["already", "already", "rejected", "already"])
+
+        let cli = daemon.ctl(arguments: ["queue", origin.url("/summary/c.jpg"), a, "ftp://example.com/y.jpg"])
+        #expect(cli.status == 4)
+        #expect(cli.stderr.contains("ftp://example.com/y.jpg: scheme_not_allowed"))
+        #expect(cli.stderr.contains("1 queued, 1 already, 1 rejected"), "\(cli.stderr)")
+    }
+
     @Test("kill -9 right after queue of 1,000 URLs: after a restart all are queued or cached, the index is sound")
     func crashAfterQueue() throws {
         let origin = try Origin()

@@ -6,10 +6,11 @@ enum BatchCommand {
     /// Requests in flight at once.
     static let inFlight = 8
 
-    /// A part of the list: sent and awaiting its reply, or with its results.
+    /// A part of the list: sent and awaiting its reply, or with its results (and, for a summary, its counts).
     private struct Part {
         var id: Int64?
         var results: [ItemResult]?
+        var counts: [String: Int]?
     }
 
     static func run(_ op: Operation, _ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
@@ -24,6 +25,8 @@ enum BatchCommand {
         }
         // Watching starts before the first `queue` request, so no event about these URLs can be missed.
         let waiter = arguments.wait ? try QueueWait(arguments) : nil
+        // A plain `queue` shows counts and errors only: the daemon sends just those (`summary`), not a result per URL.
+        let summary = op == .queue && !arguments.json && waiter == nil
         var parts = URLParts(arguments.urls().makeIterator())
         var pending: [Part] = []
         var tally: [ItemStatus: Int] = [:]
@@ -38,18 +41,23 @@ enum BatchCommand {
                 }
                 total += urls.count
                 do throws(CLIError) {
-                    pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls,
-                                                                    now: arguments.now ? true : nil))))
+                    pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls, now: arguments.now ? true : nil,
+                                                                    summary: summary ? true : nil))))
                 } catch {
                     // Only a URL too long for any request line is refused before sending; it went alone.
                     guard case .failed(let refusal) = error else { throw error }
                     pending.append(Part(results: urls.map { ItemResult(url: $0, status: .rejected, error: refusal) }))
                 }
             }
-            while let results = pending.first?.results {
+            while let part = pending.first, let results = part.results {
                 pending.removeFirst()
+                // A daemon that does not know `summary` sends every result, and no counts. A part holds at most
+                // `maximumBatch` URLs, so no count can be larger (nor the sum overflow).
+                for (status, count) in part.counts ?? [:] {
+                    tally[ItemStatus(rawValue: status), default: 0] += min(max(count, 0), Request.maximumBatch)
+                }
                 for item in results {
-                    tally[item.status, default: 0] += 1
+                    if part.counts == nil { tally[item.status, default: 0] += 1 }
                     waiter?.track(item)
                     if let error = item.error, item.status == .rejected {
                         exitCode = max(exitCode, ExitCode.rejected)
@@ -66,7 +74,9 @@ enum BatchCommand {
             let received: (id: Int64?, line: [UInt8])?
             if let waiter { received = try waiter.receive(client) } else { received = try client.receive() }
             guard let reply = received, let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
-            pending[index].results = try client.decode(BatchResult.self, reply.line).results
+            let result = try client.decode(BatchResult.self, reply.line)
+            pending[index].results = result.results
+            pending[index].counts = result.counts
         }
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }

@@ -7,10 +7,10 @@ enum Command {
     case ping, status, watch, metrics, formats
     /// `get`: one URL, the variant to make of it, and how stale an answer may be.
     case get(url: String, variant: VariantSpec?, offline: Bool, staleAllowance: Int64?)
-    /// `queue`: for the background lane, or urgent at once with `now`.
-    case queue(urls: [String], now: Bool)
+    /// `queue`: for the background lane, or urgent at once with `now`; `summary`: the reply counts (`BatchResult`).
+    case queue(urls: [String], now: Bool, summary: Bool)
     /// `demote`, `promote`, `cancel` or `evict` of some URLs.
-    case change(Operation, urls: [String])
+    case change(Operation, urls: [String], summary: Bool)
     /// `evict` with `all`.
     case evictAll
     case info(url: String)
@@ -51,11 +51,11 @@ enum Command {
             self = .get(url: url, variant: try Self.variantSpec(request), offline: request.offline == true,
                         staleAllowance: staleAllowance)
         case .queue:
-            self = .queue(urls: try Self.batch(request, op), now: request.now == true)
+            self = .queue(urls: try Self.batch(request, op), now: request.now == true, summary: request.summary == true)
         case .evict where request.all == true:
             self = .evictAll
         case .demote, .promote, .cancel, .evict:
-            self = .change(op, urls: try Self.batch(request, op))
+            self = .change(op, urls: try Self.batch(request, op), summary: request.summary == true)
         case .info:
             self = .info(url: try Self.required(request.url, "url", op))
         case .list:

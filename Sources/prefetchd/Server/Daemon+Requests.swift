@@ -15,7 +15,12 @@ extension Daemon {
         }
     }
 
-    func change(_ op: Operation, _ urls: [String], _ id: RequestID?, _ connection: Connection, now: Int64) {
+    /// A batch's reply: every result, or the summary the client asked for.
+    static func batchResult(_ results: [ItemResult], summary: Bool) -> BatchResult {
+        summary ? .summary(of: results) : BatchResult(results: results)
+    }
+
+    func change(_ op: Operation, _ urls: [String], summary: Bool, _ id: RequestID?, _ connection: Connection, now: Int64) {
         let inUse = op == .evict ? keysInUse : []
         let results = urls.map { text -> ItemResult in
             do {
@@ -25,7 +30,7 @@ extension Daemon {
                 return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
             }
         }
-        reply(connection, id, BatchResult(results: results))
+        reply(connection, id, Self.batchResult(results, summary: summary))
     }
 
     func info(_ text: String, _ id: RequestID?, _ connection: Connection, now: Int64) {
