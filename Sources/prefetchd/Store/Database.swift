@@ -15,7 +15,9 @@ struct DatabaseError: Error, CustomStringConvertible {
 /// One SQLite connection, confined to the loop thread.
 final class Database {
     fileprivate let handle: OpaquePointer
-    private var statements: [String: Statement] = [:]
+    /// Prepared statements by the address of their SQL text: each is a literal, so the address names it, and finding
+    /// one hashes a word, not the text.
+    private var statements: [UInt: Statement] = [:]
 
     init(path: String) throws(DatabaseError) {
         var db: OpaquePointer?
@@ -48,13 +50,14 @@ final class Database {
     }
 
     /// A prepared statement for `sql`, cached for reuse.
-    func statement(_ sql: String) throws(DatabaseError) -> Statement {
-        if let cached = statements[sql] {
+    func statement(_ sql: StaticString) throws(DatabaseError) -> Statement {
+        let address = UInt(bitPattern: sql.utf8Start)
+        if let cached = statements[address] {
             cached.reset()
             return cached
         }
-        let prepared = try Statement(database: self, sql: sql)
-        statements[sql] = prepared
+        let prepared = try Statement(database: self, sql: sql.description)
+        statements[address] = prepared
         return prepared
     }
 
@@ -98,13 +101,7 @@ final class Statement {
     func bind(_ values: (any SQLValue)?...) -> Statement {
         for (index, value) in values.enumerated() {
             let position = Int32(index + 1)
-            switch value {
-            case nil: sqlite3_bind_null(handle, position)
-            case let int as Int64: sqlite3_bind_int64(handle, position, int)
-            case let int as Int: sqlite3_bind_int64(handle, position, Int64(int))
-            case let text as String: pf_sqlite3_bind_text_copy(handle, position, text)
-            default: preconditionFailure("unsupported SQL value \(String(describing: value))")
-            }
+            if let value { value.bind(to: handle, at: position) } else { sqlite3_bind_null(handle, position) }
         }
         return self
     }
@@ -132,7 +129,19 @@ final class Statement {
 }
 
 /// Values `Statement.bind` accepts.
-protocol SQLValue {}
-extension Int64: SQLValue {}
-extension Int: SQLValue {}
-extension String: SQLValue {}
+/// What a statement binds: each type binds itself, with no cast per value.
+protocol SQLValue {
+    func bind(to statement: OpaquePointer, at position: Int32)
+}
+
+extension Int64: SQLValue {
+    func bind(to statement: OpaquePointer, at position: Int32) { sqlite3_bind_int64(statement, position, self) }
+}
+
+extension Int: SQLValue {
+    func bind(to statement: OpaquePointer, at position: Int32) { sqlite3_bind_int64(statement, position, Int64(self)) }
+}
+
+extension String: SQLValue {
+    func bind(to statement: OpaquePointer, at position: Int32) { pf_sqlite3_bind_text_copy(statement, position, self) }
+}

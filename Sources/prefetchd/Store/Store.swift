@@ -231,7 +231,7 @@ final class Store {
     func flushAccesses() throws(DatabaseError) {
         guard !touched.isEmpty else { return }
         try write()
-        let update = "UPDATE entries SET last_access = ?2, hits = hits + 1 WHERE key = ?1"
+        let update: StaticString = "UPDATE entries SET last_access = ?2, hits = hits + 1 WHERE key = ?1"
         for (key, time) in touched { try db.statement(update).bind(key, time).run() }
         touched.removeAll()
     }
@@ -431,7 +431,7 @@ final class Store {
     /// that read what a server sent): if the process dies before `finishedWorking`, the next start knows.
     func startWorking(_ keys: [String]) throws(DatabaseError) {
         try write()
-        let insert = "INSERT INTO working(key, deaths, active) VALUES (?1, 0, 1) ON CONFLICT(key) DO UPDATE SET active = 1"
+        let insert: StaticString = "INSERT INTO working(key, deaths, active) VALUES (?1, 0, 1) ON CONFLICT(key) DO UPDATE SET active = 1"
         for key in keys { try db.statement(insert).bind(key).run() }
         try commit()
     }
