@@ -39,9 +39,10 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
 
     public static let maximumLength = 8192
     static let defaultPorts = ["http": 80, "https": 443]
+    public static let webSchemes: Set<String> = ["http", "https"]
 
     /// Parses `text`, accepting only the `allowedSchemes` (lowercase).
-    public init(_ text: String, allowedSchemes: Set<String> = ["http", "https"]) throws(ParseError) {
+    public init(_ text: String, allowedSchemes: Set<String> = webSchemes) throws(ParseError) {
         var bytes = Array(text.utf8)
         while let last = bytes.last, last == 0x20 || last == 0x09 || last == 0x0A || last == 0x0D { bytes.removeLast() }
         let leading = bytes.prefix { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }.count
@@ -69,7 +70,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         rest = rest[authorityEnd...]
         var userinfo: [UInt8]? = nil
         if let at = authority.lastIndex(of: UInt8(ascii: "@")) {
-            userinfo = Self.normalisePercent(authority[authority.startIndex..<at], keep: Self.userinfoChars)
+            userinfo = Self.normalisePercent(authority[authority.startIndex..<at], keep: .userinfo)
             authority = authority[(at + 1)...]
         }
         let (host, port) = try Self.parseHostPort(authority, scheme: scheme)
@@ -78,11 +79,11 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         let fragmentStart = rest.firstIndex(of: UInt8(ascii: "#")) ?? rest.endIndex
         rest = rest[rest.startIndex..<fragmentStart]
         let queryStart = rest.firstIndex(of: UInt8(ascii: "?")) ?? rest.endIndex
-        var path = Self.normalisePercent(rest[rest.startIndex..<queryStart], keep: Self.pathChars)
+        var path = Self.normalisePercent(rest[rest.startIndex..<queryStart], keep: .path)
         path = Self.removeDotSegments(path)
         if path.isEmpty { path = [UInt8(ascii: "/")] }
         let query = queryStart < rest.endIndex
-            ? Self.normalisePercent(rest[(queryStart + 1)...], keep: Self.queryChars) : nil
+            ? Self.normalisePercent(rest[(queryStart + 1)...], keep: .query) : nil
 
         var key = Array(scheme.utf8) + Array("://".utf8)
         if let userinfo { key += userinfo + [UInt8(ascii: "@")] }
@@ -103,7 +104,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
     /// A `%` that starts no escape (`%zz`, a final `%`) stays as it was sent: escaping it would ask for another URL.
     /// An escape right after such a `%` stays encoded when decoding it would make a new escape with that `%`
     /// (`%%41` must not become `%A`), so a key parses to itself.
-    private static func normalisePercent(_ bytes: ArraySlice<UInt8>, keep: (UInt8) -> Bool) -> [UInt8] {
+    private static func normalisePercent(_ bytes: ArraySlice<UInt8>, keep: ByteClass) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var loneSign: Int? = nil   // where the last `%` that starts no escape went in `out`
@@ -111,7 +112,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         while i < bytes.endIndex {
             let b = bytes[i]
             guard b == UInt8(ascii: "%") else {
-                if keep(b) { out.append(b) } else { appendEscape(b, to: &out) }
+                if keep.contains(b) { out.append(b) } else { appendEscape(b, to: &out) }
                 i += 1
                 continue
             }
@@ -135,7 +136,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
 
     /// RFC 3986 section 5.2.4.
     private static func removeDotSegments(_ path: [UInt8]) -> [UInt8] {
-        guard path.contains(UInt8(ascii: ".")) else { return path }
+        guard hasDotSegment(path) else { return path }
         let absolute = path.first == UInt8(ascii: "/")
         let segments = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst(absolute ? 1 : 0)
         var output: [ArraySlice<UInt8>] = []
@@ -157,10 +158,24 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         return result
     }
 
-    private static func appendEscape(_ b: UInt8, to out: inout [UInt8]) {
-        let hex = Array("0123456789ABCDEF".utf8)
-        out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 0xF)]]
+    /// Whether a segment of `path` is `.` or `..` (a dot in a name, `a.jpg`, is none).
+    private static func hasDotSegment(_ path: [UInt8]) -> Bool {
+        let dot = UInt8(ascii: "."), slash = UInt8(ascii: "/")
+        var start = 0
+        while start <= path.count {
+            let end = path[start...].firstIndex(of: slash) ?? path.count
+            let length = end - start
+            if (length == 1 || length == 2), path[start..<end].allSatisfy({ $0 == dot }) { return true }
+            start = end + 1
+        }
+        return false
     }
+
+    private static func appendEscape(_ b: UInt8, to out: inout [UInt8]) {
+        out += [UInt8(ascii: "%"), hexDigits[Int(b >> 4)], hexDigits[Int(b & 0xF)]]
+    }
+
+    private static let hexDigits = Array("0123456789ABCDEF".utf8)
 
     static func hexValue(_ b: UInt8) -> UInt8? {
         switch b {
@@ -179,7 +194,18 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         isAlpha(b) || isDigit(b) || b == 0x2D || b == 0x2E || b == 0x5F || b == 0x7E
     }
     static func isSubDelim(_ b: UInt8) -> Bool { "!$&'()*+,;=".utf8.contains(b) }
-    static func userinfoChars(_ b: UInt8) -> Bool { isUnreserved(b) || isSubDelim(b) || b == 0x3A }
-    static func pathChars(_ b: UInt8) -> Bool { userinfoChars(b) || b == 0x40 || b == 0x2F }
-    static func queryChars(_ b: UInt8) -> Bool { pathChars(b) || b == 0x3F }
+
+    /// The bytes a part of the URL keeps as they are (RFC 3986); any other is percent-encoded. Looked up in a table
+    /// made once: a byte is tested for each byte of every URL.
+    struct ByteClass {
+        private let member: [Bool]
+
+        init(_ test: (UInt8) -> Bool) { member = (0...255).map { test(UInt8($0)) } }
+
+        func contains(_ b: UInt8) -> Bool { member[Int(b)] }
+
+        static let userinfo = ByteClass { isUnreserved($0) || isSubDelim($0) || $0 == 0x3A }
+        static let path = ByteClass { userinfo.contains($0) || $0 == 0x40 || $0 == 0x2F }
+        static let query = ByteClass { path.contains($0) || $0 == 0x3F }
+    }
 }
