@@ -33,11 +33,11 @@ final class CrashGuard {
     /// URLs that died twice in a row, found at start-up.
     let quarantine: [String]
 
-    /// Whether a risky step may start now: always, unless suspects are being singled out and one runs already.
-    var isFree: Bool { suspects.isEmpty || active.isEmpty }
-
     /// How many risky steps may start together now: any number, or one at a time while suspects are singled out.
     var room: Int { suspects.isEmpty ? .max : (active.isEmpty ? 1 : 0) }
+
+    /// Whether a risky step may start now.
+    var isFree: Bool { room > 0 }
 
     /// Runs `step` now if `isFree`, else once the running steps have ended.
     func whenFree(_ step: @escaping () -> Void) {

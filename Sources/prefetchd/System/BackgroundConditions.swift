@@ -115,25 +115,16 @@ final class BackgroundConditions {
 /// clock says so, not after the time that elapsed, and it fires at once when the clock is set (the owner then
 /// decides again and sets the next time).
 final class WallClockTimer {
-    private let fd: Int32
-    private weak var loop: EventLoop?
+    private let timer: LoopDescriptor
+    private var fd: Int32 { timer.fd }
 
     init(loop: EventLoop, handler: @escaping () -> Void) throws(SystemError) {
         let fd = try syscall("timerfd_create") { timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) }
-        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { _ in
+        timer = try LoopDescriptor(fd, on: loop) { _ in
             var expirations: UInt64 = 0
             _ = read(fd, &expirations, 8)  // ECANCELED when the clock was set: the handler decides again all the same
             handler()
         }
-        self.fd = fd
-        self.loop = loop
-    }
-
-    /// Leaves the loop before closing: a registration left behind would hand the next descriptor with this number
-    /// (a connection's socket) to this handler, which reads from it.
-    deinit {
-        loop?.remove(fd)
-        close(fd)
     }
 
     func fire(atUnixMilliseconds milliseconds: Int64) {

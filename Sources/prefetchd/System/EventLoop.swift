@@ -124,3 +124,23 @@ final class EventLoop {
         }
     }
 }
+
+/// A descriptor the loop watches for reading, owned: released, it leaves the loop, then closes. The loop keys its
+/// handlers by number, which the kernel hands out again once closed, so a registration left behind would give the
+/// next descriptor with that number (a connection's socket) to the old handler.
+final class LoopDescriptor {
+    let fd: Int32
+    private weak var loop: EventLoop?
+
+    /// Takes `fd`, closed on release (also when registering it fails).
+    init(_ fd: Int32, on loop: EventLoop, handler: @escaping EventLoop.Handler) throws(SystemError) {
+        self.fd = fd
+        try loop.add(fd, events: UInt32(EPOLLIN.rawValue), handler: handler)
+        self.loop = loop
+    }
+
+    deinit {
+        loop?.remove(fd)
+        close(fd)
+    }
+}

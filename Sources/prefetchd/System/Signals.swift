@@ -3,8 +3,7 @@ import Glibc
 
 /// SIGTERM, SIGINT and SIGHUP delivered through a signalfd to the loop; SIGPIPE ignored.
 final class SignalWatcher {
-    private let fd: Int32
-    private weak var loop: EventLoop?
+    private let signals: LoopDescriptor
 
     /// Blocks the signals (call before any thread starts) and reports each one to `handler` on the loop thread.
     init(loop: EventLoop, handler: @escaping (Int32) -> Void) throws(SystemError) {
@@ -13,19 +12,12 @@ final class SignalWatcher {
         sigemptyset(&set)
         for signal in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, signal) }
         pthread_sigmask(SIG_BLOCK, &set, nil)
-        fd = try syscall("signalfd") { signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC)) }
-        try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [fd] _ in
+        let fd = try syscall("signalfd") { signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC)) }
+        signals = try LoopDescriptor(fd, on: loop) { _ in
             var info = signalfd_siginfo()
             while read(fd, &info, MemoryLayout<signalfd_siginfo>.size) == MemoryLayout<signalfd_siginfo>.size {
                 handler(Int32(info.ssi_signo))
             }
         }
-        self.loop = loop
-    }
-
-    /// Leaves the loop before closing (see `WallClockTimer`).
-    deinit {
-        loop?.remove(fd)
-        close(fd)
     }
 }

@@ -21,8 +21,8 @@ final class WorkerPool {
         self.loop = loop
     }
 
-    /// Leaves the loop (see `WallClockTimer`): the handler holds this pool unowned. The mailbox closes the eventfd
-    /// once the last job still running has posted to it.
+    /// Leaves the loop (see `LoopDescriptor`, which cannot own this descriptor: it must stay open while a job may
+    /// post): the handler holds this pool unowned. The mailbox closes the eventfd once the last job has posted.
     deinit { loop?.remove(finished.eventFD) }
 
     /// Runs `work` on a worker, then `completion` with its result on the loop thread.
