@@ -15,6 +15,8 @@ They assert order and connections from nginx's access log (its `$connection` id 
      byte counter, HTTP/2 and HTTP/1.1)
   6  on a path smaller than background_window (30 ms, 10 Mbit/s: 37.5 KB), the window the background connection
      announces follows the path, not the buffer (the server's `snd_wnd` in `ss`), while the download goes on
+  7  on HTTP/1.1, after urgent work the background connection announces a quarter of its window, and its whole
+     window again once no urgent work came for 3 s (the server's `snd_wnd`), while the download goes on
 
 Brings up one lab (lab/README.md) named `labtest`, starts a fresh daemon per test in its client namespace (a
 directory of its own under one temporary directory), prints one line per test with what was expected and what was
@@ -62,6 +64,9 @@ LARGE = "/large/20M.bin"  # test 3: about 8 s on the lab's link, so the promotio
 PROMOTE_AFTER = 256 * 1024  # test 3: bytes the background transfer has received before the urgent get
 SMALL_PATH = dict(delay_ms=15, rate_mbit=10)  # test 6: 37.5 KB in flight fill it
 SMALL_PATH_WINDOW = 96 * 1024  # test 6: at most, against about 160 KB announced for the default 128K
+RECENCY = 3.0  # test 7: seconds after urgent work that HTTP/1.1 background connections keep a small window
+QUARTER_WINDOW = 48 * 1024  # test 7: at most, against about 40 KB announced for a quarter of the default 128K
+WHOLE_WINDOW = 96 * 1024  # test 7: at least, against about 160 KB announced for the default 128K
 WAIT = 60  # seconds any one step may take before the test gives up (a failure, not a timing assertion)
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                    "NO_PROXY")
@@ -536,6 +541,62 @@ class Run:
             ("the download goes on", "%d bytes in 1 s (the path: 1.25 MB/s)" % grew, grew > 0),
         ], daemon.log_tail())
 
+    # ---- 7: HTTP/1.1 keeps a small window while urgent work is recent
+
+    def server_windows(self, port, peer=None, samples=5):
+        """The `snd_wnd` of the server's established connections on `port` (only the one to client port `peer`),
+        sampled `samples` times 0.1 s apart; also the client ports seen."""
+        windows, peers = [], set()
+        for _ in range(samples):
+            out = self.net.run("server", ["ss", "-tniH", "state", "established", "( sport = :%d )" % port],
+                               capture_output=True, text=True).stdout
+            for connection, info in re.findall(r"^\s*\S+\s+\S+\s+\S+\s+\S+:(\d+)\s*\n(.*)$", out, re.M):
+                peers.add(int(connection))
+                window = re.search(r"snd_wnd:(\d+)", info)
+                if window and (peer is None or int(connection) == peer):
+                    windows.append(int(window.group(1)))
+            time.sleep(0.1)
+        return windows, peers
+
+    def test_recent_urgency(self, name, started):
+        tag = "t7"
+        port = lab.PORTS["https_h1"]
+        url = self.net.url(LARGE, "https_h1") + "?%s-bg" % tag
+        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
+        rc, _, err = daemon.ctl_run("queue", url)
+        if rc != 0:
+            raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
+
+        def received():
+            t = next((t for t in daemon.call("list")["tasks"] if t["url"] == url), None)
+            if t is None:
+                raise TestFailure("the download ended before the test: %s" % daemon.log_tail())
+            return t.get("bytes", 0) if t["state"] == "running" else 0
+        self.poll("%s 1 MB into its download" % LARGE, lambda: received() >= 1024 * 1024)
+        before, peers = self.server_windows(port)
+        if len(peers) != 1:
+            raise TestFailure("expected one background connection before the get, saw client ports %s" % peers)
+        background = peers.pop()
+        rc, answer, err = daemon.get_json(self.url("https_h1", tag, 0))
+        ended = time.monotonic()
+        time.sleep(0.5)  # the hold's grace (75 ms) and a few round trips
+        bytes_before = received()
+        recent, _ = self.server_windows(port, background)
+        moved = received() - bytes_before
+        time.sleep(max(0, ended + RECENCY + 0.7 - time.monotonic()))
+        later, _ = self.server_windows(port, background)
+        daemon.stop()
+        self.record(name, started, [
+            ("the get succeeds", "exit %d %s" % (rc, answer.get("error", "") or err.strip()), rc == 0 and "path" in answer),
+            ("before it, the background connection announces >= %d bytes" % WHOLE_WINDOW, "snd_wnd %s" % before,
+             len(before) == 5 and max(before) >= WHOLE_WINDOW),
+            ("within %g s after it, <= %d, and the download goes on" % (RECENCY, QUARTER_WINDOW),
+             "snd_wnd %s, %d bytes meanwhile" % (recent, moved), len(recent) == 5 and max(recent) <= QUARTER_WINDOW
+             and moved > 0),
+            ("%g s after it, >= %d again" % (RECENCY, WHOLE_WINDOW), "snd_wnd %s" % later,
+             len(later) == 5 and max(later) >= WHOLE_WINDOW),
+        ], daemon.log_tail())
+
     def main(self, only):
         tests = [
             ("1", "an urgent get made while background transfers are held never shares their connection",
@@ -554,6 +615,8 @@ class Run:
              list(ORIGINS)),
             ("6", "on a path smaller than background_window the background window follows the path",
              self.test_small_path, [None]),
+            ("7", "on HTTP/1.1 the background window is a quarter while urgent work is recent",
+             self.test_recent_urgency, [None]),
         ]
         started = time.monotonic()
         self.net = lab.Lab(name=LAB_NAME, images=IMAGES, **LINK)

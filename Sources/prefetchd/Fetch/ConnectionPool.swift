@@ -26,6 +26,8 @@ final class ConnectionPool {
     private var curlTimer: LoopTimer!
     private var idleTimer: LoopTimer!
     private(set) var isHeld = false
+    /// The pool's sockets that transfers use now.
+    var sockets: Dictionary<Int32, UInt32>.Keys { interest.keys }
     /// Called after curl ran, to collect the transfers that ended.
     var afterAction: () -> Void = {}
     /// Called after curl read a socket that had data.

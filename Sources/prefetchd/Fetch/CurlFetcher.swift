@@ -39,6 +39,12 @@ final class CurlFetcher {
     /// that urgent work coming at once (a client's next get) does not meet the window the background connections
     /// open on release.
     private var releaseTimer: LoopTimer!
+    /// Due `urgentRecency` after a hold for urgent work ended, while no other began: HTTP/1.1 background connections
+    /// take their full window again (`PathWindows.setUrgentRecent`).
+    private var calmTimer: LoopTimer!
+    /// How long after urgent work HTTP/1.1 background connections keep a small window (ms): a person's next get, the
+    /// next screen of a scrolling list, usually comes within this.
+    static let urgentRecency: Int64 = 3_000
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
     private var letGoTimer: LoopTimer!
     /// Background transfers that let go of their connections during a hold, to start again when it ends.
@@ -124,9 +130,9 @@ final class CurlFetcher {
             for transfer in reached where self.transfers[transfer.key] === transfer { self.onTail(transfer.key) }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
-        releaseTimer = loop.makeTimer { [unowned self] in
-            self.backgroundHeld = false
-            self.updateHold()
+        releaseTimer = loop.makeTimer { [unowned self] in self.releaseBackground() }
+        calmTimer = loop.makeTimer { [unowned self] in
+            self.pathWindows.setUrgentRecent(false, live: self.slowPool.sockets)
         }
         concludeTimer = loop.makeTimer { [unowned self] in self.concludeHeld() }
         rateTimer = loop.makeTimer { [unowned self] in
@@ -222,15 +228,23 @@ final class CurlFetcher {
     func holdBackground(_ held: Bool) {
         if held {
             releaseTimer.cancel()
+            calmTimer.cancel()
             backgroundHeld = true
             return updateHold()
         }
+        guard backgroundHeld else { return updateHold() }
         let grace = min(Self.longestReleaseGrace, slowPool.longestRoundTrip() * 3 / 2)
-        guard grace > 0, backgroundHeld else {
-            backgroundHeld = false
-            return updateHold()
-        }
+        guard grace > 0 else { return releaseBackground() }
         releaseTimer.schedule(at: monotonicMilliseconds() + grace)
+    }
+
+    /// Ends a hold for urgent work. HTTP/1.1 background connections get their small window before the loop reads
+    /// what they held, so the window they reopen is the small one.
+    private func releaseBackground() {
+        backgroundHeld = false
+        pathWindows.setUrgentRecent(true, live: slowPool.sockets)
+        calmTimer.schedule(at: monotonicMilliseconds() + Self.urgentRecency)
+        updateHold()
     }
 
     /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.

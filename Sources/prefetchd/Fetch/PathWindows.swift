@@ -14,12 +14,21 @@ import Glibc
 ///
 /// A connection is sampled after the loop read it, at most once per two round trips (shorter spans see the link's
 /// bursts, not its rate); no sample spans a hold. The first samples, in slow start, change nothing. Connections that
-/// turn out not to multiplex, or whose path is shorter than `shortestPath`, are not followed (`unfollow`).
+/// turn out not to multiplex (`serial`), or whose path is shorter than `shortestPath`, are not followed.
+///
+/// Connections that do not multiplex (HTTP/1.1) send each next request only after the last byte, into a window read
+/// empty, and the server answers with all of it at once: an urgent response that meets such a burst shares the link
+/// with it and overflows the bottleneck. So while urgent work is recent (`urgentIsRecent`) they keep a quarter of
+/// the ceiling, and their bursts with it.
 final class PathWindows {
     private struct Connection {
         /// The buffer set (`background_window` at first) and the most it may be.
         var buffer: Int32
         let ceiling: Int32
+        /// False once the connection turned out to be too short a path or not to multiplex.
+        var follows = true
+        /// The connection does not multiplex (`serial`).
+        var serial = false
         /// Monotonic µs and `tcpi_bytes_received` of the last sample; nil until the next read sets them.
         var last: (time: Int64, bytes: UInt64)?
         /// The minimum round trip (µs) at the last sample: reads sooner than two of it after the sample ask the
@@ -32,6 +41,8 @@ final class PathWindows {
     }
 
     private var connections: [Int32: Connection] = [:]
+    /// Whether urgent work ran a short while ago: connections that do not multiplex keep a small window.
+    private var urgentIsRecent = false
     /// The window over the path's estimate: room to grow, and at most this much less one round trip queued.
     static let gain = 1.25
     /// The window Linux announces for a receive buffer of 1 byte (the overhead of its accounting aside).
@@ -51,7 +62,7 @@ final class PathWindows {
 
     /// The loop read `fd`: a delivery sample if two round trips passed since the last one.
     func read(_ fd: Int32) {
-        guard var connection = connections[fd], !connection.lifted else { return }
+        guard var connection = connections[fd], connection.follows, !connection.lifted else { return }
         let now = Self.microseconds()
         if let last = connection.last, now - last.time < 2 * connection.minRTT { return }
         // Samples start once the connection is up and has a round trip: curl may read a socket still connecting, whose
@@ -62,7 +73,12 @@ final class PathWindows {
             connection.last = (now, info.bytes_received)
             return connections[fd] = connection
         }
-        guard info.min_rtt >= Self.shortestPath else { return unfollow(fd) }
+        guard info.min_rtt >= Self.shortestPath else {
+            // Too short a path: the ceiling.
+            connection.follows = false
+            connections[fd] = connection
+            return setBuffer(fd, connection.ceiling)
+        }
         let elapsed = now - last.time
         guard elapsed >= 2 * connection.minRTT else { return connections[fd] = connection }
         connection.last = (now, info.bytes_received)
@@ -88,13 +104,39 @@ final class PathWindows {
         return connection.buffer
     }
 
-    /// A connection that does not multiplex (HTTP/1.1) keeps its ceiling. It idles a round trip between files, so
-    /// its delivery per round trip understates the path: the windows shrank with each file, and a serial drain on
-    /// 10 ms / 100 Mbit/s fell to 0.87 × curl's; measured only inside responses, files under two round trips gave
-    /// no sample, and the drains were no better.
-    func unfollow(_ fd: Int32) {
-        guard let connection = connections.removeValue(forKey: fd) else { return }
-        if connection.buffer != connection.ceiling { setReceiveBuffer(fd, connection.ceiling) }
+    /// A connection that does not multiplex (HTTP/1.1) is not followed: it keeps its ceiling, or a quarter of it
+    /// while urgent work is recent. It idles a round trip between files, so its delivery per round trip understates
+    /// the path: the windows shrank with each file, and a serial drain on 10 ms / 100 Mbit/s fell to 0.87 × curl's;
+    /// measured only inside responses, files under two round trips gave no sample, and the drains were no better.
+    func serial(_ fd: Int32) {
+        guard var connection = connections[fd] else { return }
+        connection.follows = false
+        connection.serial = true
+        connections[fd] = connection
+        if !connection.lifted { setSerialBuffer(fd) }
+    }
+
+    /// Urgent work ended (true), or none came for a while (false). `live` are the sockets in use now (`connections`
+    /// may still name closed ones, whose numbers other sockets took); a serial connection idle meanwhile takes the
+    /// change when its next response starts (`serial`), after one burst of the size it had.
+    func setUrgentRecent(_ recent: Bool, live: some Sequence<Int32>) {
+        guard recent != urgentIsRecent else { return }
+        urgentIsRecent = recent
+        for fd in live { if let connection = connections[fd], connection.serial, !connection.lifted { setSerialBuffer(fd) } }
+    }
+
+    /// Sets the buffer a connection that does not multiplex has now: set before the loop reads what a hold kept
+    /// (`CurlFetcher`), so the window it reopens is already the small one.
+    private func setSerialBuffer(_ fd: Int32) {
+        guard let ceiling = connections[fd]?.ceiling else { return }
+        setBuffer(fd, urgentIsRecent ? max(min(Self.smallest, ceiling), ceiling / 4) : ceiling)
+    }
+
+    /// Sets `fd`'s buffer unless it has that one.
+    private func setBuffer(_ fd: Int32, _ buffer: Int32) {
+        guard let connection = connections[fd], buffer != connection.buffer else { return }
+        setReceiveBuffer(fd, buffer)
+        connections[fd]?.buffer = buffer
     }
 
     /// A hold began or ended: no sample spans it.
@@ -105,13 +147,16 @@ final class PathWindows {
     /// A transfer promoted in place on `fd` has its own buffer there (`Transfer.urgentWindow`): not followed.
     func lift(_ fd: Int32) { connections[fd]?.lifted = true }
 
-    /// Its connection is background work's again: followed from the buffer it had. False for one not followed.
+    /// Its connection is background work's again, with the buffer it had or, not multiplexing, the one it has now.
+    /// False for a connection this does not know.
     func restore(_ fd: Int32) -> Bool {
         guard var connection = connections[fd] else { return false }
         connection.lifted = false
         connection.last = nil
-        setReceiveBuffer(fd, connection.buffer)
         connections[fd] = connection
+        // The transfer's own buffer is on the socket now.
+        connections[fd]?.buffer = Transfer.urgentWindow
+        if connection.serial { setSerialBuffer(fd) } else { setBuffer(fd, connection.buffer) }
         return true
     }
 

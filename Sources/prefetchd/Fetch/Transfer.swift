@@ -256,7 +256,7 @@ final class Transfer {
             var version = 0
             pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
             multiplexed = version >= Int(CURL_HTTP_VERSION_2_0)
-            if !multiplexed, pool == .slow { pathWindows?.unfollow(socket) }
+            if !multiplexed, pool == .slow { pathWindows?.serial(socket) }
             onBodyStart(self, validator)
         }
         let count = Int64(data.count)

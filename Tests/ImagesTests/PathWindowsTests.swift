@@ -1,0 +1,99 @@
+import Glibc
+import Testing
+@testable import prefetchd
+
+/// The receive buffers PathWindows gives background connections, read back from real sockets (Linux reports twice
+/// the buffer set). What the buffers do on the wire is lab test 7 (`make lab-test`).
+@Suite struct PathWindowsTests {
+    static let ceiling: Int32 = 128 << 10
+
+    /// A TCP socket, closed by the caller.
+    func socketWithCeiling(_ windows: PathWindows) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        setReceiveBuffer(fd, Self.ceiling)
+        windows.opened(fd, buffer: Self.ceiling)
+        return fd
+    }
+
+    func buffer(_ fd: Int32) -> Int32 {
+        var size: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, &length)
+        return size / 2
+    }
+
+    @Test("an HTTP/1.1 background connection keeps a quarter of its window while urgent work is recent, the whole window before and after")
+    func serialConnectionShrinksWhileUrgentWorkIsRecent() throws {
+        let windows = PathWindows()
+        let fd = try socketWithCeiling(windows)
+        defer { close(fd) }
+        windows.serial(fd)
+        #expect(buffer(fd) == Self.ceiling)
+        windows.setUrgentRecent(true, live: [fd])
+        #expect(buffer(fd) == Self.ceiling / 4)
+        windows.serial(fd)  // its next response
+        #expect(buffer(fd) == Self.ceiling / 4)
+        windows.setUrgentRecent(false, live: [fd])
+        #expect(buffer(fd) == Self.ceiling)
+    }
+
+    @Test("a connection idle when urgency begins or ends takes the change at its next response")
+    func idleConnectionTakesTheChangeLater() throws {
+        let windows = PathWindows()
+        let fd = try socketWithCeiling(windows)
+        defer { close(fd) }
+        windows.serial(fd)
+        windows.setUrgentRecent(true, live: [])
+        #expect(buffer(fd) == Self.ceiling)
+        windows.serial(fd)
+        #expect(buffer(fd) == Self.ceiling / 4)
+        windows.setUrgentRecent(false, live: [])
+        #expect(buffer(fd) == Self.ceiling / 4)
+        windows.serial(fd)
+        #expect(buffer(fd) == Self.ceiling)
+    }
+
+    @Test("a multiplexing (HTTP/2) connection keeps its window when urgent work is recent: it has no file boundary to shrink")
+    func multiplexingConnectionIsLeftAlone() throws {
+        let windows = PathWindows()
+        let fd = try socketWithCeiling(windows)
+        defer { close(fd) }
+        windows.setUrgentRecent(true, live: [fd])
+        #expect(buffer(fd) == Self.ceiling)
+        #expect(windows.buffer(of: fd) == Self.ceiling)
+    }
+
+    @Test("a transfer promoted in place keeps its wide buffer while urgent work is recent; given back, the connection takes the quarter")
+    func promotedTransferKeepsItsBuffer() throws {
+        let windows = PathWindows()
+        let fd = try socketWithCeiling(windows)
+        defer { close(fd) }
+        windows.serial(fd)
+        setReceiveBuffer(fd, Transfer.urgentWindow)
+        windows.lift(fd)
+        let wide = buffer(fd)
+        #expect(wide > Self.ceiling)
+        windows.setUrgentRecent(true, live: [fd])
+        windows.serial(fd)
+        #expect(buffer(fd) == wide)
+        #expect(windows.restore(fd))
+        #expect(buffer(fd) == Self.ceiling / 4)
+    }
+
+    @Test("a quarter of a small ceiling is never below 16K, nor above the ceiling")
+    func quarterOfASmallCeiling() throws {
+        let windows = PathWindows()
+        for (ceiling, expected) in [(Int32(32 << 10), Int32(16 << 10)), (8 << 10, 8 << 10)] {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            setReceiveBuffer(fd, ceiling)
+            windows.opened(fd, buffer: ceiling)
+            windows.serial(fd)
+            windows.setUrgentRecent(true, live: [fd])
+            #expect(buffer(fd) == expected, "ceiling \(ceiling)")
+            windows.setUrgentRecent(false, live: [fd])
+        }
+    }
+}
