@@ -130,7 +130,11 @@ def build_delayline():
 
 def make_images(docroot, count):
     """`count` distinct 800x600 JPEGs of about 205 KB at /img/NNNN.jpg: eight plasma pictures from ImageMagick,
-    each copy made unique by a JPEG comment with its number."""
+    each copy made unique by a JPEG comment with its number. Each is dated 30 days back (nginx's Last-Modified), as
+    an image that has been on a server for a while: RFC 9111's heuristic gives a copy 10 % of that age to stay fresh
+    (the daemon keeps at most a day). A file written seconds before would go stale within a second, and a scrolling
+    view (L4) would revalidate rows its look-ahead had just fetched."""
+    published = time.time() - 30 * 86400
     images = os.path.join(docroot, "img")
     os.makedirs(images)
     bases = []
@@ -144,8 +148,10 @@ def make_images(docroot, count):
         text = b"prefetchd lab image %d" % number
         comment = b"\xff\xfe" + (len(text) + 2).to_bytes(2, "big") + text
         base = bases[number % len(bases)]
-        with open(os.path.join(docroot, IMAGE_PATH.lstrip("/") % number), "wb") as f:
+        path = os.path.join(docroot, IMAGE_PATH.lstrip("/") % number)
+        with open(path, "wb") as f:
             f.write(base[:2] + comment + base[2:])
+        os.utime(path, (published, published))
 
 
 def make_large_files(docroot):

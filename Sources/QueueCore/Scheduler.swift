@@ -81,6 +81,9 @@ public struct Scheduler: Sendable {
 
     public private(set) var configuration: Configuration
     public private(set) var counts = LaneCounts()
+    /// How many times background work (waiting, running or delayed in the slow lane) was made urgent, by a `get` or
+    /// `promote`: a sign that what the background lane does is what someone waits for next.
+    public private(set) var promotions: UInt64 = 0
     private var tasks: [String: Task] = [:]
     private var fastQueue = LaneQueue()
     private var slowQueue = LaneQueue()
@@ -496,15 +499,14 @@ public struct Scheduler: Sendable {
     }
 
     private mutating func promote(_ key: String, into actions: inout [Action]) {
-        guard var task = tasks[key], task.lane == .slow else { return }
+        guard var task = tasks[key], task.lane == .slow, !task.promotionPending else { return }
+        promotions &+= 1
         switch task.state {
         case .waiting:
             counts.slowWaiting -= 1
             task.lane = .fast
             tasks[key] = task
             enqueue(key, lane: .fast, atFront: false)
-        case .running where task.promotionPending:
-            break
         case .running where counts.fastRunning < configuration.fastWidth:
             moveRunning(key, to: .fast, into: &actions)
         case .running:

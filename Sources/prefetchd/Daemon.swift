@@ -348,7 +348,7 @@ final class Daemon {
             case .answer(let waiter, let answer):
                 answerWaiter(waiter, answer)
             case .holdBackground(let held):
-                fetches.holdBackground(held)
+                fetches.holdBackground(held, promotions: scheduler.promotions)
             case .forget(let key):
                 backlog.forget(key)
                 telemetry.taskForgotten(key)

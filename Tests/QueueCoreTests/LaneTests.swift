@@ -219,6 +219,28 @@ struct LaneTests {
         #expect(s.counts.fastRunning == 2 && s.counts.slowRunning == 0)
     }
 
+    @Test("promotions counts background work made urgent: waiting, running (in place, or pending once); not new or urgent work")
+    func promotionsCountBackgroundWorkMadeUrgent() {
+        var s = makeScheduler(fast: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))                       // runs slow
+        _ = s.queue(U.s2, cache: .missing, now: t(0))                       // waits slow
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))         // new urgent work fills the fast lane
+        _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(0))         // already urgent
+        #expect(s.promotions == 0)
+        _ = s.get(U.s1, waiter: w(1, 3), cache: .missing, now: t(0))        // running, the fast lane full: pending
+        _ = s.get(U.s1, waiter: w(1, 4), cache: .missing, now: t(0))        // still pending: not counted again
+        #expect(s.promotions == 1)
+        _ = s.promote(U.s2.key, now: t(0))                                  // waiting
+        #expect(s.promotions == 2 && s.lane(U.s2) == .fast)
+        _ = s.finish(U.a.key, .success, now: t(1))                          // s1 takes its fast slot in place
+        #expect(s.lane(U.s1) == .fast && s.promotions == 2)
+
+        var roomy = makeScheduler(fast: 2)
+        _ = roomy.queue(U.s1, cache: .missing, now: t(0))
+        #expect(roomy.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(0)).contains(.changeLane(key: U.s1.key, lane: .fast)))
+        #expect(roomy.promotions == 1)
+    }
+
     @Test("configuration clamps widths and limits to at least 1")
     func configurationClamps() {
         let config = Scheduler.Configuration(fastWidth: 0, slowWidth: -3, perHostLimit: 0)

@@ -42,6 +42,8 @@ final class CurlFetcher {
     /// Due `urgentRecency` after a hold for urgent work ended, while no other began: HTTP/1.1 background connections
     /// take their full window again (`PathWindows.setUrgentRecent`).
     private var calmTimer: LoopTimer!
+    /// Whether the urgent work of the hold being released made background work urgent (`holdBackground`).
+    private var backgroundAwaited = false
     /// How long after urgent work HTTP/1.1 background connections keep a small window (ms): a person's next get, the
     /// next screen of a scrolling list, usually comes within this.
     static let urgentRecency: Int64 = 3_000
@@ -225,7 +227,9 @@ final class CurlFetcher {
     /// Holds background work while urgent work runs. The hold ends one and a half of the background connections'
     /// round trips after the urgent work: released, they read what they held and open a full window at once, which
     /// the servers fill within about a round trip and no later hold can recall (docs/transport.md).
-    func holdBackground(_ held: Bool) {
+    /// `backgroundAwaited` (on release): the urgent work made background work urgent, so the background lane is what
+    /// someone waits for next, and HTTP/1.1 connections keep their whole window (`releaseBackground`).
+    func holdBackground(_ held: Bool, backgroundAwaited: Bool = false) {
         if held {
             releaseTimer.cancel()
             calmTimer.cancel()
@@ -233,17 +237,22 @@ final class CurlFetcher {
             return updateHold()
         }
         guard backgroundHeld else { return updateHold() }
+        self.backgroundAwaited = backgroundAwaited
         let grace = min(Self.longestReleaseGrace, slowPool.longestRoundTrip() * 3 / 2)
         guard grace > 0 else { return releaseBackground() }
         releaseTimer.schedule(at: monotonicMilliseconds() + grace)
     }
 
-    /// Ends a hold for urgent work. HTTP/1.1 background connections get their small window before the loop reads
-    /// what they held, so the window they reopen is the small one.
+    /// Ends a hold for urgent work. HTTP/1.1 background connections get their small window for `urgentRecency`, set
+    /// before the loop reads what they held so that the window they reopen is the small one; unless the urgent work
+    /// made background work urgent: slowing the background lane would then slow what someone waits for next (a
+    /// scrolling view's look-ahead), so the windows are whole again.
     private func releaseBackground() {
         backgroundHeld = false
-        pathWindows.setUrgentRecent(true, live: slowPool.sockets)
-        calmTimer.schedule(at: monotonicMilliseconds() + Self.urgentRecency)
+        Log.debug(backgroundAwaited ? "background released, awaited: whole windows"
+                                    : "background released: small HTTP/1.1 windows for \(Self.urgentRecency) ms")
+        pathWindows.setUrgentRecent(!backgroundAwaited, live: slowPool.sockets)
+        calmTimer.schedule(at: backgroundAwaited ? nil : monotonicMilliseconds() + Self.urgentRecency)
         updateHold()
     }
 

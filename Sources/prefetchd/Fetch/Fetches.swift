@@ -106,7 +106,17 @@ final class Fetches {
         try store.removePartial(key)
     }
 
-    func holdBackground(_ held: Bool) { fetcher.holdBackground(held) }
+    /// The scheduler's `promotions` when the last hold was released.
+    private var promotionsAtRelease: UInt64 = 0
+
+    /// `.holdBackground`. `promotions` is the scheduler's count: when the urgent work since the last release made
+    /// background work urgent, the background lane is what someone waits for, and the release keeps its windows whole.
+    func holdBackground(_ held: Bool, promotions: UInt64) {
+        guard !held else { return fetcher.holdBackground(true) }
+        let promoted = promotions != promotionsAtRelease
+        promotionsAtRelease = promotions
+        fetcher.holdBackground(false, backgroundAwaited: promoted)
+    }
 
     /// At shutdown: stops the running transfers, keeping only the partial bodies a restart resumes (`resumable`:
     /// a recorded validator and the URL in the durable backlog); the others are deleted with their records, parked
