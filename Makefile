@@ -262,7 +262,7 @@ lab-check: lab
 
 ## lab-test: short tests of the lane transport on the network lab (issue 16): connections per lane, a drain's
 ## overlap and where it starts, promotion in place, private CA, back-to-back gets, a window that follows the path,
-## HTTP/1.1's small window after urgent work
+## the small background window after urgent work
 ## (part of `make test`; the debug binaries)
 lab-test: lab build
 	python3 lab/lab_tests.py --bin-dir .build/debug

@@ -54,8 +54,8 @@ import Testing
         #expect(buffer(fd) == Self.ceiling)
     }
 
-    @Test("a multiplexing (HTTP/2) connection keeps its window when urgent work is recent: it has no file boundary to shrink")
-    func multiplexingConnectionIsLeftAlone() throws {
+    @Test("a multiplexing (HTTP/2) connection that has not grown to its path keeps its window when urgent work is recent: lowered so early, it never grew back")
+    func youngMultiplexingConnectionIsLeftAlone() throws {
         let windows = PathWindows()
         let fd = try socketWithCeiling(windows)
         defer { close(fd) }

@@ -39,12 +39,12 @@ final class CurlFetcher {
     /// that urgent work coming at once (a client's next get) does not meet the window the background connections
     /// open on release.
     private var releaseTimer: LoopTimer!
-    /// Due `urgentRecency` after a hold for urgent work ended, while no other began: HTTP/1.1 background connections
+    /// Due `urgentRecency` after a hold for urgent work ended, while no other began: background connections
     /// take their full window again (`PathWindows.setUrgentRecent`).
     private var calmTimer: LoopTimer!
     /// Whether the urgent work of the hold being released made background work urgent (`holdBackground`).
     private var backgroundAwaited = false
-    /// How long after urgent work HTTP/1.1 background connections keep a small window (ms): a person's next get, the
+    /// How long after urgent work background connections keep a small window (ms): a person's next get, the
     /// next screen of a scrolling list, usually comes within this.
     static let urgentRecency: Int64 = 3_000
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
@@ -228,7 +228,7 @@ final class CurlFetcher {
     /// round trips after the urgent work: released, they read what they held and open a full window at once, which
     /// the servers fill within about a round trip and no later hold can recall (docs/transport.md).
     /// `backgroundAwaited` (on release): the urgent work made background work urgent, so the background lane is what
-    /// someone waits for next, and HTTP/1.1 connections keep their whole window (`releaseBackground`).
+    /// someone waits for next, and its connections keep their whole window (`releaseBackground`).
     func holdBackground(_ held: Bool, backgroundAwaited: Bool = false) {
         if held {
             releaseTimer.cancel()
@@ -243,14 +243,14 @@ final class CurlFetcher {
         releaseTimer.schedule(at: monotonicMilliseconds() + grace)
     }
 
-    /// Ends a hold for urgent work. HTTP/1.1 background connections get their small window for `urgentRecency`, set
+    /// Ends a hold for urgent work. Background connections get their small window for `urgentRecency`, set
     /// before the loop reads what they held so that the window they reopen is the small one; unless the urgent work
     /// made background work urgent: slowing the background lane would then slow what someone waits for next (a
     /// scrolling view's look-ahead), so the windows are whole again.
     private func releaseBackground() {
         backgroundHeld = false
         Log.debug(backgroundAwaited ? "background released, awaited: whole windows"
-                                    : "background released: small HTTP/1.1 windows for \(Self.urgentRecency) ms")
+                                    : "background released: small windows for \(Self.urgentRecency) ms")
         pathWindows.setUrgentRecent(!backgroundAwaited, live: slowPool.sockets)
         calmTimer.schedule(at: backgroundAwaited ? nil : monotonicMilliseconds() + Self.urgentRecency)
         updateHold()

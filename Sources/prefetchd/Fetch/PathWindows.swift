@@ -16,19 +16,25 @@ import Glibc
 /// bursts, not its rate); no sample spans a hold. The first samples, in slow start, change nothing. Connections that
 /// turn out not to multiplex (`serial`), or whose path is shorter than `shortestPath`, are not followed.
 ///
-/// Connections that do not multiplex (HTTP/1.1) send each next request only after the last byte, into a window read
-/// empty, and the server answers with all of it at once: an urgent response that meets such a burst shares the link
-/// with it and overflows the bottleneck. So while urgent work is recent (`urgentIsRecent`) they keep a quarter of
-/// the ceiling, and their bursts with it.
+/// While urgent work is recent (`setUrgentRecent`) connections keep at most a quarter of the ceiling, and take no
+/// samples. What a background connection lets loose when urgent work starts is then small: one that does not
+/// multiplex (HTTP/1.1) sends each next request into a window read empty, and the server answers with all of it at
+/// once, which an urgent response meeting it shares the link with; an HTTP/2 one keeps its window's excess over the
+/// path (a quarter of a round trip) queued where urgent responses wait behind it. An HTTP/2 connection is lowered only
+/// once it has grown to its path: one lowered before never grew back.
 final class PathWindows {
     private struct Connection {
-        /// The buffer set (`background_window` at first) and the most it may be.
+        /// The buffer the connection's path calls for (`background_window` at first), and the most it may be.
         var buffer: Int32
         let ceiling: Int32
+        /// The buffer on the socket: `buffer`, or less while urgent work is recent (`apply`).
+        var applied: Int32
         /// False once the connection turned out to be too short a path or not to multiplex.
         var follows = true
         /// The connection does not multiplex (`serial`).
         var serial = false
+        /// A multiplexing connection has delivered at its path's rate (its window followed the path once).
+        var grown = false
         /// Monotonic µs and `tcpi_bytes_received` of the last sample; nil until the next read sets them.
         var last: (time: Int64, bytes: UInt64)?
         /// The minimum round trip (µs) at the last sample: reads sooner than two of it after the sample ask the
@@ -41,7 +47,7 @@ final class PathWindows {
     }
 
     private var connections: [Int32: Connection] = [:]
-    /// Whether urgent work ran a short while ago: connections that do not multiplex keep a small window.
+    /// Whether urgent work ran a short while ago: connections keep a small window.
     private var urgentIsRecent = false
     /// The window over the path's estimate: room to grow, and at most this much less one round trip queued.
     static let gain = 1.25
@@ -58,11 +64,15 @@ final class PathWindows {
     static let firstChangeAfter = 4
 
     /// A new socket of the background pool (its number may be an old connection's), with `background_window`.
-    func opened(_ fd: Int32, buffer: Int32) { connections[fd] = Connection(buffer: buffer, ceiling: buffer) }
+    func opened(_ fd: Int32, buffer: Int32) {
+        connections[fd] = Connection(buffer: buffer, ceiling: buffer, applied: buffer)
+    }
 
-    /// The loop read `fd`: a delivery sample if two round trips passed since the last one.
+    /// The loop read `fd`: a delivery sample if two round trips passed since the last one. None while urgent work is
+    /// recent: the small window, not the path, would set the rate.
     func read(_ fd: Int32) {
-        guard var connection = connections[fd], connection.follows, !connection.lifted else { return }
+        apply(fd)
+        guard !urgentIsRecent, var connection = connections[fd], connection.follows, !connection.lifted else { return }
         let now = Self.microseconds()
         if let last = connection.last, now - last.time < 2 * connection.minRTT { return }
         // Samples start once the connection is up and has a round trip: curl may read a socket still connecting, whose
@@ -76,8 +86,9 @@ final class PathWindows {
         guard info.min_rtt >= Self.shortestPath else {
             // Too short a path: the ceiling.
             connection.follows = false
+            connection.buffer = connection.ceiling
             connections[fd] = connection
-            return setBuffer(fd, connection.ceiling)
+            return apply(fd)
         }
         let elapsed = now - last.time
         guard elapsed >= 2 * connection.minRTT else { return connections[fd] = connection }
@@ -87,21 +98,22 @@ final class PathWindows {
             if connection.rates.count > Self.samples { connection.rates.removeFirst() }
         }
         if connection.rates.count >= Self.firstChangeAfter, let fastest = connection.rates.max() {
+            connection.grown = true
             let window = Self.gain * fastest * Double(info.min_rtt) / 1_000_000
             let buffer = Int32(min(max(window / Self.windowPerBufferByte, Double(Self.smallest)), Double(connection.ceiling)))
             if abs(Int(buffer) - Int(connection.buffer)) >= 2048 {
-                setReceiveBuffer(fd, buffer)
                 connection.buffer = buffer
                 Log.debug("window of socket \(fd): buffer \(buffer) (\(Int(fastest)) B/s, min rtt \(info.min_rtt) µs, rcv rtt \(info.rcv_rtt) µs)")
             }
         }
         connections[fd] = connection
+        apply(fd)
     }
 
-    /// The buffer set on `fd`, if it is followed.
+    /// The buffer on `fd` now, unless a transfer promoted in place has its own there.
     func buffer(of fd: Int32) -> Int32? {
         guard let connection = connections[fd], !connection.lifted else { return nil }
-        return connection.buffer
+        return connection.applied
     }
 
     /// A connection that does not multiplex (HTTP/1.1) is not followed: it keeps its ceiling, or a quarter of it
@@ -112,8 +124,9 @@ final class PathWindows {
         guard var connection = connections[fd] else { return }
         connection.follows = false
         connection.serial = true
+        connection.buffer = connection.ceiling
         connections[fd] = connection
-        if !connection.lifted { setSerialBuffer(fd) }
+        apply(fd)
     }
 
     /// Urgent work ended (true), or none came for a while (false). `live` are the sockets in use now (`connections`
@@ -122,21 +135,20 @@ final class PathWindows {
     func setUrgentRecent(_ recent: Bool, live: some Sequence<Int32>) {
         guard recent != urgentIsRecent else { return }
         urgentIsRecent = recent
-        for fd in live { if let connection = connections[fd], connection.serial, !connection.lifted { setSerialBuffer(fd) } }
+        holdChanged()
+        for fd in live { apply(fd) }
     }
 
-    /// Sets the buffer a connection that does not multiplex has now: set before the loop reads what a hold kept
-    /// (`CurlFetcher`), so the window it reopens is already the small one.
-    private func setSerialBuffer(_ fd: Int32) {
-        guard let ceiling = connections[fd]?.ceiling else { return }
-        setBuffer(fd, urgentIsRecent ? max(min(Self.smallest, ceiling), ceiling / 4) : ceiling)
-    }
-
-    /// Sets `fd`'s buffer unless it has that one.
-    private func setBuffer(_ fd: Int32, _ buffer: Int32) {
-        guard let connection = connections[fd], buffer != connection.buffer else { return }
+    /// Puts on `fd` the buffer it should have now (set before the loop reads what a hold kept, so the window a
+    /// connection reopens is already the small one), unless a transfer promoted in place has its own there.
+    private func apply(_ fd: Int32) {
+        guard let connection = connections[fd], !connection.lifted else { return }
+        let quarter = max(min(Self.smallest, connection.ceiling), connection.ceiling / 4)
+        let small = urgentIsRecent && (connection.serial || connection.grown)
+        let buffer = small ? min(connection.buffer, quarter) : connection.buffer
+        guard buffer != connection.applied else { return }
         setReceiveBuffer(fd, buffer)
-        connections[fd]?.buffer = buffer
+        connections[fd]?.applied = buffer
     }
 
     /// A hold began or ended: no sample spans it.
@@ -147,16 +159,15 @@ final class PathWindows {
     /// A transfer promoted in place on `fd` has its own buffer there (`Transfer.urgentWindow`): not followed.
     func lift(_ fd: Int32) { connections[fd]?.lifted = true }
 
-    /// Its connection is background work's again, with the buffer it had or, not multiplexing, the one it has now.
-    /// False for a connection this does not know.
+    /// Its connection is background work's again, with the buffer it should have now. False for a connection this
+    /// does not know.
     func restore(_ fd: Int32) -> Bool {
         guard var connection = connections[fd] else { return false }
         connection.lifted = false
         connection.last = nil
+        connection.applied = Transfer.urgentWindow  // the transfer's own, on the socket now
         connections[fd] = connection
-        // The transfer's own buffer is on the socket now.
-        connections[fd]?.buffer = Transfer.urgentWindow
-        if connection.serial { setSerialBuffer(fd) } else { setBuffer(fd, connection.buffer) }
+        apply(fd)
         return true
     }
 

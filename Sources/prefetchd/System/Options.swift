@@ -215,8 +215,8 @@ struct Options {
                 show: { $0.fetch.deniedNetworks.map(\.description).joined(separator: ",") }),
         Setting(key: "background_window", placeholder: "SIZE",
                 summary: "largest TCP receive buffer of background connections, below which each HTTP/2 one follows its path: "
-                    + "what still arrives once urgent work holds them back, and their speed per round trip (HTTP/1.1 ones keep a "
-                    + "quarter for 3 s after urgent work); 0 for the kernel's",
+                    + "what still arrives once urgent work holds them back, and their speed per round trip (a quarter of it for "
+                    + "3 s after urgent work); 0 for the kernel's",
                 read: { options, value throws(BadValue) in
                     options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
                 },
