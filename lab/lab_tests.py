@@ -265,6 +265,21 @@ class Run:
         finally:
             self.stop_daemons()
 
+    def large_download(self, tag, url):
+        """A fresh daemon that may fetch the /large files, with `url` queued; and a function giving the bytes its task
+        has received while it runs (0 otherwise), which fails the test once the task is gone."""
+        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
+        rc, _, err = daemon.ctl_run("queue", url)
+        if rc != 0:
+            raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
+
+        def received():
+            t = next((t for t in daemon.call("list")["tasks"] if t["url"] == url), None)
+            if t is None:
+                raise TestFailure("the download ended before the test: %s" % daemon.log_tail())
+            return t.get("bytes", 0) if t["state"] == "running" else 0
+        return daemon, received
+
     # ---- 1: urgent and background connections are disjoint
 
     def test_urgent_connections(self, name, started, origin):
@@ -471,17 +486,9 @@ class Run:
         tag = "t5" + origin
         scheme = ORIGINS[origin][0]
         background = self.net.url(LARGE, scheme) + "?%s-bg" % tag
-        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
-        rc, _, err = daemon.ctl_run("queue", background)
-        if rc != 0:
-            raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
-
-        def flowing():
-            t = next((t for t in daemon.call("list")["tasks"] if t["url"] == background), None)
-            if t is None:
-                raise TestFailure("the background download ended before the test: %s" % daemon.log_tail())
-            return t if t["state"] == "running" and t.get("bytes", 0) >= PROMOTE_AFTER else None
-        self.poll("%s running in the slow lane with %d bytes" % (LARGE, PROMOTE_AFTER), flowing)
+        daemon, received = self.large_download(tag, background)
+        self.poll("%s running in the slow lane with %d bytes" % (LARGE, PROMOTE_AFTER),
+                  lambda: received() >= PROMOTE_AFTER)
         # Both gets on one connection of this process, the second sent as soon as the first is answered: a few
         # milliseconds apart, well within the grace (1.5 round trips, 75 ms on this link).
         client = Client(daemon.socket, timeout=WAIT)
@@ -511,16 +518,7 @@ class Run:
         url = self.net.url(LARGE) + "?%s-0" % tag
         self.net.set_link(**SMALL_PATH)
         try:
-            daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
-            rc, _, err = daemon.ctl_run("queue", url)
-            if rc != 0:
-                raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
-
-            def received():
-                t = next((t for t in daemon.call("list")["tasks"] if t["url"] == url), None)
-                if t is None:
-                    raise TestFailure("the download ended before the test: %s" % daemon.log_tail())
-                return t.get("bytes", 0) if t["state"] == "running" else 0
+            daemon, received = self.large_download(tag, url)
             # About 2 s at the path's rate: the connection left slow start, and its window had samples to follow.
             self.poll("%s 2.5 MB into its download" % LARGE, lambda: received() >= 2500 * 1024)
             windows = []
@@ -563,16 +561,7 @@ class Run:
         scheme = ORIGINS[origin][0]
         port = lab.PORTS[scheme]
         url = self.net.url(LARGE, scheme) + "?%s-bg" % tag
-        daemon = Daemon(self, tag, ["--allow-non-images", "yes", "--max-bytes", "64M"])
-        rc, _, err = daemon.ctl_run("queue", url)
-        if rc != 0:
-            raise TestFailure("queue exited %d: %s" % (rc, err.strip()))
-
-        def received():
-            t = next((t for t in daemon.call("list")["tasks"] if t["url"] == url), None)
-            if t is None:
-                raise TestFailure("the download ended before the test: %s" % daemon.log_tail())
-            return t.get("bytes", 0) if t["state"] == "running" else 0
+        daemon, received = self.large_download(tag, url)
         # About 1 s: an HTTP/2 connection's window has followed its path by then (it is lowered only once it has).
         self.poll("%s 2 MB into its download" % LARGE, lambda: received() >= 2 * 1024 * 1024)
         before, peers = self.server_windows(port)

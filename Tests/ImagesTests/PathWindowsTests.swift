@@ -7,12 +7,12 @@ import Testing
 @Suite struct PathWindowsTests {
     static let ceiling: Int32 = 128 << 10
 
-    /// A TCP socket, closed by the caller.
-    func socketWithCeiling(_ windows: PathWindows) throws -> Int32 {
+    /// A TCP socket opened as a background connection with `ceiling`, closed by the caller.
+    func socketWithCeiling(_ windows: PathWindows, _ ceiling: Int32 = ceiling) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         try #require(fd >= 0)
-        setReceiveBuffer(fd, Self.ceiling)
-        windows.opened(fd, buffer: Self.ceiling)
+        setReceiveBuffer(fd, ceiling)
+        windows.opened(fd, buffer: ceiling)
         return fd
     }
 
@@ -85,11 +85,8 @@ import Testing
     func quarterOfASmallCeiling() throws {
         let windows = PathWindows()
         for (ceiling, expected) in [(Int32(32 << 10), Int32(16 << 10)), (8 << 10, 8 << 10)] {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            try #require(fd >= 0)
+            let fd = try socketWithCeiling(windows, ceiling)
             defer { close(fd) }
-            setReceiveBuffer(fd, ceiling)
-            windows.opened(fd, buffer: ceiling)
             windows.serial(fd)
             windows.setUrgentRecent(true, live: [fd])
             #expect(buffer(fd) == expected, "ceiling \(ceiling)")
