@@ -127,6 +127,8 @@ final class Origin: @unchecked Sendable {
             var start: Double
             var end: Double?
             var headers: [String: String]?
+            /// The connection's client address and port: requests with the same one shared a connection.
+            var client: String
             var range: String? { headers?["Range"] }
             var ifNoneMatch: String? { headers?["If-None-Match"] }
         }

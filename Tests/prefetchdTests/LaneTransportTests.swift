@@ -51,4 +51,26 @@ struct LaneTransportTests {
         #expect(urgentStart >= backgroundEnd - 0.2, "the host's limit let both run at once")
         #expect(log.filter { $0.path == "/host-bg.jpg" }.count == 1, "the background download was held and started over")
     }
+
+    @Test("bursts of urgent gets over HTTP/1.1 reuse the connections of the burst before")
+    func burstsReuseConnections() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        // 8 gets at once (the fast lane's width), ending one after another: curl's own limit (4 × the transfers still
+        // attached) closed a warm connection at each burst's end.
+        func burst(_ name: String) -> CommandResult {
+            let urls = (0..<8).map { origin.url("/\(name)-\($0).jpg?delay=0.0\($0)") }
+            return daemon.ctl("get", "-", stdin: urls.joined(separator: "\n") + "\n")
+        }
+        for name in ["first", "second", "third"] {
+            let result = burst(name)
+            #expect(result.status == 0, "\(result.stderr)")
+        }
+        let log = try origin.stats().log
+        #expect(log.count == 24)
+        let first = Set(log.filter { $0.path.hasPrefix("/first-") }.map(\.client))
+        let later = Set(log.filter { !$0.path.hasPrefix("/first-") }.map(\.client))
+        #expect(first.count == 8, "\(first.count) connections for the first burst")
+        #expect(later.subtracting(first).isEmpty, "later bursts opened \(later.subtracting(first).count) new connections")
+    }
 }

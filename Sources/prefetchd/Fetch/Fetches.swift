@@ -50,6 +50,7 @@ final class Fetches {
         self.store = store
         bodyFiles = try WorkerPool(threads: 1, loop: loop)
         fetcher = try CurlFetcher(loop: loop, settings: options.fetch, bodyFiles: bodyFiles)
+        fetcher.keepConnections(fastWidth: options.fastWidth, slowWidth: options.slowWidth)
         self.workers = workers
         self.crashGuard = crashGuard
         images = options.images
@@ -140,6 +141,7 @@ final class Fetches {
     /// The settings a reload may change.
     func reconfigure(_ options: Options) {
         fetcher.reconfigure(options.fetch)
+        fetcher.keepConnections(fastWidth: options.fastWidth, slowWidth: options.slowWidth)
         images = options.images
         defaultTTL = options.defaultTTL
     }

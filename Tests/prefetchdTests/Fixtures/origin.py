@@ -18,10 +18,11 @@ Control endpoints (not counted, not delayed):
 
 Every other request is counted per path (path without query, as sent on the
 wire) and appended to the log as
-    {"path", "method", "query", "status", "start", "end", "headers"}
+    {"path", "method", "query", "status", "start", "end", "headers", "client"}
 where start/end are time.monotonic() seconds (end is null while in flight) and
 headers is the subset Range, If-Range, If-None-Match, If-Modified-Since,
-User-Agent, Accept that the request carried.
+User-Agent, Accept that the request carried; client is the connection's
+"address:port" (two requests with the same one shared a connection).
 
 Bodies: DIR/<path> when --root is given and the file exists (Content-Type by
 extension), otherwise deterministic bytes derived from the path via sha256
@@ -144,7 +145,7 @@ class State:
         self.log = []
         self.delay = 0.0
 
-    def begin(self, path, method, query, headers):
+    def begin(self, path, method, query, headers, client):
         entry = {
             "path": path,
             "method": method,
@@ -153,6 +154,7 @@ class State:
             "start": time.monotonic(),
             "end": None,
             "headers": {h: headers[h] for h in LOGGED_HEADERS if headers.get(h) is not None},
+            "client": "%s:%s" % client[:2],
         }
         with self.lock:
             n = self.counts.get(path, 0) + 1
@@ -499,7 +501,7 @@ class Handler(BaseHTTPRequestHandler):
             if raw_path in CONTROL_PATHS:
                 self._control(method, raw_path)
                 return
-            entry, count = STATE.begin(raw_path, method, query, self.headers)
+            entry, count = STATE.begin(raw_path, method, query, self.headers, self.client_address)
             try:
                 self._read_request_body()
                 self._serve(method, raw_path, query, count)
