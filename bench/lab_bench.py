@@ -16,7 +16,7 @@ The daemon runs in the lab's client namespace with a socket and cache of its own
 trusts the lab's CA with `--ca-file`.
 
 Usage: lab_bench.py [--quick] [--only L1,L3] [--links 50/20/64K,10/100/64K] [--origins h2,h1]
-                    [--bin-dir DIR] [--daemon-args "--background-window 0"] [--keep]
+                    [--bin-dir DIR] [--daemon-args "--background-window 0"] [--get-interval 4-6] [--gets 15] [--keep]
 Needs root (the lab). Writes bench/results/lab-<date>-<time>-<commit>[-quick].json and prints the table; a full
 run of every row with the default links, origins and daemon options also replaces the table in bench/README.md.
 """
@@ -47,14 +47,33 @@ from benchlib import Client, log, percentile  # noqa: E402
 FULL = dict(gets=60, warm=3, backlog=2000, drain_files=200, drain_cap=120, bulk_files=200, bulk_repeats=3, screens=10)
 QUICK = dict(gets=12, warm=3, backlog=2000, drain_files=30, drain_cap=45, bulk_files=60, bulk_repeats=1, screens=6)
 # L1: seconds from one get's start to the next, drawn evenly from this range (the same seeded draws for the idle and the
-# busy daemon). Gets exactly 0.5 s apart met the background's file boundaries at one phase, which the drain's rhythm
-# locked in and which changed from run to run (docs/transport.md, "What a file boundary costs").
+# busy daemon; `--get-interval` sets another, as 4-6 for a person reading). Gets exactly 0.5 s apart met the
+# background's file boundaries at one phase, which the drain's rhythm locked in and which changed from run to run
+# (docs/transport.md, "What a file boundary costs").
 GET_INTERVALS = (0.4, 0.6)
 SCREEN_ROWS = 10
 SCREEN_SECONDS = 2.0
 VIEW_AHEAD = 20
 # Origins of the lab: name -> (lab origin, what the table calls it)
 ORIGINS = {"h2": ("https", "HTTPS + HTTP/2"), "h1": ("https_h1", "HTTPS + HTTP/1.1"), "http": ("http", "HTTP/1.1")}
+
+
+def parse_interval(text):
+    """`LO-HI` seconds, 0 < LO <= HI."""
+    try:
+        low, high = (float(part) for part in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected LO-HI in seconds, e.g. 4-6, not %r" % text)
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError("expected 0 < LO <= HI, not %r" % text)
+    return (low, high)
+
+
+def positive(text):
+    """A whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("expected a whole number of at least 1, not %r" % text)
+    return int(text)
 
 
 def parse_link(text):
@@ -156,7 +175,9 @@ class LabDaemon:
 class LabBench:
     def __init__(self, args, bins, bin_note):
         self.args = args
-        self.cfg = QUICK if args.quick else FULL
+        self.cfg = dict(QUICK if args.quick else FULL)
+        if args.gets is not None:
+            self.cfg["gets"] = args.gets
         self.bins, self.bin_note = bins, bin_note
         self.daemon_args = shlex.split(args.daemon_args)
         self.work = tempfile.mkdtemp(prefix="lab-bench-")
@@ -219,7 +240,7 @@ class LabBench:
     # ---- L1: urgent latency, idle vs backlog draining
 
     def gets(self, daemon, urls):
-        """One `prefetchctl get` per URL, started GET_INTERVALS apart (or when the one before ends, if later);
+        """One `prefetchctl get` per URL, started `--get-interval` apart (or when the one before ends, if later);
         returns their wall times and how many failed."""
         latencies, errors = [], 0
         draws = random.Random(len(urls))
@@ -228,7 +249,7 @@ class LabBench:
             delay = start - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            start += draws.uniform(*GET_INTERVALS)
+            start += draws.uniform(*self.args.get_interval)
             seconds, rc, _ = self.timed(daemon.ctl("get", "--timeout", "60", url))
             latencies.append(seconds)
             errors += rc != 0
@@ -284,8 +305,8 @@ class LabBench:
         round_trip = 2 * self.net.link["delay_ms"] / 1000
         boundary = [s for s, lead in zip(busy["latencies"], busy["after_background_start"])
                     if lead is not None and lead < round_trip]
-        self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets 0.4-0.6 s apart, while a %d-URL "
-                 "backlog drains (p99 ratio to idle)" % (cfg["gets"], cfg["backlog"]),
+        self.row(row="L1", link=link, origin=origin, what="urgent get latency, %d gets %g-%g s apart, while a %d-URL "
+                 "backlog drains (p99 ratio to idle)" % (cfg["gets"], *self.args.get_interval, cfg["backlog"]),
                  ours="p50 %s / p99 %s (first %s)" % (ms(busy["p50"]), ms(busy["p99"]), ms(busy["first"])),
                  peer="idle daemon: p50 %s / p99 %s" % (ms(idle["p50"]), ms(idle["p99"])),
                  ratio=busy["p99"] / idle["p99"], target="p99 ≤ 1.15 × idle",
@@ -529,7 +550,7 @@ class LabBench:
                        "mode": "quick" if self.args.quick else "full", "seconds": round(seconds, 1), "load": load,
                        "binaries": self.bins, "binaries_note": self.bin_note, "daemon_args": self.daemon_args,
                        "congestion_control": self.net.congestion_control,
-                       "config": self.cfg, "links": self.args.links, "origins": self.args.origins,
+                       "config": self.cfg, "get_interval": self.args.get_interval, "links": self.args.links, "origins": self.args.origins,
                        "curl": subprocess.run(["curl", "--version"], capture_output=True, text=True).stdout.split("\n")[0],
                        "rows": self.rows, "errors": self.errors, "table": table}, f, indent=1)
         print("\nresults: %s" % os.path.relpath(path, REPO))
@@ -562,9 +583,14 @@ def main():
     parser.add_argument("--name", default="lbench", help="the lab's name (default lbench)")
     parser.add_argument("--cc", help="TCP congestion control on both sides of the lab, e.g. cubic, the usual server default (default: the "
                         "kernel's; it must be in net.ipv4.tcp_allowed_congestion_control)")
+    parser.add_argument("--get-interval", type=parse_interval, default=GET_INTERVALS, metavar="LO-HI",
+                        help="L1: seconds between one get's start and the next, drawn from LO-HI (default 0.4-0.6; "
+                             "4-6 for a person reading)")
+    parser.add_argument("--gets", type=positive, help="L1: gets counted (default 60; quick: 12)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (daemon logs)")
     args = parser.parse_args()
-    args.custom = args.links is not None or args.origins != ["h2", "h1"] or bool(args.daemon_args) or bool(args.cc)
+    args.custom = (args.links is not None or args.origins != ["h2", "h1"] or bool(args.daemon_args) or bool(args.cc)
+                   or args.get_interval != GET_INTERVALS or args.gets is not None)
     if args.links is None:
         args.links = [parse_link("50/20/64K")] + ([] if args.quick else [parse_link("10/100/64K")])
     unknown = [o for o in args.origins if o not in ORIGINS]

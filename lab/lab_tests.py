@@ -16,7 +16,8 @@ They assert order and connections from nginx's access log (its `$connection` id 
   6  on a path smaller than background_window (30 ms, 10 Mbit/s: 37.5 KB), the window the background connection
      announces follows the path, not the buffer (the server's `snd_wnd` in `ss`), while the download goes on
   7  after urgent work the background connection announces a quarter of its window, and its whole window again
-     once no urgent work came for 3 s (the server's `snd_wnd`), while the download goes on (HTTP/2 and HTTP/1.1)
+     once no urgent work came for 3 s (the server's `snd_wnd`), while the download goes on (HTTP/2 and HTTP/1.1);
+     7b: after two gets 2.5 s apart it stays a quarter for twice that: 4 s after the second, whole by 6.2 s (HTTP/1.1)
 
 Brings up one lab (lab/README.md) named `labtest`, starts a fresh daemon per test in its client namespace (a
 directory of its own under one temporary directory), prints one line per test with what was expected and what was
@@ -67,6 +68,7 @@ SMALL_PATH_WINDOW = 96 * 1024  # test 6: at most, against about 160 KB announced
 RECENCY = 3.0  # test 7: seconds after urgent work that HTTP/1.1 background connections keep a small window
 QUARTER_WINDOW = 48 * 1024  # test 7: at most, against about 40 KB announced for a quarter of the default 128K
 WHOLE_WINDOW = 96 * 1024  # test 7: at least, against about 160 KB announced for the default 128K
+RHYTHM = 2.5  # test 7b: seconds between two gets; the small window then lasts twice that
 WAIT = 60  # seconds any one step may take before the test gives up (a failure, not a timing assertion)
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                    "NO_PROXY")
@@ -588,6 +590,40 @@ class Run:
              len(later) == 5 and max(later) >= WHOLE_WINDOW),
         ], daemon.log_tail())
 
+    def test_rhythm(self, name, started, origin):
+        """Two gets RHYTHM s apart: the window stays small for twice that after the second, then is whole again."""
+        tag = "t7b" + origin
+        scheme = ORIGINS[origin][0]
+        port = lab.PORTS[scheme]
+        url = self.net.url(LARGE, scheme) + "?%s-bg" % tag
+        daemon, received = self.large_download(tag, url)
+        self.poll("%s 2 MB into its download" % LARGE, lambda: received() >= 2 * 1024 * 1024)
+        before, peers = self.server_windows(port)
+        if len(peers) != 1:
+            raise TestFailure("expected one background connection before the gets, saw client ports %s" % peers)
+        background = peers.pop()
+        first_rc, _, first_err = daemon.get_json(self.url(scheme, tag, 0))
+        time.sleep(RHYTHM - 0.1)  # from the end of the first get to the start of the second: about RHYTHM s apart
+        rc, answer, err = daemon.get_json(self.url(scheme, tag, 1))
+        ended = time.monotonic()
+        # Beyond the shortest recency, within twice the interval.
+        time.sleep(max(0, ended + RECENCY + 1.0 - time.monotonic()))
+        kept, _ = self.server_windows(port, background)
+        time.sleep(max(0, ended + 2 * RHYTHM + 1.2 - time.monotonic()))
+        later, _ = self.server_windows(port, background)
+        daemon.stop()
+        self.record(name, started, [
+            ("both gets succeed", "exit %d %s, exit %d %s" % (first_rc, first_err.strip(), rc,
+                                                           answer.get("error", "") or err.strip()),
+             first_rc == 0 and rc == 0 and "path" in answer),
+            ("before them, the background connection announces >= %d bytes" % WHOLE_WINDOW, "snd_wnd %s" % before,
+             len(before) == 5 and max(before) >= WHOLE_WINDOW),
+            ("%g s after the second (beyond %g s), <= %d still" % (RECENCY + 1.0, RECENCY, QUARTER_WINDOW),
+             "snd_wnd %s" % kept, len(kept) == 5 and max(kept) <= QUARTER_WINDOW),
+            ("%g s after it, >= %d again" % (2 * RHYTHM + 1.2, WHOLE_WINDOW), "snd_wnd %s" % later,
+             len(later) == 5 and max(later) >= WHOLE_WINDOW),
+        ], daemon.log_tail())
+
     def main(self, only):
         tests = [
             ("1", "an urgent get made while background transfers are held never shares their connection",
@@ -608,6 +644,8 @@ class Run:
              self.test_small_path, [None]),
             ("7", "the background window is a quarter while urgent work is recent",
              self.test_recent_urgency, list(ORIGINS)),
+            ("7b", "after gets %g s apart the background window stays a quarter for twice that" % RHYTHM,
+             self.test_rhythm, ["h1"]),
         ]
         started = time.monotonic()
         self.net = lab.Lab(name=LAB_NAME, images=IMAGES, **LINK)

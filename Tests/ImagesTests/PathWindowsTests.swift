@@ -93,4 +93,16 @@ import Testing
             windows.setUrgentRecent(false, live: [fd])
         }
     }
+
+    @Test("urgent work keeps background windows small for twice the interval since the urgent work before, within 3-20 s")
+    func recencyFollowsThePersonsRhythm() {
+        #expect(CurlFetcher.recency(afterInterval: nil) == 3_000)
+        #expect(CurlFetcher.recency(afterInterval: 500) == 3_000)
+        #expect(CurlFetcher.recency(afterInterval: 1_500) == 3_000)
+        #expect(CurlFetcher.recency(afterInterval: 5_000) == 10_000)
+        #expect(CurlFetcher.recency(afterInterval: 10_000) == 20_000)
+        // Longer than half the longest recency: a lone get after a pause, not a rhythm.
+        #expect(CurlFetcher.recency(afterInterval: 10_001) == 3_000)
+        #expect(CurlFetcher.recency(afterInterval: 3_600_000) == 3_000)
+    }
 }

@@ -39,14 +39,20 @@ final class CurlFetcher {
     /// that urgent work coming at once (a client's next get) does not meet the window the background connections
     /// open on release.
     private var releaseTimer: LoopTimer!
-    /// Due `urgentRecency` after a hold for urgent work ended, while no other began: background connections
-    /// take their full window again (`PathWindows.setUrgentRecent`).
+    /// Due the urgent work's recency (`recency(afterInterval:)`) after a hold for urgent work ended, while no other
+    /// began: background connections take their full window again (`PathWindows.setUrgentRecent`).
     private var calmTimer: LoopTimer!
     /// Whether the urgent work of the hold being released made background work urgent (`holdBackground`).
     private var backgroundAwaited = false
-    /// How long after urgent work background connections keep a small window (ms): a person's next get, the
-    /// next screen of a scrolling list, usually comes within this.
+    /// How long after urgent work background connections keep a small window (ms), at least: a person's next get in
+    /// a burst, the next screen of a scrolling list, usually comes within this.
     static let urgentRecency: Int64 = 3_000
+    /// How long at most: after urgent work that began `interval` ms after the urgent work before it, the next is
+    /// expected within twice that (a person looking at each picture of a gallery for a few seconds), up to this.
+    static let longestRecency: Int64 = 20_000
+    /// When the last hold for urgent work began (monotonic ms), and how long after the hold before it.
+    private var urgentStartedAt: Int64?
+    private var urgentInterval: Int64?
     /// Due `longestHold` after the background pool was held, while it is: its transfers let go of their connections.
     private var letGoTimer: LoopTimer!
     /// Background transfers that let go of their connections during a hold, to start again when it ends.
@@ -238,6 +244,9 @@ final class CurlFetcher {
     /// someone waits for next, and its connections keep their whole window (`releaseBackground`).
     func holdBackground(_ held: Bool, backgroundAwaited: Bool = false) {
         if held {
+            let now = monotonicMilliseconds()
+            urgentInterval = urgentStartedAt.map { now - $0 }
+            urgentStartedAt = now
             releaseTimer.cancel()
             calmTimer.cancel()
             backgroundHeld = true
@@ -250,17 +259,26 @@ final class CurlFetcher {
         releaseTimer.schedule(at: monotonicMilliseconds() + grace)
     }
 
-    /// Ends a hold for urgent work. Background connections get their small window for `urgentRecency`, set
-    /// before the loop reads what they held so that the window they reopen is the small one; unless the urgent work
-    /// made background work urgent: slowing the background lane would then slow what someone waits for next (a
+    /// Ends a hold for urgent work. Background connections get their small window for the urgent work's recency,
+    /// set before the loop reads what they held so that the window they reopen is the small one; unless the urgent
+    /// work made background work urgent: slowing the background lane would then slow what someone waits for next (a
     /// scrolling view's look-ahead), so the windows are whole again.
     private func releaseBackground() {
         backgroundHeld = false
+        let recency = Self.recency(afterInterval: urgentInterval)
         Log.debug(backgroundAwaited ? "background released, awaited: whole windows"
-                                    : "background released: small windows for \(Self.urgentRecency) ms")
+                                    : "background released: small windows for \(recency) ms")
         pathWindows.setUrgentRecent(!backgroundAwaited, live: slowPool.sockets)
-        calmTimer.schedule(at: backgroundAwaited ? nil : monotonicMilliseconds() + Self.urgentRecency)
+        calmTimer.schedule(at: backgroundAwaited ? nil : monotonicMilliseconds() + recency)
         updateHold()
+    }
+
+    /// How long background connections keep a small window after urgent work that began `interval` ms after the
+    /// urgent work before it (nil: none before): twice the interval, within `urgentRecency...longestRecency`; an
+    /// interval over half the longest is no rhythm, and gets the shortest.
+    static func recency(afterInterval interval: Int64?) -> Int64 {
+        guard let interval, interval <= longestRecency / 2 else { return urgentRecency }
+        return max(urgentRecency, 2 * interval)
     }
 
     /// A running transfer changed lane in place. It stays on its connection; promoted, it gets a wide window there.

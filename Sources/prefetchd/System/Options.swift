@@ -216,7 +216,7 @@ struct Options {
         Setting(key: "background_window", placeholder: "SIZE",
                 summary: "largest TCP receive buffer of background connections, below which each HTTP/2 one follows its path: "
                     + "what still arrives once urgent work holds them back, and their speed per round trip (a quarter of it for "
-                    + "3 s after urgent work); 0 for the kernel's",
+                    + "3 s after urgent work, up to 20 s when gets come every few seconds); 0 for the kernel's",
                 read: { options, value throws(BadValue) in
                     options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
                 },
