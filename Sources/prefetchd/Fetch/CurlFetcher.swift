@@ -86,8 +86,8 @@ final class CurlFetcher {
     /// The settings a reload may change; they apply to transfers started from now on.
     func reconfigure(_ settings: FetchSettings) { self.settings = settings }
 
-    /// How many connections each pool keeps open: 4 × its lane's width, the room curl itself gives 4 transfers per
-    /// connection while they are attached (`ConnectionPool.keepConnections`).
+    /// How many connections each pool keeps open: 4 × its lane's width, the room curl itself gives a lane whose
+    /// transfers are all attached (4 connections per transfer; `ConnectionPool.keepConnections`).
     func keepConnections(fastWidth: Int, slowWidth: Int) {
         fastPool.keepConnections(4 * fastWidth)
         slowPool.keepConnections(4 * slowWidth)
