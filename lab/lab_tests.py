@@ -558,18 +558,23 @@ class Run:
             time.sleep(0.1)
         return windows, peers
 
-    def test_recent_urgency(self, name, started, origin):
-        tag = "t7" + origin
+    def windowed_download(self, tag, origin):
+        """Tests 7 and 7b: a fresh daemon downloading LARGE in the slow lane, 2 MB in (about 1 s: an HTTP/2
+        connection's window has followed its path by then, and it is lowered only once it has). Returns the daemon,
+        its `received` function, the server's port, the background connection's client port and its `snd_wnd`s."""
         scheme = ORIGINS[origin][0]
         port = lab.PORTS[scheme]
-        url = self.net.url(LARGE, scheme) + "?%s-bg" % tag
-        daemon, received = self.large_download(tag, url)
-        # About 1 s: an HTTP/2 connection's window has followed its path by then (it is lowered only once it has).
+        daemon, received = self.large_download(tag, self.net.url(LARGE, scheme) + "?%s-bg" % tag)
         self.poll("%s 2 MB into its download" % LARGE, lambda: received() >= 2 * 1024 * 1024)
         before, peers = self.server_windows(port)
         if len(peers) != 1:
-            raise TestFailure("expected one background connection before the get, saw client ports %s" % peers)
-        background = peers.pop()
+            raise TestFailure("expected one background connection before urgent work, saw client ports %s" % peers)
+        return daemon, received, port, peers.pop(), before
+
+    def test_recent_urgency(self, name, started, origin):
+        tag = "t7" + origin
+        scheme = ORIGINS[origin][0]
+        daemon, received, port, background, before = self.windowed_download(tag, origin)
         rc, answer, err = daemon.get_json(self.url(scheme, tag, 0))
         ended = time.monotonic()
         time.sleep(0.5)  # the hold's grace (75 ms) and a few round trips
@@ -594,14 +599,7 @@ class Run:
         """Two gets RHYTHM s apart: the window stays small for twice that after the second, then is whole again."""
         tag = "t7b" + origin
         scheme = ORIGINS[origin][0]
-        port = lab.PORTS[scheme]
-        url = self.net.url(LARGE, scheme) + "?%s-bg" % tag
-        daemon, received = self.large_download(tag, url)
-        self.poll("%s 2 MB into its download" % LARGE, lambda: received() >= 2 * 1024 * 1024)
-        before, peers = self.server_windows(port)
-        if len(peers) != 1:
-            raise TestFailure("expected one background connection before the gets, saw client ports %s" % peers)
-        background = peers.pop()
+        daemon, _, port, background, before = self.windowed_download(tag, origin)
         first_rc, _, first_err = daemon.get_json(self.url(scheme, tag, 0))
         time.sleep(RHYTHM - 0.1)  # from the end of the first get to the start of the second: about RHYTHM s apart
         rc, answer, err = daemon.get_json(self.url(scheme, tag, 1))
