@@ -56,10 +56,10 @@ struct LaneTransportTests {
     func burstsReuseConnections() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        // 8 gets at once (the fast lane's width), ending one after another: curl's own limit (4 × the transfers still
-        // attached) closed a warm connection at each burst's end.
+        // 8 gets at once (the fast lane's width), all running before the first ends (0.2 s), then ending 30 ms apart:
+        // curl's own limit (4 × the transfers still attached) closed a warm connection at each burst's end.
         func burst(_ name: String) -> CommandResult {
-            let urls = (0..<8).map { origin.url("/\(name)-\($0).jpg?delay=0.0\($0)") }
+            let urls = (0..<8).map { origin.url("/\(name)-\($0).jpg?delay=0.\(20 + 3 * $0)") }
             return daemon.ctl("get", "-", stdin: urls.joined(separator: "\n") + "\n")
         }
         for name in ["first", "second", "third"] {
