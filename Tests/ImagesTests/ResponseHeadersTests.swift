@@ -129,4 +129,15 @@ private let ceiling: Int64 = 2_147_483_648_000
         response.take("HTTP/1.1 200 OK\r\n")
         #expect(response.byteCount == 17)
     }
+
+    @Test("field names match in any ASCII case and only byte for byte; a value's bytes that are not UTF-8 are kept repaired, counted as received")
+    func namesAndBytes() {
+        let mixed = headers("CONTENT-type: image/png", "eTaG:\t\"v1\" ", "Content\rLength: 5", "Content-Lengths: 7")
+        #expect(mixed.contentType == "image/png" && mixed.etag == "\"v1\"")
+        #expect(mixed.contentLength == nil && mixed.framingProblem == nil, "only Content-Length itself is a length")
+        var raw = ResponseHeaders()
+        let line: [UInt8] = Array("Last-Modified: a".utf8) + [0xFF] + Array("b\r\n".utf8)
+        line.withUnsafeBufferPointer { raw.take(bytes: $0) }
+        #expect(raw.lastModified == "a\u{FFFD}b" && raw.byteCount == line.count)
+    }
 }

@@ -37,31 +37,68 @@ struct ResponseHeaders: Equatable {
 
     /// Takes one raw header line; a status line starts a new response.
     mutating func take(_ line: Substring) {
-        if line.hasPrefix("HTTP/") {
+        var line = String(line)
+        line.withUTF8 { take(bytes: $0) }
+    }
+
+    /// Takes one raw header line as curl hands it over: bytes, not necessarily UTF-8. Only the fields kept become
+    /// Strings; names are matched without case, as the ASCII tokens they are (RFC 9110 section 5.1).
+    mutating func take(bytes line: UnsafeBufferPointer<UInt8>) {
+        if line.starts(with: "HTTP/".utf8) {
             self = ResponseHeaders()
         }
-        byteCount = byteCount.saturatingAdd(line.utf8.count)
-        guard let colon = line.firstIndex(of: ":") else { return }
-        let name = line[..<colon].lowercased()
-        let value = String(line[line.index(after: colon)...].trimmingCharacters(in: " \t\r\n"))
+        byteCount = byteCount.saturatingAdd(line.count)
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
+              let field = Field(name: UnsafeBufferPointer(rebasing: line[..<colon])) else { return }
+        var start = colon + 1, end = line.endIndex
+        while start < end, Self.isSpace(line[start]) { start += 1 }
+        while end > start, Self.isSpace(line[end - 1]) { end -= 1 }
+        let bytes = UnsafeBufferPointer(rebasing: line[start..<end])
         // RFC 9110 section 5.5: a control character (HTAB aside) has no place in a field value. Such a value is
         // not kept: it would be shown to people (a content type), sent back (an ETag) or parsed.
-        if name != "content-length", value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) { return }
+        if field != .contentLength, bytes.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) { return }
+        let value = String(decoding: bytes, as: UTF8.self)
         func joined(_ old: String?) -> String { old.map { $0 + ", " + value } ?? value }
-        switch name {
-        case "content-type": contentType = value
-        case "content-length": takeContentLength(value)
-        case "content-range": contentRange = value
-        case "content-encoding": contentEncoding = joined(contentEncoding)
-        case "etag": etag = value
-        case "last-modified": lastModified = value
-        case "cache-control": cacheDirectives += CacheDirective.list(value)
-        case "expires": expires = value
-        case "date": date = value
-        case "age": age = Self.deltaSeconds(value)
-        case "retry-after": retryAfter = value
-        case "vary": vary = joined(vary)
-        default: break
+        switch field {
+        case .contentType: contentType = value
+        case .contentLength: takeContentLength(value)
+        case .contentRange: contentRange = value
+        case .contentEncoding: contentEncoding = joined(contentEncoding)
+        case .etag: etag = value
+        case .lastModified: lastModified = value
+        case .cacheControl: cacheDirectives += CacheDirective.list(value)
+        case .expires: expires = value
+        case .date: date = value
+        case .age: age = Self.deltaSeconds(value)
+        case .retryAfter: retryAfter = value
+        case .vary: vary = joined(vary)
+        }
+    }
+
+    /// What a field value is trimmed of (the line's own CR LF included).
+    private static func isSpace(_ byte: UInt8) -> Bool {
+        byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A
+    }
+
+    /// The fields kept, by their lower-case names.
+    private enum Field: String, CaseIterable {
+        case contentType = "content-type", contentLength = "content-length", contentRange = "content-range"
+        case contentEncoding = "content-encoding", etag, lastModified = "last-modified", cacheControl = "cache-control"
+        case expires, date, age, retryAfter = "retry-after", vary
+
+        private static let names = allCases.map { (field: $0, name: Array($0.rawValue.utf8)) }
+
+        /// The field a name is, in any case; nil for a field not kept.
+        init?(name: UnsafeBufferPointer<UInt8>) {
+            guard let match = Self.names.first(where: { candidate in
+                candidate.name.count == name.count && zip(candidate.name, name).allSatisfy { $0 == Self.lowercased($1) }
+            }) else { return nil }
+            self = match.field
+        }
+
+        /// An ASCII upper-case letter in lower case; any other byte as it is.
+        private static func lowercased(_ byte: UInt8) -> UInt8 {
+            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
         }
     }
 

@@ -291,8 +291,8 @@ final class Transfer {
     }
 
     /// Takes a header line; false stops the transfer (headers over the size limit, or a length that cannot be trusted).
-    fileprivate func header(_ line: Substring) -> Bool {
-        headers.take(line)
+    fileprivate func header(_ line: UnsafeBufferPointer<UInt8>) -> Bool {
+        headers.take(bytes: line)
         if headers.byteCount > ResponseHeaders.maximumBytes {
             stopReason = Failure(code: .tooLarge, message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB",
                                  isTransient: false)
@@ -393,8 +393,8 @@ private let transferWrite: pf_data_callback = { data, size, count, userdata in
 
 private let transferHeader: pf_data_callback = { data, size, count, userdata in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-    return transfer.header(Substring(String(decoding: bytes, as: UTF8.self))) ? size * count : 0
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count).bindMemory(to: UInt8.self)
+    return transfer.header(bytes) ? size * count : 0
 }
 
 /// A connection opened for background work gets a small receive buffer (see `FetchSettings.backgroundWindow`), and
