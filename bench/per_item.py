@@ -2,12 +2,14 @@
 """Where B2's time per fetched file goes, by thread: prefetchd (and, with --base, another build of it) against
 curl --parallel-max 16, alternating, each round after the last round's files were deleted, as make bench does.
 
-With --keep, no round deletes files (a file system without recent deletions: inodes are cheap to make).
+With --keep, no round deletes files (a file system without recent deletions: inodes are cheap to make). With
+--work on a tmpfs, no file system cost at all: what is left is each program's own work per file.
 
 Prints files/s and CPU microseconds per file (user + system) for each daemon thread, and curl's. The table in
 bench/README.md ("Where the time per item goes") comes from it. Needs the bench corpus (bench/corpus.py) and nginx.
 
     python3 bench/per_item.py --rounds 6 --base /tmp/old/.build/release
+    mount -t tmpfs -o size=1g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t/per-item
 """
 
 import argparse
@@ -43,14 +45,17 @@ def main():
     parser.add_argument("--bin-dir", default=os.path.join(REPO, ".build", "release"))
     parser.add_argument("--base", help="another build's bin directory, measured side by side")
     parser.add_argument("--keep", action="store_true", help="keep every round's files until the end")
+    parser.add_argument("--work", default=os.path.join(REPO, "bench", "results", "tmp", "per-item"),
+                        help="scratch directory, emptied first; on a tmpfs the file system's cost of making inodes "
+                             "is left out of every tool's figure")
     args = parser.parse_args()
     n = args.files
     builds = {"prefetchd": args.bin_dir}
     if args.base:
         builds["base"] = args.base
-    work = os.path.join(REPO, "bench", "results", "tmp", "per-item")
+    work = args.work
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    os.makedirs(work, exist_ok=True)
     nginx = Nginx(os.path.join(REPO, "bench", "corpus"), os.path.join(work, "nginx"))
     try:
         urls = os.path.join(work, "urls.txt")

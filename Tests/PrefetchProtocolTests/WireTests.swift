@@ -77,6 +77,35 @@ struct WireTypeTests {
         #expect(Set(names).count == names.count)
         #expect(names.contains("host_paused") && names.contains("unauthorized") && names.contains("pixel_limit"))
     }
+
+    @Test("a reply with an entry is written byte for byte as JSONEncoder writes it: every ASCII character, UTF-8, absent fields, ids, errors")
+    func directJSON() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var state: UInt64 = 18
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        let pieces = (0..<128).map { String(UnicodeScalar(UInt8($0))) } + ["é", "😀", "\u{2028}", "e\u{301}", "/", "\\u0000"]
+        func text() -> String { (0..<next(12)).map { _ in pieces[next(pieces.count)] }.joined() }
+        func maybe<T>(_ value: @autoclosure () -> T) -> T? { next(3) == 0 ? nil : value() }
+        let ids: [RequestID?] = [nil, .number(0), .number(-7), .number(.max), .number(.min), .text(""), .text("a\"b/ü")]
+        for round in 0..<600 {
+            var entry = CacheEntry(url: text(), path: text(), bytes: Int64(next(1 << 30)) - 5, sha256: text(),
+                                   contentType: maybe(text()), format: maybe(text()), width: maybe(next(99_999)),
+                                   height: maybe(next(99_999)), fetchedAt: Int64(next(1 << 31)), freshUntil: .max,
+                                   fromCache: maybe(next(2) == 0), stale: maybe(next(2) == 0))
+            entry.variant = maybe(text())
+            let id = ids[round % ids.count]
+            let replies = [Reply(id: id, result: entry),
+                           Reply<CacheEntry>(id: id, error: WireError(code: text(), message: text(), status: maybe(next(600))))]
+            for reply in replies {
+                let expected = Array(try encoder.encode(reply))
+                #expect(reply.json == expected, "\(String(decoding: reply.json, as: UTF8.self)) ≠ \(String(decoding: expected, as: UTF8.self))")
+            }
+        }
+    }
 }
 
 @Suite("Default paths")

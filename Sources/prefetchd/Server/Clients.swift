@@ -138,7 +138,8 @@ final class Clients {
     /// written at the end of the turn (`flush`).
     func send<T: Encodable>(_ connection: Connection, _ message: T) {
         do {
-            connection.send(CanonicalURL.redactingUserinfo(in: Array(try Self.encoder.encode(message))))
+            let json = try (message as? any DirectJSON)?.json ?? Array(Self.encoder.encode(message))
+            connection.send(CanonicalURL.redactingUserinfo(in: json))
         } catch {
             Log.error("cannot encode a reply: \(error)")
         }
