@@ -6,9 +6,13 @@ import Glibc
 final class SHA256 {
     private let context: OpaquePointer
 
+    /// Looked up once: given `EVP_sha256()`, OpenSSL 3 searches its providers for the algorithm at every init. An
+    /// `EVP_MD` is immutable and may be shared between threads.
+    nonisolated(unsafe) private static let algorithm = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+
     init() {
         context = EVP_MD_CTX_new()
-        EVP_DigestInit_ex(context, EVP_sha256(), nil)
+        EVP_DigestInit_ex(context, Self.algorithm, nil)
     }
 
     deinit { EVP_MD_CTX_free(context) }
