@@ -22,14 +22,15 @@ public func test(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     withUnsafeMutableBytes(of: &prefix) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes.prefix(16))) }
     let now = Int64(prefix.clock & (1 << 50 - 1))  // any wall clock up to the year 37,000
     let offset = Int64(prefix.offset >> 2)  // bytes already held by a resume: 0...2^62
-    let text = String(decoding: bytes.dropFirst(16), as: UTF8.self)
+    let lines = bytes.dropFirst(16)
 
+    // Raw bytes, as curl hands them over: not necessarily UTF-8, the line's newline included.
     var headers = ResponseHeaders()
-    for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-        headers.take(line + "\n")
+    for line in lines.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+        (Array(line) + [UInt8(ascii: "\n")]).withUnsafeBufferPointer { headers.take(bytes: $0) }
     }
     let span = ResponseHeaders.maximumSpan
-    require(headers.byteCount >= 0 && headers.byteCount <= text.utf8.count + 1, "byteCount \(headers.byteCount)")
+    require(headers.byteCount >= 0 && headers.byteCount <= lines.count + 1, "byteCount \(headers.byteCount)")
     require(headers.age.map { (0...ResponseHeaders.maximumDeltaSeconds).contains($0) } ?? true, "Age \(headers.age!)")
     require(headers.maxAge.map { (0...ResponseHeaders.maximumDeltaSeconds).contains($0) } ?? true, "max-age \(headers.maxAge!)")
     require((headers.contentLength ?? 0) >= 0, "Content-Length \(headers.contentLength!)")
