@@ -9,7 +9,7 @@ Prints files/s and CPU microseconds per file (user + system) for each daemon thr
 bench/README.md ("Where the time per item goes") comes from it. Needs the bench corpus (bench/corpus.py) and nginx.
 
     python3 bench/per_item.py --rounds 6 --base /tmp/old/.build/release
-    mount -t tmpfs -o size=1g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t/per-item
+    mount -t tmpfs -o size=2g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t/per-item
 """
 
 import argparse

@@ -1,6 +1,14 @@
 import Testing
 @testable import prefetchd
 
+extension ResponseHeaders {
+    /// Takes one header line given as text.
+    mutating func take(_ line: some StringProtocol) {
+        var line = String(line)
+        line.withUTF8 { take(bytes: $0) }
+    }
+}
+
 /// Headers as a server sends them, interpreted without trusting a number in them.
 private func headers(_ lines: String...) -> ResponseHeaders {
     var headers = ResponseHeaders()

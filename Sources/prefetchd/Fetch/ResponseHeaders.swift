@@ -35,14 +35,9 @@ struct ResponseHeaders: Equatable {
     /// The longest freshness lifetime, age or Retry-After in milliseconds, whatever a date says: 2^31 s (68 years).
     static let maximumSpan: Int64 = maximumDeltaSeconds * 1000
 
-    /// Takes one raw header line; a status line starts a new response.
-    mutating func take(_ line: Substring) {
-        var line = String(line)
-        line.withUTF8 { take(bytes: $0) }
-    }
-
-    /// Takes one raw header line as curl hands it over: bytes, not necessarily UTF-8. Only the fields kept become
-    /// Strings; names are matched without case, as the ASCII tokens they are (RFC 9110 section 5.1).
+    /// Takes one raw header line as curl hands it over: bytes, not necessarily UTF-8; a status line starts a new
+    /// response. Only the fields kept become Strings; names are matched without case, as the ASCII tokens they are
+    /// (RFC 9110 section 5.1).
     mutating func take(bytes line: UnsafeBufferPointer<UInt8>) {
         if line.starts(with: "HTTP/".utf8) {
             self = ResponseHeaders()

@@ -393,7 +393,7 @@ private let transferWrite: pf_data_callback = { data, size, count, userdata in
 
 private let transferHeader: pf_data_callback = { data, size, count, userdata in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    let bytes = UnsafeRawBufferPointer(start: data, count: size * count).bindMemory(to: UInt8.self)
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count).assumingMemoryBound(to: UInt8.self)
     return transfer.header(bytes) ? size * count : 0
 }
 
