@@ -9,7 +9,7 @@ Prints files/s and CPU microseconds per file (user + system) for each daemon thr
 bench/README.md ("Where the time per item goes") comes from it. Needs the bench corpus (bench/corpus.py) and nginx.
 
     python3 bench/per_item.py --rounds 6 --base /tmp/old/.build/release
-    mount -t tmpfs -o size=2g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t/per-item
+    mount -t tmpfs -o size=2g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t
 """
 
 import argparse
@@ -45,17 +45,17 @@ def main():
     parser.add_argument("--bin-dir", default=os.path.join(REPO, ".build", "release"))
     parser.add_argument("--base", help="another build's bin directory, measured side by side")
     parser.add_argument("--keep", action="store_true", help="keep every round's files until the end")
-    parser.add_argument("--work", default=os.path.join(REPO, "bench", "results", "tmp", "per-item"),
-                        help="scratch directory, emptied first; on a tmpfs the file system's cost of making inodes "
-                             "is left out of every tool's figure")
+    parser.add_argument("--work", default=os.path.join(REPO, "bench", "results", "tmp"),
+                        help="where the scratch directory per-item/ is made (emptied first); on a tmpfs the file "
+                             "system's cost of making inodes is left out of every tool's figure")
     args = parser.parse_args()
     n = args.files
     builds = {"prefetchd": args.bin_dir}
     if args.base:
         builds["base"] = args.base
-    work = args.work
+    work = os.path.join(args.work, "per-item")  # only this is emptied, never what --work names
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work, exist_ok=True)
+    os.makedirs(work)
     nginx = Nginx(os.path.join(REPO, "bench", "corpus"), os.path.join(work, "nginx"))
     try:
         urls = os.path.join(work, "urls.txt")

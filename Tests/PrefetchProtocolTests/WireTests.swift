@@ -78,6 +78,16 @@ struct WireTypeTests {
         #expect(names.contains("host_paused") && names.contains("unauthorized") && names.contains("pixel_limit"))
     }
 
+    @Test("DirectJSON.swift writes every stored property of CacheEntry and WireError: a new one must be added there")
+    func directJSONCoversEveryProperty() {
+        let entry = CacheEntry(url: "u", path: "p", bytes: 1, sha256: "s", contentType: nil, format: nil, width: nil,
+                               height: nil, fetchedAt: 0, freshUntil: 0)
+        #expect(Mirror(reflecting: entry).children.compactMap(\.label) == [
+            "url", "path", "bytes", "sha256", "contentType", "format", "width", "height", "fetchedAt", "freshUntil",
+            "fromCache", "variant", "stale"])
+        #expect(Mirror(reflecting: WireError(.badRequest, "m")).children.compactMap(\.label) == ["code", "message", "status"])
+    }
+
     @Test("a reply with an entry is written byte for byte as JSONEncoder writes it: every ASCII character, UTF-8, absent fields, ids, errors")
     func directJSON() throws {
         let encoder = JSONEncoder()
