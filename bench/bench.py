@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import corpus  # noqa: E402
-from benchlib import (HERE, PROCS, REPO, Client, Daemon, Nginx, ShapedOrigin, install_signal_handlers,  # noqa: E402
-                      log, percentile, rotated, spread, timed)
+from benchlib import (HERE, PROCS, REPO, Client, Daemon, JournaledExt4, Nginx, ShapedOrigin,  # noqa: E402
+                      install_signal_handlers, log, percentile, rotated, spread, timed)
 
 FULL = dict(
     b1_backlog=2000, b1_gets=60, b1_warm=2, b1_reps=2, b1_grace=10, b1_fifo_gets=20,
@@ -79,9 +79,9 @@ class Bench:
         self.notes = []
         self.counter = 0
 
-    def fresh(self, name):
+    def fresh(self, name, under=None):
         self.counter += 1
-        path = os.path.join(self.work, "%03d-%s" % (self.counter, name))
+        path = os.path.join(under or self.work, "%03d-%s" % (self.counter, name))
         os.makedirs(path)
         return path
 
@@ -289,6 +289,14 @@ class Bench:
     # B2: bulk fetch of small images from nginx; the slow lane's drain rate
 
     def b2(self, nginx):
+        with JournaledExt4(self.work) as disk:
+            if disk.path is None:
+                self.notes.append("B2 made its files in the work directory, not on a fresh ext4 with a journal (%s)"
+                                  % disk.reason)
+            self.b2_on(nginx, disk.path)
+
+    def b2_on(self, nginx, disk):
+        """B2 with every tool's files (and the daemon's cache) under `disk`, or in the work directory if None."""
         cfg = self.cfg
         n = cfg["b2_files"]
         urls = ["%s/small/%04d.jpg" % (nginx.base, i) for i in range(1, n + 1)]
@@ -311,7 +319,7 @@ class Bench:
         for rep in range(cfg["b2_warm"] + cfg["b2_reps"]):
             warm = rep < cfg["b2_warm"]
             for tool in rotated(order, rep):
-                directory = self.fresh("b2")
+                directory = self.fresh("b2", under=disk)
                 out = os.path.join(directory, "out")
                 os.makedirs(out)
                 if tool.startswith("prefetchd"):
@@ -345,7 +353,7 @@ class Bench:
         for width in (1, 8):
             rates, druns = [], []
             for rep in range(cfg["b2_drain_reps"]):
-                directory = self.fresh("b2-drain")
+                directory = self.fresh("b2-drain", under=disk)
                 d = Daemon(self.bins, directory, ["--slow-width", str(width)]).start()
                 try:
                     cpu0 = d.cpu()

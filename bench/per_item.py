@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Where B2's time per fetched file goes, by thread: prefetchd (and, with --base, another build of it) against
-curl --parallel-max 16, alternating, each round after the last round's files were deleted, as make bench does.
+curl --parallel-max 16, alternating, each round after the last round's files were deleted, as make bench does, on a
+fresh ext4 with a journal as B2 (benchlib.JournaledExt4; where that cannot be made, in bench/results/tmp).
 
-With --keep, no round deletes files (a file system without recent deletions: inodes are cheap to make). With
---work on a tmpfs, no file system cost at all: what is left is each program's own work per file.
+With --work DIR, the files are made under DIR instead: on a tmpfs no file system cost at all, so what is left is
+each program's own work per file; on this machine's root (an ext4 without a journal) making an inode within minutes
+of mass deletions scans past each deleted one, unless --keep keeps every round's files until the end.
 
 Prints files/s and CPU microseconds per file (user + system) for each daemon thread, and curl's. The table in
 bench/README.md ("Where the time per item goes") comes from it. Needs the bench corpus (bench/corpus.py) and nginx.
 
     python3 bench/per_item.py --rounds 6 --base /tmp/old/.build/release
-    mount -t tmpfs -o size=2g tmpfs /mnt/t && python3 bench/per_item.py --keep --work /mnt/t
+    mount -t tmpfs -o size=2g tmpfs /mnt/t && python3 bench/per_item.py --work /mnt/t
 """
 
 import argparse
@@ -19,7 +21,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import CLK_TCK, REPO, Daemon, Nginx, PROCS, timed  # noqa: E402
+from benchlib import CLK_TCK, REPO, Daemon, JournaledExt4, Nginx, PROCS, timed  # noqa: E402
 
 
 def threads(pid):
@@ -45,15 +47,25 @@ def main():
     parser.add_argument("--bin-dir", default=os.path.join(REPO, ".build", "release"))
     parser.add_argument("--base", help="another build's bin directory, measured side by side")
     parser.add_argument("--keep", action="store_true", help="keep every round's files until the end")
-    parser.add_argument("--work", default=os.path.join(REPO, "bench", "results", "tmp"),
-                        help="where the scratch directory per-item/ is made (emptied first); on a tmpfs the file "
-                             "system's cost of making inodes is left out of every tool's figure")
+    parser.add_argument("--work", help="where the scratch directory per-item/ is made (emptied first), instead of "
+                                           "a fresh ext4 with a journal; on a tmpfs the file system's cost of making "
+                                           "inodes is left out of every tool's figure")
     args = parser.parse_args()
+    if args.work:
+        return measure(args, os.path.join(args.work, "per-item"))  # only this is emptied, never what --work names
+    scratch = os.path.join(REPO, "bench", "results", "tmp")
+    os.makedirs(scratch, exist_ok=True)
+    with JournaledExt4(scratch) as disk:
+        if disk.path is None:
+            print("no fresh ext4 with a journal (%s): the files go to %s" % (disk.reason, scratch), flush=True)
+        measure(args, os.path.join(disk.path or scratch, "per-item"))
+
+
+def measure(args, work):
     n = args.files
     builds = {"prefetchd": args.bin_dir}
     if args.base:
         builds["base"] = args.base
-    work = os.path.join(args.work, "per-item")  # only this is emptied, never what --work names
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     nginx = Nginx(os.path.join(REPO, "bench", "corpus"), os.path.join(work, "nginx"))
