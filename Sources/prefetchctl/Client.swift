@@ -88,12 +88,25 @@ final class Client {
     /// The next reply: its id and the raw line to decode; nil when the deadline passes.
     func receive(deadline: Int64? = nil) throws(CLIError) -> (id: Int64?, line: [UInt8])? {
         guard let line = try readLine(deadline: deadline) else { return nil }
-        guard let envelope = try? decoder.decode(Reply<Ignored>.self, from: Data(line)) else {
-            throw .unreachable("the daemon sent a line that is not a reply")
+        return (try envelope(line), line)
+    }
+
+    /// The next reply that has an id, its result read as a `T` in the one parse of its line: the id and the result
+    /// or error; nil when the deadline passes. Lines without an id are taken as `receive(deadline:)` takes them.
+    func receive<T: Codable & Sendable>(_ type: T.Type, deadline: Int64?) throws(CLIError)
+        -> (id: Int64, answer: Result<T, WireError>)? {
+        while let line = try readLine(deadline: deadline) {
+            guard let reply = try? decoder.decode(Reply<T>.self, from: Data(line)) else {
+                guard try envelope(line) == nil else { throw .unreachable("the daemon sent a reply this prefetchctl cannot read") }
+                continue
+            }
+            guard case .number(let id) = reply.id else {
+                if let error = reply.error { throw .failed(error) }
+                continue
+            }
+            return (id, Self.answer(reply))
         }
-        if case .number(let id) = envelope.id { return (id, line) }
-        if let error = envelope.error { throw .failed(error) }
-        return (nil, line)
+        return nil
     }
 
     /// The next raw line (a reply, or after `watch` an event, which has no id); nil when the deadline passes.
@@ -106,8 +119,25 @@ final class Client {
         guard let reply = try? decoder.decode(Reply<T>.self, from: Data(line)) else {
             throw .unreachable("the daemon sent a reply this prefetchctl cannot read")
         }
-        if let result = reply.result, reply.ok { return result }
-        throw .failed(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
+        switch Self.answer(reply) {
+        case .success(let result): return result
+        case .failure(let error): throw .failed(error)
+        }
+    }
+
+    /// A reply line's id; an error without one (the daemon refusing the connection) is thrown.
+    private func envelope(_ line: [UInt8]) throws(CLIError) -> Int64? {
+        guard let envelope = try? decoder.decode(Reply<Ignored>.self, from: Data(line)) else {
+            throw .unreachable("the daemon sent a line that is not a reply")
+        }
+        if case .number(let id) = envelope.id { return id }
+        if let error = envelope.error { throw .failed(error) }
+        return nil
+    }
+
+    private static func answer<T>(_ reply: Reply<T>) -> Result<T, WireError> {
+        if let result = reply.result, reply.ok { return .success(result) }
+        return .failure(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
     }
 
     /// Sends one request and waits for its result.

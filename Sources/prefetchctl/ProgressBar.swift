@@ -171,8 +171,9 @@ final class GetProgress {
         socketPath = arguments.socketPath
     }
 
-    /// Like `client.receive(deadline:)`, drawing the bar meanwhile; the line is cleared before this returns.
-    func receive(_ client: Client, deadline: Int64?) throws(CLIError) -> (id: Int64?, line: [UInt8])? {
+    /// Like `client.receive(_:deadline:)`, drawing the bar meanwhile; the line is cleared before this returns.
+    func receive<T: Codable & Sendable>(_ type: T.Type, from client: Client, deadline: Int64?) throws(CLIError)
+        -> (id: Int64, answer: Result<T, WireError>)? {
         StopSignal.install()
         defer {
             line.clear()
@@ -182,9 +183,9 @@ final class GetProgress {
             line.stopIfAsked()
             let now = monotonicNow()
             if let deadline, now >= deadline { return nil }
-            if gaveUp { return try client.receive(deadline: deadline) }
+            if gaveUp { return try client.receive(type, deadline: deadline) }
             let wake = stream == nil ? started + Self.delay : now + 100
-            if let reply = try client.receive(deadline: deadline.map { min($0, wake) } ?? wake) { return reply }
+            if let reply = try client.receive(type, deadline: deadline.map { min($0, wake) } ?? wake) { return reply }
             if stream == nil, monotonicNow() >= started + Self.delay { open() }
             follow()
         }

@@ -57,8 +57,12 @@ enum GetCommand {
                 printed += 1
             }
             guard printed < urls.count else { return exitCode }
-            let received: (id: Int64?, line: [UInt8])?
-            if let progress { received = try progress.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
+            let received: (id: Int64, answer: Result<CacheEntry, WireError>)?
+            if let progress {
+                received = try progress.receive(CacheEntry.self, from: client, deadline: deadline)
+            } else {
+                received = try client.receive(CacheEntry.self, deadline: deadline)
+            }
             guard let reply = received else {
                 for index in printed..<urls.count {
                     report.answer(urls[index], answers[index]
@@ -66,13 +70,8 @@ enum GetCommand {
                 }
                 return ExitCode.timeout
             }
-            guard let id = reply.id, let index = indexByID.removeValue(forKey: id) else { continue }
-            do throws(CLIError) {
-                answers[index] = .success(try client.decode(CacheEntry.self, reply.line))
-            } catch {
-                guard case .failed(let wire) = error else { throw error }
-                answers[index] = .failure(wire)
-            }
+            guard let index = indexByID.removeValue(forKey: reply.id) else { continue }
+            answers[index] = reply.answer
         }
     }
 
