@@ -147,12 +147,18 @@ class JournaledExt4:
             subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", self.image],
                            check=True, capture_output=True)
             os.makedirs(self.mountpoint)
-            subprocess.run(["mount", "-o", "loop", self.image, self.mountpoint], check=True, capture_output=True)
-            self.path = self.mountpoint
+            self.path = self.mountpoint  # from here on, __exit__ unmounts
+            # discard: a file deleted in it frees its blocks in the image too, so the gigabytes the rounds write and
+            # delete are not written back to the disk under it while later rows run.
+            subprocess.run(["mount", "-o", "loop,discard", self.image, self.mountpoint], check=True,
+                           capture_output=True)
         except (OSError, subprocess.CalledProcessError) as error:
             detail = getattr(error, "stderr", b"") or b""
             self.reason = "cannot make it: %s %s" % (error, detail.decode("utf-8", "replace").strip())
-            self._remove()
+            self.__exit__()
+        except BaseException:  # interrupted: nothing left mounted
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):

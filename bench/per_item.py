@@ -21,7 +21,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import CLK_TCK, REPO, Daemon, JournaledExt4, Nginx, PROCS, timed  # noqa: E402
+from benchlib import CLK_TCK, REPO, Daemon, JournaledExt4, Nginx, PROCS, install_signal_handlers, timed  # noqa: E402
 
 
 def threads(pid):
@@ -51,6 +51,7 @@ def main():
                                            "a fresh ext4 with a journal; on a tmpfs the file system's cost of making "
                                            "inodes is left out of every tool's figure")
     args = parser.parse_args()
+    install_signal_handlers()  # a SIGTERM unwinds: processes stopped, the ext4 unmounted
     if args.work:
         return measure(args, os.path.join(args.work, "per-item"))  # only this is emptied, never what --work names
     scratch = os.path.join(REPO, "bench", "results", "tmp")
@@ -115,4 +116,7 @@ def measure(args, work):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as interrupted:
+        sys.exit("per_item: %s" % (interrupted or "interrupted"))
