@@ -55,29 +55,37 @@ extension CanonicalURL {
 
     /// WHATWG URL "ends in a number": the last label (a final empty one aside) is decimal digits or `0x` and hex.
     private static func endsInNumber(_ name: [UInt8]) -> Bool {
-        var labels = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        if labels.count > 1, labels.last?.isEmpty == true { labels.removeLast() }
-        guard let last = labels.last, !last.isEmpty else { return false }
-        return last.allSatisfy(isDigit) || ipv4Number(last) != nil
+        let labels = withoutFinalDot(name)
+        let last = labels.lastIndex(of: dot).map { labels[($0 + 1)...] } ?? labels
+        return !last.isEmpty && (last.allSatisfy(isDigit) || ipv4Number(last) != nil)
     }
 
     /// WHATWG URL's IPv4 parser: one to four parts, each decimal, octal (leading `0`) or hex (`0x`); the last part
     /// fills the bytes the others leave. Nil when it is not an address.
     private static func ipv4Address(_ name: [UInt8]) -> UInt32? {
-        var parts = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        if parts.count > 1, parts.last?.isEmpty == true { parts.removeLast() }
-        guard (1...4).contains(parts.count) else { return nil }
-        var numbers: [UInt64] = []
-        for part in parts {
-            guard let number = ipv4Number(part) else { return nil }
-            numbers.append(number)
+        let parts = withoutFinalDot(name)
+        var address: UInt64 = 0
+        var index = 0
+        var start = parts.startIndex
+        while true {
+            let end = parts[start...].firstIndex(of: dot) ?? parts.endIndex
+            guard index < 4, let number = ipv4Number(parts[start..<end]) else { return nil }
+            if end == parts.endIndex {
+                guard number < UInt64(1) << (8 * (4 - index)) else { return nil }
+                return UInt32(address + number)
+            }
+            guard number <= 255 else { return nil }
+            address += number << (8 * (3 - index))
+            index += 1
+            start = end + 1
         }
-        guard numbers.dropLast().allSatisfy({ $0 <= 255 }) else { return nil }
-        let lastLimit = UInt64(1) << (8 * (5 - numbers.count))
-        guard numbers[numbers.count - 1] < lastLimit else { return nil }
-        var address = numbers[numbers.count - 1]
-        for (index, number) in numbers.dropLast().enumerated() { address += number << (8 * (3 - index)) }
-        return UInt32(address)
+    }
+
+    private static let dot = UInt8(ascii: ".")
+
+    /// A host name without the one empty label a final dot makes (`a.` is `a`; `a..` keeps an empty label).
+    private static func withoutFinalDot(_ name: [UInt8]) -> ArraySlice<UInt8> {
+        name.last == dot ? name.dropLast() : name[...]
     }
 
     /// One part of an IPv4 address, or nil. Values beyond 32 bits are held at 2^32 (the caller refuses them), so a

@@ -61,7 +61,7 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         let scheme = String(decoding: bytes[..<colon].map(Self.lowercased), as: UTF8.self)
         guard allowedSchemes.contains(scheme) else { throw .schemeNotAllowed(scheme) }
         var rest = bytes[(colon + 1)...]
-        guard rest.starts(with: Array("//".utf8)) else { throw .invalid("expected // after \(scheme):") }
+        guard rest.starts(with: "//".utf8) else { throw .invalid("expected // after \(scheme):") }
         rest = rest.dropFirst(2)
 
         // authority: up to the first "/", "?" or "#"
@@ -85,12 +85,24 @@ public struct CanonicalURL: Hashable, Sendable, CustomStringConvertible {
         let query = queryStart < rest.endIndex
             ? Self.normalisePercent(rest[(queryStart + 1)...], keep: .query) : nil
 
-        var key = Array(scheme.utf8) + Array("://".utf8)
-        if let userinfo { key += userinfo + [UInt8(ascii: "@")] }
-        key += Array(host.utf8)
-        if let port { key += Array(":\(port)".utf8) }
-        key += path
-        if let query { key += [UInt8(ascii: "?")] + query }
+        var key: [UInt8] = []
+        key.reserveCapacity(bytes.count + 16)
+        key.append(contentsOf: scheme.utf8)
+        key.append(contentsOf: "://".utf8)
+        if let userinfo {
+            key.append(contentsOf: userinfo)
+            key.append(UInt8(ascii: "@"))
+        }
+        key.append(contentsOf: host.utf8)
+        if let port {
+            key.append(UInt8(ascii: ":"))
+            key.append(contentsOf: String(port).utf8)
+        }
+        key.append(contentsOf: path)
+        if let query {
+            key.append(UInt8(ascii: "?"))
+            key.append(contentsOf: query)
+        }
         // Percent-encoding can make the key longer than the text; a key must parse again (found by Fuzz/).
         guard key.count <= Self.maximumLength else { throw .tooLong }
 
