@@ -24,9 +24,10 @@ final class Fetches {
     private let store: Store
     private let fetcher: CurlFetcher
     private let workers: WorkerPool
-    /// One thread that makes and deletes the body files of transfers under `tmp/` (`BodyFile`), in the order asked.
-    /// Making an inode can take a millisecond (on an ext4 without a journal, soon after mass deletions): the loop
-    /// thread does not wait for it. A finished body is judged and moved into place by an image worker, in one job.
+    /// One thread for the file-system changes of bodies under `tmp/`: it makes body files (`BodyFile`), deletes
+    /// them and moves finished ones into `files/`, in the order asked. Making an inode holds the directory's lock
+    /// for up to a millisecond on a busy ext4: one thread doing all of it never waits for another, and the loop
+    /// thread does not wait for it.
     private let bodyFiles: WorkerPool
     private let crashGuard: CrashGuard
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
@@ -190,39 +191,41 @@ final class Fetches {
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
-            let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key))
-            let (files, policy) = (store.files, images)
-            workers.run({ Self.judge(temporary, installingAs: relative, files: files, policy: policy) },
-                        completion: { [unowned self] judged in
-                self.ending.remove(key)
-                self.endGuardedStep(key)
-                switch judged {
-                case .success(let info): self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
-                case .failure(let failure): self.onEnd(key, .failed(failure))
-                }
+            let policy = images
+            workers.run({ ImageInspector.inspect(temporary, policy: policy) }, completion: { [unowned self] verdict in
+                self.inspected(result, temporary: temporary, bytes: bytes, sha256: sha256, verdict: verdict)
             })
         }
     }
 
-    /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
-    /// What it is, if an image, comes back to be indexed.
-    private static func judge(_ temporary: String, installingAs relative: String, files: CacheFiles,
-                              policy: ImagePolicy) -> Result<ImageInfo?, Failure> {
+    /// The body was judged on a worker: one that passed moves into place under `files/`, one that did not is deleted.
+    private func inspected(_ result: FetchResult, temporary: String, bytes: Int64, sha256: String, verdict: ImageVerdict) {
         let info: ImageInfo?
-        switch ImageInspector.inspect(temporary, policy: policy) {
+        switch verdict {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):
-            unlink(temporary)
-            return .failure(failure)
+            bodyFiles.run({ unlink(temporary) }, completion: { _ in })
+            ending.remove(result.key)
+            endGuardedStep(result.key)
+            return onEnd(result.key, .failed(failure))
         }
-        do {
-            try files.install(temporary: temporary, as: relative)
-            return .success(info)
-        } catch {
-            unlink(temporary)
-            return .failure(.local("cannot install the file", error))
-        }
+        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: result.key))
+        let files = store.files
+        bodyFiles.run({ () -> Failure? in
+            do {
+                try files.install(temporary: temporary, as: relative)
+                return nil
+            } catch {
+                unlink(temporary)
+                return .local("cannot install the file", error)
+            }
+        }, completion: { [unowned self] failure in
+            self.ending.remove(result.key)
+            self.endGuardedStep(result.key)
+            if let failure { return self.onEnd(result.key, .failed(failure)) }
+            self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
+        })
     }
 
     private func endGuardedStep(_ key: String) {
