@@ -3,10 +3,12 @@ whole-process timing, statistics. Python standard library only."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -127,11 +129,12 @@ class JournaledExt4:
     deleted one (`recently_deleted()` in the kernel's `find_inode_bit`, checked only without a journal): about a
     millisecond per file after the last round's deletions, depending on how many seconds ago they were. Those rows
     would time that scan, not the tools. Needs root; `path` is None (and `reason` says why) where it cannot be made,
-    and the caller uses the work directory instead. Unmounted and deleted on exit, also on failure."""
+    and the caller uses the work directory instead. Each one lives in a directory of its own under `work`, so two
+    runs never share an image. Unmounted and deleted on exit, also on failure."""
 
     def __init__(self, work, size=3 << 30):
-        self.image = os.path.join(work, "ext4.img")
-        self.mountpoint = os.path.join(work, "ext4")
+        self.work = work
+        self.directory = None
         self.size = size
         self.path = None
         self.reason = None
@@ -141,6 +144,9 @@ class JournaledExt4:
             self.reason = "not root: no loop mount"
             return self
         try:
+            self.directory = tempfile.mkdtemp(prefix="ext4-", dir=self.work)
+            self.image = os.path.join(self.directory, "image")
+            self.mountpoint = os.path.join(self.directory, "mnt")
             with open(self.image, "wb") as f:
                 f.truncate(self.size)
             # Inode tables and journal written now, not by a kernel thread during the measurements.
@@ -170,10 +176,9 @@ class JournaledExt4:
         return False
 
     def _remove(self):
-        if os.path.isdir(self.mountpoint) and not os.path.ismount(self.mountpoint):
-            os.rmdir(self.mountpoint)
-        if os.path.exists(self.image):
-            os.unlink(self.image)
+        if self.directory and not os.path.ismount(os.path.join(self.directory, "mnt")):
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = None
 
 
 def free_port():
