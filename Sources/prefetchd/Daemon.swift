@@ -498,7 +498,7 @@ final class Daemon {
         if scheduler.task(url.key) != nil {
             // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
             // and a view's tentative task is adopted, so that scrolling away no longer drops it.
-            if try store.enqueue(key: url.key, url: url.key, now: now) { backlog.hold(url.key) }
+            if try store.enqueue(key: url.key, now: now) { backlog.hold(url.key) }
             _ = scheduler.queue(url, cache: .missing, now: Moment(milliseconds: now))
             return ItemResult(url: text, key: url.key, status: .already)
         }
@@ -507,7 +507,7 @@ final class Daemon {
                               error: WireError(failure))
         }
         if cacheState(try store.liveEntry(url.key), now: now) == .fresh { return ItemResult(url: text, key: url.key, status: .cached) }
-        let inserted = try store.enqueue(key: url.key, url: url.key, now: now)
+        let inserted = try store.enqueue(key: url.key, now: now)
         return ItemResult(url: text, key: url.key, status: inserted ? .queued : .already)
     }
 
@@ -521,7 +521,7 @@ final class Daemon {
             let now = wallClockMilliseconds()
             for row in rows {
                 backlog.passed(row.seq)
-                guard let url = try? CanonicalURL(row.url) else {
+                guard let url = try? CanonicalURL(row.key) else {
                     try store.dequeue(row.key)
                     continue
                 }

@@ -6,7 +6,7 @@ import Testing
 /// What the index keeps across restarts besides the cache: the slow-lane backlog, remembered failures, resumable
 /// downloads and the crash-loop guard.
 @Suite struct StoreDurableStateTests {
-    func keys(_ rows: [(seq: Int64, key: String, url: String)]) -> [String] { rows.map(\.key) }
+    func keys(_ rows: [(seq: Int64, key: String)]) -> [String] { rows.map(\.key) }
 
     @Test("queued URLs come back oldest first, once each, also after a restart")
     func backlogOrderSurvivesRestart() throws {
@@ -14,8 +14,8 @@ import Testing
             let urls = ["https://example.com/c", "https://example.com/a", "https://example.com/b"]
             do {
                 let store = try Store(directory: directory)
-                for (index, url) in urls.enumerated() { #expect(try store.enqueue(key: url, url: url, now: Int64(index))) }
-                #expect(try !store.enqueue(key: urls[1], url: urls[1], now: 10))
+                for (index, url) in urls.enumerated() { #expect(try store.enqueue(key: url, now: Int64(index))) }
+                #expect(try !store.enqueue(key: urls[1], now: 10))
                 try store.commit()
                 #expect(store.backlogCount == 3)
             }
@@ -24,7 +24,6 @@ import Testing
                 #expect(store.backlogCount == 3)
                 let rows = try store.backlog(after: 0, limit: 10)
                 #expect(keys(rows) == urls)
-                #expect(rows.map(\.url) == urls)
                 #expect(keys(try store.backlog(after: rows[0].seq, limit: 1)) == [urls[1]])
                 try store.dequeue(urls[1])
                 try store.dequeue("https://example.com/never-queued")
@@ -36,8 +35,42 @@ import Testing
             #expect(keys(try store.backlog(after: 0, limit: 10)) == [urls[0], urls[2]])
             #expect(try !store.isQueued(urls[1]) && store.isQueued(urls[2]))
             // Queued again, it goes to the back of the line.
-            #expect(try store.enqueue(key: urls[1], url: urls[1], now: 20))
+            #expect(try store.enqueue(key: urls[1], now: 20))
             #expect(keys(try store.backlog(after: 0, limit: 10)) == [urls[0], urls[2], urls[1]])
+        }
+    }
+
+    @Test("a URL queued after the newest rows were dequeued or rolled back is read after every row a read passed")
+    func sequenceNeverGoesBack() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            for name in ["a", "b"] { #expect(try store.enqueue(key: "https://example.com/\(name)", now: 1)) }
+            try store.commit()
+            let passed = try #require(try store.backlog(after: 0, limit: 10).last?.seq)
+            try store.dequeue("https://example.com/b")
+            try store.commit()
+            #expect(try store.enqueue(key: "https://example.com/c", now: 2))
+            #expect(keys(try store.backlog(after: passed, limit: 10)) == ["https://example.com/c"])
+            let read = try #require(try store.backlog(after: passed, limit: 10).last?.seq)
+            store.rollback()
+            #expect(try store.enqueue(key: "https://example.com/d", now: 3))
+            #expect(keys(try store.backlog(after: read, limit: 10)) == ["https://example.com/d"])
+        }
+    }
+
+    @Test("an index whose queue used up its sequence numbers refuses to queue more, with an error, and keeps what it has")
+    func exhaustedSequence() throws {
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                #expect(try store.enqueue(key: "https://example.com/a", now: 1))
+                try store.commit()
+            }
+            try Database(path: directory + "/index.sqlite").execute("UPDATE queue SET seq = \(Int64.max)")
+            let store = try Store(directory: directory)
+            #expect(throws: DatabaseError.self) { try store.enqueue(key: "https://example.com/b", now: 2) }
+            #expect(store.backlogCount == 1)
+            #expect(keys(try store.backlog(after: 0, limit: 10)) == ["https://example.com/a"])
         }
     }
 
@@ -48,7 +81,7 @@ import Testing
             let kept = try cache("https://example.com/kept.png", in: store)
             try store.commit()
             let bytes = store.totalBytes
-            #expect(try store.enqueue(key: "https://example.com/q", url: "https://example.com/q", now: 1))
+            #expect(try store.enqueue(key: "https://example.com/q", now: 1))
             try cache("https://example.com/new.png", in: store)
             try store.savePartial("https://example.com/q", validator: "\"etag\"")
             store.rollback()
@@ -58,7 +91,7 @@ import Testing
             #expect(store.entryCount == 1 && store.totalBytes == bytes)
             #expect(store.partialValidator("https://example.com/q") == nil)
             // Asked again after the failure, the same writes are made for real.
-            #expect(try store.enqueue(key: "https://example.com/q", url: "https://example.com/q", now: 2))
+            #expect(try store.enqueue(key: "https://example.com/q", now: 2))
             try store.savePartial("https://example.com/q", validator: "\"etag\"")
             try store.commit()
             #expect(store.backlogCount == 1)
@@ -101,7 +134,7 @@ import Testing
             let body = directory + "/tmp/" + CacheFiles.name(forKey: url)
             do {
                 let store = try Store(directory: directory)
-                #expect(try store.enqueue(key: url, url: url, now: 1))
+                #expect(try store.enqueue(key: url, now: 1))
                 try writeFile(body, count: 1234)
                 try store.savePartial(url, validator: "\"v1\"")
                 #expect(store.partialValidator(url) == "\"v1\"")
@@ -131,7 +164,7 @@ import Testing
             let unqueuedBody = directory + "/tmp/" + CacheFiles.name(forKey: unqueued)
             do {
                 let store = try Store(directory: directory)
-                #expect(try store.enqueue(key: bodiless, url: bodiless, now: 1))
+                #expect(try store.enqueue(key: bodiless, now: 1))
                 try writeFile(unqueuedBody, count: 100)
                 try store.savePartial(unqueued, validator: "\"a\"")
                 try store.savePartial(bodiless, validator: "\"b\"")
@@ -181,7 +214,7 @@ import Testing
             do {
                 let store = try Store(directory: directory)
                 // A write of the turn, not committed yet, becomes durable with them.
-                _ = try store.enqueue(key: "https://example.com/queued.png", url: "https://example.com/queued.png", now: 1)
+                _ = try store.enqueue(key: "https://example.com/queued.png", now: 1)
                 try store.startWorking(keys)
             }
             let store = try Store(directory: directory)

@@ -98,6 +98,8 @@ import Testing
                 #expect(try store.recover() == (0, 0, 0))
                 #expect(store.totalBytes == allocatedOnDisk(directory + "/" + file))
                 #expect(try store.entry(url) != nil)
+                #expect(try store.enqueue(key: "https://example.com/next", now: 6))
+                #expect(try store.backlog(after: 0, limit: 10).map(\.key) == ["https://example.com/later", "https://example.com/next"])
             }
             let check = try Database(path: directory + "/index.sqlite")
             let version = try check.statement("PRAGMA user_version")

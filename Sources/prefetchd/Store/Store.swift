@@ -27,6 +27,10 @@ final class Store {
     var entryCount: Int64 { counts.entries }
     var backlogCount: Int64 { counts.queued }
 
+    /// The highest `seq` the queue has held since the store opened: a URL queued later is read after every row a
+    /// backlog read has passed, even when the newest rows were dequeued or rolled back meanwhile.
+    private var lastSeq: Int64 = 0
+
     /// The `partials` table, kept in memory: asked at every start, park and end of a transfer.
     private var partials: [String: String] = [:]
 
@@ -60,6 +64,14 @@ final class Store {
         ALTER TABLE entries ADD COLUMN allocated INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE variants ADD COLUMN allocated INTEGER NOT NULL DEFAULT 0;
         """,
+        // The queue's `seq` comes from `lastSeq`: AUTOINCREMENT rewrote `sqlite_sequence` on every insert. Its `url`
+        // was always its `key`. Together a third of the cost of queueing a URL.
+        """
+        CREATE TABLE queue_v6(seq INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, queued_at INTEGER NOT NULL);
+        INSERT INTO queue_v6(seq, key, queued_at) SELECT seq, key, queued_at FROM queue;
+        DROP TABLE queue;
+        ALTER TABLE queue_v6 RENAME TO queue;
+        """,
     ]
 
     init(directory: String) throws {
@@ -90,9 +102,10 @@ final class Store {
         _ = try totals.step()
         counts.entries = totals.int(0)
         counts.bytes = totals.int(1)
-        let backlog = try db.statement("SELECT count(*) FROM queue")
+        let backlog = try db.statement("SELECT count(*), coalesce(max(seq), 0) FROM queue")
         _ = try backlog.step()
         counts.queued = backlog.int(0)
+        lastSeq = max(lastSeq, backlog.int(1))
         partials = [:]
         let rows = try db.statement("SELECT key, validator FROM partials")
         while try rows.step() { partials[rows.text(0)] = rows.text(1) }
@@ -338,11 +351,17 @@ final class Store {
     // MARK: Durable backlog
 
     /// Adds a queued URL; false when the key was queued already.
-    func enqueue(key: String, url: String, now: Int64) throws(DatabaseError) -> Bool {
+    func enqueue(key: String, now: Int64) throws(DatabaseError) -> Bool {
+        guard lastSeq < .max else {
+            throw DatabaseError(call: "enqueue", code: SQLITE_FULL, message: "the queue's sequence numbers are used up")
+        }
         try write()
-        try db.statement("INSERT OR IGNORE INTO queue(key, url, queued_at) VALUES (?1, ?2, ?3)").bind(key, url, now).run()
+        try db.statement("INSERT OR IGNORE INTO queue(seq, key, queued_at) VALUES (?1, ?2, ?3)").bind(lastSeq + 1, key, now).run()
         let inserted = db.changes > 0
-        if inserted { counts.queued += 1 }
+        if inserted {
+            lastSeq += 1
+            counts.queued += 1
+        }
         return inserted
     }
 
@@ -357,10 +376,10 @@ final class Store {
     }
 
     /// Queued URLs after `seq`, oldest first.
-    func backlog(after seq: Int64, limit: Int) throws(DatabaseError) -> [(seq: Int64, key: String, url: String)] {
-        let select = try db.statement("SELECT seq, key, url FROM queue WHERE seq > ?1 ORDER BY seq LIMIT ?2").bind(seq, limit)
-        var rows: [(Int64, String, String)] = []
-        while try select.step() { rows.append((select.int(0), select.text(1), select.text(2))) }
+    func backlog(after seq: Int64, limit: Int) throws(DatabaseError) -> [(seq: Int64, key: String)] {
+        let select = try db.statement("SELECT seq, key FROM queue WHERE seq > ?1 ORDER BY seq LIMIT ?2").bind(seq, limit)
+        var rows: [(Int64, String)] = []
+        while try select.step() { rows.append((select.int(0), select.text(1))) }
         return rows
     }
 
