@@ -119,6 +119,9 @@ public struct Scheduler: Sendable {
 
     // MARK: Queries
 
+    /// Whether `key` has a task: what `task(key) != nil` says, without building its summary.
+    public func hasTask(_ key: String) -> Bool { tasks[key] != nil }
+
     public func task(_ key: String) -> TaskInfo? {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,

@@ -305,7 +305,7 @@ final class Daemon {
             deliver(entry, variant: variant, fromCache: true, stale: stale, on: connection, to: .request(id))
         }
         let state = cacheState(entry, now: now)
-        if state == .fresh, let entry, scheduler.task(url.key) == nil {
+        if state == .fresh, let entry, !scheduler.hasTask(url.key) {
             return answer(entry, stale: false)
         }
         if offline {
@@ -323,7 +323,7 @@ final class Daemon {
         }
         telemetry.cacheMiss()
         let waiter = connection.addWait(for: url.key, variant: variant, recipient: .request(id))
-        if scheduler.task(url.key) == nil { taskCreated(url.key) }
+        if !scheduler.hasTask(url.key) { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
     }
 
@@ -495,7 +495,7 @@ final class Daemon {
         } catch {
             return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
         }
-        if scheduler.task(url.key) != nil {
+        if scheduler.hasTask(url.key) {
             // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
             // and a view's tentative task is adopted, so that scrolling away no longer drops it.
             if try store.enqueue(key: url.key, now: now) { backlog.hold(url.key) }

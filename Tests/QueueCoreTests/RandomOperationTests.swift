@@ -786,6 +786,9 @@ struct Runner {
     /// What must hold between any two steps.
     mutating func checkInvariants() throws(Violation) {
         let tasks = scheduler.allTasks
+        for url in RandomWorld.keys where scheduler.hasTask(url.key) != (scheduler.task(url.key) != nil) {
+            throw fail("hasTask(\(url.key)) disagrees with task(_:)")
+        }
         let counts = scheduler.counts
         var recomputed = LaneCounts()
         var earliest: Moment?

@@ -1,3 +1,4 @@
+import CSQLite
 import Glibc
 import Testing
 @testable import prefetchd
@@ -24,6 +25,16 @@ import Testing
             #expect(store.totalBytes == allocatedOnDisk(path))
             #expect(store.totalBytes >= 5000)
             #expect(try store.entry("https://example.com/other.png") == nil)
+        }
+    }
+
+    @Test("SQLite keeps no memory statistics (each allocation would take a process-wide mutex for them)")
+    func noMemoryStatistics() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            try cache("https://example.com/a.png", in: store)
+            try store.commit()
+            #expect(sqlite3_memory_used() == 0)
         }
     }
 

@@ -94,7 +94,7 @@ extension Daemon {
             }
             for row in plan.prefetch.reversed() {
                 guard case .url(let url) = view[row] else { continue }
-                let exists = scheduler.task(url.key) != nil
+                let exists = scheduler.hasTask(url.key)
                 guard exists || entering.contains(row) else { continue }
                 do {
                     let cache = exists ? .missing : cacheState(try store.liveEntry(url.key), now: now)
@@ -134,7 +134,7 @@ extension Daemon {
                 return []
             }
             let state = cacheState(entry, now: now)
-            if state == .fresh, let entry, scheduler.task(url.key) == nil {
+            if state == .fresh, let entry, !scheduler.hasTask(url.key) {
                 telemetry.cacheHit()
                 store.touch(url.key, now: now)
                 cached.append((row, entry))
@@ -143,7 +143,7 @@ extension Daemon {
             telemetry.cacheMiss()
             let waiter = connection.addWait(for: url.key, variant: view.variant, recipient: recipient)
             view.rowWaits(row, as: waiter)
-            if scheduler.task(url.key) == nil { taskCreated(url.key) }
+            if !scheduler.hasTask(url.key) { taskCreated(url.key) }
             return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
         }
     }

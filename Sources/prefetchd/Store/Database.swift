@@ -18,8 +18,11 @@ final class Database {
     /// Prepared statements by the address of their SQL text: each is a literal, so the address names it, and finding
     /// one hashes a word, not the text.
     private var statements: [UInt: Statement] = [:]
+    /// SQLite's process-wide settings, made before the first connection opens (which fixes them).
+    private static let configured: Void = { _ = pf_sqlite3_disable_memstatus() }()
 
     init(path: String) throws(DatabaseError) {
+        Self.configured
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
