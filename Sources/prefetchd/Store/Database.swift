@@ -131,8 +131,7 @@ final class Statement {
     private func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
 }
 
-/// Values `Statement.bind` accepts.
-/// What a statement binds: each type binds itself, with no cast per value.
+/// What `Statement.bind` accepts: each type binds itself, with no cast per value.
 protocol SQLValue {
     func bind(to statement: OpaquePointer, at position: Int32)
 }
