@@ -139,6 +139,10 @@ final class Store {
                               + "\(Self.migrations.count)): run that version, or give this one another cache directory")
         }
         guard current < Self.migrations.count else { return }
+        if current > 0 {
+            // Rewriting a table can take seconds (the queue's, 6 s for a million URLs): say why the start waits.
+            Log.info("upgrading the index \(path) from schema \(current) to \(Self.migrations.count)")
+        }
         for (index, sql) in Self.migrations.enumerated().dropFirst(current) {
             try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
         }
