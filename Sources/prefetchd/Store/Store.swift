@@ -144,7 +144,15 @@ final class Store {
             Log.info("upgrading the index \(path) from schema \(current) to \(Self.migrations.count)")
         }
         for (index, sql) in Self.migrations.enumerated().dropFirst(current) {
-            try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
+            do {
+                try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
+            } catch {
+                try? db.execute("ROLLBACK")
+                guard error.isDiskFull else { throw error }
+                throw DaemonError("cannot upgrade the index \(path) from schema \(index) to \(index + 1): \(error.message) "
+                                  + "(an upgrade may rewrite a table, the durable queue's among them); nothing was changed: "
+                                  + "free some space and start again")
+            }
         }
     }
 
