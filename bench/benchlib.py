@@ -176,7 +176,7 @@ class JournaledExt4:
         return False
 
     def _remove(self):
-        if self.directory and not os.path.ismount(os.path.join(self.directory, "mnt")):
+        if self.directory and not os.path.ismount(self.mountpoint):
             shutil.rmtree(self.directory, ignore_errors=True)
         self.directory = None
 
