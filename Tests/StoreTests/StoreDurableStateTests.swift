@@ -157,6 +157,31 @@ import Testing
         }
     }
 
+    @Test("a noted download resumes in this run only, also after a rollback; recorded, it outlives a restart with the latest validator")
+    func notedPartials() throws {
+        try withCacheDirectory { directory in
+            let small = "https://example.com/small.png", large = "https://example.com/large.png"
+            do {
+                let store = try Store(directory: directory)
+                for url in [small, large] { #expect(try store.enqueue(key: url, now: 1)) }
+                try store.commit()
+                try store.notePartial(small, validator: "\"s\"")
+                try store.notePartial(large, validator: "\"l1\"")
+                try store.recordPartial(large)
+                try store.commit()
+                #expect(try store.enqueue(key: "https://example.com/other.png", now: 2))
+                store.rollback()
+                #expect(store.partialValidator(small) == "\"s\"" && store.partialValidator(large) == "\"l1\"")
+                // Another response for the recorded one: the record follows it.
+                try store.notePartial(large, validator: "\"l2\"")
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(store.partialValidator(small) == nil)
+            #expect(store.partialValidator(large) == "\"l2\"")
+        }
+    }
+
     @Test("recovery drops resumable downloads no longer queued and those whose body is gone")
     func recoveryDropsStalePartials() throws {
         try withCacheDirectory { directory in

@@ -109,6 +109,48 @@ struct HTTPCacheTests {
         #expect(requests.dropFirst().first?.status == 206)
     }
 
+    @Test("a download's resume is recorded in the index once 64 KiB of it are on disk, not before; killed before, it starts over and is whole")
+    func resumeRecordedOnceWorthIt() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let size = 200_000
+        func url(_ name: String) -> String { origin.url("/\(name).jpg?size=\(size)&drip=40000&cc=max-age%3D3600") }
+        func recorded() -> Int {
+            let script = "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM partials').fetchone()[0])"
+            let result = run("/usr/bin/env", ["python3", "-c", script, daemon.cache + "/index.sqlite"])
+            return Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        }
+        /// Waits until the running transfer holds between 1 byte and 64 KiB, reading the index first: a transfer still
+        /// below 64 KiB after the read was below it during the read. Returns the records the read found.
+        func recordsWhileShort() -> Int? {
+            for _ in 0..<100 {
+                let rows = recorded()
+                let bytes = transferBytes(daemon.ctl("list", "--json").stdout)
+                if bytes > 0 && bytes < 64 * 1024 { return rows }
+                if bytes >= 64 * 1024 { return nil }
+                usleep(20_000)
+            }
+            return nil
+        }
+
+        // Killed below 64 KiB: nothing recorded, so the start after the crash fetches it whole.
+        #expect(daemon.ctl("queue", url("short")).status == 0)
+        #expect(recordsWhileShort() == 0)
+        daemon.kill9()
+        try daemon.start()
+        let result = try entry(daemon.ctl("get", "--json", "--timeout", "30", url("short")))
+        let requests = try origin.stats().log.filter { $0.path == "/short.jpg" }
+        #expect(requests.count == 2 && requests.last?.range == nil && requests.last?.status == 200, "\(requests)")
+        #expect(result["sha256"] as? String == (try sha256Hex(origin.body("/short.jpg?size=\(size)"))))
+
+        // Past 64 KiB it is recorded; done, the record goes.
+        #expect(daemon.ctl("queue", url("long")).status == 0)
+        #expect(recordsWhileShort() == 0)
+        #expect(waitUntil(seconds: 10) { transferBytes(daemon.ctl("list", "--json").stdout) >= 96 * 1024 && recorded() == 1 })
+        #expect(daemon.ctl("queue", "--wait", "--timeout", "30", url("long")).status == 0)
+        #expect(recorded() == 0)
+    }
+
     @Test("filling a 50 MiB cache with 5,000 files never exceeds limit + one object; the index agrees with the files")
     func evictionDuringFill() throws {
         let origin = try Origin()

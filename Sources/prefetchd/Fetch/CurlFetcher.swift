@@ -120,6 +120,8 @@ final class CurlFetcher {
     private var rateBurst: Int64 { max(16 << 10, (backgroundRateLimit ?? 0) / 4) }
     /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
+    /// Called when a resumable body grew long enough for a durable record (`Transfer.onResumeWorthRecording`).
+    var onResumeWorthRecording: (_ key: String) -> Void = { _ in }
     /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), after curl
     /// returned: the next background transfer may start so that the connection does not idle.
     var onTail: (_ key: String) -> Void = { _ in }
@@ -193,6 +195,7 @@ final class CurlFetcher {
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil)
             transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
+            transfer.onResumeWorthRecording = { [unowned self] transfer in self.onResumeWorthRecording(transfer.key) }
             transfer.onTail = { [unowned self] transfer in self.tails.append(transfer) }
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
             let added = pool(transfer.pool).add(transfer.easy)

@@ -57,6 +57,7 @@ final class Fetches {
         defaultTTL = options.defaultTTL
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
+        fetcher.onResumeWorthRecording = { [unowned self] key in self.recordPartial(key) }
         fetcher.onConcluding = { [unowned self] keys in
             self.guarded.formUnion(keys)
             self.crashGuard.begin(keys)
@@ -92,10 +93,12 @@ final class Fetches {
 
     func changeLane(_ key: String, to lane: Lane) { fetcher.changeLane(key, to: lane) }
 
-    /// `.park`: the transfer stops, and its partial body stays on disk only when a validator was recorded to resume
-    /// it with (without one the next start begins at byte 0 anyway).
+    /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
+    /// resume it with (without one the next start begins at byte 0 anyway).
     func park(_ key: String) {
-        fetcher.stop(key, keepingBody: store.partialValidator(key) != nil)
+        let keep = store.partialValidator(key) != nil
+        if keep { recordPartial(key) }
+        fetcher.stop(key, keepingBody: keep)
     }
 
     func abort(_ key: String) { fetcher.stop(key, keepingBody: false) }
@@ -128,8 +131,7 @@ final class Fetches {
         for task in tasks {
             let keep = store.partialValidator(task.key) != nil && resumable(task.key)
             if task.running { fetcher.stop(task.key, keepingBody: keep) }
-            guard !keep else { continue }
-            do { try store.removePartial(task.key) } catch { Log.error("cannot forget the download of \(task.key): \(error)") }
+            if keep { recordPartial(task.key) } else { forgetPartial(task.key) }
         }
         // Body files being made, deleted or moved: none is left half done.
         bodyFiles.waitForJobs()
@@ -151,11 +153,12 @@ final class Fetches {
 
     // MARK: Transfers that end
 
-    /// A body started arriving: record how to resume it should the transfer stop before the end.
+    /// A body started arriving: note how to resume it should the transfer stop before the end. The note becomes a
+    /// record once the body is worth resuming after a crash, or when the transfer stops keeping it.
     private func bodyStarted(_ key: String, validator: String?) {
         do {
             if let validator {
-                try store.savePartial(key, validator: validator)
+                try store.notePartial(key, validator: validator)
             } else {
                 try store.removePartial(key, deletingBody: false)
             }
@@ -164,18 +167,22 @@ final class Fetches {
         }
     }
 
+    private func recordPartial(_ key: String) {
+        do { try store.recordPartial(key) } catch { Log.error("cannot record the download of \(key): \(error)") }
+    }
+
+    private func forgetPartial(_ key: String) {
+        do { try store.removePartial(key) } catch { Log.error("cannot forget the download of \(key): \(error)") }
+    }
+
     private func finished(_ result: FetchResult) {
         let key = result.key
         switch result.outcome {
         case .failure(let failure):
             endGuardedStep(key)
-            do {
-                // A transient failure keeps what a resume can continue from; a refused resume (416) starts over.
-                let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
-                if !resumable { try store.removePartial(key) }
-            } catch {
-                Log.error("cannot forget the download of \(key): \(error)")
-            }
+            // A transient failure keeps what a resume can continue from; a refused resume (416) starts over.
+            let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
+            if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, .failed(failure))
         case .success(.notModified):
             let now = wallClockMilliseconds()

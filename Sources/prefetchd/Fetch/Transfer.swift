@@ -44,6 +44,13 @@ final class Transfer {
     fileprivate let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
+    /// Called once, inside curl's write callback, when a body with a validator holds `resumeWorthRecording` bytes:
+    /// from then on a start after a crash should resume it rather than fetch it again.
+    var onResumeWorthRecording: (Transfer) -> Void = { _ in }
+    /// Bytes a body holds before its resume is worth a durable record: two index writes cost more than fetching
+    /// less again after a crash (a stop or a failure that keeps the body records it whatever its length).
+    static let resumeWorthRecording: Int64 = 64 << 10
+    private var resumeRecorded = false
     /// Called once, inside curl's write callback, when background work on a multiplexed (HTTP/2 or later)
     /// connection of the background pool reaches its tail, `tailWindows` windows from its end: about one window is on
     /// its way, and a request for the next file sent now reaches the server before the other runs out. Not with
@@ -281,6 +288,10 @@ final class Transfer {
         }
         hash.update(data)
         received += Int64(data.count)
+        if !resumeRecorded, received >= Self.resumeWorthRecording, continuation.resumeValidator != nil {
+            resumeRecorded = true
+            onResumeWorthRecording(self)
+        }
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
         if multiplexed, !tailReported, lane == .slow, pool == .slow, backgroundWindow > 0,
            let total = expectedTotal ?? expectedBytes, total - received <= Self.tailWindows * window {

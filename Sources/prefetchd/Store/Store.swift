@@ -31,8 +31,13 @@ final class Store {
     /// backlog read has passed, even when the newest rows were dequeued or rolled back meanwhile.
     private var lastSeq: Int64 = 0
 
-    /// The `partials` table, kept in memory: asked at every start, park and end of a transfer.
-    private var partials: [String: String] = [:]
+    /// Downloads in progress that a resume can continue from, asked at every start, park and end of a transfer: the
+    /// validator a resume sends, and whether the `partials` table records it (only recorded ones outlive a crash).
+    private var partials: [String: Partial] = [:]
+    private struct Partial: Equatable {
+        var validator: String
+        var recorded: Bool
+    }
 
     static let migrations = [
         """
@@ -106,9 +111,9 @@ final class Store {
         _ = try backlog.step()
         counts.queued = backlog.int(0)
         lastSeq = max(lastSeq, backlog.int(1))
-        partials = [:]
+        partials = partials.filter { !$0.value.recorded }
         let rows = try db.statement("SELECT key, validator FROM partials")
-        while try rows.step() { partials[rows.text(0)] = rows.text(1) }
+        while try rows.step() { partials[rows.text(0)] = Partial(validator: rows.text(1), recorded: true) }
         db.resetStatements()
     }
 
@@ -397,23 +402,40 @@ final class Store {
 
     // MARK: Resumable downloads
 
-    /// The validator recorded for `key`'s download in progress, if it can be resumed.
-    func partialValidator(_ key: String) -> String? { partials[key] }
+    /// The validator noted for `key`'s download in progress, if it can be resumed.
+    func partialValidator(_ key: String) -> String? { partials[key]?.validator }
 
+    /// Records durably that `key`'s download can be resumed with `validator`.
     func savePartial(_ key: String, validator: String) throws(DatabaseError) {
-        guard partials[key] != validator else { return }
+        let partial = Partial(validator: validator, recorded: true)
+        guard partials[key] != partial else { return }
         try write()
         try db.statement("INSERT OR REPLACE INTO partials(key, validator) VALUES (?1, ?2)").bind(key, validator).run()
-        partials[key] = validator
+        partials[key] = partial
+    }
+
+    /// Notes in memory that `key`'s download can be resumed with `validator`: after a crash it starts over, unless
+    /// `recordPartial` made the note durable. A record of another validator is replaced by this one.
+    func notePartial(_ key: String, validator: String) throws(DatabaseError) {
+        guard let old = partials[key], old.recorded else {
+            partials[key] = Partial(validator: validator, recorded: false)
+            return
+        }
+        try savePartial(key, validator: validator)
+    }
+
+    /// Makes the note of `key`'s download durable, if there is one.
+    func recordPartial(_ key: String) throws(DatabaseError) {
+        guard let partial = partials[key], !partial.recorded else { return }
+        try savePartial(key, validator: partial.validator)
     }
 
     /// Forgets a download in progress, deleting its body unless it is still being written.
     func removePartial(_ key: String, deletingBody: Bool = true) throws(DatabaseError) {
         if deletingBody { unlink(files.downloadPath(forName: CacheFiles.name(forKey: key))) }
-        guard partials[key] != nil else { return }
+        guard let partial = partials.removeValue(forKey: key), partial.recorded else { return }
         try write()
         try db.statement("DELETE FROM partials WHERE key = ?1").bind(key).run()
-        partials[key] = nil
     }
 
     // MARK: Negative cache
@@ -506,7 +528,7 @@ final class Store {
         let kept = try db.statement("SELECT key, validator FROM partials")
         partials = [:]
         while try kept.step() {
-            partials[kept.text(0)] = kept.text(1)
+            partials[kept.text(0)] = Partial(validator: kept.text(1), recorded: true)
             resumable[files.downloadPath(forName: CacheFiles.name(forKey: kept.text(0)))] = kept.text(0)
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
