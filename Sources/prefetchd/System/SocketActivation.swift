@@ -22,8 +22,15 @@ struct SocketActivation {
         let names = environment["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false) } ?? []
         let index = names.firstIndex { $0 == "ctl" }.map(Int32.init) ?? 0
         guard index < count else { throw DaemonError("LISTEN_FDNAMES names more descriptors than LISTEN_FDS=\(count)") }
+        // Every passed descriptor is open (as sd_listen_fds(3) checks): a count from a broken or hostile environment
+        // fails at the first one that is not, instead of walking up to 2^31 numbers.
+        let passed = Int(firstDescriptor)..<(Int(firstDescriptor) + Int(count))
+        if let missing = passed.first(where: { fcntl(Int32($0), F_GETFD) < 0 }) {
+            throw DaemonError("LISTEN_FDS=\(count) passes descriptors \(passed.lowerBound)-\(passed.upperBound - 1), "
+                              + "but \(missing) is not open")
+        }
         let fd = firstDescriptor + index
-        for other in firstDescriptor..<(firstDescriptor + count) where other != fd {
+        for other in passed.map(Int32.init) where other != fd {
             Log.warning("socket activation: closing passed descriptor \(other), which prefetchd does not use")
             close(other)
         }
