@@ -5,6 +5,27 @@ import Testing
 
 /// Start-up after a crash, an index written by an older version, and an index that is not a database.
 @Suite struct StoreRecoveryTests {
+    @Test("a directory holding someone else's files and no index is refused and left as it was (the sweep deleted ~/tmp/* and files/**); one prefetchd made before its index is not")
+    func foreignDirectoryRefused() throws {
+        try withCacheDirectory { directory in
+            let theirs = ["tmp/important.txt", "files/notes/x.txt"]
+            for made in ["tmp", "files", "files/notes"] { mkdir(directory + "/" + made, 0o700) }
+            for file in theirs { try writeFile(directory + "/" + file, count: 10) }
+            #expect(throws: DaemonError.self) { try Store(directory: directory) }
+            for file in theirs { #expect(exists(directory + "/" + file), "\(file)") }
+            #expect(!exists(directory + "/" + CacheFiles.indexName))
+            unlink(directory + "/tmp/important.txt")
+            #expect(throws: DaemonError.self) { try Store(directory: directory) }  // files/notes
+            unlink(directory + "/files/notes/x.txt")
+            rmdir(directory + "/files/notes")
+            // What a first start that stopped before its index leaves: its directories and a download's body.
+            mkdir(directory + "/files/ab", 0o750)
+            try writeFile(directory + "/tmp/" + CacheFiles.name(forKey: "https://example.com/a.png"), count: 10)
+            let store = try Store(directory: directory)
+            #expect(try store.recover().temporaries == 1)
+        }
+    }
+
     @Test("recovery after a torn write sweeps temporaries, rows without their file and files without a row")
     func recoverSweeps() throws {
         try withCacheDirectory { directory in

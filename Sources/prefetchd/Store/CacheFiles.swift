@@ -28,13 +28,38 @@ struct CacheFiles {
 
     func absolute(_ relative: String) -> String { root + "/" + relative }
 
-    func prepare() throws(SystemError) {
+    /// The index's file name in the root (with SQLite's `-wal` and `-shm` beside it).
+    static let indexName = "index.sqlite"
+
+    /// Makes the directories, in a root that is prefetchd's own (`refuseForeign`).
+    func prepare() throws {
+        try refuseForeign()
         try makeDirectories(root, mode: Self.privateDirectoryMode)
         try makeDirectories(temporaryDirectory, mode: Self.privateDirectoryMode)
         try makeDirectories(filesDirectory, mode: Self.directoryMode)
         for directory in Self.fanOut where mkdir(absolute(directory), Self.directoryMode) != 0 && errno != EEXIST {
             throw SystemError(call: "mkdir", errno: errno, detail: absolute(directory))
         }
+    }
+
+    /// Refuses a directory that holds files of someone else's and no index: the start-up sweep deletes what under
+    /// `tmp/` and `files/` the index does not name, and `--cache-dir ~` must not cost anyone their `~/tmp`. A
+    /// directory that does not exist yet, an empty one and one prefetchd made (also one whose first start stopped
+    /// before the index was made) are fine.
+    private func refuseForeign() throws {
+        let top = names(in: root)
+        guard !top.contains(where: { $0.hasPrefix(Self.indexName) }) else { return }
+        func isHex(_ name: String, _ length: Int) -> Bool {
+            name.utf8.count == length && name.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+        }
+        let foreign = top.filter { !["tmp", "files", "lock"].contains($0) }
+            + names(in: temporaryDirectory).filter { !isHex($0, 64) }.map { "tmp/" + $0 }
+            + names(in: filesDirectory).filter { !isHex($0, 2) }.map { "files/" + $0 }
+        guard !foreign.isEmpty else { return }
+        let shown = foreign.sorted().prefix(3).joined(separator: ", ") + (foreign.count > 3 ? ", …" : "")
+        throw DaemonError("the cache directory \(root) holds other files (\(shown)) and no prefetchd index: "
+                          + "give prefetchd a directory of its own (one that does not exist yet, or an empty one), "
+                          + "since it deletes what its index does not name")
     }
 
     /// Where the body of a download in progress for `name` is written.
@@ -88,15 +113,9 @@ struct CacheFiles {
 
     /// Calls `body` with every entry that is not a directory, going `depth` directories down.
     private func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
-        guard let dir = opendir(directory) else { return }
-        defer { closedir(dir) }
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
-            }
-            if name == "." || name == ".." { continue }
+        for (name, type) in entries(of: directory) {
             let path = directory + "/" + name
-            if depth > 0, isDirectory(entry.pointee.d_type, path) {
+            if depth > 0, isDirectory(type, path) {
                 forEachFile(in: path, depth: depth - 1, body)
             } else {
                 body(path)
@@ -104,6 +123,22 @@ struct CacheFiles {
         }
     }
 }
+
+/// The names and types of a directory's entries but `.` and `..`; none when it cannot be read.
+private func entries(of directory: String) -> [(name: String, type: UInt8)] {
+    guard let dir = opendir(directory) else { return [] }
+    defer { closedir(dir) }
+    var entries: [(name: String, type: UInt8)] = []
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+        }
+        if name != ".", name != ".." { entries.append((name, entry.pointee.d_type)) }
+    }
+    return entries
+}
+
+private func names(in directory: String) -> [String] { entries(of: directory).map(\.name) }
 
 /// Whether a directory entry is a directory: its type, or `stat` where the file system does not say (DT_UNKNOWN).
 private func isDirectory(_ type: UInt8, _ path: String) -> Bool {

@@ -83,7 +83,7 @@ final class Store {
         files = CacheFiles(root: directory)
         try files.prepare()
         lock = try CacheLock(directory: directory)
-        let path = directory + "/index.sqlite"
+        let path = directory + "/" + CacheFiles.indexName
         do {
             db = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
