@@ -156,6 +156,26 @@ struct ConfigTests {
         #expect(result.stderr.contains("\(config):2: per_host:"), "\(result.stderr)")
     }
 
+    @Test("metrics_textfile on the socket, the configuration or in the cache directory (it replaced the socket, and the index with its queue) is refused; so is a missing directory")
+    func metricsTextfileClashes() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf", socket = directory.path + "/ctl.sock"
+        let cache = directory.path + "/cache"
+        try write("fast_width = 2\n", to: config)
+        try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true)
+        let base = ["--config", config, "--socket", socket, "--cache-dir", cache]
+        for (path, clash) in [(socket, "is the socket"), (config, "is the configuration file"),
+                              (cache + "/index.sqlite", "is in the cache directory"),
+                              (directory.path + "/cache/../cache/m.prom", "is in the cache directory")] {
+            let (result, _) = check(base + ["--metrics-textfile", path])
+            #expect(result.status == 1 && result.stderr.contains("metrics_textfile: \(path) \(clash)"), "\(result.stderr)")
+        }
+        let (missing, _) = check(base + ["--metrics-textfile", directory.path + "/none/m.prom"])
+        #expect(missing.status == 1 && missing.stderr.contains("cannot use the directory of"), "\(missing.stderr)")
+        let (good, settings) = check(base + ["--metrics-textfile", directory.path + "/prefetchd.prom"])
+        #expect(good.status == 0 && settings["metrics_textfile"] == directory.path + "/prefetchd.prom", "\(good.stderr)")
+    }
+
     @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")
     func byteOrderMark() throws {
         let directory = try TemporaryDirectory()

@@ -386,7 +386,26 @@ struct Options {
                 throw DaemonError("\(flag): \(error.message)")
             }
         }
+        try options.checkMetricsTextfile()
         return check ? .check(options) : .run(options)
+    }
+
+    /// The metrics file is replaced every 5 s: it must not be the socket, the configuration, or anything in the cache
+    /// directory (the index among them), and its directory must exist.
+    private func checkMetricsTextfile() throws {
+        guard let path = metricsTextfile else { return }
+        let file = resolvingDirectory(path) ?? path
+        let cache = realPath(cacheDirectory) ?? cacheDirectory
+        let clash = file == resolvingDirectory(socketPath) ? "the socket"
+            : file == configPath.flatMap(resolvingDirectory) ? "the configuration file"
+            : file == cache || file.hasPrefix(cache + "/") ? "in the cache directory" : nil
+        if let clash {
+            throw DaemonError("metrics_textfile: \(path) is \(clash); the metrics, written there every 5 s, would destroy the "
+                              + "daemon's own files: write them elsewhere (node_exporter's textfile directory)")
+        }
+        guard resolvingDirectory(path) != nil else {
+            throw DaemonError("metrics_textfile: cannot use the directory of \(path): \(String(cString: strerror(errno)))")
+        }
     }
 
     /// The effective settings as a configuration file, as `--check-config` prints them.
@@ -586,4 +605,18 @@ extension Log.Level {
 
     /// The level as `log_level` spells it.
     var configName: String { Self.names.first { $0.1 == self }!.0 }
+}
+
+/// `path` with every symbolic link and `..` resolved; nil when it does not exist.
+private func realPath(_ path: String) -> String? {
+    guard let resolved = realpath(path, nil) else { return nil }
+    defer { free(resolved) }
+    return String(cString: resolved)
+}
+
+/// An absolute `path` with its directory resolved (the file itself need not exist); nil when the directory does not.
+private func resolvingDirectory(_ path: String) -> String? {
+    guard let slash = path.lastIndex(of: "/"), let directory = realPath(slash == path.startIndex ? "/" : String(path[..<slash]))
+    else { return nil }
+    return (directory == "/" ? "" : directory) + path[slash...]
 }
