@@ -176,6 +176,20 @@ struct ConfigTests {
         #expect(good.status == 0 && settings["metrics_textfile"] == directory.path + "/prefetchd.prom", "\(good.stderr)")
     }
 
+    @Test("a configuration that is a FIFO or a pipe (SIGHUP blocked on it, or read it empty) and a value with a NUL (cut short silently) are refused")
+    func notARegularFileOrControlCharacter() throws {
+        let directory = try TemporaryDirectory()
+        let fifo = directory.path + "/fifo.conf"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let (result, _) = check(["--config", fifo])
+        #expect(result.status == 1 && result.stderr.contains("\(fifo): not a regular file"), "\(result.stderr)")
+        let nul = directory.path + "/nul.conf"
+        try Data(Array("fast_width = 2\ncache_dir = /tmp/a".utf8) + [0] + Array("b\n".utf8)).write(to: URL(fileURLWithPath: nul))
+        let (cut, _) = check(["--config", nul])
+        #expect(cut.status == 1 && cut.stderr.contains("\(nul):2: cache_dir: a control character in '/tmp/a<U+0000>b'"),
+                "\(cut.stderr)")
+    }
+
     @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")
     func byteOrderMark() throws {
         let directory = try TemporaryDirectory()

@@ -116,6 +116,21 @@ struct SystemdTests {
         #expect(daemon.ctl("ping").status == 0)
     }
 
+    @Test("SIGHUP with the configuration replaced by a FIFO keeps the running configuration and keeps serving (it blocked every client until someone wrote to the FIFO)")
+    func reloadFromFIFO() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("fast_width = 3\n", to: config)
+        let daemon = try ServiceDaemon(["--config", config], directory: directory)
+        unlink(config)
+        #expect(mkfifo(config, 0o600) == 0)
+        daemon.signal(SIGHUP)
+        #expect(daemon.waitForLog("keeping the running configuration"), "\(daemon.log)")
+        #expect(daemon.log.contains("\(config): not a regular file"), "\(daemon.log)")
+        #expect(daemon.ctl("ping").status == 0)
+        #expect(try daemon.fastWidth() == 3)
+    }
+
     @Test("with JOURNAL_STREAM set, each log line carries its syslog priority and no timestamp; a summary line per burst at info, a line per failure")
     func journalLines() throws {
         let origin = try Origin()

@@ -37,6 +37,9 @@ struct ConfigFile {
                 throw DaemonError("\(path):\(number): '\(visible(key))' is not a key (letters, digits and _)")
             }
             let value = try Self.value(line[line.index(after: equals)...], at: "\(path):\(number)")
+            if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+                throw DaemonError("\(path):\(number): \(key): a control character in '\(visible(value))'")
+            }
             if let first = seen[key] {
                 throw DaemonError("\(path):\(number): \(key) is already set on line \(first)")
             }
@@ -97,10 +100,17 @@ struct ConfigFile {
         return String(slice)
     }
 
-    /// The whole file as UTF-8 text.
+    /// The whole file as UTF-8 text. Only a regular file: SIGHUP reads it again, and a pipe would then be empty (every
+    /// setting back to its default) and a FIFO would block the daemon until someone wrote to it. Opened without
+    /// waiting, so that a FIFO is refused rather than waited for.
     private static func read(_ path: String) throws -> String {
-        let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+        let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw DaemonError("\(path): not a regular file (a pipe, a device or a directory): a configuration file is read "
+                              + "again on SIGHUP; write the settings to a file")
+        }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16384)
         while true {
