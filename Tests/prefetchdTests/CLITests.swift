@@ -176,6 +176,20 @@ struct CLITests {
         }
     }
 
+    @Test("get -o onto the cached file itself is refused and leaves it whole (it emptied it under the daemon); a copy that cannot be written is a failure, exit 1, not a usage error")
+    func outputOntoTheCachedFile() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/output-self.jpg")
+        let cached = daemon.ctl("get", url).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let body = try Self.origin.body("/output-self.jpg")
+        #expect(FileManager.default.contents(atPath: cached) == body)
+        let onto = daemon.ctl("get", "-o", cached, url)
+        #expect(onto.status == 2 && onto.stderr.contains("is the cached file itself"), "\(onto.stderr)")
+        #expect(FileManager.default.contents(atPath: cached) == body, "the cached file is whole")
+        let full = daemon.ctl("get", "-o", "/dev/full", url)
+        #expect(full.status == 1 && full.stderr.contains("disk_full: cannot write /dev/full"), "\(full.stderr)")
+    }
+
     @Test("status x, list x, ping x (every verb taking no operands) exit 2 instead of ignoring the word; so do info A B and view A B")
     func extraOperands() throws {
         let daemon = try DaemonUnderTest()

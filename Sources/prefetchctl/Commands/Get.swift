@@ -101,9 +101,18 @@ enum GetCommand {
         if input < 0, errno == ENOENT, !lastTry { return false }
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
-        let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw .usage("cannot write \(destination): \(String(cString: strerror(errno)))") }
         defer { if output != 1 { close(output) } }
+        if output != 1 {
+            // Truncated only once known not to be the cached file itself, which would be emptied under the daemon.
+            var from = stat(), to = stat()
+            guard fstat(input, &from) == 0, fstat(output, &to) == 0 else { throw writeFailure(destination) }
+            if from.st_dev == to.st_dev, from.st_ino == to.st_ino {
+                throw .usage("\(destination) is the cached file itself (\(path)): give -o another path")
+            }
+            if to.st_mode & S_IFMT == S_IFREG, ftruncate(output, 0) != 0 { throw writeFailure(destination) }
+        }
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let count = read(input, &buffer, buffer.count)
@@ -112,11 +121,17 @@ enum GetCommand {
             var offset = 0
             while offset < count {
                 let written = buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, count - offset) }
-                guard written > 0 else { throw .usage("cannot write \(destination): \(String(cString: strerror(errno)))") }
+                guard written > 0 else { throw writeFailure(destination) }
                 offset += written
             }
         }
         return true
+    }
+
+    /// Writing the copy failed (a full disk, an I/O error): the fetch worked, so not a usage error.
+    private static func writeFailure(_ destination: String) -> CLIError {
+        let code: ErrorCode = errno == ENOSPC || errno == EDQUOT ? .diskFull : .internal
+        return .failed(WireError(code, "cannot write \(destination): \(String(cString: strerror(errno)))"))
     }
 }
 
