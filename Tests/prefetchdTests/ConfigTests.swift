@@ -190,6 +190,20 @@ struct ConfigTests {
                 "\(cut.stderr)")
     }
 
+    @Test("a proxy curl cannot use (every fetch then failed and innocent origins were paused) is refused without showing its password; the usual forms pass")
+    func proxyChecked() throws {
+        for proxy in ["socks9://user:secret@x", "ftp://x", "::::", "http://", "http://a:0", "http://a:99999", "http://[::1"] {
+            let (result, _) = check(["--proxy", proxy])
+            #expect(result.status == 1 && result.stderr.contains("is not a proxy URL like http://proxy.example:3128"),
+                    "\(proxy): \(result.stderr)")
+            #expect(!result.stderr.contains("secret"), "\(result.stderr)")
+        }
+        for proxy in ["http://proxy.example:3128", "proxy.example", "HTTPS://proxy:443", "socks5h://[::1]:1080"] {
+            let (result, settings) = check(["--proxy", proxy])
+            #expect(result.status == 0 && settings["proxy"] == proxy, "\(proxy): \(result.stderr)")
+        }
+    }
+
     @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")
     func byteOrderMark() throws {
         let directory = try TemporaryDirectory()

@@ -190,7 +190,7 @@ struct Options {
                 show: { String($0.defaultTTL / 1000) }),
         Setting(key: "proxy", placeholder: "URL",
                 summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
-                read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : value },
+                read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : try proxyURL(value) },
                 show: { $0.fetch.proxy ?? "" }),
         Setting(key: "ca_file", placeholder: "PATH",
                 summary: "trust the certificate authorities in this PEM file instead of the system's (a private CA)",
@@ -524,6 +524,39 @@ struct Options {
             return "\(bytes >> shift)\(suffix)"
         }
         return String(bytes)
+    }
+
+    /// A proxy as curl takes it, `[scheme://][user:password@]host[:port]`, with a scheme curl speaks to proxies.
+    private static func proxyURL(_ text: String) throws(BadValue) -> String {
+        let schemes = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+        var scheme = "", rest = Substring(text)
+        if let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") {
+            scheme = String(text[..<colon])
+            rest = text[text.index(colon, offsetBy: 3)...]
+        }
+        // The error shows no password.
+        let shown = rest.lastIndex(of: "@").map { (scheme.isEmpty ? "" : scheme + "://") + "…" + rest[$0...] } ?? text
+        let bad = BadValue("'\(shown)' is not a proxy URL like http://proxy.example:3128 (schemes: "
+                           + schemes.joined(separator: ", ") + ")")
+        guard scheme.isEmpty || schemes.contains(scheme.lowercased()) else { throw bad }
+        var authority = rest.prefix { $0 != "/" }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        var host = authority, port: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw bad }
+            host = authority[...close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw bad }
+                port = after.dropFirst()
+            }
+        } else if let colon = authority.firstIndex(of: ":") {
+            host = authority[..<colon]
+            port = authority[authority.index(after: colon)...]
+        }
+        guard !host.isEmpty, host.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else { throw bad }
+        if let port { guard let number = UInt16(port), number > 0 else { throw bad } }
+        return text
     }
 
     private static func absolutePath(_ text: String) throws(BadValue) -> String {
