@@ -28,6 +28,17 @@ public struct LineBuffer: Sendable {
         return buffer.count > limit ? .tooLong : nil
     }
 
+    /// Once the stream ended: what is left, a last line that came without its newline, if any.
+    public mutating func finish() -> Line? {
+        guard !buffer.isEmpty else { return nil }
+        guard buffer.count <= limit else { return .tooLong }
+        var line = buffer
+        if line.last == 0x0D { line.removeLast() }
+        buffer = []
+        scanned = 0
+        return .line(line)
+    }
+
     /// Bytes received that do not yet form a line.
     public var pending: Int { buffer.count }
 }

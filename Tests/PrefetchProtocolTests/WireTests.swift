@@ -18,6 +18,16 @@ struct LineBufferTests {
         #expect(buffer.pending == 0)
     }
 
+    @Test("once the stream ended, what is left is a last line (its CR dropped); nothing left is no line")
+    func finish() {
+        var buffer = LineBuffer(limit: 8)
+        buffer.append(Array("one\ntwo\r".utf8))
+        #expect(buffer.next() == .line(Array("one".utf8)))
+        #expect(buffer.next() == nil)
+        #expect(buffer.finish() == .line(Array("two".utf8)))
+        #expect(buffer.finish() == nil && buffer.pending == 0)
+    }
+
     @Test("a line of exactly the limit passes; one byte more is too long, with or without its newline")
     func limit() {
         var exact = LineBuffer(limit: 8)

@@ -72,6 +72,24 @@ struct BadInputTests {
         #expect(daemon.ctl("ping").status == 0, "the daemon keeps serving")
     }
 
+    @Test("queue with both url and urls is a bad request (url was dropped silently); a last request without its newline before a half-close is answered (it was dropped)")
+    func urlAndURLsAndLastLine() throws {
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        connection.send("{\"id\":1,\"op\":\"queue\",\"url\":\"http://127.0.0.1:9/a.jpg\",\"urls\":[\"http://127.0.0.1:9/b.jpg\"]}\n")
+        let both = connection.receive()?["error"] as? [String: Any]
+        #expect(both?["code"] as? String == "bad_request" && both?["message"] as? String == "queue takes url or urls, not both",
+                "\(String(describing: both))")
+        connection.send("{\"id\":2,\"op\":\"ping\"}")
+        connection.finishSending()
+        let last = connection.receive()
+        #expect(last?["id"] as? Int == 2 && last?["ok"] as? Bool == true, "\(String(describing: last))")
+        #expect(connection.receive() == nil, "then the end of the stream")
+        let info = daemon.ctl("info", "http://127.0.0.1:9/b.jpg").stdout
+        #expect(info.contains("cached: no") && !info.contains("task"), "nothing was queued: \(info)")
+    }
+
     @Test("prefetchctl exit codes: usage 2, unreachable 3, rejected 4")
     func exitCodes() throws {
         let daemon = try DaemonUnderTest()

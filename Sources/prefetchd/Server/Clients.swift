@@ -250,9 +250,11 @@ final class Clients {
                 break
             }
             guard let count = connection.readInput() else {
-                // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), then
-                // the connection closes (flushConnection). A reset or a full close fails the flush and closes.
-                dirty.insert(connection.id)
+                // End of stream: the requests already read still get their answers (`printf … | nc -U -N`), a last
+                // one without its newline included, then the connection closes (flushConnection). A reset or a full
+                // close fails the flush and closes.
+                if case .line(let text)? = connection.nextLine() { onLine(text, connection) }
+                if connections[connection.id] != nil { dirty.insert(connection.id) }
                 return
             }
             if count == 0 { return }

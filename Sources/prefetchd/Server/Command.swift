@@ -95,6 +95,9 @@ enum Command {
 
     /// `urls` (or the one `url`), at most `Request.maximumBatch` of them.
     private static func batch(_ request: Request, _ op: Operation) throws(WireError) -> [String] {
+        guard request.url == nil || request.urls == nil else {
+            throw WireError(.badRequest, "\(op.rawValue) takes url or urls, not both")
+        }
         let urls = try required(request.urls ?? request.url.map { [$0] }, "urls", op)
         guard urls.count <= Request.maximumBatch else {
             throw WireError(.badRequest, "at most \(Request.maximumBatch) URLs per request")

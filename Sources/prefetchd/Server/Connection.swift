@@ -149,7 +149,8 @@ final class Connection {
     var hasBufferedInput: Bool { input.pending > 0 }
 
     /// The next request line read, if a whole one is buffered.
-    func nextLine() -> LineBuffer.Line? { input.next() }
+    /// The next request line; once the input ended, also a last one that came without its newline.
+    func nextLine() -> LineBuffer.Line? { input.next() ?? (inputEnded ? input.finish() : nil) }
 
     func send(_ line: [UInt8]) {
         guard !discarding else { return }
