@@ -188,6 +188,8 @@ struct ConfigTests {
         let (cut, _) = check(["--config", nul])
         #expect(cut.status == 1 && cut.stderr.contains("\(nul):2: cache_dir: a control character in '/tmp/a<U+0000>b'"),
                 "\(cut.stderr)")
+        let (none, _) = check(["--config", "/dev/null"])
+        #expect(none.status == 0, "/dev/null stays the way to read no file: \(none.stderr)")
     }
 
     @Test("a proxy curl cannot use (every fetch then failed and innocent origins were paused) is refused without showing its password; the usual forms pass")

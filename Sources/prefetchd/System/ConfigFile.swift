@@ -100,14 +100,16 @@ struct ConfigFile {
         return String(slice)
     }
 
-    /// The whole file as UTF-8 text. Only a regular file: SIGHUP reads it again, and a pipe would then be empty (every
-    /// setting back to its default) and a FIFO would block the daemon until someone wrote to it. Opened without
-    /// waiting, so that a FIFO is refused rather than waited for.
+    /// The whole file as UTF-8 text. Only a regular file, or `/dev/null` for none: SIGHUP reads it again, and a pipe
+    /// would then be empty (every setting back to its default) and a FIFO would block the daemon until someone wrote
+    /// to it. Opened without waiting, so that a FIFO is refused rather than waited for.
     private static func read(_ path: String) throws -> String {
         let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        var info = stat(), null = stat()
+        _ = try syscall("fstat", path) { fstat(fd, &info) }
+        let isNull = info.st_mode & S_IFMT == S_IFCHR && stat("/dev/null", &null) == 0 && info.st_rdev == null.st_rdev
+        guard info.st_mode & S_IFMT == S_IFREG || isNull else {
             throw DaemonError("\(path): not a regular file (a pipe, a device or a directory): a configuration file is read "
                               + "again on SIGHUP; write the settings to a file")
         }
