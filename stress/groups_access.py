@@ -1,4 +1,4 @@
-"""Group 5, access and egress: link-local refused on the address actually connected (also behind a redirect),
+"""Group 5, access and egress: link-local refused before connecting and on the address connected (also behind a redirect),
 socket and directory modes in user mode, a non-member user refused."""
 import json
 import os
@@ -129,9 +129,9 @@ def run(args, table, processes, scratch_dirs):
                 # invalid_url is an honest refusal too, for host forms the canonicaliser rejects.
                 good = got == "address_not_allowed" or (got == "invalid_url" and "decimal" in name)
                 table.add(GROUP, name, "address_not_allowed", got, good)
-            table.add(GROUP, "link-local server saw no HTTP request", "0 requests (refused after connect)",
+            table.add(GROUP, "link-local server saw no connection", "0 connections, 0 requests (refused before connecting)",
                       f"{server.connections} connections, {len(server.requests)} requests",
-                      len(server.requests) == 0)
+                      server.connections == 0 and len(server.requests) == 0)
             server.close()
     finally:
         if added:

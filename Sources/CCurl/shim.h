@@ -17,6 +17,8 @@ static inline CURLcode pf_easy_setopt_data_callback(CURL *h, CURLoption o, pf_da
 typedef int (*pf_prereq_callback)(void *userdata, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port, int conn_local_port);
 static inline CURLcode pf_easy_setopt_prereq_callback(CURL *h, pf_prereq_callback v) { return curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, v); }
 
+static inline CURLcode pf_easy_setopt_opensocket_callback(CURL *h, curl_opensocket_callback v) { return curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, v); }
+
 static inline CURLcode pf_easy_setopt_sockopt_callback(CURL *h, curl_sockopt_callback v) { return curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, v); }
 
 static inline CURLcode pf_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }

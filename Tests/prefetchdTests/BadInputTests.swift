@@ -119,4 +119,16 @@ struct EgressTests {
         let bad = run(Paths.prefetchd, ["--deny-networks", "10.0.0.0/33", "--check-config"])
         #expect(bad.status != 0 && bad.stderr.contains("10.0.0.0/33"), "\(bad.stderr)")
     }
+
+    @Test("a link-local address where nothing answers is address_not_allowed at once, not a network failure retried and counted against the host (it was refused only after a connect that never came)")
+    func linkLocalRefusedBeforeConnecting() throws {
+        let daemon = try DaemonUnderTest()
+        for url in ["http://[fe80::1]/x.jpg", "http://169.254.1.1/x.jpg"] {
+            let started = Date()
+            let result = daemon.ctl("get", "--json", url)
+            #expect(errorCode(result.stdout) == "address_not_allowed", "\(url): \(result.stdout)")
+            #expect(Date().timeIntervalSince(started) < 5, "\(url): refused without waiting for a connect timeout")
+        }
+        #expect(!daemon.ctl("status", "--json").stdout.contains("169.254.1.1"), "the host is not paused")
+    }
 }

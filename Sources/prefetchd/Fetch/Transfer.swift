@@ -123,6 +123,8 @@ final class Transfer {
         pf_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, me)
         pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)
         pf_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me)
+        pf_easy_setopt_opensocket_callback(easy, transferOpenSocket)
+        pf_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, me)
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
         if pool == .slow, backgroundWindow > 0 {
             // Connections of the background pool get a bounded window: a held transfer stops taking the link soon.
@@ -417,12 +419,31 @@ private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _
     return 0  // CURL_SOCKOPT_OK
 }
 
-/// Refuses link-local addresses (cloud metadata endpoints) and the configured denied networks, judged on the address
-/// curl actually connected to, so neither a redirect nor a DNS name gets around it.
+/// Refuses link-local addresses (cloud metadata endpoints) and the configured denied networks before connecting to
+/// them, so that one where nothing answers is `address_not_allowed`, not a network failure counted against the server
+/// that named it. curl then tries the name's next address, if any.
+private let transferOpenSocket: curl_opensocket_callback = { userdata, _, address in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    guard let address else { return -1 }
+    var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+    let named = withUnsafePointer(to: &address.pointee.addr) {
+        getnameinfo($0, socklen_t(address.pointee.addrlen), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
+    }
+    let text = named == 0 ? String(cString: host) : ""
+    if let network = transfer.deniedNetworks.first(where: { $0.contains(text) }) {
+        transfer.refusedAddress = (text, network)
+        return -1  // CURL_SOCKET_BAD
+    }
+    return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+}
+
+/// Refuses the same, judged on the address curl actually connected to (a proxy's included), so neither a redirect
+/// nor a DNS name gets around it.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     let address = remote.map { String(cString: $0) } ?? ""
     guard let network = transfer.deniedNetworks.first(where: { $0.contains(address) }) else {
+        transfer.refusedAddress = nil  // another address of the name was refused before this one connected
         transfer.requestSent = true
         return 0  // CURL_PREREQFUNC_OK
     }
