@@ -176,7 +176,7 @@ struct ConfigTests {
         #expect(good.status == 0 && settings["metrics_textfile"] == directory.path + "/prefetchd.prom", "\(good.stderr)")
     }
 
-    @Test("a configuration that is a FIFO or a pipe (SIGHUP blocked on it, or read it empty) and a value with a NUL (cut short silently) are refused")
+    @Test("a configuration that is a FIFO or a pipe (SIGHUP blocked on it, or read it empty), a value with a NUL (cut short silently) and a socket path too long to bind (--check-config passed it) are refused; /dev/null is no file")
     func notARegularFileOrControlCharacter() throws {
         let directory = try TemporaryDirectory()
         let fifo = directory.path + "/fifo.conf"
@@ -188,6 +188,10 @@ struct ConfigTests {
         let (cut, _) = check(["--config", nul])
         #expect(cut.status == 1 && cut.stderr.contains("\(nul):2: cache_dir: a control character in '/tmp/a<U+0000>b'"),
                 "\(cut.stderr)")
+        let long = "/tmp/" + String(repeating: "s", count: 103)  // 108 bytes: one more than sun_path holds
+        let (tooLong, _) = check(["--socket", long])
+        #expect(tooLong.status == 1 && tooLong.stderr.contains("is 108 bytes long: a Unix socket's path has at most 107"),
+                "--check-config passed it, then bind failed: \(tooLong.stderr)")
         let (none, _) = check(["--config", "/dev/null"])
         #expect(none.status == 0, "/dev/null stays the way to read no file: \(none.stderr)")
     }

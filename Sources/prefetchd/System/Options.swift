@@ -122,7 +122,13 @@ struct Options {
         Setting(key: "socket", placeholder: "PATH", summary: "control socket, unless systemd passes one",
                 defaultText: "$RUNTIME_DIRECTORY/ctl.sock under systemd, else $XDG_RUNTIME_DIR/prefetchd/ctl.sock, "
                     + "else /tmp/prefetchd-$UID/ctl.sock", live: false,
-                read: { options, value throws(BadValue) in options.socketPath = try absolutePath(value) },
+                read: { options, value throws(BadValue) in
+                    let limit = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+                    guard value.utf8.count <= limit else {
+                        throw BadValue("'\(value)' is \(value.utf8.count) bytes long: a Unix socket's path has at most \(limit)")
+                    }
+                    options.socketPath = try absolutePath(value)
+                },
                 show: { $0.socketPath }),
         Setting(key: "socket_mode", placeholder: "MODE", summary: "permissions of a socket prefetchd binds itself",
                 live: false,
