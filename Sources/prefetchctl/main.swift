@@ -4,7 +4,7 @@ import PrefetchProtocol
 
 func runCommand() -> Int32 {
     do throws(CLIError) {
-        let arguments = try Arguments.parse(Array(CommandLine.arguments.dropFirst()))
+        let arguments = try Arguments.parse(try textArguments())
         if arguments.version {
             print("prefetchctl \(prefetchVersion)")
             return ExitCode.ok
@@ -27,6 +27,19 @@ func runCommand() -> Int32 {
         Output.message(error.message)
         return error.exitCode
     }
+}
+
+/// The command line's words after the program's name. One that is not UTF-8 text is a usage error: Swift's
+/// `CommandLine.arguments` would repair it to U+FFFD, and a different URL would be fetched.
+func textArguments() throws(CLIError) -> [String] {
+    var words: [String] = []
+    for index in 1..<Int(CommandLine.argc) {
+        guard let pointer = CommandLine.unsafeArgv[index], let word = String(validatingCString: pointer) else {
+            throw .usage("argument \(index) is not UTF-8 text; percent-encode the bytes of a URL (%FF)")
+        }
+        words.append(word)
+    }
+    return words
 }
 
 exit(runCommand())

@@ -190,6 +190,13 @@ struct CLITests {
         #expect(full.status == 1 && full.stderr.contains("disk_full: cannot write /dev/full"), "\(full.stderr)")
     }
 
+    @Test("an argument that is not UTF-8 text is a usage error (it was repaired to U+FFFD and another URL was fetched)")
+    func argumentNotUTF8() throws {
+        let result = run("/bin/sh", ["-c", "exec \"$0\" --socket /nonexistent.sock info \"$(printf 'http://x/\\377\\376')\"",
+                                     Paths.prefetchctl])
+        #expect(result.status == 2 && result.stderr.contains("argument 4 is not UTF-8 text"), "\(result.stderr)")
+    }
+
     @Test("status x, list x, ping x (every verb taking no operands) exit 2 instead of ignoring the word; so do info A B and view A B")
     func extraOperands() throws {
         let daemon = try DaemonUnderTest()
