@@ -281,6 +281,10 @@ struct ViewTests {
         let events = fromStdin.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         #expect(Set(events.compactMap { $0["event"] as? String }) == ["view_ready", "view_failed"], "\(fromStdin.stdout)")
 
+        // A range the daemon refuses exits 4, as a refused request does (it exited 0).
+        let refused = daemon.ctl("view", list, stdin: "0 99999\n")
+        #expect(refused.status == 4 && refused.stderr.contains("range 0 99999: bad_request"), "\(refused.stderr)")
+
         let missing = daemon.ctl("view", directory.path + "/nope.txt")
         #expect(missing.status == 2 && missing.stderr.contains("cannot read the list"), "\(missing.stderr)")
     }

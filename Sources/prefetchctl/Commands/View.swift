@@ -58,6 +58,8 @@ enum ViewCommand {
         var visible: ClosedRange<Int>?
         var answered: Set<Int> = []
         var failed = false
+        /// The daemon's refusal of a range read from stdin (already reported); the exit code says so.
+        var refusedRange: WireError?
         /// Rows whose URL the daemon refused up front (already reported).
         var rejected: Set<Int> = []
         /// Range requests sent and not answered yet: a reply may narrow `visible`.
@@ -105,7 +107,7 @@ enum ViewCommand {
                 if !input.ended {
                     while let line = input.nextLine(blocking: false) { try rangeLine(line, template: template) }
                 }
-                if input.ended && allAnswered { return failed ? ExitCode.failed : ExitCode.ok }
+                if input.ended && allAnswered { return refusedRange.map(ExitCode.of) ?? (failed ? ExitCode.failed : ExitCode.ok) }
                 var fds = [pollfd(fd: client.descriptor, events: Int16(POLLIN), revents: 0)]
                 if !input.ended { fds.append(pollfd(fd: input.fd, events: Int16(POLLIN), revents: 0)) }
                 if poll(&fds, nfds_t(fds.count), -1) < 0 && errno != EINTR {
@@ -151,6 +153,7 @@ enum ViewCommand {
             guard let result = reply.result, reply.ok else {
                 let error = reply.error ?? WireError(.internal, "no result")
                 Output.message("range \(range.lowerBound) \(range.upperBound): \(error.code): \(error.message)")
+                refusedRange = error
                 return
             }
             // Rows past the end of the list never get an answer.
