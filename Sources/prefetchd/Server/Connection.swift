@@ -148,8 +148,8 @@ final class Connection {
     /// Whether request lines are read but not handled yet.
     var hasBufferedInput: Bool { input.pending > 0 }
 
-    /// The next request line read, if a whole one is buffered.
-    /// The next request line; once the input ended, also a last one that came without its newline.
+    /// The next request line read, if a whole one is buffered; once the input ended, also a last one that came
+    /// without its newline.
     func nextLine() -> LineBuffer.Line? { input.next() ?? (inputEnded ? input.finish() : nil) }
 
     func send(_ line: [UInt8]) {
