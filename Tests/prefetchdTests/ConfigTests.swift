@@ -4,13 +4,16 @@ import Testing
 /// The configuration file: `--check-config`, errors that name the line, flags over the file, and documentation
 /// that names every key.
 struct ConfigTests {
-    /// `prefetchd --check-config` with `arguments`, parsed into `key → value` when it succeeds.
+    /// `prefetchd --check-config` with `arguments`, parsed into `key → value` when it succeeds (a quoted value
+    /// without its quotes, as the file's reader takes it).
     func check(_ arguments: [String]) -> (result: CommandResult, settings: [String: String]) {
         let result = run(Paths.prefetchd, ["--check-config"] + arguments)
         var settings: [String: String] = [:]
         for line in result.lines where !line.hasPrefix("#") {
             let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-            settings[parts[0]] = parts.count > 1 ? parts[1] : ""
+            var value = parts.count > 1 ? parts[1] : ""
+            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
+            settings[parts[0]] = value
         }
         return (result, settings)
     }
@@ -208,6 +211,22 @@ struct ConfigTests {
             let (result, settings) = check(["--proxy", proxy])
             #expect(result.status == 0 && settings["proxy"] == proxy, "\(proxy): \(result.stderr)")
         }
+    }
+
+    @Test("--check-config prints what its own reader reads back: a value with ' #' or spaces at its ends is quoted (it was cut at the comment); a flag value with a newline is refused (it printed two lines)")
+    func checkConfigReadsBack() throws {
+        let directory = try TemporaryDirectory()
+        let cache = directory.path + "/thumbs #2", socket = directory.path + "/ctl.sock "
+        let first = run(Paths.prefetchd, ["--check-config", "--cache-dir", cache, "--socket", socket])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stdout.contains("cache_dir = \"\(cache)\"") && first.stdout.contains("socket = \"\(socket)\""), "\(first.stdout)")
+        let config = directory.path + "/printed.conf"
+        try write(first.stdout, to: config)
+        let (again, settings) = check(["--config", config])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(settings["cache_dir"] == cache && settings["socket"] == socket, "\(again.stdout)")
+        let newline = run(Paths.prefetchd, ["--check-config", "--cache-dir", directory.path + "/a\nb"])
+        #expect(newline.status == 1 && newline.stderr.contains("--cache-dir: a control character in the value"), "\(newline.stderr)")
     }
 
     @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")

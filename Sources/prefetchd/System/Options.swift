@@ -386,7 +386,11 @@ struct Options {
             options.configPath = configPath
         }
         for (flag, setting, value) in flags {
-            do {
+            do throws(BadValue) {
+                // As in the file: a control character (a newline, a NUL) would cut the value or its line short.
+                if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+                    throw BadValue("a control character in the value")
+                }
                 try setting.read(&options, value)
             } catch {
                 throw DaemonError("\(flag): \(error.message)")
@@ -418,7 +422,11 @@ struct Options {
     var description: String {
         Self.settings.map { setting in
             let value = setting.show(self)
-            return value.isEmpty ? "\(setting.key) =" : "\(setting.key) = \(value)"
+            guard !value.isEmpty else { return "\(setting.key) =" }
+            // Quoted where the file would read it otherwise: a # after a space, spaces at either end, a quote first.
+            let quoted = value.contains(" #") || value.contains("\t#") || value.first!.isWhitespace
+                || value.last!.isWhitespace || value.hasPrefix("\"") || value.hasPrefix("#")
+            return "\(setting.key) = " + (quoted ? "\"\(value)\"" : value)
         }.joined(separator: "\n")
     }
 
