@@ -401,7 +401,7 @@ final class Daemon {
             }
         case .failed(let failure):
             if Self.allowsStaleIfError(failure), let entry = try? store.liveEntry(key), !entry.mustRevalidate, !entry.noStore {
-                Log.info("serving \(key) stale: revalidation failed with \(failure.code)")
+                Log.info("serving \(key) stale: revalidation failed with \(failure.code.rawValue)")
                 return deliver(entry, variant: pending.variant, fromCache: true, stale: true, on: connection, to: recipient)
             }
             deliver(.failure(WireError(failure)), to: recipient, on: connection)

@@ -95,7 +95,7 @@ final class Variants {
                 throw failure
             }
         } catch let failure as Failure {
-            Log.info("cannot make \(job.spec) of \(job.key): \(failure.code): \(failure.message)")
+            Log.info("cannot make \(job.spec) of \(job.key): \(failure.code.rawValue): \(failure.message)")
             outcome = .failure(failure)
         } catch {
             outcome = .failure(Failure(code: .internal, message: "cannot index the variant: \(error)", isTransient: true))

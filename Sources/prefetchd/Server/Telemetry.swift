@@ -69,7 +69,7 @@ final class Telemetry {
             event.event = "failed"
             event.error = WireError(failure)
             activity.failed += 1
-            Log.info("failed \(key) (\(lane) lane): \(failure.code): \(failure.message)")
+            Log.info("failed \(key) (\(lane) lane): \(failure.code.rawValue): \(failure.message)")
         }
         return event
     }
