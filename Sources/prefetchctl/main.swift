@@ -33,7 +33,7 @@ func runCommand() -> Int32 {
 /// `CommandLine.arguments` would repair it to U+FFFD, and a different URL would be fetched.
 func textArguments() throws(CLIError) -> [String] {
     var words: [String] = []
-    for index in 1..<Int(CommandLine.argc) {
+    for index in 1..<max(1, Int(CommandLine.argc)) {  // argc is 0 when exec'd with an empty argv (kernels before 5.18)
         guard let pointer = CommandLine.unsafeArgv[index], let word = String(validatingCString: pointer) else {
             throw .usage("argument \(index) is not UTF-8 text; percent-encode the bytes of a URL (%FF)")
         }

@@ -36,12 +36,12 @@ final class Transfer {
     private(set) var headers = ResponseHeaders()
     /// Set when the write callback stopped the transfer on purpose.
     private(set) var stopReason: Failure?
-    /// Set when the prerequest callback refused the address curl connected to: the address and the network.
-    fileprivate(set) var refusedAddress: (address: String, network: IPNetwork)?
+    /// Set when `allows` refused the address curl was to connect to, or connected to: the address and the network.
+    private(set) var refusedAddress: (address: String, network: IPNetwork)?
     /// Whether the request was sent, on a connection made (handshakes included) or reused: false when the server was
     /// not reached.
     fileprivate(set) var requestSent = false
-    fileprivate let deniedNetworks: [IPNetwork]
+    private let deniedNetworks: [IPNetwork]
     /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
     var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
     /// Called once, inside curl's write callback, when a body with a validator holds `resumeWorthRecording` bytes:
@@ -303,6 +303,14 @@ final class Transfer {
         return data.count
     }
 
+    /// Whether curl may connect to, or send on a connection to, the numeric `address`: not in a link-local or denied
+    /// network. A refusal is kept for the error (`CurlErrors`); an address allowed after it (curl tried another of
+    /// the name's addresses) clears it.
+    fileprivate func allows(_ address: String) -> Bool {
+        refusedAddress = deniedNetworks.first { $0.contains(address) }.map { (address, $0) }
+        return refusedAddress == nil
+    }
+
     /// Takes a header line; false stops the transfer (headers over the size limit, or a length that cannot be trusted).
     fileprivate func header(_ line: UnsafeBufferPointer<UInt8>) -> Bool {
         headers.take(bytes: line)
@@ -429,11 +437,7 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
     let named = withUnsafePointer(to: &address.pointee.addr) {
         getnameinfo($0, socklen_t(address.pointee.addrlen), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
     }
-    let text = named == 0 ? String(cString: host) : ""
-    if let network = transfer.deniedNetworks.first(where: { $0.contains(text) }) {
-        transfer.refusedAddress = (text, network)
-        return -1  // CURL_SOCKET_BAD
-    }
+    guard transfer.allows(named == 0 ? String(cString: host) : "") else { return -1 }  // CURL_SOCKET_BAD
     return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
 }
 
@@ -441,14 +445,9 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
 /// nor a DNS name gets around it.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    let address = remote.map { String(cString: $0) } ?? ""
-    guard let network = transfer.deniedNetworks.first(where: { $0.contains(address) }) else {
-        transfer.refusedAddress = nil  // another address of the name was refused before this one connected
-        transfer.requestSent = true
-        return 0  // CURL_PREREQFUNC_OK
-    }
-    transfer.refusedAddress = (address, network)
-    return 1  // CURL_PREREQFUNC_ABORT
+    guard transfer.allows(remote.map { String(cString: $0) } ?? "") else { return 1 }  // CURL_PREREQFUNC_ABORT
+    transfer.requestSent = true
+    return 0  // CURL_PREREQFUNC_OK
 }
 
 /// Bytes counted on the loop thread.

@@ -37,7 +37,7 @@ struct ConfigFile {
                 throw DaemonError("\(path):\(number): '\(visible(key))' is not a key (letters, digits and _)")
             }
             let value = try Self.value(line[line.index(after: equals)...], at: "\(path):\(number)")
-            if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            if Self.hasControlCharacter(value) {
                 throw DaemonError("\(path):\(number): \(key): a control character in '\(visible(value))'")
             }
             if let first = seen[key] {
@@ -50,6 +50,12 @@ struct ConfigFile {
     }
 
     private static let byteOrderMark = "\u{FEFF}"
+
+    /// Whether `value` holds a control character (a newline, a NUL), which would cut it or its line short: refused in
+    /// a line and in a flag alike.
+    static func hasControlCharacter(_ value: String) -> Bool {
+        value.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
 
     /// `text` with the characters no one can see (controls, format characters such as a byte order mark or a
     /// zero-width space, odd spaces) shown as `<U+FEFF>`, so an error about them can be acted on.

@@ -387,8 +387,7 @@ struct Options {
         }
         for (flag, setting, value) in flags {
             do throws(BadValue) {
-                // As in the file: a control character (a newline, a NUL) would cut the value or its line short.
-                if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+                if ConfigFile.hasControlCharacter(value) {
                     throw BadValue("a control character in the value")
                 }
                 try setting.read(&options, value)
