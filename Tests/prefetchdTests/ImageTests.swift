@@ -106,6 +106,34 @@ struct ImageTests {
         #expect(metrics.contains("prefetchd_variant_decodes_total 1"), "\(metrics.filter { $0.contains("variant") })")
     }
 
+    @Test("two full-size variants of a 40-megapixel JPEG asked at once are made one after the other: peak memory as for one")
+    func largeDecodesTakeTurns() throws {
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/forty.jpg")
+        #expect(daemon.ctl("get", url).status == 0)
+        let pid = try #require(daemon.child?.process.processIdentifier)
+        let base = try Self.peakMemory(pid)
+        // Each job scales: its decoded and output pictures are near 40 Mpx each, 3 bytes a pixel.
+        #expect(daemon.ctl("get", url, "--size", "7997x4997", "--fit", "fill").status == 0)
+        let one = try Self.peakMemory(pid) - base
+        #expect(one > 200 << 20, "one job raised the peak by \(one >> 20) MB")
+
+        nonisolated(unsafe) var results = [CommandResult?](repeating: nil, count: 2)
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            results[index] = daemon.ctl("get", url, "--size", index == 0 ? "7999x4999" : "7998x4998", "--fit", "fill")
+        }
+        #expect(results.allSatisfy { $0?.status == 0 }, "\(results.map { $0?.stderr ?? "" })")
+        let two = try Self.peakMemory(pid) - base
+        #expect(two < one * 3 / 2, "two jobs at once raised the peak by \(two >> 20) MB, one alone by \(one >> 20) MB")
+    }
+
+    /// The most memory (bytes) process `pid` held so far: VmHWM.
+    static func peakMemory(_ pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") })
+        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])) << 10
+    }
+
     @Test("while a 40-megapixel image is resized, 100 cache hits are all answered first (the loop never waits)")
     func resizeDoesNotBlockTheLoop() throws {
         let daemon = try DaemonUnderTest()

@@ -4,6 +4,11 @@ import QueueCore
 /// Resized variants being made, shaped like `Fetches`: a keyed pool of jobs, one per (original, resolved spec)
 /// however many ask for it. A job decodes and resizes the cached original on a worker, under the crash guard, indexes
 /// the result and reports its end once, through `onEnd`; who waits for it is the daemon's to answer.
+///
+/// Jobs decode at most `max_pixels` at a time between them: a job holds its decoded picture and its output in memory
+/// (3 or 4 bytes a pixel), so two of the largest originals at once would double the daemon's peak memory and take
+/// both workers from the fetches whose bodies they check. A job that would go over waits its turn (in order of
+/// asking); one job always runs, however large.
 final class Variants {
     /// A variant being made: the original's key and the resolved spec.
     struct Job: Hashable {
@@ -23,6 +28,9 @@ final class Variants {
     /// Jobs started (or held back by the crash guard) and not ended yet.
     private var jobs: Set<Job> = []
     private var maxPixels: Int64
+    /// Pixels the running jobs hold (`pixels(of:spec:)`), and the jobs waiting for room under `maxPixels`.
+    private var pixelsInFlight: Int64 = 0
+    private var waiting: [(pixels: Int64, run: () -> Void)] = []
     /// Called on the loop thread once for every job that ends.
     var onEnd: (_ job: Job, _ outcome: Result<Made, Failure>) -> Void = { _, _ in }
 
@@ -34,7 +42,10 @@ final class Variants {
     }
 
     /// The settings a reload may change.
-    func reconfigure(_ options: Options) { maxPixels = options.images.maxPixels }
+    func reconfigure(_ options: Options) {
+        maxPixels = options.images.maxPixels
+        startWaiting()
+    }
 
     /// The originals of the variants being made: their files stay in the cache until then.
     var originalsInUse: Set<String> { Set(jobs.map(\.key)) }
@@ -67,11 +78,43 @@ final class Variants {
                 return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
             }
         }
+        let pixels = pixels(of: original, spec: spec)
         // Decoding an original is a risky step (`CrashGuard`).
-        crashGuard.whenFree { [unowned self] in
-            crashGuard.begin([job.key])
-            workers.run(make, completion: { [unowned self] result in self.made(job, relative: relative, result) })
+        waiting.append((pixels, { [unowned self] in
+            crashGuard.whenFree { [unowned self] in
+                crashGuard.begin([job.key])
+                workers.run(make, completion: { [unowned self] result in
+                    pixelsInFlight -= pixels
+                    made(job, relative: relative, result)
+                    startWaiting()
+                })
+            }
+        }))
+        startWaiting()
+    }
+
+    /// Starts the waiting jobs, in order, while they fit under `maxPixels` with the running ones (or none runs).
+    private func startWaiting() {
+        while let next = waiting.first, pixelsInFlight == 0 || pixelsInFlight + next.pixels <= maxPixels {
+            waiting.removeFirst()
+            pixelsInFlight += next.pixels
+            next.run()
         }
+    }
+
+    /// The pixels a job holds at once: the picture decoded (smaller than the original for loaders that scale while
+    /// decoding) and the output. From the size the index recorded; an original of unknown size counts as the
+    /// largest allowed.
+    private func pixels(of original: IndexEntry, spec: VariantSpec) -> Int64 {
+        guard let width = original.width, let height = original.height, (1...Int(Int32.max)).contains(width),
+              (1...Int(Int32.max)).contains(height) else { return maxPixels }
+        let geometry = VariantGeometry(sourceWidth: width, sourceHeight: height, spec: spec)
+        var decoded = (width: width, height: height)
+        if Resizer.scalingLoaders.contains(original.format ?? ""),
+           let smaller = geometry.decodeSize(storedWidth: width, storedHeight: height) {
+            decoded = smaller
+        }
+        return Int64(decoded.width) * Int64(decoded.height) + Int64(geometry.outputWidth) * Int64(geometry.outputHeight)
     }
 
     /// The worker is done: the variant is indexed (if its original is still cached), and the job ends.
