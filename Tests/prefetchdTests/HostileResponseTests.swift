@@ -188,6 +188,24 @@ struct HostileResponseTests {
         #expect(bomb.code == "too_large", "\(bomb)")
     }
 
+    @Test("a body in a coding nobody asked for (Content-Encoding: x-bogus) was a transient failure, asked for three times; now it fails once, permanently, and is remembered")
+    func undecodableCoding() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/bogus.jpg?header=Content-Encoding:x-bogus")
+        let failed = try error(daemon.ctl("get", "--json", url))
+        #expect(failed.code == "network" && failed.message.contains("x-bogus"), "\(failed)")
+        #expect(try origin.count("/bogus.jpg") == 1)
+        let again = try error(daemon.ctl("get", "--json", url))
+        #expect(again.code == "network", "\(again)")
+        #expect(try origin.count("/bogus.jpg") == 1, "the remembered failure asked the server again")
+        // A coding curl decodes, garbled (here: not gzip at all), stays transient: a stream broken on the way is
+        // what the retries are for.
+        let garbled = try error(daemon.ctl("get", "--json", origin.url("/garbled.jpg?header=Content-Encoding:gzip")))
+        #expect(garbled.code == "network", "\(garbled)")
+        #expect(try origin.count("/garbled.jpg") == 3)
+    }
+
     @Test("host_start_rate 1e-300 was accepted and crashed the daemon when a host waited for a start; now it is refused")
     func tinyHostStartRate() throws {
         let refused = run(Paths.prefetchd, ["--check-config", "--host-start-rate", "1e-300"])

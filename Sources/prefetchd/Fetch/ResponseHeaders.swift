@@ -133,12 +133,18 @@ struct ResponseHeaders: Equatable {
         (vary ?? "").split(separator: ",").contains { $0.trimmingCharacters(in: " \t") == "*" }
     }
 
+    /// The codings applied to the body, in order, lowercased (`identity` left out).
+    private var codings: [String] {
+        (contentEncoding ?? "").split(separator: ",").map { $0.trimmingCharacters(in: " \t").lowercased() }
+            .filter { !$0.isEmpty && $0 != "identity" }
+    }
+
     /// Whether a coding other than `identity` was applied to the body.
-    var isEncoded: Bool {
-        (contentEncoding ?? "").split(separator: ",").contains {
-            let coding = $0.trimmingCharacters(in: " \t").lowercased()
-            return !coding.isEmpty && coding != "identity"
-        }
+    var isEncoded: Bool { !codings.isEmpty }
+
+    /// The first coding applied to the body that curl does not decode (it asks for the ones it does), if any.
+    var undecodableCoding: String? {
+        codings.first { !["gzip", "x-gzip", "deflate", "br", "zstd"].contains($0) }
     }
 
     /// When the response stops being fresh (Unix ms), per RFC 9111 section 4.2: the freshness lifetime from
