@@ -166,16 +166,52 @@ struct Arguments {
         DefaultPaths.clientSocket(flag: socket, environment: ProcessInfo.processInfo.environment)
     }
 
-    /// The operands, or lines of stdin when the only operand is `-`.
-    func urls() -> AnySequence<String> {
-        guard operands == ["-"] else { return AnySequence(operands) }
-        return AnySequence(AnyIterator {
-            while let line = readLine() {
-                let trimmed = line.trimmingWhitespace()
-                if !trimmed.isEmpty && !trimmed.hasPrefix("#") { return trimmed }
+    /// The operands, or lines of stdin when the only operand is `-`: one at a time, through `next`.
+    func urls() -> () throws(CLIError) -> String? {
+        guard operands == ["-"] else {
+            var operands = operands.makeIterator()
+            return { operands.next() }
+        }
+        // A closed stdin reads as an empty list.
+        let stdin = fdopen(0, "r").map { ListFile($0, name: "stdin") }
+        return {
+            while let text = try stdin?.nextLine() {
+                if !text.isEmpty && !text.hasPrefix("#") { return text }
             }
             return nil
-        })
+        }
+    }
+}
+
+/// A list of URLs read line by line, each without its surrounding blanks. A line that is not UTF-8 text is refused
+/// with its number: repaired (U+FFFD in place of the bytes) it would name another URL.
+final class ListFile {
+    private let file: UnsafeMutablePointer<FILE>
+    private let name: String
+    private var buffer: UnsafeMutablePointer<CChar>?
+    private var capacity = 0
+    private var number = 0
+
+    init(_ file: UnsafeMutablePointer<FILE>, name: String) {
+        self.file = file
+        self.name = name
+    }
+
+    deinit { free(buffer) }
+
+    func nextLine() throws(CLIError) -> String? {
+        let length = getline(&buffer, &capacity, file)
+        guard length >= 0, let buffer else { return nil }
+        number += 1
+        return try Self.text(UnsafeRawBufferPointer(start: buffer, count: length), line: number, of: name)
+    }
+
+    /// The text of line `number` of `name`, trimmed.
+    static func text(_ bytes: some Collection<UInt8>, line number: Int, of name: String) throws(CLIError) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw .usage("\(name), line \(number): not UTF-8 text; percent-encode the bytes of a URL (%FF)")
+        }
+        return text.trimmingWhitespace()
     }
 }
 

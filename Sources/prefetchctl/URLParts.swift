@@ -3,18 +3,26 @@ import PrefetchProtocol
 /// Cuts a list of URLs into the parts sent one request each, by size: a part's URLs take at most `budget` bytes as
 /// JSON (half the daemon's line limit, so the rest of the request always fits) and number at most
 /// `Request.maximumBatch`. Any number of URLs of any length can be sent; a URL over the budget goes alone.
-struct URLParts<Source: IteratorProtocol<String>>: IteratorProtocol {
-    private var source: Source
+struct URLParts {
+    private let source: () throws(CLIError) -> String?
     /// The URL that did not fit the last part.
     private var held: String?
 
-    init(_ source: Source) { self.source = source }
+    init(_ source: @escaping () throws(CLIError) -> String?) { self.source = source }
 
-    mutating func next() -> [String]? {
+    mutating func next() throws(CLIError) -> [String]? {
         var part: [String] = []
         var bytes = 0
-        while part.count < Request.maximumBatch, let url = held ?? source.next() {
-            held = nil
+        while part.count < Request.maximumBatch {
+            let url: String
+            if let held {
+                url = held
+                self.held = nil
+            } else if let next = try source() {
+                url = next
+            } else {
+                break
+            }
             let size = RequestSize.encoded(url) + 1
             guard part.isEmpty || bytes + size <= RequestSize.budget else {
                 held = url

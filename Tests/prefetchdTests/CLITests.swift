@@ -197,6 +197,25 @@ struct CLITests {
         #expect(result.status == 2 && result.stderr.contains("argument 4 is not UTF-8 text"), "\(result.stderr)")
     }
 
+    @Test("a URL list line that is not UTF-8 text (stdin or a view's file) is a usage error naming the line; nothing is sent (it was repaired to U+FFFD)")
+    func listLineNotUTF8() throws {
+        let daemon = try DaemonUnderTest()
+        let good = Self.origin.url("/list-good.jpg")
+        let list = Data((good + "\n# a comment\n").utf8) + Data([0x68, 0x74, 0x74, 0x70, 0x3A, 0x2F, 0x2F, 0x78, 0x2F, 0xFF, 0x0A])
+        for verb in ["get", "queue"] {
+            let result = run(Paths.prefetchctl, ["--socket", daemon.socket, verb, "-"], stdinData: list)
+            #expect(result.status == 2 && result.stderr.contains("stdin, line 3: not UTF-8 text"), "\(verb): \(result.stderr)")
+            #expect(result.stdout.isEmpty, "\(verb): \(result.stdout)")
+        }
+        let directory = try TemporaryDirectory()
+        let file = directory.path + "/rows.txt"
+        try list.write(to: URL(fileURLWithPath: file))
+        let view = daemon.ctl("view", file, stdin: "")
+        #expect(view.status == 2 && view.stderr.contains("\(file), line 3: not UTF-8 text"), "\(view.stderr)")
+        #expect(daemon.ctl("list").stdout.isEmpty, "\(daemon.ctl("list").stdout)")
+        #expect(try Self.origin.count("/list-good.jpg") == 0)
+    }
+
     @Test("status x, list x, ping x (every verb taking no operands) exit 2 instead of ignoring the word; so do info A B and view A B")
     func extraOperands() throws {
         let daemon = try DaemonUnderTest()

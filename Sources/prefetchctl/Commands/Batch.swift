@@ -27,7 +27,7 @@ enum BatchCommand {
         let waiter = arguments.wait ? try QueueWait(arguments) : nil
         // A plain `queue` shows counts and errors only: the daemon sends just those (`summary`), not a result per URL.
         let summary = op == .queue && !arguments.json && waiter == nil
-        var parts = URLParts(arguments.urls().makeIterator())
+        var parts = URLParts(arguments.urls())
         var pending: [Part] = []
         var tally: [ItemStatus: Int] = [:]
         var exitCode = ExitCode.ok
@@ -35,7 +35,7 @@ enum BatchCommand {
         var total = 0
         while true {
             while !exhausted, pending.count < inFlight {
-                guard let urls = parts.next() else {
+                guard let urls = try parts.next() else {
                     exhausted = true
                     break
                 }

@@ -9,7 +9,9 @@ enum GetCommand {
     static let window = 256
 
     static func run(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        let urls = Array(arguments.urls())
+        let source = arguments.urls()
+        var urls: [String] = []
+        while let url = try source() { urls.append(url) }
         guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
         if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
         let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }

@@ -27,8 +27,10 @@ enum ViewCommand {
     private static func list(_ source: String, stdin input: inout Input) throws(CLIError) -> [String] {
         var urls: [String] = []
         if source == "-" {
+            var number = 0
             while let line = input.nextLine(blocking: true) {
-                let text = line.trimmingWhitespace()
+                number += 1
+                let text = try ListFile.text(line, line: number, of: "stdin")
                 if text.isEmpty { break }
                 if !text.hasPrefix("#") { urls.append(text) }
             }
@@ -38,11 +40,8 @@ enum ViewCommand {
             throw .usage("cannot read the list \(source): \(String(cString: strerror(errno)))")
         }
         defer { fclose(file) }
-        var line: UnsafeMutablePointer<CChar>?
-        var capacity = 0
-        defer { free(line) }
-        while getline(&line, &capacity, file) >= 0, let line {
-            let text = String(cString: line).trimmingWhitespace()
+        let list = ListFile(file, name: source)
+        while let text = try list.nextLine() {
             if !text.isEmpty && !text.hasPrefix("#") { urls.append(text) }
         }
         return urls
@@ -73,9 +72,10 @@ enum ViewCommand {
         /// Sends the list in parts sized by bytes (`URLParts`), waiting for each reply; the daemon counts the 100,000
         /// rows a view may hold over all of them.
         mutating func sendList(_ urls: [String], template: Request) throws(CLIError) {
-            var parts = URLParts(urls.makeIterator())
+            var remaining = urls.makeIterator()
+            var parts = URLParts { remaining.next() }
             // An empty list is sent too: it replaces the view's list with no rows.
-            var next: [String]? = parts.next() ?? []
+            var next: [String]? = try parts.next() ?? []
             var first = true
             while let part = next {
                 var request = template
@@ -95,7 +95,7 @@ enum ViewCommand {
                 }
                 rows = result.rows
                 first = false
-                next = parts.next()
+                next = try parts.next()
             }
         }
 
@@ -105,7 +105,9 @@ enum ViewCommand {
                 // Everything already readable first, then wait for more from either side.
                 while let line = try client.nextLine(deadline: monotonicNow()) { try received(line) }
                 if !input.ended {
-                    while let line = input.nextLine(blocking: false) { try rangeLine(line, template: template) }
+                    while let line = input.nextLine(blocking: false) {
+                        try rangeLine(String(decoding: line, as: UTF8.self), template: template)
+                    }
                 }
                 if input.ended && allAnswered { return refusedRange.map(ExitCode.of) ?? (failed ? ExitCode.failed : ExitCode.ok) }
                 var fds = [pollfd(fd: client.descriptor, events: Int16(POLLIN), revents: 0)]
@@ -177,10 +179,10 @@ struct Input {
     init(fd: Int32) { self.fd = fd }
 
     /// The next line; without `blocking`, nil when none is complete yet.
-    mutating func nextLine(blocking: Bool) -> String? {
+    mutating func nextLine(blocking: Bool) -> [UInt8]? {
         while true {
             switch buffer.next() {
-            case .line(let bytes): return String(decoding: bytes, as: UTF8.self)
+            case .line(let bytes): return bytes
             case .tooLong:
                 Output.message("stdin: a line of over \(maximumLineLength) bytes; reading no more")
                 ended = true
