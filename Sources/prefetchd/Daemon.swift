@@ -83,9 +83,7 @@ final class Daemon {
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
-        for format in ImageFormats.unavailable(policy: options.images) {
-            Log.warning("the allowed image format \(format) has no gdk-pixbuf loader installed; such images will be refused")
-        }
+        for warning in ImageFormats.unavailableWarnings(policy: options.images) { Log.warning(warning) }
         signals = try SignalWatcher(loop: loop) { [unowned self] signal in self.received(signal) }
         conditions = try BackgroundConditions(loop: loop, policy: options.background, environment: options.environment) {
             [unowned self] in self.backgroundConditionsChanged()

@@ -15,6 +15,9 @@ do {
               + (options.configPath.map { "\($0) and the command line" } ?? "the command line (no configuration file)"))
         // The effective settings may hold a proxy URL with a password: shown as `user:***@`, as in the log.
         print(CanonicalURL.redactingUserinfo(in: options.description))
+        for warning in ImageFormats.unavailableWarnings(policy: options.images) {
+            writeStandardError("prefetchd: warning: \(warning)\n")
+        }
     case .run(let options):
         try Daemon(options: options).run()
     }

@@ -81,6 +81,15 @@ struct ConfigTests {
         }
     }
 
+    @Test("--check-config warns on stderr of an allowed format without a loader (a typo like webbp was only in the start-up log)")
+    func checkConfigWarnsOfMissingLoader() {
+        let (result, settings) = check(["--allowed-formats", "jpeg,webbp"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(settings["allowed_formats"] == "jpeg,webbp", "\(settings)")
+        #expect(result.stderr.contains("warning: the allowed image format webbp has no gdk-pixbuf loader"), "\(result.stderr)")
+        #expect(!check(["--allowed-formats", "jpeg,png"]).result.stderr.contains("warning"))
+    }
+
     @Test("--check-config printed the proxy's password: it shows user:***@, as the log does")
     func checkConfigHidesProxyPassword() {
         let (result, settings) = check(["--proxy", "http://alice:s3cret@proxy.example:3128"])

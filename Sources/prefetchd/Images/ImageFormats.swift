@@ -51,6 +51,14 @@ enum ImageFormats {
         return policy.allowedFormats.subtracting(loaded).sorted()
     }
 
+    /// A warning for each of those, for the log at start-up and for `--check-config` (a typo in `allowed_formats`
+    /// looks the same to gdk-pixbuf as a loader not installed).
+    static func unavailableWarnings(policy: ImagePolicy) -> [String] {
+        unavailable(policy: policy).map {
+            "the allowed image format \($0) has no gdk-pixbuf loader installed (see prefetchctl formats); such images will be refused"
+        }
+    }
+
     /// The short lowercase name for a format: gdk-pixbuf's own names, with common aliases folded in
     /// (`jpg` → `jpeg`, `tif` → `tiff`, `image/svg+xml` → `svg`).
     static func normalise(_ name: String) -> String {
