@@ -30,8 +30,11 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
         let container = try decoder.singleValueContainer()
         if let number = try? container.decode(Int64.self) {
             self = .number(number)
+        } else if let text = try? container.decode(String.self) {
+            self = .text(text)
         } else {
-            self = .text(try container.decode(String.self))
+            throw DecodingError.dataCorruptedError(
+                in: container, debugDescription: "an id is a string or a whole number from -2^63 to 2^63-1")
         }
     }
 

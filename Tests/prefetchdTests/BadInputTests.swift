@@ -61,6 +61,14 @@ struct BadInputTests {
         let negative = connection.receive()?["error"] as? [String: Any]
         #expect(negative?["code"] as? String == "bad_request")
         #expect(negative?["message"] as? String == "limit must be 0 or more, not -1")
+        // An id out of Int64's range, fractional or of another type said "Expected to decode String but found number".
+        for id in ["9223372036854775808", "1.5", "true", "[1]"] {
+            connection.send("{\"id\":\(id),\"op\":\"ping\"}\n")
+            let error = connection.receive()?["error"] as? [String: Any]
+            #expect(error?["code"] as? String == "bad_request")
+            #expect((error?["message"] as? String)?.hasSuffix("id: an id is a string or a whole number from -2^63 to 2^63-1") == true,
+                    "\(id): \(error ?? [:])")
+        }
         connection.send("{\"id\":8,\"op\":\"ping\"}\n")
         #expect(connection.receive()?["ok"] as? Bool == true, "the connection survives bad requests")
 
