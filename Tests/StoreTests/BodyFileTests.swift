@@ -73,6 +73,30 @@ import Testing
         }
     }
 
+    @Test("a symbolic link or a FIFO planted at a body file's path is replaced by a file, never written through (a link overwrote its target outside the cache)", arguments: [false, true])
+    func plantedEntries(resuming: Bool) throws {
+        try withCacheDirectory { directory in
+            let victim = directory + "/victim"
+            try writeFile(victim, count: 7)
+            let link = directory + "/link-body"
+            #expect(symlink(victim, link) == 0)
+            let body = try BodyFile.open(link, resuming: resuming)
+            #expect(body.length == 0, "nothing is resumed from a link's target")
+            let bytes: [UInt8] = Array("jpeg".utf8)
+            #expect(write(body.descriptor, bytes, bytes.count) == bytes.count)
+            close(body.descriptor)
+            #expect(fileSize(victim) == 7, "the link's target was written")
+            var info = stat()
+            #expect(lstat(link, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG && info.st_size == 4)
+
+            let fifo = directory + "/fifo-body"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let replaced = try BodyFile.open(fifo, resuming: resuming)  // did not wait for a reader
+            close(replaced.descriptor)
+            #expect(lstat(fifo, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG)
+        }
+    }
+
     @Test("a body file that cannot be made is an error naming the call and the path")
     func cannotMake() throws {
         try withCacheDirectory { directory in

@@ -103,6 +103,24 @@ import Testing
         }
     }
 
+    @Test("a file truncated, or replaced by a symbolic link, behind the daemon's back is fetched again, not handed out with the entry's size and sha256", arguments: ["truncated", "link"])
+    func liveEntryDropsChangedFile(change: String) throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let entry = try cache("https://example.com/a.png", in: store)
+            let path = store.files.absolute(entry.file)
+            if change == "truncated" {
+                #expect(truncate(path, 1) == 0)
+            } else {
+                try writeFile(directory + "/elsewhere", count: Int(entry.bytes))  // the same size, through a link
+                #expect(unlink(path) == 0 && symlink(directory + "/elsewhere", path) == 0)
+            }
+            #expect(try store.liveEntry(entry.key) == nil)
+            try store.commit()
+            #expect(try store.entry(entry.key) == nil)
+        }
+    }
+
     @Test("hits are remembered across a restart: last access and hit count")
     func touchesAreWritten() throws {
         try withCacheDirectory { directory in

@@ -26,6 +26,21 @@ import Testing
         }
     }
 
+    @Test("a tmp/ or files/ that is a symbolic link is refused and what it points to is left alone (the sweep deleted the files of the directory it pointed to)", arguments: ["tmp", "files"])
+    func linkedDirectoryRefused(name: String) throws {
+        try withCacheDirectory { directory in
+            let elsewhere = directory + "/elsewhere"
+            mkdir(elsewhere, 0o700)
+            try writeFile(elsewhere + "/notes.txt", count: 10)
+            _ = try Store(directory: directory + "/cache")  // made, then closed
+            let linked = directory + "/cache/" + name
+            #expect(rename(linked, linked + ".moved") == 0 && symlink(elsewhere, linked) == 0)
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
+            #expect(error.map { "\($0)" }?.contains("is not a directory of the cache's own") == true)
+            #expect(exists(elsewhere + "/notes.txt"))
+        }
+    }
+
     @Test("recovery after a torn write sweeps temporaries, rows without their file and files without a row")
     func recoverSweeps() throws {
         try withCacheDirectory { directory in

@@ -13,16 +13,18 @@ struct BodyFile: @unchecked Sendable {
     let length: Int64
 
     /// Opens the body file at `path`: empty, made if needed, or, when `resuming`, with the bytes it holds hashed and
-    /// the file positioned after them.
+    /// the file positioned after them. Whatever else is found at `path` (a symbolic link planted there, a FIFO) is
+    /// removed, never opened through, and the download starts over: nothing outside the cache is written.
     static func open(_ path: String, resuming: Bool) throws(SystemError) -> BodyFile {
-        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resuming ? 0 : O_TRUNC)
-        let descriptor: Int32
-        do {
-            descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
-        } catch where error.errno == ENOENT {
-            // Its directory was removed behind the daemon's back: made again, as `CacheFiles.install` does.
-            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: CacheFiles.privateDirectoryMode)
-            descriptor = try syscall("open", path) { Glibc.open(path, flags, CacheFiles.fileMode) }
+        var resuming = resuming
+        var opened = try openRegular(path, truncating: !resuming)
+        if opened == nil {
+            try syscall("unlink", "\(path), which is not a regular file") { unlink(path) }
+            resuming = false
+            opened = try openRegular(path, truncating: true)
+        }
+        guard let descriptor = opened else {
+            throw SystemError(call: "open", errno: EEXIST, detail: "\(path): something other than a regular file came back")
         }
         let hash = SHA256()
         guard resuming else { return BodyFile(descriptor: descriptor, hash: hash, length: 0) }
@@ -36,9 +38,33 @@ struct BodyFile: @unchecked Sendable {
         }
     }
 
+    /// Opens (or makes) the regular file at `path` for writing, without following a symbolic link or waiting for a
+    /// FIFO's reader; nil when something else is there.
+    private static func openRegular(_ path: String, truncating: Bool) throws(SystemError) -> Int32? {
+        let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (truncating ? O_TRUNC : 0)
+        var descriptor = Glibc.open(path, flags, CacheFiles.fileMode)
+        if descriptor < 0, errno == ENOENT {
+            // Its directory was removed behind the daemon's back: made again, as `CacheFiles.install` does.
+            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: CacheFiles.privateDirectoryMode)
+            descriptor = Glibc.open(path, flags, CacheFiles.fileMode)
+        }
+        if descriptor < 0 {
+            guard errno == ELOOP || errno == ENXIO || errno == EISDIR else {
+                throw SystemError(call: "open", errno: errno, detail: path)
+            }
+            return nil
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
+    }
+
     /// Feeds the bytes of the file at `path` to `hash`; returns their count.
     private static func hashContents(of path: String, into hash: SHA256) throws(SystemError) -> Int64 {
-        let reader = try syscall("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
+        let reader = try syscall("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
         defer { close(reader) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         var total: Int64 = 0

@@ -37,6 +37,14 @@ struct CacheFiles {
         try makeDirectories(root, mode: Self.privateDirectoryMode)
         try makeDirectories(temporaryDirectory, mode: Self.privateDirectoryMode)
         try makeDirectories(filesDirectory, mode: Self.directoryMode)
+        for directory in [temporaryDirectory, filesDirectory] {
+            var info = stat()
+            guard lstat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+                throw DaemonError("\(directory) is not a directory of the cache's own (a symbolic link, or a file): "
+                                  + "prefetchd deletes what it finds there that its index does not name, and renames "
+                                  + "downloads from tmp/ into files/ on one file system; remove it and start again")
+            }
+        }
         for directory in Self.fanOut where mkdir(absolute(directory), Self.directoryMode) != 0 && errno != EEXIST {
             throw SystemError(call: "mkdir", errno: errno, detail: absolute(directory))
         }
@@ -83,10 +91,10 @@ struct CacheFiles {
     /// The disk space a file takes (its allocated blocks, as `du` counts), or nil when it does not exist.
     func allocated(_ relative: String) -> Int64? { usage(of: relative)?.allocated }
 
-    /// A regular file's size and allocated bytes.
+    /// A regular file's size and allocated bytes (a symbolic link in its place is not the cache's file).
     func usage(of relative: String) -> (size: Int64, allocated: Int64)? {
         var info = stat()
-        guard stat(absolute(relative), &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        guard lstat(absolute(relative), &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
         return (Int64(info.st_size), Int64(info.st_blocks) * 512)
     }
 

@@ -207,12 +207,15 @@ final class Store {
             mustRevalidate: select.int(15) != 0, noStore: select.int(16) != 0)
     }
 
-    /// The entry, if its file is still there: a file deleted behind the daemon's back drops its row (and variants),
-    /// so that the caller fetches it again instead of handing out a path that does not exist.
+    /// The entry, if its file is still there and of its size: a file deleted, truncated or replaced by a link
+    /// behind the daemon's back drops its row (and variants), so that the caller fetches it again instead of handing
+    /// out a path that does not hold what the entry says.
     func liveEntry(_ key: String) throws(DatabaseError) -> IndexEntry? {
         guard let entry = try entry(key) else { return nil }
-        guard files.size(of: entry.file) == nil else { return entry }
-        Log.warning("the cached file of \(key) is gone (\(files.absolute(entry.file))); fetching it again")
+        let size = files.size(of: entry.file)
+        if size == entry.bytes { return entry }
+        Log.warning("the cached file of \(key) is " + (size.map { "\($0) bytes, not \(entry.bytes)" } ?? "gone")
+                    + " (\(files.absolute(entry.file))); fetching it again")
         try remove(key)
         return nil
     }
