@@ -205,6 +205,30 @@ def run(args, table, processes, scratch_dirs):
     for sock, _ in hogs:
         sock.close()
 
+    # --- one client with many waiting gets of one URL leaves: its waiters go at once (one at a time: 10 s) ---
+    many = 50_000 if args.quick else 100_000
+    slow = origin.url("/many-waiters.jpg?delay=120")
+    sock = raw(daemon, timeout=60)
+    sock.sendall(("".join('{"op":"get","url":"%s"}\n' % slow for _ in range(many))).encode())
+    client = daemon.client()
+    try:
+        waiting = 0
+        deadline = time.monotonic() + 60
+        while waiting < many and time.monotonic() < deadline:
+            task = client.call({"op": "info", "url": slow}).get("result", {}).get("task") or {}
+            waiting = task.get("waiters", 0)
+            time.sleep(0.1)
+        sock.close()
+        latencies = []
+        for _ in range(10):
+            began = time.monotonic()
+            latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=30) else 99)
+    finally:
+        client.close()
+    worst = max(latencies)
+    table.add(GROUP, f"a client with {many:,} waiting gets of one URL leaves", "others served: ping < 1 s after",
+              f"{waiting:,} waiters read; ping worst {worst * 1000:.0f} ms", waiting == many and worst < 1)
+
     # --- half-open connections ---
     sock = raw(daemon)
     sock.sendall(b'{"id":7,"op":"ping"}\n')

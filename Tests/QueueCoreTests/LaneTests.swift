@@ -309,6 +309,20 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.disconnect(client: 99) == [])
     }
 
+    @Test("disconnect of a client with many waiters on one key removes them all at once; the other client's stay, in order")
+    func disconnectManyOnOneKey() {
+        var s = makeScheduler()
+        for request in 1...1000 {
+            _ = s.get(U.a, waiter: w(1, UInt64(request)), cache: .missing, now: t(0))
+            if request % 250 == 0 { _ = s.get(U.a, waiter: w(2, UInt64(request)), cache: .missing, now: t(0)) }
+        }
+        _ = s.get(U.b, waiter: w(1, 1001), cache: .missing, now: t(0))
+        #expect(s.counts.waiters == 1005)
+        #expect(s.disconnect(client: 1) == [])
+        #expect(s.waiters(U.a) == [w(2, 250), w(2, 500), w(2, 750), w(2, 1000)] && s.waiters(U.b) == [])
+        #expect(s.counts.waiters == 4 && s.counts == s.recomputedCounts)
+    }
+
     @Test("disconnect of the only waiter of a waiting fast task: the task stays and still runs")
     func disconnectWaitingTask() {
         var s = makeScheduler(fast: 1)
