@@ -38,7 +38,8 @@ final class Daemon {
     var memory = MemoryTrimmer()
     /// `queue` requests of this turn, committed together at its end.
     private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool, summary: Bool)] = []
-    /// Writes the access times `Store.touch` collected, every 5 s.
+    /// Every 5 s: writes the access times `Store.touch` collected, and checks that the index and the lock are where
+    /// they were (`stopForLostCache`).
     private var accessFlushTimer: LoopTimer!
     /// Runs the scheduler's retries and expiries when the earliest is due.
     private var retryTimer: LoopTimer!
@@ -47,6 +48,8 @@ final class Daemon {
     var metricsTicker: Ticker!
     /// After SIGTERM or SIGINT: requests but `ping` and `status` are refused.
     var shuttingDown = false
+    /// Why the daemon stopped itself, if it did: `run` throws it (exit status 1).
+    private var fatal: String?
 
     static let decoder = JSONDecoder()
 
@@ -93,6 +96,7 @@ final class Daemon {
         if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
         accessFlushTimer = loop.makeTimer { [unowned self] in
+            if let gone = store.removedBehindOurBack() { return stopForLostCache(gone) }
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
             accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
         }
@@ -119,6 +123,7 @@ final class Daemon {
         notifier.ready()
         loop.run()
         Log.info("stopped")
+        if let fatal { throw DaemonError(fatal) }
     }
 
     /// Hundreds of clients and thousands of transfers need descriptors: the soft limit goes up to the hard one.
@@ -198,6 +203,15 @@ final class Daemon {
         try? store.commit()
         clients.flushAllOnce()
         loop.stop()
+    }
+
+    /// Part of the cache directory was deleted (`Store.removedBehindOurBack`): the daemon stops, exit status 1, so
+    /// that a restart makes a new index and lock; nothing more is acknowledged into the old ones.
+    private func stopForLostCache(_ gone: String) {
+        fatal = "\(gone) was deleted or replaced while prefetchd ran (was the cache directory cleared?); "
+            + "stopped, so that a restart makes a new one"
+        Log.error(fatal!)
+        shutdown(reason: "\(gone) was deleted")
     }
 
     // MARK: Clients
@@ -444,6 +458,14 @@ final class Daemon {
         guard !queueBatch.isEmpty else { return }
         let batch = queueBatch
         queueBatch.removeAll()
+        // An acknowledgment written into an index no path names any more would be lost at the next start.
+        if let gone = store.removedBehindOurBack() {
+            for request in batch {
+                fail(request.connection, request.id, WireError(.internal, "nothing was queued: \(gone) was deleted "
+                                                                 + "while prefetchd ran; it is stopping"))
+            }
+            return stopForLostCache(gone)
+        }
         var replies: [(Connection, RequestID?, [ItemResult])] = []
         do {
             for request in batch {

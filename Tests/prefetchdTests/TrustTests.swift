@@ -55,6 +55,32 @@ struct TrustTests {
         #expect(daemon.log.contains("is gone"))
     }
 
+    @Test("the index deleted while the daemon runs: queue acknowledges nothing more and the daemon stops, exit 1 (acknowledged URLs were lost at the restart)")
+    func indexDeleted() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for suffix in ["", "-wal", "-shm"] { unlink(daemon.cache + "/index.sqlite" + suffix) }
+        let queued = daemon.ctl("queue", origin.url("/after-rm.jpg?delay=30"))
+        #expect(queued.status != 0 && queued.stderr.contains("nothing was queued"), "\(queued.stderr)")
+        let process = try #require(daemon.child?.process)
+        #expect(waitUntil(seconds: 10) { !process.isRunning })
+        #expect(!process.isRunning && process.terminationStatus == 1)
+        #expect(daemon.log.contains("the index \(daemon.cache)/index.sqlite was deleted or replaced"), "\(daemon.log)")
+        // The restart makes a new index; what is queued now is kept.
+        try daemon.start()
+        #expect(daemon.ctl("queue", origin.url("/after-restart.jpg?delay=30")).status == 0)
+    }
+
+    @Test("the lock deleted while the daemon runs (a cleared cache directory): the daemon stops within seconds, exit 1, rather than let a second one sweep its files")
+    func lockDeleted() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(unlink(daemon.cache + "/lock") == 0)
+        let process = try #require(daemon.child?.process)
+        #expect(waitUntil(seconds: 15) { !process.isRunning })
+        #expect(!process.isRunning && process.terminationStatus == 1)
+        #expect(daemon.log.contains("the lock \(daemon.cache)/lock was deleted or replaced"), "\(daemon.log)")
+    }
+
     @Test("a stale entry whose file was deleted is fetched in full, not 'refreshed' by a 304")
     func deletedStaleFileNotRevalidated() throws {
         let origin = try Origin()

@@ -4,6 +4,9 @@ import Glibc
 /// a second daemon on the same directory would sweep the first one's downloads in progress at start-up.
 final class CacheLock {
     private let fd: Int32
+    let path: String
+    /// The locked file: a lock file deleted (or replaced) no longer keeps a second daemon away.
+    private var identity: FileIdentity?
 
     /// Another process holds the lock.
     struct Held: Error, CustomStringConvertible {
@@ -17,6 +20,7 @@ final class CacheLock {
 
     init(directory: String) throws {
         let path = directory + "/lock"
+        self.path = path
         fd = try syscall("open", path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
         do {
             _ = try syscall("flock", path) { flock(fd, LOCK_EX | LOCK_NB) }
@@ -31,7 +35,11 @@ final class CacheLock {
         let text = Array("\(getpid())\n".utf8)
         _ = ftruncate(fd, 0)
         _ = pwrite(fd, text, text.count, 0)
+        identity = FileIdentity(path: path)
     }
+
+    /// Whether the lock file is still the one locked, under its name.
+    var isInPlace: Bool { identity?.isNamed(by: path) == true }
 
     deinit { close(fd) }
 

@@ -9,6 +9,9 @@ final class Store {
     let files: CacheFiles
     private let lock: CacheLock
     private let db: Database
+    private let indexPath: String
+    /// The index file opened: writes to one deleted (or replaced) behind the daemon's back are lost at the next start.
+    private let indexIdentity: FileIdentity?
     private var inTransaction = false
     /// Last accesses not yet written: key → Unix ms.
     private var touched: [String: Int64] = [:]
@@ -94,7 +97,18 @@ final class Store {
             Log.error("the index \(path) is corrupt (\(error.message)); moved it to \(aside) and starting with an empty index")
             db = try Self.openIndex(path)
         }
+        indexPath = path
+        indexIdentity = FileIdentity(path: path)
         try readCounts()
+    }
+
+    /// What of the cache was deleted or replaced behind the daemon's back since it started, if anything: the index,
+    /// whose writes a restart would not find, or the lock, without which a second daemon may start on the directory
+    /// and sweep this one's files.
+    func removedBehindOurBack() -> String? {
+        if indexIdentity?.isNamed(by: indexPath) != true { return "the index \(indexPath)" }
+        if !lock.isInPlace { return "the lock \(lock.path)" }
+        return nil
     }
 
     /// Reads the counts and the resumable downloads from the index: at start, and after a rollback undid the writes
