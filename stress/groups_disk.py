@@ -1,7 +1,9 @@
 """Group 4, full disk: the cache on a small tmpfs mounted here (needs root). The size limit holds; when the disk
-itself fills, waiters get disk_full and the index stays consistent; fetching recovers once space is freed."""
+itself fills, waiters get disk_full, the cache gives back its least recently used entries and the index stays
+consistent; fetching recovers once space is freed."""
 import os
 import subprocess
+import time
 
 from lib import Daemon, Origin, get_many, log, outcome, scratch
 
@@ -84,10 +86,21 @@ def body(args, table, processes, work, mount):
     replies = get_many(client, small, timeout=120)
     codes = [outcome(r) for r in replies.values()]
     ping = daemon.ping_ok()
-    table.add(GROUP, "disk 100% full: 3 x 20 KB", "disk_full each, still serving",
-              f"{', '.join(codes)}, ping {ping}", all(c == "disk_full" for c in codes) and ping)
+    # The first disk_full evicts the cache's least recently used tenth: a get after it may find room.
+    table.add(GROUP, "disk 100% full: 3 x 20 KB", "disk_full (or ok, once the cache gave way) each, still serving",
+              f"{', '.join(codes)}, ping {ping}", "disk_full" in codes and set(codes) <= {"disk_full", "ok"} and ping)
     ok, problems = daemon.check_index(allow_temporary=True)  # its retries keep downloading
     table.add(GROUP, "100% full: index consistent", "check_index ok", problems, ok)
+    # Nothing else frees space: the cache does (a limit of 1G never would). Evictions come at most every 5 s.
+    gave_way = None
+    deadline = time.monotonic() + 30
+    while gave_way != "ok" and time.monotonic() < deadline:
+        gave_way = outcome(get_many(client, [origin.url("/nospace/after.jpg?size=20000")], timeout=60).popitem()[1])
+        time.sleep(1)
+    with open(daemon.log_path, errors="replace") as f:
+        evictions = f.read().count("the disk is full: evicted")
+    table.add(GROUP, "still 100% full: the cache gives way", "a get is ok within 30 s; entries evicted (log)",
+              f"{gave_way}, {evictions} evictions logged", gave_way == "ok" and evictions > 0)
     os.unlink(filler)
     big += small
     replies = get_many(client, big, timeout=120)

@@ -50,6 +50,8 @@ final class Daemon {
     var shuttingDown = false
     /// Why the daemon stopped itself, if it did: `run` throws it (exit status 1).
     private var fatal: String?
+    /// When a full disk last made the cache evict (monotonic ms): `makeRoomOnFullDisk`.
+    var diskFullEvictionAt: Int64?
 
     static let decoder = JSONDecoder()
 
@@ -389,6 +391,7 @@ final class Daemon {
             do { try enforceCacheLimit(sparing: key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
             justIndexed = entry
         }
+        if case .failed(let failure) = end, failure.code == .diskFull { makeRoomOnFullDisk() }
         apply(scheduler.finish(key, end.outcome, now: Moment(milliseconds: wallClockMilliseconds())))
         justIndexed = nil
     }
@@ -487,6 +490,7 @@ final class Daemon {
             store.rollback()
             let full = (error as? DatabaseError)?.isDiskFull == true
             Log.error("cannot commit queued URLs: \(error)")
+            if full { makeRoomOnFullDisk() }
             for request in batch {
                 fail(request.connection, request.id, WireError(full ? .diskFull : .internal,
                                                                "nothing was queued: the index could not be written (\(error))"))

@@ -1,6 +1,7 @@
 import QueueCore
 
-/// The fetch side's edges: what the crash guard set aside at start-up, the transfers at shutdown, the cache limit.
+/// The fetch side's edges: what the crash guard set aside at start-up, the transfers at shutdown, the cache limit and
+/// a full disk.
 extension Daemon {
     /// Sets aside, at start-up, the URLs that were being handled when the daemon died twice in a row (`CrashGuard`):
     /// remembered as a `quarantined` failure for the negative TTL, out of the durable queue and the cache.
@@ -23,6 +24,23 @@ extension Daemon {
     func stopTransfersForShutdown() {
         fetches.stopForShutdown(scheduler.allTasks.map { ($0.key, $0.state == .running) }) { key in
             (try? self.store.isQueued(key)) == true
+        }
+    }
+
+    /// The disk is full (`disk_full`): the least recently used tenth of the cache goes, whatever `max_cache_bytes`
+    /// allows, so that what is asked next has room; at most once every 5 s, however many transfers hit the full disk
+    /// at once. A disk that something else keeps filling shrinks the cache each time: the cache gives way.
+    func makeRoomOnFullDisk() {
+        let now = monotonicMilliseconds()
+        guard store.entryCount > 0, diskFullEvictionAt.map({ now - $0 >= 5000 }) ?? true else { return }
+        diskFullEvictionAt = now
+        do {
+            let evicted = try store.evict(downTo: store.totalBytes / 10 * 9, protecting: protectedKeys)
+            telemetry.evicted(evicted)
+            Log.warning("the disk is full: evicted the \(evicted) least recently used entries, "
+                        + "\(store.totalBytes) bytes left in the cache")
+        } catch {
+            Log.error("the disk is full, and evicting to make room failed: \(error)")
         }
     }
 
