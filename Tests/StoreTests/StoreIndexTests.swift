@@ -121,6 +121,23 @@ import Testing
         }
     }
 
+    @Test("a directory someone made at a cached file's path is removed when the file is installed (every fetch of the URL failed, also after a restart)")
+    func installOverDirectory() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: "https://example.com/a.png"))
+            let target = store.files.absolute(relative)
+            #expect(mkdir(target, 0o700) == 0 && mkdir(target + "/inner", 0o700) == 0)
+            try writeFile(target + "/inner/x", count: 3)
+            #expect(symlink(directory + "/outside", target + "/link") == 0)
+            try writeFile(directory + "/outside", count: 5)
+            try writeFile(directory + "/body", count: 10)
+            try store.files.install(temporary: directory + "/body", as: relative)
+            #expect(store.files.size(of: relative) == 10)
+            #expect(exists(directory + "/outside"), "the link's target is not the cache's")
+        }
+    }
+
     @Test("hits are remembered across a restart: last access and hit count")
     func touchesAreWritten() throws {
         try withCacheDirectory { directory in

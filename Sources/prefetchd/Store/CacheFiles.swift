@@ -74,15 +74,31 @@ struct CacheFiles {
     func downloadPath(forName name: String) -> String { temporaryDirectory + "/" + name }
 
     /// Moves a finished download into place under `relative`: one `rename`, and its directory made again first only
-    /// when someone deleted it.
+    /// when someone deleted it, or a directory someone made at its path removed first (the name is the cache's).
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
         if rename(temporary, target) == 0 { return }
-        guard errno == ENOENT, access(temporary, F_OK) == 0 else {
+        switch errno {
+        case ENOENT where access(temporary, F_OK) == 0:
+            try makeDirectories(String(target[..<target.lastIndex(of: "/")!]), mode: Self.directoryMode)
+        case EISDIR, ENOTEMPTY, EEXIST:
+            removeTree(target)
+        default:
             throw SystemError(call: "rename", errno: errno, detail: "\(temporary) to \(target)")
         }
-        try makeDirectories(String(target[..<target.lastIndex(of: "/")!]), mode: Self.directoryMode)
         try syscall("rename", "\(temporary) to \(target)") { rename(temporary, target) }
+    }
+
+    /// Deletes a directory and what it holds, never following a symbolic link out of it.
+    private func removeTree(_ directory: String) {
+        for (name, type) in entries(of: directory) {
+            let path = directory + "/" + name
+            var info = stat()
+            let isDirectory = type == UInt8(DT_UNKNOWN) ? lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+                : type == UInt8(DT_DIR)
+            if isDirectory { removeTree(path) } else { unlink(path) }
+        }
+        rmdir(directory)
     }
 
     /// The size of a file, or nil when it does not exist.
