@@ -391,7 +391,11 @@ final class Daemon {
             do { try enforceCacheLimit(sparing: key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
             justIndexed = entry
         }
-        if case .failed(let failure) = end, failure.code == .diskFull { makeRoomOnFullDisk() }
+        // Someone waits: the cache makes room for what is asked now. Background work waits for space instead; making
+        // room for itself, a backlog larger than the disk would evict what it had just fetched.
+        if case .failed(let failure) = end, failure.code == .diskFull, scheduler.task(key)?.waiters.isEmpty == false {
+            makeRoomOnFullDisk()
+        }
         apply(scheduler.finish(key, end.outcome, now: Moment(milliseconds: wallClockMilliseconds())))
         justIndexed = nil
     }

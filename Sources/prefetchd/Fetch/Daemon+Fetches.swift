@@ -27,9 +27,10 @@ extension Daemon {
         }
     }
 
-    /// The disk is full (`disk_full`): the least recently used tenth of the cache goes, whatever `max_cache_bytes`
-    /// allows, so that what is asked next has room; at most once every 5 s, however many transfers hit the full disk
-    /// at once. A disk that something else keeps filling shrinks the cache each time: the cache gives way.
+    /// The disk is full for a `get` or a `queue` (`disk_full`): the least recently used tenth of the cache goes,
+    /// whatever `max_cache_bytes` allows, so that what is asked next has room; at most once every 5 s, however many
+    /// transfers hit the full disk at once. A disk that something else keeps filling shrinks the cache each time:
+    /// the cache gives way.
     func makeRoomOnFullDisk() {
         let now = monotonicMilliseconds()
         guard store.entryCount > 0, diskFullEvictionAt.map({ now - $0 >= 5000 }) ?? true else { return }
