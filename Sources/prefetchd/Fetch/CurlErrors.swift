@@ -42,11 +42,12 @@ enum CurlErrors {
         case CURLE_OUT_OF_MEMORY where !transfer.bodyStarted:
             // curl 7.88 reports a header line over its 100 KiB limit as "Out of memory".
             return Failure(code: .tooLarge, message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
-        case CURLE_BAD_CONTENT_ENCODING where transfer.headers.undecodableCoding != nil:
-            // Not a stream broken on the way: the server answered in a coding nobody asked for, and will again.
-            return Failure(code: .network, message: "the body is in a coding the daemon did not ask for and cannot decode "
-                           + "(Content-Encoding: \(transfer.headers.undecodableCoding!.prefix(40)))", isTransient: false)
         case CURLE_BAD_CONTENT_ENCODING:
+            if let coding = transfer.headers.undecodableCoding {
+                // Not a stream broken on the way: the server answered in a coding nobody asked for, and will again.
+                return Failure(code: .network, message: "the body is in a coding the daemon did not ask for and cannot "
+                               + "decode (Content-Encoding: \(coding.prefix(40)))", isTransient: false)
+            }
             return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_PARTIAL_FILE:

@@ -6,7 +6,7 @@ final class CacheLock {
     private let fd: Int32
     let path: String
     /// The locked file: a lock file deleted (or replaced) no longer keeps a second daemon away.
-    private var identity: FileIdentity?
+    private let identity: FileIdentity?
 
     /// Another process holds the lock.
     struct Held: Error, CustomStringConvertible {
@@ -21,7 +21,7 @@ final class CacheLock {
     init(directory: String) throws {
         let path = directory + "/lock"
         self.path = path
-        fd = try syscall("open", path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
+        let fd = try syscall("open", path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
         do {
             _ = try syscall("flock", path) { flock(fd, LOCK_EX | LOCK_NB) }
         } catch where error.errno == EWOULDBLOCK {
@@ -35,6 +35,7 @@ final class CacheLock {
         let text = Array("\(getpid())\n".utf8)
         _ = ftruncate(fd, 0)
         _ = pwrite(fd, text, text.count, 0)
+        self.fd = fd
         identity = FileIdentity(path: path)
     }
 
