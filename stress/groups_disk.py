@@ -91,7 +91,9 @@ def body(args, table, processes, work, mount):
               f"{', '.join(codes)}, ping {ping}", "disk_full" in codes and set(codes) <= {"disk_full", "ok"} and ping)
     ok, problems = daemon.check_index(allow_temporary=True)  # its retries keep downloading
     table.add(GROUP, "100% full: index consistent", "check_index ok", problems, ok)
-    # Nothing else frees space: the cache does (a limit of 1G never would). Evictions come at most every 5 s.
+    # Nothing else frees space: the cache does (a limit of 1G never would). Evictions come at most every 5 s. The
+    # failed URLs' background retries would race the get for the space freed: they are cancelled first.
+    client.call({"op": "cancel", "urls": big + small})
     gave_way = None
     deadline = time.monotonic() + 30
     while gave_way != "ok" and time.monotonic() < deadline:
