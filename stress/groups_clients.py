@@ -229,6 +229,39 @@ def run(args, table, processes, scratch_dirs):
     table.add(GROUP, f"a client with {many:,} waiting gets of one URL leaves", "others served: ping < 1 s after",
               f"{waiting:,} waiters read; ping worst {worst * 1000:.0f} ms", waiting == many and worst < 1)
 
+    # --- views on many connections showing 1,000 rows of one URL scroll away: one filter of its waiters per scroll
+    # (one per row: 20 scrolls of 20 views took the loop for seconds) ---
+    viewers = 20 if args.quick else 50
+    shared = origin.url("/view-waiters.jpg?delay=120")
+    views = []
+    for _ in range(viewers):
+        sock = raw(daemon, timeout=60)
+        sock.sendall((json.dumps({"op": "view", "urls": [shared] * 1000, "first": 0, "last": 999,
+                                  "ahead": 0, "behind": 0}) + "\n").encode())
+        views.append(sock)
+    client = daemon.client()
+    try:
+        waiting = 0
+        deadline = time.monotonic() + 60
+        while waiting < viewers * 1000 and time.monotonic() < deadline:
+            task = client.call({"op": "info", "url": shared}).get("result", {}).get("task") or {}
+            waiting = task.get("waiters", 0)
+            time.sleep(0.1)
+        scroll = json.dumps({"op": "view", "urls": [shared] * 1000, "append": True, "first": 1000, "last": 1999})
+        for sock in views:
+            sock.sendall(scroll.encode() + b"\n")
+        latencies = []
+        for _ in range(10):
+            began = time.monotonic()
+            latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=60) else 99)
+    finally:
+        client.close()
+        for sock in views:
+            sock.close()
+    worst = max(latencies)
+    table.add(GROUP, f"{viewers} views of 1,000 rows of one URL scroll away", "others served: ping < 1 s after",
+              f"{waiting:,} waiters; ping worst {worst * 1000:.0f} ms", waiting == viewers * 1000 and worst < 1)
+
     # --- half-open connections ---
     sock = raw(daemon)
     sock.sendall(b'{"id":7,"op":"ping"}\n')

@@ -318,14 +318,24 @@ public struct Scheduler: Sendable {
         return []
     }
 
-    /// One waiter stops waiting (a view's row scrolled out of sight); the fetch goes on, as background work when
+    /// Waiters stop waiting (a view's rows scrolled out of sight); each fetch goes on, as background work when
     /// nobody else waits for it (`demote`): a running one goes on in place while the slow lane has room and is parked
-    /// otherwise, so the slow lane's width holds however fast a view scrolls.
-    public mutating func release(_ waiter: Waiter, now: Moment) -> [Action] {
-        guard let key = unregister(waiter) else { return [] }
-        tasks[key]?.waiters.removeAll { $0 == waiter }
-        guard tasks[key]?.waiters.isEmpty == true else { return [] }
-        return demote(key, now: now)
+    /// otherwise, so the slow lane's width holds however fast a view scrolls. Each task's waiters are filtered once,
+    /// however many of them leave; tasks are demoted in the order their last waiter left, as one at a time would.
+    public mutating func release(_ waiters: [Waiter], now: Moment) -> [Action] {
+        var leaving: [String: Set<Waiter>] = [:]
+        var lastLeft: [String: Int] = [:]  // where in `waiters` each task's last leaving waiter is
+        for (position, waiter) in waiters.enumerated() {
+            guard let key = unregister(waiter) else { continue }
+            leaving[key, default: []].insert(waiter)
+            lastLeft[key] = position
+        }
+        for (key, gone) in leaving { tasks[key]?.waiters.removeAll { gone.contains($0) } }
+        var actions: [Action] = []
+        for key in lastLeft.keys.sorted(by: { lastLeft[$0]! < lastLeft[$1]! }) where tasks[key]?.waiters.isEmpty == true {
+            actions += demote(key, now: now)
+        }
+        return actions
     }
 
     /// A view row holds `key`: a tentative task for it is not dropped while any row holds it.

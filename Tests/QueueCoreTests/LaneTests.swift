@@ -323,6 +323,19 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.counts.waiters == 4 && s.counts == s.recomputedCounts)
     }
 
+    @Test("rows released together: each task's waiters filtered once; its last waiter out demotes it")
+    func releaseManyOnOneKey() {
+        var s = makeScheduler()
+        for request in 1...1000 { _ = s.get(U.a, waiter: w(1, UInt64(request)), cache: .missing, now: t(0)) }
+        _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 1001), cache: .missing, now: t(0))
+        #expect(s.release((1...1001).map { w(1, UInt64($0)) }, now: t(0))
+                == [.changeLane(key: U.b.key, lane: .slow)])
+        #expect(s.waiters(U.a) == [w(2, 1)] && s.lane(U.a) == .fast && s.counts == s.recomputedCounts)
+        #expect(s.release([w(2, 1), w(2, 1)], now: t(0)) == [.park(key: U.a.key), .holdBackground(false)])
+        #expect(s.lane(U.a) == .slow && s.counts.waiters == 0 && s.counts == s.recomputedCounts)
+    }
+
     @Test("disconnect of the only waiter of a waiting fast task: the task stays and still runs")
     func disconnectWaitingTask() {
         var s = makeScheduler(fast: 1)
@@ -338,9 +351,9 @@ struct CancelDisconnectWithdrawTests {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(0))
-        #expect(s.release(w(1, 1), now: t(0)) == [])
-        #expect(s.release(w(1, 1), now: t(0)) == [])     // twice: nothing more
-        #expect(s.release(w(7, 7), now: t(0)) == [])     // unknown
+        #expect(s.release([w(1, 1)], now: t(0)) == [])
+        #expect(s.release([w(1, 1)], now: t(0)) == [])     // twice: nothing more
+        #expect(s.release([w(7, 7)], now: t(0)) == [])     // unknown
         #expect(s.waiters(U.a) == [w(1, 2)] && s.counts.waiters == 1 && s.lane(U.a) == .fast)
         #expect(s.finish(U.a.key, .success, now: t(1))
                 == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .holdBackground(false)])

@@ -72,7 +72,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case promote(key: Int)
     case cancel(key: Int)
     case disconnect(client: UInt64)
-    case release(Waiter)
+    /// Waiters that stop waiting together (a view's rows scrolled out of sight).
+    case release([Waiter])
     case hold(key: Int)
     case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
@@ -101,7 +102,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .promote(let key): return "promote \(k(key))"
         case .cancel(let key): return "cancel \(k(key))"
         case .disconnect(let client): return "disconnect client \(client)"
-        case .release(let waiter): return "release \(waiter)"
+        case .release(let waiters): return "release \(waiters.map(\.description).joined(separator: ", "))"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .tail(let key): return "tail of \(k(key))"
         case .advance(let by): return "advance time by \(by)ms"
@@ -137,6 +138,7 @@ enum Situation: String, CaseIterable {
     case attemptGivenBack = "background work that did not reach a host failing already: the attempt given back"
     case failuresForgotten = "a host's failures in a row forgotten after a long quiet time"
     case releasedAndDemoted = "the last waiter released, the task demoted"
+    case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case adopted = "a tentative task adopted by an ordinary request"
     case tokenLimited = "waiting for a start token"
@@ -384,26 +386,19 @@ struct Runner {
                 if case .pending(let key) = state { leave(waiter, key: key) }
             }
 
-        case .release(let waiter):
-            guard case .pending(let key)? = waiters[waiter], let before = scheduler.task(key) else {
-                let actions = scheduler.release(waiter, now: now)
-                guard actions == [] else { throw fail("release of a waiter that does not wait gave \(actions)") }
-                return try checkInvariants()
+        case .release(let batch):
+            // Released together, as a scroll does: the same as one at a time, each of which the model checks.
+            let keys = batch.compactMap { if case .pending(let key)? = waiters[$0] { key } else { nil } }
+            if Set(keys).count < keys.count { coverage.note(.releasedTogether) }
+            var together = scheduler
+            let batchActions = together.release(batch, now: now)
+            var actions: [Action] = []
+            for waiter in batch { actions += try release(waiter) }
+            let byKey = { (a: TaskInfo, b: TaskInfo) in a.key < b.key }
+            guard batchActions == actions, together.counts == scheduler.counts,
+                  together.allTasks.sorted(by: byKey) == scheduler.allTasks.sorted(by: byKey) else {
+                throw fail("released together: \(batchActions); one at a time: \(actions)")
             }
-            let actions = scheduler.release(waiter, now: now)
-            leave(waiter, key: key)
-            let last = before.waiters == [waiter]
-            let demotes = last && before.lane == .fast
-            let allowed = last ? expectDemotion(key) : Allowed()
-            try process(actions, allowed)
-            let after = scheduler.task(key)
-            guard after?.waiters == before.waiters.filter({ $0 != waiter }),
-                  after?.lane == (demotes ? .slow : before.lane), demotes || actions == [],
-                  !last || after?.promotionPending == false else {
-                throw fail("release left \(String(describing: after)) (before \(before)), actions \(actions)")
-            }
-            if demotes { coverage.note(.releasedAndDemoted) }
-            if !allowed.parks.isEmpty { coverage.note(.parkedOnRelease) }
 
         case .hold(let index):
             let key = RandomWorld.keys[index].key
@@ -612,6 +607,30 @@ struct Runner {
             return Allowed(changeLane: (key, .slow))
         }
         return Allowed(parks: [(key, .slow)])
+    }
+
+    /// One waiter released, checked against the model; returns the scheduler's actions.
+    mutating func release(_ waiter: Waiter) throws(Violation) -> [Action] {
+        guard case .pending(let key)? = waiters[waiter], let before = scheduler.task(key) else {
+            let actions = scheduler.release([waiter], now: now)
+            guard actions == [] else { throw fail("release of a waiter that does not wait gave \(actions)") }
+            return actions
+        }
+        let actions = scheduler.release([waiter], now: now)
+        leave(waiter, key: key)
+        let last = before.waiters == [waiter]
+        let demotes = last && before.lane == .fast
+        let allowed = last ? expectDemotion(key) : Allowed()
+        try process(actions, allowed)
+        let after = scheduler.task(key)
+        guard after?.waiters == before.waiters.filter({ $0 != waiter }),
+              after?.lane == (demotes ? .slow : before.lane), demotes || actions == [],
+              !last || after?.promotionPending == false else {
+            throw fail("release left \(String(describing: after)) (before \(before)), actions \(actions)")
+        }
+        if demotes { coverage.note(.releasedAndDemoted) }
+        if !allowed.parks.isEmpty { coverage.note(.parkedOnRelease) }
+        return actions
     }
 
     /// A waiter disconnects or is released: it must never be answered now.
@@ -1058,7 +1077,14 @@ struct Scenario {
                     // Mostly a waiter that still waits (the release that demotes, or parks, its task).
                     let waiting = runner.waiters.filter { if case .pending = $0.value { true } else { false } }.keys
                         .sorted { ($0.client, $0.request) < ($1.client, $1.request) }
-                    op = .release((below(4) != 0 ? element(waiting) : nil) ?? element(issued) ?? Waiter(client: 1, request: 999))
+                    let one = (below(4) != 0 ? element(waiting) : nil) ?? element(issued) ?? Waiter(client: 1, request: 999)
+                    if below(3) == 0 {
+                        // A scroll: several at once, often waiters of one task, sometimes one twice.
+                        let sameTask = waiting.filter { runner.waiters[$0] == runner.waiters[one] }
+                        op = .release([one] + (0..<roll(1...4)).compactMap { _ in element(coin() ? sameTask : waiting) })
+                    } else {
+                        op = .release([one])
+                    }
                 case 57..<59:
                     op = below(2) == 0 ? .widths(fast: roll(1...4), slow: roll(1...2)) : .pauseBackground(!runner.backgroundPaused)
                 case 59..<85 where !runner.running.isEmpty:

@@ -209,7 +209,7 @@ struct RunningAsSlowTests {
     func promotionWithdrawn() {
         var s = setUpWithFastLaneFull()
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1)) == [])
-        #expect(s.release(w(1, 1), now: t(2)) == [])
+        #expect(s.release([w(1, 1)], now: t(2)) == [])
         #expect(s.task(U.a.key)?.promotionPending == false && s.lane(U.a) == .slow)
         // b ends: a stays background (and still holds the one slow slot).
         #expect(s.finish(U.b.key, .success, now: t(3)) == [.answer(w(9, 1), .ready), .forget(key: U.b.key), .holdBackground(false)])

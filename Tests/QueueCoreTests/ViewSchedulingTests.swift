@@ -38,9 +38,9 @@ struct ViewSchedulingTests {
         _ = s.get(U.c, waiter: w(9, 1), cache: .missing, now: t(0))        // runs; the rest waits
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
         _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
-        #expect(s.release(w(1, 1), now: t(1)) == [])
+        #expect(s.release([w(1, 1)], now: t(1)) == [])
         #expect(s.lane(U.a) == .fast && s.waiters(U.a) == [w(2, 1)])
-        #expect(s.release(w(2, 1), now: t(1)) == [])
+        #expect(s.release([w(2, 1)], now: t(1)) == [])
         #expect(s.lane(U.a) == .slow && s.state(U.a) == .waiting && s.counts == s.recomputedCounts)
     }
 
@@ -48,7 +48,7 @@ struct ViewSchedulingTests {
     func releaseRunning() {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
-        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(s.release([w(1, 1)], now: t(1)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
         #expect(s.state(U.a) == .running && s.lane(U.a) == .slow)
     }
 
@@ -58,8 +58,8 @@ struct ViewSchedulingTests {
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)
         _ = s.queue(U.s1, cache: .missing, now: t(0))
-        #expect(s.release(w(1, 1), now: t(1)) == [.changeLane(key: U.a.key, lane: .slow)])
-        #expect(s.release(w(1, 2), now: t(1)) == [.park(key: U.b.key), .holdBackground(false)])
+        #expect(s.release([w(1, 1)], now: t(1)) == [.changeLane(key: U.a.key, lane: .slow)])
+        #expect(s.release([w(1, 2)], now: t(1)) == [.park(key: U.b.key), .holdBackground(false)])
         let parked = try #require(s.task(U.b.key))
         #expect(parked.lane == .slow && parked.state == .waiting && parked.attempts == 1)
         #expect(s.counts.slowRunning == 1 && s.counts.slowWaiting == 2)
@@ -98,7 +98,7 @@ struct ViewSchedulingTests {
         #expect(s.unhold(U.b2.key, dropping: true, now: t(1)) == [])
         #expect([U.a, U.b, U.a2, U.b2].allSatisfy { s.task($0.key) != nil })
         // A running tentative fetch released while the slow lane is full is parked with its bytes: never dropped.
-        #expect(s.release(w(1, 1), now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
+        #expect(s.release([w(1, 1)], now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
         #expect(s.counts.slowRunning == 1 && s.state(U.a2) == .waiting)
         s.hold(U.a2.key)
         #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [])
@@ -107,7 +107,7 @@ struct ViewSchedulingTests {
         _ = s.get(U.b, waiter: w(3, 1), cache: .missing, now: t(2))
         #expect(s.state(U.b2) == .running)
         #expect(s.demote(U.b2.key, now: t(3)) == [.park(key: U.b2.key), start(U.b, .fast)])
-        #expect(s.release(w(1, 2), now: t(3)) == [])
+        #expect(s.release([w(1, 2)], now: t(3)) == [])
         s.hold(U.b2.key)
         #expect(s.unhold(U.b2.key, dropping: true, now: t(3)) == [])
         #expect(s.task(U.a2.key)?.state == .waiting && s.task(U.b2.key)?.state == .waiting)
@@ -124,7 +124,7 @@ struct BatchTests {
         #expect(s.counts.fastRunning == 8 && s.counts.fastWaiting == 12)
         let actions = s.batch(now: t(1)) { s in
             var actions: [Action] = []
-            for i in 0..<20 { actions += s.release(w(1, UInt64(i)), now: t(1)) }
+            actions += s.release((0..<20).map { w(1, UInt64($0)) }, now: t(1))
             for (i, u) in screen1.enumerated() { actions += s.get(u, waiter: w(1, UInt64(20 + i)), cache: .missing, now: t(1), tentative: true) }
             return actions
         }
@@ -148,7 +148,7 @@ struct BatchTests {
             let screen = (0..<10).map { url("http://v.example/\((scroll * 3 + $0) % 400)") }
             let actions = s.batch(now: t(Int64(scroll))) { s in
                 var actions: [Action] = []
-                for (_, waiter) in visible { actions += s.release(waiter, now: t(Int64(scroll))) }
+                actions += s.release(visible.map(\.1), now: t(Int64(scroll)))
                 visible = screen.map { u in
                     request += 1
                     return (u, w(1, request))
@@ -183,7 +183,7 @@ struct BatchTests {
         var s = makeScheduler(fast: 8, slow: 1)
         let screen0 = (0..<20).map { url("http://v.example/\($0)") }
         for (i, u) in screen0.enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0), tentative: true) }
-        let actions = s.release(w(1, 0), now: t(1))
+        let actions = s.release([w(1, 0)], now: t(1))
         #expect(actions.contains(.start(key: screen0[8].key, lane: .fast, revalidate: false)))
     }
 }

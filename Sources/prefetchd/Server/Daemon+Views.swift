@@ -78,12 +78,9 @@ extension Daemon {
         let moment = Moment(milliseconds: now)
         var cached: [(row: Int, entry: IndexEntry)] = []
         let actions = scheduler.batch(now: moment) { scheduler in
-            var actions: [Action] = []
-            for row in plan.hide {
-                guard let waiter = view.rowHidden(row) else { continue }
-                connection.takeWait(waiter)
-                actions += scheduler.release(waiter, now: moment)
-            }
+            let hidden = plan.hide.compactMap { view.rowHidden($0) }
+            for waiter in hidden { connection.takeWait(waiter) }
+            var actions = scheduler.release(hidden, now: moment)
             for row in plan.drop { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: true, now: moment) } }
             for row in plan.release { if let key = view.key(row) { actions += scheduler.unhold(key, dropping: false, now: moment) } }
             var entering: Set<Int> = []
