@@ -171,4 +171,22 @@ import Testing
             _ = try Store(directory: directory)
         }
     }
+
+    @Test("with the lock file deleted under the first, a second daemon is still refused (the directory is locked too)")
+    func lockFileDeletedStillRefuses() throws {
+        try withCacheDirectory { directory in
+            let first = try Store(directory: directory)
+            withExtendedLifetime(first) {
+                #expect(unlink(directory + "/lock") == 0)
+                _ = #expect {
+                    _ = try Store(directory: directory)
+                } throws: { error in
+                    (error as? CacheLock.Held).map { "\($0)".contains("its lock file was deleted") } ?? false
+                }
+                #expect(first.removedBehindOurBack() != nil, "the first one still sees its lock file gone")
+            }
+            _ = consume first
+            _ = try Store(directory: directory)
+        }
+    }
 }

@@ -1,9 +1,11 @@
 import Glibc
 
 /// An exclusive lock on the cache directory (`<cache>/lock`, holding the owner's pid), held for the daemon's life:
-/// a second daemon on the same directory would sweep the first one's downloads in progress at start-up.
+/// a second daemon on the same directory would sweep the first one's downloads in progress at start-up. The
+/// directory itself is locked too, so that a lock file someone deleted does not let a second daemon in.
 final class CacheLock {
     private let fd: Int32
+    private let directoryFD: Int32
     let path: String
     /// The locked file: a lock file deleted (or replaced) no longer keeps a second daemon away.
     private let identity: FileIdentity?
@@ -32,6 +34,12 @@ final class CacheLock {
             close(fd)
             throw error
         }
+        do {
+            directoryFD = try Self.lockDirectory(directory)
+        } catch {
+            close(fd)
+            throw error
+        }
         let text = Array("\(getpid())\n".utf8)
         _ = ftruncate(fd, 0)
         _ = pwrite(fd, text, text.count, 0)
@@ -42,7 +50,26 @@ final class CacheLock {
     /// Whether the lock file is still the one locked, under its name.
     var isInPlace: Bool { identity?.isNamed(by: path) == true }
 
-    deinit { close(fd) }
+    deinit {
+        close(fd)
+        close(directoryFD)
+    }
+
+    /// Locks the directory itself; held by another daemon only when its lock file was deleted (it locks the file
+    /// first, where its pid is).
+    private static func lockDirectory(_ directory: String) throws -> Int32 {
+        let fd = try syscall("open", directory) { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        do {
+            _ = try syscall("flock", directory) { flock(fd, LOCK_EX | LOCK_NB) }
+            return fd
+        } catch where error.errno == EWOULDBLOCK {
+            close(fd)
+            throw Held(directory: directory, holder: "pid unknown: its lock file was deleted")
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
 
     private static func readPID(_ fd: Int32) -> Int32? {
         var buffer = [UInt8](repeating: 0, count: 32)
