@@ -29,6 +29,19 @@ import Testing
         }
     }
 
+    @Test("host_start_rate is a decimal number: hex (0x10 was 16), exponents and words are refused")
+    func hostStartRateDecimalOnly() {
+        let setting = Options.setting(key: "host_start_rate")!
+        for value in ["0x10", "0x1p4", "1e2", "inf", "nan", "+5", " 5", "1..2", ""] {
+            var options = Options(environment: [:])
+            #expect((try? setting.read(&options, value)) == nil, "host_start_rate = \(value)")
+        }
+        for (value, rate) in [("16", 16.0), ("0.5", 0.5), ("0", nil)] as [(String, Double?)] {
+            var options = Options(environment: [:])
+            #expect((try? setting.read(&options, value)) != nil && options.hostStartRate == rate, "\(value)")
+        }
+    }
+
     @Test("host_start_rate 1e-300 was taken, and a host waiting for its next start crashed the daemon")
     func hostStartRateWaitFits() {
         let setting = Options.setting(key: "host_start_rate")!

@@ -161,8 +161,10 @@ struct Options {
         Setting(key: "host_start_rate", placeholder: "N",
                 summary: "fetches started per second per host at most (with bursts of host_start_burst), 0 for no limit",
                 read: { options, value throws(BadValue) in
-                    // A rate near 0 would make the wait for a host's next start overflow.
-                    guard let rate = Double(value), rate == 0 || (0.001...100_000).contains(rate) else {
+                    // Decimal digits only (Double also reads 0x10, 1e2 and inf); a rate near 0 would make the wait
+                    // for a host's next start overflow.
+                    guard value.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") }),
+                          let rate = Double(value), rate == 0 || (0.001...100_000).contains(rate) else {
                         throw BadValue("'\(value)' is not 0 or a number of starts per second from 0.001 to 100000")
                     }
                     options.hostStartRate = rate == 0 ? nil : rate
