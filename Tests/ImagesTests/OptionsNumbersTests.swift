@@ -29,6 +29,22 @@ import Testing
         }
     }
 
+    @Test("deny_networks shows each network in its own form (10.1.2.3/8 is 10.0.0.0/8) and matches by it")
+    func deniedNetworkForms() throws {
+        let setting = Options.setting(key: "deny_networks")!
+        var options = Options(environment: [:])
+        try setting.read(&options, "10.1.2.3/8, 192.168.1.7, 2001:db8::1/32,fe80::1:2/10, 0.0.0.0/0")
+        #expect(setting.show(options) == "10.0.0.0/8,192.168.1.7/32,2001:db8::/32,fe80::/10,0.0.0.0/0")
+        let networks = options.fetch.deniedNetworks
+        #expect(networks[0].contains("10.200.0.1") && !networks[0].contains("11.0.0.1"))
+        #expect(networks[2].contains("2001:db8:ffff::9") && !networks[2].contains("2001:db9::1"))
+        #expect(networks[4].contains("8.8.8.8") && !networks[4].contains("::1"))
+        for bad in ["1.2.3.4/08", "1.2.3.4/+8", "1.2.3.4/", "1.2.3.4/33", "::/129", "fe80::1%lo/64", "1.2.3/8", "x/8"] {
+            var again = Options(environment: [:])
+            #expect((try? setting.read(&again, bad)) == nil, "deny_networks = \(bad)")
+        }
+    }
+
     @Test("host_start_rate is a decimal number: hex (0x10 was 16), exponents and words are refused")
     func hostStartRateDecimalOnly() {
         let setting = Options.setting(key: "host_start_rate")!
