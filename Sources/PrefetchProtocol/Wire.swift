@@ -132,6 +132,45 @@ public struct Request: Codable, Equatable, Sendable {
         case summary
         case maxStale = "max_stale"
     }
+
+    public init(from decoder: any Decoder) throws {
+        let fields = try decoder.container(keyedBy: CodingKeys.self)
+        id = try fields.decodeIfPresent(RequestID.self, forKey: .id)
+        op = try fields.decode(String.self, forKey: .op)
+        url = try fields.decodeIfPresent(String.self, forKey: .url)
+        urls = try fields.decodeIfPresent([String].self, forKey: .urls)
+        limit = try fields.wholeNumber(.limit)
+        maxStale = try fields.wholeNumber(.maxStale)
+        offline = try fields.decodeIfPresent(Bool.self, forKey: .offline)
+        all = try fields.decodeIfPresent(Bool.self, forKey: .all)
+        size = try fields.decodeIfPresent(String.self, forKey: .size)
+        fit = try fields.decodeIfPresent(String.self, forKey: .fit)
+        format = try fields.decodeIfPresent(String.self, forKey: .format)
+        quality = try fields.wholeNumber(.quality)
+        upscale = try fields.decodeIfPresent(Bool.self, forKey: .upscale)
+        append = try fields.decodeIfPresent(Bool.self, forKey: .append)
+        first = try fields.wholeNumber(.first)
+        last = try fields.wholeNumber(.last)
+        ahead = try fields.wholeNumber(.ahead)
+        behind = try fields.wholeNumber(.behind)
+        now = try fields.decodeIfPresent(Bool.self, forKey: .now)
+        summary = try fields.decodeIfPresent(Bool.self, forKey: .summary)
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// An integer field. A number that is not whole or out of range gets an error naming the field: the decoder's own
+    /// says that the whole line "was not valid JSON".
+    func wholeNumber<Number: FixedWidthInteger & Decodable>(_ key: Key) throws -> Number? {
+        do {
+            return try decodeIfPresent(Number.self, forKey: key)
+        } catch let error as DecodingError {
+            throw error
+        } catch {
+            throw DecodingError.dataCorruptedError(
+                forKey: key, in: self, debugDescription: "not a whole number from \(Number.min) to \(Number.max)")
+        }
+    }
 }
 
 /// A stable, documented error code: one enum from the scheduler (QueueCore) to the wire (docs/protocol.md).

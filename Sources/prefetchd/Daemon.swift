@@ -261,7 +261,9 @@ final class Daemon {
         do {
             request = try Self.decoder.decode(Request.self, from: Data(line))
         } catch {
-            return fail(connection, nil, WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
+            // A line that is JSON with an id gets its id back, so that a client waiting for that reply gets it.
+            let id = (try? Self.decoder.decode(LineID.self, from: Data(line)))?.id
+            return fail(connection, id, WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
         }
         guard let op = Operation(rawValue: request.op) else {
             let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")
@@ -580,4 +582,9 @@ final class Daemon {
             return WireError(.internal, "\(error)")
         }
     }
+}
+
+/// The id of a line that is JSON but not a request the daemon can read.
+private struct LineID: Decodable {
+    var id: RequestID?
 }

@@ -69,6 +69,17 @@ struct BadInputTests {
             #expect((error?["message"] as? String)?.hasSuffix("id: an id is a string or a whole number from -2^63 to 2^63-1") == true,
                     "\(id): \(error ?? [:])")
         }
+        // A number that is not whole or out of range said "The given data was not valid JSON", with "id":null.
+        for (field, number) in [("max_stale", "1.5"), ("limit", "99999999999999999999"), ("first", "1e400"), ("quality", "-0.5")] {
+            connection.send("{\"id\":10,\"op\":\"get\",\"url\":\"http://127.0.0.1:1/a.jpg\",\"\(field)\":\(number)}\n")
+            let reply = connection.receive()
+            let message = (reply?["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(reply?["id"] as? Int == 10 && message.contains("\(field): not a whole number from "), "\(field): \(reply ?? [:])")
+        }
+        // Valid JSON with a field of the wrong type: the id comes back (it was null: a pipelining client lost the reply).
+        connection.send("{\"id\":\"q\",\"op\":\"queue\",\"urls\":\"http://127.0.0.1:1/a.jpg\"}\n")
+        let wrongType = connection.receive()
+        #expect(wrongType?["id"] as? String == "q" && (wrongType?["error"] as? [String: Any])?["code"] as? String == "bad_request")
         connection.send("{\"id\":8,\"op\":\"ping\"}\n")
         #expect(connection.receive()?["ok"] as? Bool == true, "the connection survives bad requests")
 
