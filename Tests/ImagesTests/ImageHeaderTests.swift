@@ -35,6 +35,13 @@ import Testing
         #expect(png.kind == .image("png") && png.width == 100_000 && png.height == 3)
         let gif = parse(Array("GIF89a".utf8) + [0x30, 0x00, 0x20, 0x00, 0, 0, 0])
         #expect(gif.kind == .image("gif") && gif.width == 48 && gif.height == 32)
+        // WebP's extended header stores each side less one in 24 bits: 512 (0x1FF) was read as 256 (1 + 0xFF | 0x100).
+        for (width, height) in [(512, 768), (7168, 7168), (1, 1 << 24)] {
+            let side = { (n: Int) in [UInt8(truncatingIfNeeded: n - 1), UInt8(truncatingIfNeeded: (n - 1) >> 8), UInt8(truncatingIfNeeded: (n - 1) >> 16)] }
+            let chunk = Array("VP8X".utf8) + [10, 0, 0, 0, 0x10, 0, 0, 0] + side(width) + side(height)
+            let webp = parse(Array("RIFF".utf8) + [UInt8(4 + chunk.count), 0, 0, 0] + Array("WEBP".utf8) + chunk)
+            #expect(webp.kind == .image("webp") && webp.width == width && webp.height == height, "\(width)x\(height)")
+        }
     }
 
     @Test(arguments: ["gif", "webp", "avif"])

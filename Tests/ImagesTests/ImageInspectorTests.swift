@@ -61,6 +61,22 @@ import Testing
             .pixelLimit(width: 100_000, height: 100_000, limit: ImagePolicy.defaultMaxPixels)))
     }
 
+    @Test("sizes whose product passes Int64 (4294967295 x 4294967295 killed the daemon) are over the limit")
+    func largestDeclaredSizesAreOverTheLimit() {
+        let png = scratch.write("widest.png", Bytes.pngHeader(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, idat: true))
+        #expect(ImageInspector.inspect(png, policy: policy) == .rejected(
+            .pixelLimit(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, limit: ImagePolicy.defaultMaxPixels)))
+        #expect(Failure.pixelLimit(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, limit: 5).message
+                == "4294967295x4294967295 is more pixels than can be counted, over the limit of 5")
+        // An AVIF whose ispe properties are not tied to an item: the largest of them is compared, by its product.
+        func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
+        let ispe = { (side: UInt32) in box("ispe", [0, 0, 0, 0] + Bytes.bigEndian(side) + Bytes.bigEndian(side)) }
+        let avif = box("ftyp", Array("avif".utf8) + [0, 0, 0, 0] + Array("mif1avif".utf8))
+            + box("meta", [0, 0, 0, 0] + box("iprp", box("ipco", ispe(0xFFFF_FFFF) + ispe(0xFFFF_FFFE))))
+        #expect(ImageInspector.inspect(scratch.write("widest.avif", avif), policy: policy) == .rejected(
+            .pixelLimit(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, limit: ImagePolicy.defaultMaxPixels)))
+    }
+
     @Test func pixelLimitComesFromTheConfiguredMaximum() throws {
         let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3072)).code == nil)

@@ -15,9 +15,10 @@ extension Failure {
     }
 
     static func pixelLimit(width: Int, height: Int, limit: Int64) -> Failure {
-        let pixels = Int64(width) * Int64(height)
+        let pixels = ImageInfo.pixels(width, height)
+        let count = pixels == .max ? "more pixels than can be counted" : "\(pixels) pixels"
         return Failure(code: .pixelLimit,
-                       message: "\(width)x\(height) is \(pixels) pixels, over the limit of \(limit)", isTransient: false)
+                       message: "\(width)x\(height) is \(count), over the limit of \(limit)", isTransient: false)
     }
 
     /// An I/O failure while reading a source or writing a variant: `disk_full` for ENOSPC/EDQUOT, else `internal`.

@@ -189,8 +189,8 @@ struct ImageHeader: Equatable, Sendable {
         guard b.count >= 30 else { return header }
         switch String(decoding: b[12..<16], as: UTF8.self) {
         case "VP8X":
-            header.width = 1 + Int(b[24]) | Int(b[25]) << 8 | Int(b[26]) << 16
-            header.height = 1 + Int(b[27]) | Int(b[28]) << 8 | Int(b[29]) << 16
+            header.width = 1 + (Int(b[24]) | Int(b[25]) << 8 | Int(b[26]) << 16)
+            header.height = 1 + (Int(b[27]) | Int(b[28]) << 8 | Int(b[29]) << 16)
         case "VP8L" where b[20] == 0x2F:
             let bits = b.littleEndian32(at: 21)
             header.width = Int(bits & 0x3FFF) + 1
@@ -292,7 +292,7 @@ struct ImageHeader: Equatable, Sendable {
         let turned = own.contains { $0.type == "irot" && $0.body < $0.end && b[$0.body] & 1 == 1 }
         if let size = own.lazy.compactMap(extent).first { return (size.0, size.1, turned) }
         let all = listed.compactMap(extent)
-        guard let largest = all.max(by: { $0.0 * $0.1 < $1.0 * $1.1 }) else { return nil }
+        guard let largest = all.max(by: { ImageInfo.pixels($0.0, $0.1) < ImageInfo.pixels($1.0, $1.1) }) else { return nil }
         return (largest.0, largest.1, false)
     }
 

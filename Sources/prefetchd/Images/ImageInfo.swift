@@ -1,3 +1,5 @@
+import QueueCore
+
 /// What prefetchd knows about an image without decoding it: its format and its size as a viewer sees it.
 ///
 /// `width` and `height` are upright: a JPEG whose EXIF orientation turns it by 90° reports its stored height as its
@@ -8,5 +10,10 @@ struct ImageInfo: Equatable, Hashable, Sendable {
     var width: Int
     var height: Int
 
-    var pixels: Int64 { Int64(width) * Int64(height) }
+    var pixels: Int64 { Self.pixels(width, height) }
+
+    /// `width × height`, stopping at `Int64.max`: a header may claim 4294967295 × 4294967295.
+    static func pixels(_ width: Int, _ height: Int) -> Int64 {
+        Int64(width).saturatingMultiply(Int64(height))
+    }
 }

@@ -45,7 +45,7 @@ enum ImageInspector {
         }
         guard policy.allows(sniffed) else { return .rejected(.formatNotAllowed(sniffed)) }
         if let width = header.width, let height = header.height,
-           Int64(width) * Int64(height) > policy.maxPixels {
+           ImageInfo.pixels(width, height) > policy.maxPixels {
             return .rejected(.pixelLimit(width: width, height: height, limit: policy.maxPixels))
         }
         let probed: ImageInfo

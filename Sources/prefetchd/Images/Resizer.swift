@@ -24,7 +24,7 @@ enum Resizer {
         case .unknown: sniffed = nil  // A format allowed by configuration that only gdk-pixbuf recognises.
         case .empty, .markup: throw .notAnImage("the original is not an image")
         }
-        if let width = header.width, let height = header.height, Int64(width) * Int64(height) > maxPixels {
+        if let width = header.width, let height = header.height, ImageInfo.pixels(width, height) > maxPixels {
             throw .pixelLimit(width: width, height: height, limit: maxPixels)
         }
         if let sniffed {
@@ -70,7 +70,7 @@ enum Resizer {
         -> (Pixbuf, stored: (width: Int, height: Int), format: String) {
         var overLimit: (width: Int, height: Int)?
         let loader = PixbufLoader { width, height in
-            if Int64(width) * Int64(height) > maxPixels {
+            if ImageInfo.pixels(width, height) > maxPixels {
                 overLimit = (width, height)
                 return (0, 0)
             }
