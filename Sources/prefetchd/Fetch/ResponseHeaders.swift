@@ -172,8 +172,8 @@ struct ResponseHeaders: Equatable {
 
     /// The response may be delivered but not kept for later hits.
     var noStore: Bool { has("no-store") || variesOnEverything }
-    /// A stale copy must never be served, not even when revalidation fails.
-    var mustRevalidate: Bool { has("must-revalidate") || has("proxy-revalidate") }
+    /// A stale copy must never be served, not even when revalidation fails (RFC 9111: `no-cache` too).
+    var mustRevalidate: Bool { has("must-revalidate") || has("proxy-revalidate") || has("no-cache") }
 
     /// What a `206` body is, judged against the request: it was asked for from byte `offset` to the end (0: no range
     /// was asked for). Anything but the rest from `offset`, or the whole file, is refused.

@@ -17,7 +17,7 @@ struct IndexEntry: Equatable {
     var fetchedAt: Int64
     var lastAccess: Int64
     var hits: Int64
-    /// `must-revalidate`: never served stale.
+    /// `must-revalidate` (or `proxy-revalidate`, `no-cache`): never served stale.
     var mustRevalidate = false
     /// `no-store`: delivered once, never answered from the cache.
     var noStore = false
