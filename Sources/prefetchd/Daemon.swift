@@ -118,6 +118,7 @@ final class Daemon {
         clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
         try clients.listen(on: fd, path: path, activation: activation, options: options)
         refillBacklog()
+        do { try enforceCacheLimit() } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
         try store.commit()
         Log.info("prefetchd \(prefetchVersion) serving \(path)\(activation == nil ? "" : " (from systemd)"), "
                  + "cache \(options.cacheDirectory) (\(store.entryCount) entries, \(store.backlogCount) queued)")

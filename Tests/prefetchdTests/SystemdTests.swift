@@ -116,6 +116,27 @@ struct SystemdTests {
         #expect(daemon.ctl("ping").status == 0)
     }
 
+    @Test("SIGHUP lowering max_cache_bytes evicts down to it at once (the cache stayed over it until a later fetch ended)")
+    func reloadLowersCacheLimit() throws {
+        let origin = try Origin()
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("max_cache_bytes = 1M\n", to: config)
+        let daemon = try ServiceDaemon(["--config", config], directory: directory)
+        let urls = ["a", "b", "c"].map { origin.url("/\($0).jpg?size=20000") }
+        #expect(daemon.ctl("get", urls[0], urls[1], urls[2]).status == 0)
+        func cache() throws -> [String: Any] {
+            let status = try JSONSerialization.jsonObject(with: Data(daemon.ctl("status", "--json").stdout.utf8)) as? [String: Any]
+            return try #require(status?["cache"] as? [String: Any])
+        }
+        #expect(try cache()["entries"] as? Int == 3)
+        try write("max_cache_bytes = 30K\n", to: config)
+        daemon.signal(SIGHUP)
+        #expect(daemon.waitForLog("to stay under 30720 bytes"), "\(daemon.log)")
+        let after = try cache()
+        #expect((after["bytes"] as? Int).map { $0 <= 30 * 1024 } == true && after["entries"] as? Int == 1, "\(after)")
+    }
+
     @Test("SIGHUP with the configuration replaced by a FIFO keeps the running configuration and keeps serving (it blocked every client until someone wrote to the FIFO)")
     func reloadFromFIFO() throws {
         let directory = try TemporaryDirectory()

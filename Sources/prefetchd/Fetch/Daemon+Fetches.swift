@@ -45,11 +45,12 @@ extension Daemon {
         }
     }
 
-    /// Keeps the cache under `max_cache_bytes` at write time: LRU down to 90 %, sparing what is waited for or being
-    /// processed, and `key`.
-    func enforceCacheLimit(sparing key: String) throws(DatabaseError) {
+    /// Keeps the cache under `max_cache_bytes` at write time, at start and when a reload lowers it: LRU down to 90 %,
+    /// sparing what is waited for or being processed, and `key`.
+    func enforceCacheLimit(sparing key: String? = nil) throws(DatabaseError) {
         guard store.totalBytes > options.maxCacheBytes else { return }
-        let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9, protecting: protectedKeys.union([key]))
+        let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9,
+                                      protecting: key.map { protectedKeys.union([$0]) } ?? protectedKeys)
         telemetry.evicted(evicted)
         Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
     }

@@ -43,6 +43,7 @@ extension Daemon {
         clients.reconfigure(options)
         clients.reserveDescriptors(forWork: workDescriptors)
         fetches.reconfigure(options)
+        do { try enforceCacheLimit() } catch { Log.error("SIGHUP: cannot evict to stay under max_cache_bytes: \(error)") }
         variants.reconfigure(options)
         apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
         conditions.update(policy: options.background)
