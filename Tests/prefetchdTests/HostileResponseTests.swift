@@ -165,6 +165,16 @@ struct HostileResponseTests {
         }
     }
 
+    @Test("interim responses count toward the header limit: 2,000 103 Early Hints (116 KB) are too_large, once (they were not counted; 20,000 met curl's own limit, a transient network failure); one is fine")
+    func interimResponsesCounted() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/one-hint.jpg?early_hints=1")).status == 0)
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/hints.jpg?early_hints=2000")))
+        #expect(failed.code == "too_large" && failed.message.contains("header"), "\(failed)")
+        #expect(try origin.count("/hints.jpg") == 1, "permanent, not retried")
+    }
+
     @Test("a second ETag carrying a CR was sent back in If-None-Match, where the CR cut the line in two (a header injected into the revalidation); now that value is not kept, and the server's own ETag revalidates")
     func carriageReturnInETag() throws {
         let origin = try Origin()

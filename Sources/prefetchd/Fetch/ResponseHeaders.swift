@@ -24,11 +24,12 @@ struct ResponseHeaders: Equatable {
     var vary: String?
     /// Why the body's length cannot be trusted (RFC 9112 section 6.3), when it cannot.
     var framingProblem: String?
-    /// Bytes of this response's header lines so far.
+    /// Bytes of header lines so far: this response's and those of the interim (1xx) and redirect responses before it.
     var byteCount = 0
 
-    /// Header lines of one response, in bytes, at most: curl 7.88 refuses one line over 100 KiB (with "Out of
-    /// memory") but not many lines, so the transfer counts them.
+    /// Header lines of a transfer, in bytes, at most: curl 7.88 refuses one line over 100 KiB (with "Out of
+    /// memory") but not many lines, so the transfer counts them; interim responses count too (20,000 `103 Early
+    /// Hints` met curl's own 300 KB limit, a transient `network` failure).
     static let maximumBytes = 100 * 1024
     /// RFC 9111 section 1.2.2: a delta-seconds value above 2^31 is taken as 2^31.
     static let maximumDeltaSeconds: Int64 = 1 << 31
@@ -40,7 +41,7 @@ struct ResponseHeaders: Equatable {
     /// (RFC 9110 section 5.1).
     mutating func take(bytes line: UnsafeBufferPointer<UInt8>) {
         if line.starts(with: "HTTP/".utf8) {
-            self = ResponseHeaders()
+            self = ResponseHeaders(byteCount: byteCount)
         }
         byteCount = byteCount.saturatingAdd(line.count)
         guard let colon = line.firstIndex(of: UInt8(ascii: ":")),

@@ -57,6 +57,8 @@ Query parameters (combine freely):
                        to the origin's own, so a second Content-Length is two)
     big_header=N       add one header line of N bytes (X-Big: aaa...)
     many_headers=N     add N header lines of 1 KiB each
+    early_hints=N      send N interim responses (103 Early Hints, 58 bytes each)
+                       before the response
     gzip=1             gzip the body (Content-Encoding: gzip, whatever the
                        request's Accept-Encoding; no ranges)
     zeros=1            a body of size zero bytes (with gzip=1: a gzip bomb)
@@ -601,6 +603,9 @@ class Handler(BaseHTTPRequestHandler):
             extra.append(("X-Big", "a" * big_header))
         for n in range(parse_int(q, "many_headers", 0)):
             extra.append(("X-Many-%d" % n, "m" * 1024))
+        hints = parse_int(q, "early_hints", 0)
+        if hints:
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </hint.css>; rel=preload\r\n\r\n" * hints)
 
         if method not in ("GET", "HEAD"):
             self._send_text(405, "method not allowed\n", extra=[("Allow", "GET, HEAD")])
