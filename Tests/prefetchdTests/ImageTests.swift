@@ -127,6 +127,27 @@ struct ImageTests {
         #expect(two < one * 3 / 2, "two jobs at once raised the peak by \(two >> 20) MB, one alone by \(one >> 20) MB")
     }
 
+    @Test("a thumbnail asked after three full-size variants of a 40-megapixel JPEG passes them (it waited for all three)")
+    func thumbnailPassesLargeDecodes() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        var lines = ""
+        for id in 1...3 {
+            lines += "{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"799\(id)x4990\",\"fit\":\"fill\"}\n"
+        }
+        lines += "{\"id\":\"thumb\",\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\",\"size\":\"32x32\"}\n"
+        connection.send(lines)
+        var order: [String] = []
+        for _ in 0..<4 {
+            guard let reply = connection.receive() else { break }
+            #expect(reply["ok"] as? Bool == true, "\(reply)")
+            order.append("\(reply["id"] ?? "nil")")
+        }
+        #expect(order.count == 4 && order.first == "thumb", "\(order)")
+    }
+
     /// The most memory (bytes) process `pid` held so far: VmHWM.
     static func peakMemory(_ pid: Int32) throws -> Int {
         let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)

@@ -8,7 +8,10 @@ import QueueCore
 /// Jobs decode at most `max_pixels` at a time between them: a job holds its decoded picture and its output in memory
 /// (3 or 4 bytes a pixel), so two of the largest originals at once would double the daemon's peak memory and take
 /// both workers from the fetches whose bodies they check. A job that would go over waits its turn (in order of
-/// asking); one job always runs, however large.
+/// asking); one job always runs, however large. A small job (a thumbnail) passes the line while only large jobs
+/// hold it up, within a sixteenth of the budget for all small jobs passing: it does not wait behind another
+/// client's 50 Mpx resizes, and it cannot starve them (once large work no longer holds the first in line, nothing
+/// passes it).
 final class Variants {
     /// A variant being made: the original's key and the resolved spec.
     struct Job: Hashable {
@@ -28,9 +31,11 @@ final class Variants {
     /// Jobs started (or held back by the crash guard) and not ended yet.
     private var jobs: Set<Job> = []
     private var maxPixels: Int64
-    /// Pixels the running jobs hold (`pixels(of:spec:)`), and the jobs waiting for room under `maxPixels`.
+    /// Pixels the running jobs hold (`pixels(of:spec:)`), those of them that small jobs hold which passed the line,
+    /// and the jobs waiting for room under `maxPixels` (`run` is told whether the job passed).
     private var pixelsInFlight: Int64 = 0
-    private var waiting: [(pixels: Int64, run: () -> Void)] = []
+    private var passedInFlight: Int64 = 0
+    private var waiting: [(pixels: Int64, run: (_ passed: Bool) -> Void)] = []
     /// Called on the loop thread once for every job that ends.
     var onEnd: (_ job: Job, _ outcome: Result<Made, Failure>) -> Void = { _, _ in }
 
@@ -80,11 +85,12 @@ final class Variants {
         }
         let pixels = pixels(of: original, spec: spec)
         // Decoding an original is a risky step (`CrashGuard`).
-        waiting.append((pixels, { [unowned self] in
+        waiting.append((pixels, { [unowned self] passed in
             crashGuard.whenFree { [unowned self] in
                 crashGuard.begin([job.key])
                 workers.run(make, completion: { [unowned self] result in
                     pixelsInFlight -= pixels
+                    if passed { passedInFlight -= pixels }
                     made(job, relative: relative, result)
                     startWaiting()
                 })
@@ -93,12 +99,27 @@ final class Variants {
         startWaiting()
     }
 
-    /// Starts the waiting jobs, in order, while they fit under `maxPixels` with the running ones (or none runs).
+    /// Starts the waiting jobs, in order, while they fit under `maxPixels` with the running ones (or none runs); then
+    /// the small ones that may pass the first in line.
     private func startWaiting() {
         while let next = waiting.first, pixelsInFlight == 0 || pixelsInFlight + next.pixels <= maxPixels {
             waiting.removeFirst()
             pixelsInFlight += next.pixels
-            next.run()
+            next.run(false)
+        }
+        let allowance = maxPixels / 16
+        guard let first = waiting.first, pixelsInFlight - passedInFlight + first.pixels > maxPixels else { return }
+        var index = 1
+        while index < waiting.count, passedInFlight < allowance {
+            let job = waiting[index]
+            guard job.pixels <= allowance - passedInFlight else {
+                index += 1
+                continue
+            }
+            waiting.remove(at: index)
+            pixelsInFlight += job.pixels
+            passedInFlight += job.pixels
+            job.run(true)
         }
     }
 
