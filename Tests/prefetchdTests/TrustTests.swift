@@ -93,6 +93,26 @@ struct TrustTests {
         #expect(try origin.stats().log.filter { $0.path == "/stale.jpg" }.map(\.status) == [200, 200])
     }
 
+    @Test("a cached file deleted while its revalidation waits for the 304 is fetched again in full, and the get succeeds (it failed with internal)")
+    func fileDeletedDuringRevalidation() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/vanishing.jpg?cc=max-age%3D0&delay=1")
+        let path = daemon.ctl("get", url).stdout.trimmingCharacters(in: .newlines)
+        nonisolated(unsafe) var again: CommandResult?
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            again = daemon.ctl("get", "--json", url)
+            done.signal()
+        }
+        usleep(400_000)
+        try FileManager.default.removeItem(atPath: path)
+        done.wait()
+        let result = try object(try #require(again))
+        #expect(FileManager.default.fileExists(atPath: try #require(result["path"] as? String)), "\(result)")
+        #expect(try origin.stats().log.filter { $0.path == "/vanishing.jpg" }.map(\.status) == [200, 304, 200])
+    }
+
     @Test("a URL whose response killed the daemon twice in a row is quarantined; every other queued URL is served")
     func crashLoopQuarantined() throws {
         let origin = try Origin()

@@ -185,6 +185,13 @@ final class Fetches {
             if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, .failed(failure))
         case .success(.notModified):
+            // The 304 confirms a file that went away meanwhile (deleted, or cut short): the retry fetches it in full,
+            // its entry dropped by the look-up. `internal`, so the host's breaker does not count it.
+            guard (try? store.liveEntry(key)) != nil else {
+                endGuardedStep(key)
+                return onEnd(key, .failed(Failure(code: .internal, message: "the cached file went away while it was "
+                                                  + "revalidated; it is fetched again in full", isTransient: true)))
+            }
             let now = wallClockMilliseconds()
             do {
                 try store.refresh(key, freshUntil: result.headers.freshUntil(now: now, defaultTTL: defaultTTL),
