@@ -75,13 +75,17 @@ def body(args, table, processes, work, mount):
     table.add(GROUP, "while full: index consistent, still serving", "check_index ok, ping ok",
               f"{problems}, ping {ping}", ok and ping)
     # Not one byte left: the body, the temp file and the index (WAL) all hit ENOSPC.
-    with open(filler, "ab") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    # Unbuffered: a buffered file's close raised ENOSPC again for what its failed flush kept.
+    fd = os.open(filler, os.O_WRONLY | os.O_APPEND)
+    try:
+        for chunk in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
     small = [origin.url(f"/nospace/{n}.jpg?size=20000") for n in range(3)]
     replies = get_many(client, small, timeout=120)
     codes = [outcome(r) for r in replies.values()]
