@@ -77,6 +77,18 @@ import Testing
             .pixelLimit(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, limit: ImagePolicy.defaultMaxPixels)))
     }
 
+    @Test("PNGs that libpng refuses whole are not images: a damaged IHDR (its CRC), a side over 1,000,000 pixels (both were cached and reported ok, and no variant could be made)")
+    func pngsLibpngRefuses() throws {
+        var png = Bytes.read(try scratch.image("whole.png", width: 4, height: 4, type: "png"))
+        #expect(ImageInspector.inspect(scratch.write("again.png", png), policy: policy).code == nil)
+        png[32] ^= 1  // the last byte of the IHDR's CRC: signature 8, length 4, type 4, data 13, CRC 4
+        let damaged = ImageInspector.inspect(scratch.write("damaged.png", png), policy: policy)
+        #expect(damaged == .rejected(.notAnImage("the PNG's IHDR chunk is damaged (its CRC does not match)")))
+        let wide = scratch.write("wide.png", Bytes.pngHeader(width: 1_000_001, height: 1, idat: true))
+        #expect(ImageInspector.inspect(wide, policy: policy)
+                == .rejected(.notAnImage("the PNG is 1000001x1: libpng reads at most 1000000 pixels a side")))
+    }
+
     @Test func pixelLimitComesFromTheConfiguredMaximum() throws {
         let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3072)).code == nil)

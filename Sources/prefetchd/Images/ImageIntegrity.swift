@@ -56,9 +56,21 @@ enum ImageIntegrity {
         }
     }
 
+    /// libpng, gdk-pixbuf's PNG reader, refuses the whole image when its header chunk is damaged or a side is over
+    /// 1,000,000 pixels (its default limit), however small the pixel count.
     private static func png(_ reader: FileByteReader) throws(SystemError) -> String? {
         let truncated = "the PNG ends before its IEND chunk (truncated)"
-        guard try reader.skip(8) else { return truncated }
+        guard try reader.skip(8), let ihdr = try reader.bytes(25) else { return truncated }
+        guard ihdr.bigEndian32(at: 0) == 13, ihdr[4...7].elementsEqual("IHDR".utf8) else {
+            return "the PNG does not start with its IHDR chunk"
+        }
+        guard crc32(ihdr[4..<21]) == ihdr.bigEndian32(at: 21) else {
+            return "the PNG's IHDR chunk is damaged (its CRC does not match)"
+        }
+        let width = ihdr.bigEndian32(at: 8), height = ihdr.bigEndian32(at: 12)
+        guard max(width, height) <= 1_000_000 else {
+            return "the PNG is \(width)x\(height): libpng reads at most 1000000 pixels a side"
+        }
         while true {
             guard let header = try reader.bytes(8) else { return truncated }
             let length = header.bigEndian32(at: 0)
@@ -66,6 +78,16 @@ enum ImageIntegrity {
             guard try reader.skip(Int64(length) + 4) else { return truncated }
             if header[4...7].elementsEqual("IEND".utf8) { return nil }
         }
+    }
+
+    /// The CRC-32 of PNG chunks (ISO 3309), bit by bit: for the few bytes of a header chunk.
+    static func crc32(_ bytes: some Sequence<UInt8>) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in bytes {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        }
+        return ~crc
     }
 
     /// Lenient where browsers are: a GIF that stops between blocks after an image, without the trailer, is whole.
