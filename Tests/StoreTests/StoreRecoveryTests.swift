@@ -41,6 +41,19 @@ import Testing
         }
     }
 
+    @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
+    func linkedLockRefused() throws {
+        try withCacheDirectory { directory in
+            try writeFile(directory + "/victim.txt", count: 10)
+            _ = try Store(directory: directory + "/cache")  // made, then closed
+            #expect(unlink(directory + "/cache/lock") == 0 && symlink(directory + "/victim.txt", directory + "/cache/lock") == 0)
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
+            #expect(error.map { "\($0)" }?.contains("is a symbolic link") == true)
+            var info = stat()
+            #expect(stat(directory + "/victim.txt", &info) == 0 && info.st_size == 10)
+        }
+    }
+
     @Test("recovery after a torn write sweeps temporaries, rows without their file and files without a row")
     func recoverSweeps() throws {
         try withCacheDirectory { directory in

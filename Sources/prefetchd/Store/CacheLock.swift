@@ -23,7 +23,16 @@ final class CacheLock {
     init(directory: String) throws {
         let path = directory + "/lock"
         self.path = path
-        let fd = try syscall("open", path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
+        let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            let code = errno
+            // Its pid would be written through the link (as root, into any file).
+            if code == ELOOP {
+                throw DaemonError("the lock \(path) is a symbolic link: remove it; prefetchd writes nothing through "
+                                  + "links in its cache")
+            }
+            throw SystemError(call: "open", errno: code, detail: path)
+        }
         do {
             _ = try syscall("flock", path) { flock(fd, LOCK_EX | LOCK_NB) }
         } catch where error.errno == EWOULDBLOCK {
