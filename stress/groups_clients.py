@@ -15,6 +15,26 @@ from lib import ROOT, Client, Daemon, Origin, fd_count, log, scratch, wait_until
 GROUP = "clients"
 
 
+def waiters_once(client, url, count, seconds=60):
+    """The waiters of url's task, read until there are count of them or seconds have passed."""
+    waiting = 0
+    deadline = time.monotonic() + seconds
+    while waiting < count and time.monotonic() < deadline:
+        task = client.call({"op": "info", "url": url}).get("result", {}).get("task") or {}
+        waiting = task.get("waiters", 0)
+        time.sleep(0.1)
+    return waiting
+
+
+def worst_ping(daemon, pings=10, timeout=30):
+    """The slowest of `pings` pings in a row, in seconds (99 for one that failed)."""
+    latencies = []
+    for _ in range(pings):
+        began = time.monotonic()
+        latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=timeout) else 99)
+    return max(latencies)
+
+
 def raw(daemon, timeout=10):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
@@ -186,10 +206,7 @@ def run(args, table, processes, scratch_dirs):
             except OSError:
                 break
         hogs.append((sock, sent))
-    latencies = []
-    for _ in range(20):
-        began = time.monotonic()
-        latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=5) else 99)
+    worst = worst_ping(daemon, pings=20, timeout=5)
     get_ok = False
     client = daemon.client()
     try:
@@ -198,7 +215,6 @@ def run(args, table, processes, scratch_dirs):
     finally:
         client.close()
     daemon.sample()
-    worst = max(latencies)
     table.add(GROUP, "3 clients send, never read", "others served: ping < 1 s, get ok",
               f"{sum(s for _, s in hogs)} requests unread; ping worst {worst * 1000:.0f} ms, get {get_ok}, "
               f"RSS {daemon.peak / 1024:.0f} MiB", worst < 1 and get_ok)
@@ -212,20 +228,11 @@ def run(args, table, processes, scratch_dirs):
     sock.sendall(("".join('{"op":"get","url":"%s"}\n' % slow for _ in range(many))).encode())
     client = daemon.client()
     try:
-        waiting = 0
-        deadline = time.monotonic() + 60
-        while waiting < many and time.monotonic() < deadline:
-            task = client.call({"op": "info", "url": slow}).get("result", {}).get("task") or {}
-            waiting = task.get("waiters", 0)
-            time.sleep(0.1)
+        waiting = waiters_once(client, slow, many)
         sock.close()
-        latencies = []
-        for _ in range(10):
-            began = time.monotonic()
-            latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=30) else 99)
+        worst = worst_ping(daemon, timeout=30)
     finally:
         client.close()
-    worst = max(latencies)
     table.add(GROUP, f"a client with {many:,} waiting gets of one URL leaves", "others served: ping < 1 s after",
               f"{waiting:,} waiters read; ping worst {worst * 1000:.0f} ms", waiting == many and worst < 1)
 
@@ -241,24 +248,15 @@ def run(args, table, processes, scratch_dirs):
         views.append(sock)
     client = daemon.client()
     try:
-        waiting = 0
-        deadline = time.monotonic() + 60
-        while waiting < viewers * 1000 and time.monotonic() < deadline:
-            task = client.call({"op": "info", "url": shared}).get("result", {}).get("task") or {}
-            waiting = task.get("waiters", 0)
-            time.sleep(0.1)
+        waiting = waiters_once(client, shared, viewers * 1000)
         scroll = json.dumps({"op": "view", "urls": [shared] * 1000, "append": True, "first": 1000, "last": 1999})
         for sock in views:
             sock.sendall(scroll.encode() + b"\n")
-        latencies = []
-        for _ in range(10):
-            began = time.monotonic()
-            latencies.append((time.monotonic() - began) if daemon.ping_ok(timeout=60) else 99)
+        worst = worst_ping(daemon, timeout=60)
     finally:
         client.close()
         for sock in views:
             sock.close()
-    worst = max(latencies)
     table.add(GROUP, f"{viewers} views of 1,000 rows of one URL scroll away", "others served: ping < 1 s after",
               f"{waiting:,} waiters; ping worst {worst * 1000:.0f} ms", waiting == viewers * 1000 and worst < 1)
 

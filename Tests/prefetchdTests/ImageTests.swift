@@ -131,21 +131,28 @@ struct ImageTests {
     func thumbnailPassesLargeDecodes() throws {
         let daemon = try DaemonUnderTest()
         #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
-        let connection = try RawConnection(socket: daemon.socket)
-        _ = connection.receive()
         var lines = ""
         for id in 1...3 {
             lines += "{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"799\(id)x4990\",\"fit\":\"fill\"}\n"
         }
         lines += "{\"id\":\"thumb\",\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\",\"size\":\"32x32\"}\n"
+        let order = try Self.replyOrder(of: lines, count: 4, on: daemon)
+        #expect(order.count == 4 && order.first == "thumb", "\(order)")
+    }
+
+    /// Sends request `lines` on one connection and returns the ids of the first `count` replies, in the order they
+    /// came; each must be ok.
+    static func replyOrder(of lines: String, count: Int, on daemon: DaemonUnderTest) throws -> [String] {
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
         connection.send(lines)
         var order: [String] = []
-        for _ in 0..<4 {
+        for _ in 0..<count {
             guard let reply = connection.receive() else { break }
             #expect(reply["ok"] as? Bool == true, "\(reply)")
             order.append("\(reply["id"] ?? "nil")")
         }
-        #expect(order.count == 4 && order.first == "thumb", "\(order)")
+        return order
     }
 
     /// The most memory (bytes) process `pid` held so far: VmHWM.
@@ -159,17 +166,9 @@ struct ImageTests {
     func resizeDoesNotBlockTheLoop() throws {
         let daemon = try DaemonUnderTest()
         #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
-        let connection = try RawConnection(socket: daemon.socket)
-        _ = connection.receive()
         var lines = "{\"id\":\"resize\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"4000x3000\",\"fit\":\"fill\"}\n"
         for id in 1...100 { lines += "{\"id\":\(id),\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\"}\n" }
-        connection.send(lines)
-        var order: [String] = []
-        for _ in 0..<101 {
-            guard let reply = connection.receive() else { break }
-            #expect(reply["ok"] as? Bool == true, "\(reply)")
-            order.append("\(reply["id"] ?? "nil")")
-        }
+        let order = try Self.replyOrder(of: lines, count: 101, on: daemon)
         #expect(order.count == 101)
         #expect(order.last == "resize", "the resize answered after every hit: \(order.firstIndex(of: "resize") ?? -1)")
     }
