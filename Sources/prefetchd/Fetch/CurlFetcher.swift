@@ -13,6 +13,8 @@ struct FetchResult {
     }
 
     let key: String
+    /// The lane the transfer ended in.
+    let lane: Lane
     let headers: ResponseHeaders
     let outcome: Result<Body, Failure>
 }
@@ -204,7 +206,7 @@ final class CurlFetcher {
             }
             transfers[key] = transfer
         } catch {
-            onFinish(FetchResult(key: key, headers: ResponseHeaders(),
+            onFinish(FetchResult(key: key, lane: pending.request.lane, headers: ResponseHeaders(),
                                  outcome: .failure(.local("cannot start the transfer", error))))
         }
     }
@@ -405,7 +407,8 @@ final class CurlFetcher {
                 outcome = failure
             }
             ending.remove(transfer.key)
-            onFinish(FetchResult(key: transfer.key, headers: transfer.headers, outcome: .failure(outcome)))
+            onFinish(FetchResult(key: transfer.key, lane: transfer.lane, headers: transfer.headers,
+                                 outcome: .failure(outcome)))
         }
         if asked { transfer.closeFile() }
         return asked
@@ -416,14 +419,14 @@ final class CurlFetcher {
         let headers = transfer.headers
         func failed(_ failure: Failure) -> FetchResult {
             transfer.closeFile()
-            return FetchResult(key: transfer.key, headers: headers, outcome: .failure(failure))
+            return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .failure(failure))
         }
         if code != CURLE_OK {
             return failed(CurlErrors.failure(code, transfer: transfer))
         }
         if status == 304 && transfer.conditional {
             transfer.discardBody()
-            return FetchResult(key: transfer.key, headers: headers, outcome: .success(.notModified))
+            return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .success(.notModified))
         }
         if status == 416 {
             transfer.discardBody()
@@ -438,7 +441,7 @@ final class CurlFetcher {
             return failed(incomplete)
         }
         let sha256 = transfer.finishBody()
-        return FetchResult(key: transfer.key, headers: headers,
+        return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers,
                            outcome: .success(.downloaded(path: transfer.bodyPath, bytes: transfer.received, sha256: sha256)))
     }
 }

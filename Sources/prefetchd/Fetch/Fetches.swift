@@ -185,12 +185,12 @@ final class Fetches {
             if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, .failed(failure))
         case .success(.notModified):
-            // The 304 confirms a file that went away meanwhile (deleted, or cut short): the retry fetches it in full,
-            // its entry dropped by the look-up. `internal`, so the host's breaker does not count it.
+            // The 304 confirms a file that went away meanwhile (deleted, or cut short; the look-up drops its
+            // entry): the same fetch asks again unconditionally, in the same lane, and costs no attempt.
             guard (try? store.liveEntry(key)) != nil else {
                 endGuardedStep(key)
-                return onEnd(key, .failed(Failure(code: .internal, message: "the cached file went away while it was "
-                                                  + "revalidated; it is fetched again in full", isTransient: true)))
+                Log.info("\(key): the cached file went away while it was revalidated; fetching it again in full")
+                return start(key, lane: result.lane, revalidate: false, retry: false)
             }
             let now = wallClockMilliseconds()
             do {
