@@ -80,6 +80,16 @@ struct BadInputTests {
         connection.send("{\"id\":\"q\",\"op\":\"queue\",\"urls\":\"http://127.0.0.1:1/a.jpg\"}\n")
         let wrongType = connection.receive()
         #expect(wrongType?["id"] as? String == "q" && (wrongType?["error"] as? [String: Any])?["code"] as? String == "bad_request")
+        // Fields named in JSON's words (it said "No value associated with key CodingKeys(stringValue: \"op\", …)").
+        for (line, said) in [("{\"id\":1}", "missing field \"op\""), ("{\"id\":1,\"op\":5}", "op: expected a string, found a number"),
+                             ("{\"id\":1,\"op\":null}", "op: null where a value is needed"),
+                             ("{\"id\":1,\"op\":\"queue\",\"urls\":\"x\"}", "urls: expected a list, found a string"),
+                             ("{\"id\":1,\"op\":\"view\",\"urls\":[\"x\",{}]}", "urls[1]: expected a string, found an object"),
+                             ("{\"id\":1,\"op\":\"queue\",\"urls\":[],\"summary\":1}", "summary: expected true or false, found a number")] {
+            connection.send(line + "\n")
+            let message = (connection.receive()?["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(message == "the line is not a JSON request object: " + said, "\(line)")
+        }
         connection.send("{\"id\":8,\"op\":\"ping\"}\n")
         #expect(connection.receive()?["ok"] as? Bool == true, "the connection survives bad requests")
 

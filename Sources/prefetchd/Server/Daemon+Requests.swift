@@ -140,14 +140,48 @@ extension Daemon {
             waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }, background: backgroundState)
     }
 
+    /// A request line that did not decode, in words: which field (`urls[2]`), and what was wrong with it.
     static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        func field(_ path: [any CodingKey]) -> String {
+            path.enumerated().map { position, key in
+                key.intValue.map { "[\($0)]" } ?? (position == 0 ? key.stringValue : "." + key.stringValue)
+            }.joined()
+        }
         switch error {
-        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context),
-             DecodingError.keyNotFound(_, let context), DecodingError.dataCorrupted(let context):
-            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+        case .keyNotFound(let key, let context):
+            return "missing field \"\(field(context.codingPath + [key]))\""
+        case .valueNotFound(_, let context):
+            return "\(field(context.codingPath)): null where a value is needed"
+        case .typeMismatch(let type, let context):
+            // Foundation says "Expected to decode String but found number instead." (or "a string", "an array").
+            let words = context.debugDescription.split(separator: " ").map(String.init)
+            var what = ""
+            if let found = words.lastIndex(of: "found"), let end = words.lastIndex(of: "instead."), found + 1 < end {
+                what = ", found " + foundKinds[words[end - 1], default: words[end - 1]]
+            }
+            return "\(field(context.codingPath)): expected \(kind(type))\(what)"
+        case .dataCorrupted(let context):
+            let path = field(context.codingPath)
             return path.isEmpty ? context.debugDescription : "\(path): \(context.debugDescription)"
-        default:
+        @unknown default:
             return "\(error)"
         }
+    }
+
+    /// The JSON values Foundation names in a type mismatch, in the words `kind` uses.
+    private static let foundKinds = ["number": "a number", "string": "a string", "array": "a list",
+                                     "dictionary": "an object", "bool": "true or false"]
+
+    /// What a request field of `type` holds, in JSON's words.
+    private static func kind(_ type: Any.Type) -> String {
+        let name = String(describing: type)
+        if name == "String" { return "a string" }
+        if name == "Bool" { return "true or false" }
+        if name.hasPrefix("Int") || name.hasPrefix("UInt") { return "a whole number" }
+        if name == "Double" || name == "Float" { return "a number" }
+        if name.hasPrefix("Array") { return "a list" }
+        if name.hasPrefix("Dictionary") { return "an object" }
+        return name
     }
 }
