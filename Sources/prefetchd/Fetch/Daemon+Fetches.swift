@@ -52,6 +52,10 @@ extension Daemon {
         let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9,
                                       protecting: key.map { protectedKeys.union([$0]) } ?? protectedKeys)
         telemetry.evicted(evicted)
+        guard evicted > 0 else {
+            // Every entry is in use (or just fetched): said at each fetch, so not at info level.
+            return Log.debug("the cache stays over \(options.maxCacheBytes) bytes: every entry is in use")
+        }
         Log.info("evicted \(evicted) entries to stay under \(options.maxCacheBytes) bytes")
     }
 }

@@ -315,7 +315,8 @@ final class Transfer {
     fileprivate func header(_ line: UnsafeBufferPointer<UInt8>) -> Bool {
         headers.take(bytes: line)
         if headers.byteCount > ResponseHeaders.maximumBytes {
-            stopReason = Failure(code: .tooLarge, message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB",
+            stopReason = Failure(code: .tooLarge, message: "the response headers exceed \(ResponseHeaders.maximumBytes / 1024) KiB "
+                                 + "(those of interim and redirect responses counted)",
                                  isTransient: false)
             return false
         }
