@@ -224,10 +224,14 @@ public struct StatusReport: Codable, Equatable, Sendable {
         public var waiting: Int
         public var running: Int
         public var width: Int
-        public init(waiting: Int, running: Int, width: Int) {
+        /// The slow lane's: of `running`, the transfers whose rows scrolled away before their responses began; they
+        /// take no place in the lane (at most the fast lane's width of them).
+        public var lingering: Int?
+        public init(waiting: Int, running: Int, width: Int, lingering: Int? = nil) {
             self.waiting = waiting
             self.running = running
             self.width = width
+            self.lingering = lingering
         }
     }
 

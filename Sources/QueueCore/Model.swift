@@ -94,6 +94,9 @@ public struct TaskInfo: Equatable, Sendable {
     public var tentative: Bool
     /// Running in the slow lane with urgent waiters while the fast lane is full: it moves there in place in its turn.
     public var promotionPending: Bool
+    /// Running, demoted while it waited for its response with the slow lane full: in no lane until the response
+    /// begins (`Scheduler.responseStarted`).
+    public var lingering: Bool
 }
 
 /// Task counts per lane and state, kept up to date by the scheduler.
@@ -104,12 +107,15 @@ public struct LaneCounts: Equatable, Sendable {
     public var slowRunning = 0
     /// Running slow tasks in their tail (counted in `slowRunning` too): they leave their place to the next.
     public var slowInTail = 0
+    /// Running tasks demoted while they waited for their response, in no lane (counted in neither lane's `running`):
+    /// their requests stay out until the response begins.
+    public var lingering = 0
     public var delayed = 0
     public var waiters = 0
 
     public init() {}
 
-    public var tasks: Int { fastWaiting + fastRunning + slowWaiting + slowRunning + delayed }
+    public var tasks: Int { fastWaiting + fastRunning + slowWaiting + slowRunning + lingering + delayed }
     /// The slow lane is suspended while urgent work waits or runs.
     public var slowSuspended: Bool { fastWaiting + fastRunning > 0 }
 }

@@ -9,6 +9,12 @@
 /// kept, first in line in the slow lane; a promoted one goes on as background work and changes lane in place when its
 /// turn in the fast lane comes; a lane made narrower parks its most recent starts.
 ///
+/// A demoted task whose response has not begun takes no bandwidth yet, and parking it would cost its request: a row
+/// shown again soon after (a view flicked between two screens faster than the server answers) would ask again, and
+/// never load. Such a task *lingers* instead, in no lane, up to `fastWidth` of them: its request stays out, a
+/// promotion takes it back in place, and when its response begins (`responseStarted`) it takes a place in the slow
+/// lane or is parked then.
+///
 /// A slow task near its end (its transfer reports its *tail*) leaves its place in the lane to the next one, whose
 /// request then reaches the server before this response runs out, so that the connection never idles between files:
 /// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
@@ -77,6 +83,10 @@ public struct Scheduler: Sendable {
         /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
         /// runs (a start clears it).
         var inTail = false
+        /// Its transfer's response has begun (`responseStarted`); a start clears it.
+        var responded = false
+        /// Running in no lane: demoted while it waited for its response, with the slow lane full.
+        var lingering = false
     }
 
     public private(set) var configuration: Configuration
@@ -102,6 +112,8 @@ public struct Scheduler: Sendable {
     public private(set) var waitingForDiskUntil: Moment?
     private var diskFailures = 0
     private var reportedHold = false
+    /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
+    private var lingeringKeys: Set<String> = []
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
     /// Per host: tokens left and when they were counted (only with `hostStartRate`).
@@ -126,7 +138,7 @@ public struct Scheduler: Sendable {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
                      attempts: $0.attempts, tries: $0.tries, revalidate: $0.revalidate, tentative: $0.tentative,
-                     promotionPending: $0.promotionPending)
+                     promotionPending: $0.promotionPending, lingering: $0.lingering)
         }
     }
 
@@ -218,9 +230,9 @@ public struct Scheduler: Sendable {
     }
 
     /// Makes `key` background work: a waiting fast task goes to the front of the slow lane; a running one changes
-    /// lane in place, or, when the slow lane is full, is parked (stopped with its bytes kept) at the front of the
-    /// slow lane to resume from where it stopped. Its waiters stay attached. A running slow task waiting for its
-    /// promotion stays background work.
+    /// lane in place, or, when the slow lane is full, lingers while its response has not begun (up to `fastWidth`
+    /// such) and is parked otherwise (stopped with its bytes kept) at the front of the slow lane to resume from where
+    /// it stopped. Its waiters stay attached. A running slow task waiting for its promotion stays background work.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
         guard var task = tasks[key] else { return [] }
         if task.promotionPending {
@@ -239,6 +251,13 @@ public struct Scheduler: Sendable {
             tasks[key] = task
         case .running where slowOccupied < slowCapacity:
             moveRunning(key, to: .slow, into: &actions)
+        case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
+            counts.fastRunning -= 1
+            counts.lingering += 1
+            lingeringKeys.insert(key)
+            tasks[key]!.lane = .slow
+            tasks[key]!.lingering = true
+            actions.append(.changeLane(key: key, lane: .slow))
         case .running:
             park(key, waitingIn: .slow, into: &actions)
         case .delayed:
@@ -248,10 +267,24 @@ public struct Scheduler: Sendable {
         return actions
     }
 
+    /// A running task's response began. One that lingers (the slow lane is full, or it would have taken a place
+    /// there) is parked, first in line in the lane it waits for: its bytes would take the link from the lanes.
+    public mutating func responseStarted(_ key: String, now: Moment) -> [Action] {
+        guard let task = tasks[key], task.state == .running, !task.responded else { return [] }
+        tasks[key]!.responded = true
+        guard task.lingering else { return [] }
+        var actions: [Action] = []
+        park(key, waitingIn: task.promotionPending ? .fast : .slow, into: &actions)
+        admit(now: now, into: &actions)
+        return actions
+    }
+
     /// A running slow task is near its end (its tail): the next task may start now, so that its request reaches the
     /// server before this response runs out. Ignored for any other task.
     public mutating func tailReached(_ key: String, now: Moment) -> [Action] {
-        guard let task = tasks[key], task.state == .running, task.lane == .slow, !task.inTail else { return [] }
+        guard let task = tasks[key], task.state == .running, task.lane == .slow, !task.inTail, !task.lingering else {
+            return []
+        }
         tasks[key]!.inTail = true
         counts.slowInTail += 1
         var actions: [Action] = []
@@ -390,6 +423,7 @@ public struct Scheduler: Sendable {
                                                   random: &random)
             leaveRunning(task)
             tasks[key]!.state = .delayed(until: now + delay)
+            tasks[key]!.lingering = false
             if task.promotionPending {
                 // Urgent waiters wait for it: the retry runs in the fast lane.
                 tasks[key]!.lane = .fast
@@ -428,6 +462,7 @@ public struct Scheduler: Sendable {
         waitingForDiskUntil = max(waitingForDiskUntil ?? until, until)
         var task = tasks[key]!
         leaveRunning(task)
+        task.lingering = false
         for waiter in task.waiters {
             unregister(waiter)
             actions.append(.answer(waiter, .failed(failure)))
@@ -539,7 +574,13 @@ public struct Scheduler: Sendable {
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
         if lane == .fast {
             leaveTail(key)
-            counts.slowRunning -= 1
+            if tasks[key]!.lingering {
+                tasks[key]!.lingering = false
+                counts.lingering -= 1
+                lingeringKeys.remove(key)
+            } else {
+                counts.slowRunning -= 1
+            }
             counts.fastRunning += 1
         } else {
             counts.fastRunning -= 1
@@ -559,6 +600,7 @@ public struct Scheduler: Sendable {
         task.state = .waiting
         task.parked = true
         task.promotionPending = false
+        task.lingering = false
         task.ticket = takeTicket()
         let entry = LaneQueue.Entry(key: key, ticket: task.ticket)
         if lane == .fast {
@@ -587,11 +629,37 @@ public struct Scheduler: Sendable {
             !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
         }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder) }
-        let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane }.sorted { rank($0) > rank($1) }
+        let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane && !$0.lingering }
+            .sorted { rank($0) > rank($1) }
         for task in newestFirst where excess(self) > 0 && freesPlace(self, task) {
             park(task.key, waitingIn: task.promotionPending ? .fast : lane, into: &actions)
         }
         return true
+    }
+
+    /// Lingering tasks take the slow lane's free places (they run already: nothing starts), pending promotions and
+    /// then the earliest starts first; then those beyond `fastWidth` (made narrower) are parked, the most recent
+    /// start first, and while background work is paused every one that no urgent waiter wants. A pending promotion
+    /// is parked last, and then waits in the fast lane. Returns whether it parked any.
+    private mutating func settleLingering(into actions: inout [Action]) -> Bool {
+        guard !lingeringKeys.isEmpty else { return false }
+        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
+        var oldestFirst = lingeringKeys.map { tasks[$0]! }.sorted { rank($0) < rank($1) }
+        while slowOccupied < slowCapacity, !oldestFirst.isEmpty {
+            let key = oldestFirst.removeFirst().key
+            tasks[key]!.lingering = false
+            counts.lingering -= 1
+            lingeringKeys.remove(key)
+            counts.slowRunning += 1
+        }
+        var parked = false
+        for task in oldestFirst.reversed() {
+            let beyondWidth = counts.lingering > configuration.fastWidth
+            guard beyondWidth || backgroundPaused && !task.promotionPending else { continue }
+            park(task.key, waitingIn: task.promotionPending ? .fast : .slow, into: &actions)
+            parked = true
+        }
+        return parked
     }
 
     /// Removes a task in any state, answering its waiters.
@@ -696,7 +764,14 @@ public struct Scheduler: Sendable {
     }
 
     private mutating func leaveRunning(_ task: Task) {
-        if task.lane == .fast { counts.fastRunning -= 1 } else { counts.slowRunning -= 1 }
+        if task.lingering {
+            counts.lingering -= 1
+            lingeringKeys.remove(task.key)
+        } else if task.lane == .fast {
+            counts.fastRunning -= 1
+        } else {
+            counts.slowRunning -= 1
+        }
         if task.inTail { counts.slowInTail -= 1 }
         runningPerHost[task.host, default: 1] -= 1
         if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
@@ -713,6 +788,8 @@ public struct Scheduler: Sendable {
         fillFastLane(now: now, into: &actions)
         // A parked background transfer may free its host for urgent work.
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
+        // A parked lingering transfer may free its host for urgent work too.
+        if settleLingering(into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
         while !counts.slowSuspended, waitingForDiskUntil == nil, slowOccupied < slowCapacity,
               let key = popStartable(lane: .slow, now: now) {
@@ -792,6 +869,7 @@ public struct Scheduler: Sendable {
         var task = tasks[key]!
         task.state = .running
         task.inTail = false
+        task.responded = false
         if task.parked {
             task.parked = false
         } else {

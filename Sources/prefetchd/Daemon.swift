@@ -83,6 +83,9 @@ final class Daemon {
         fetches.onTail = { [unowned self] key in
             self.apply(self.scheduler.tailReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
         }
+        fetches.onResponseStart = { [unowned self] key in
+            self.apply(self.scheduler.responseStarted(key, now: Moment(milliseconds: wallClockMilliseconds())))
+        }
         variants = Variants(store: store, workers: workers, crashGuard: crashGuard, options: options)
         variants.onEnd = { [unowned self] job, outcome in self.variantEnded(job, outcome) }
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }

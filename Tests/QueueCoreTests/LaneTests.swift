@@ -332,6 +332,7 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.release((1...1001).map { w(1, UInt64($0)) }, now: t(0))
                 == [.changeLane(key: U.b.key, lane: .slow)])
         #expect(s.waiters(U.a) == [w(2, 1)] && s.lane(U.a) == .fast && s.counts == s.recomputedCounts)
+        #expect(s.responseStarted(U.a.key, now: t(0)) == [])
         #expect(s.release([w(2, 1), w(2, 1)], now: t(0)) == [.park(key: U.a.key), .holdBackground(false)])
         #expect(s.lane(U.a) == .slow && s.counts.waiters == 0 && s.counts == s.recomputedCounts)
     }

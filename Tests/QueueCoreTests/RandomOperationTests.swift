@@ -78,6 +78,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case unhold(key: Int, dropping: Bool)
     case finish(key: Int, FinishKind)
     case tail(key: Int)
+    /// The running transfer's response began.
+    case response(key: Int)
     case advance(by: Int64)
     /// New lane widths (`reconfigure`); the other settings stay.
     case widths(fast: Int, slow: Int)
@@ -105,6 +107,7 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .release(let waiters): return "release \(waiters.map(\.description).joined(separator: ", "))"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .tail(let key): return "tail of \(k(key))"
+        case .response(let key): return "response of \(k(key)) began"
         case .advance(let by): return "advance time by \(by)ms"
         case .widths(let fast, let slow): return "reconfigure to fastWidth \(fast), slowWidth \(slow)"
         case .pauseBackground(let paused): return paused ? "pause background work" : "let background work go on"
@@ -155,6 +158,12 @@ enum Situation: String, CaseIterable {
     case parkedByPause = "background paused: what ran in the slow lane parked"
     case startedBesideTail = "a slow task in its tail: the next one started"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
+    case lingered = "a running fast task demoted before its response with the slow lane full: it lingers"
+    case lingeringPromoted = "a lingering task promoted: back in the fast lane in place, or its promotion pending"
+    case lingeringParked = "a lingering task's response began: parked"
+    case lingeringTookPlace = "a lingering task took a place that freed in the slow lane"
+    case lingeringParkedByNarrowing = "a narrower fast lane or a background pause parked a lingering task"
+    case parkedNotLingering = "demoted with the slow lane full after its response began (or with fastWidth lingering): parked"
 }
 
 struct Coverage {
@@ -174,6 +183,10 @@ struct Runner {
         var order: Int
         /// A slow task near its end: it takes no place in the lane (unless background is paused).
         var inTail = false
+        /// Its response began.
+        var responded = false
+        /// Demoted before its response with the slow lane full: in no lane, its request out.
+        var lingering = false
     }
 
     enum WaiterState: Equatable {
@@ -226,7 +239,7 @@ struct Runner {
     /// The places running tasks take in `lane`: one each, but up to `slowWidth` slow ones in their tail take none
     /// while background work goes on.
     func occupying(_ lane: Lane) -> Int {
-        let inLane = running.values.count { $0.lane == lane }
+        let inLane = running.values.count { $0.lane == lane && !$0.lingering }
         guard lane == .slow, !backgroundPaused else { return inLane }
         return inLane - min(running.values.count { $0.lane == .slow && $0.inTail }, configuration.slowWidth)
     }
@@ -428,7 +441,7 @@ struct Runner {
         case .tail(let index):
             let key = RandomWorld.keys[index].key
             let actions = scheduler.tailReached(key, now: now)
-            guard let task = running[key], task.lane == .slow, !task.inTail else {
+            guard let task = running[key], task.lane == .slow, !task.inTail, !task.lingering else {
                 guard actions == [] else { throw fail("a tail that changes nothing gave \(actions)") }
                 return try checkInvariants()
             }
@@ -437,6 +450,23 @@ struct Runner {
             if actions.contains(where: { if case .start(_, .slow, _) = $0 { true } else { false } }) {
                 coverage.note(.startedBesideTail)
             }
+
+        case .response(let index):
+            let key = RandomWorld.keys[index].key
+            let actions = scheduler.responseStarted(key, now: now)
+            guard let task = running[key], !task.responded else {
+                guard actions == [] else { throw fail("a response of a task not waiting for one gave \(actions)") }
+                return try checkInvariants()
+            }
+            running[key]?.responded = true
+            guard task.lingering else {
+                guard actions == [] else { throw fail("a response of a task in its lane gave \(actions)") }
+                return try checkInvariants()
+            }
+            // It would have taken a free place in the slow lane already: it is parked.
+            coverage.note(.lingeringParked)
+            try process(actions, Allowed(parks: [(key, task.promotionPending ? .fast : .slow)]))
+            guard actions.first == .park(key: key) else { throw fail("expected \(key) parked first: \(actions)") }
 
         case .finish(let index, let kind):
             let key = RandomWorld.keys[index].key
@@ -588,6 +618,7 @@ struct Runner {
     /// when it is full, nothing yet (the model notes the promotion pending).
     mutating func expectPromotion(_ key: String) -> (key: String, lane: Lane)? {
         guard let task = running[key], task.lane == .slow, !task.promotionPending else { return nil }
+        if task.lingering { coverage.note(.lingeringPromoted) }
         if running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth { return (key, .fast) }
         running[key]?.promotionPending = true
         coverage.note(.promotionDeferred)
@@ -595,7 +626,9 @@ struct Runner {
     }
 
     /// What a demotion of `key` (also by the release of its last waiter) may do: a running fast task changes lane in
-    /// place when the slow lane has room and is parked at its front otherwise; a pending promotion is withdrawn.
+    /// place when the slow lane has room; otherwise it lingers (a lane change too) when its response has not begun,
+    /// background work is not paused and fewer than `fastWidth` linger, and is parked at the slow lane's front
+    /// otherwise; a pending promotion is withdrawn.
     mutating func expectDemotion(_ key: String) -> Allowed {
         guard let task = running[key] else { return Allowed() }
         if task.promotionPending {
@@ -606,6 +639,12 @@ struct Runner {
         if occupying(.slow) < slowCapacity {
             return Allowed(changeLane: (key, .slow))
         }
+        if !task.responded, !backgroundPaused, running.values.count(where: \.lingering) < configuration.fastWidth {
+            running[key]?.lingering = true
+            coverage.note(.lingered)
+            return Allowed(changeLane: (key, .slow))
+        }
+        coverage.note(.parkedNotLingering)
         return Allowed(parks: [(key, .slow)])
     }
 
@@ -699,6 +738,7 @@ struct Runner {
                 running[key]?.lane = lane
                 running[key]?.promotionPending = false
                 running[key]?.inTail = false
+                if lane == .fast { running[key]?.lingering = false }
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
             case .abort(let key):
@@ -708,7 +748,21 @@ struct Runner {
 
             case .park(let key):
                 let expected: (key: String, lane: Lane)
-                if allowed.narrowing, let lane = running[key]?.lane {
+                if allowed.narrowing, running[key]?.lingering == true { settleLingering() }
+                if allowed.narrowing, let task = running[key], task.lingering {
+                    // Lingering ones beyond fastWidth, the most recent start first and a pending promotion last;
+                    // while background work is paused, every one without a pending promotion.
+                    let lingering = running.filter { $0.value.lingering }
+                    let beyond = lingering.count > configuration.fastWidth
+                    let eligible = lingering.filter { beyond || backgroundPaused && !$0.value.promotionPending }
+                    let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
+                    guard let newest = eligible.max(by: { rank($0.value) < rank($1.value) }), newest.key == key else {
+                        throw fail("\(action) of a lingering task: \(lingering.count) linger (fastWidth \(configuration.fastWidth)"
+                                   + "\(backgroundPaused ? ", background paused" : ""))")
+                    }
+                    expected = (key, task.promotionPending ? .fast : .slow)
+                    coverage.note(.lingeringParkedByNarrowing)
+                } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
                     let width = lane == .fast ? configuration.fastWidth : slowCapacity
@@ -716,7 +770,8 @@ struct Runner {
                     // (more than slowWidth are in their tail, or background work is paused).
                     let tails = running.values.count { $0.lane == .slow && $0.inTail }
                     let inLane = running.filter {
-                        $0.value.lane == lane && (!$0.value.inTail || backgroundPaused || tails > configuration.slowWidth)
+                        $0.value.lane == lane && !$0.value.lingering
+                            && (!$0.value.inTail || backgroundPaused || tails > configuration.slowWidth)
                     }
                     let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.order) }
                     let newest = inLane.max { rank($0.value) < rank($1.value) }!
@@ -796,9 +851,21 @@ struct Runner {
                 coverage.note(.hostPaused)
             }
         }
+        settleLingering()
         let counts = scheduler.counts
         guard !slowStarted || counts.fastWaiting + counts.fastRunning == 0 else {
             throw fail("a slow task started while fast work waits or runs: \(actions), counts \(counts)")
+        }
+    }
+
+    /// Lingering tasks take the slow lane's free places, without an action: pending promotions first, then the
+    /// earliest starts.
+    mutating func settleLingering() {
+        let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
+        while occupying(.slow) < slowCapacity,
+              let next = running.filter({ $0.value.lingering }).min(by: { rank($0.value) < rank($1.value) }) {
+            running[next.key]?.lingering = false
+            coverage.note(.lingeringTookPlace)
         }
     }
 
@@ -819,8 +886,12 @@ struct Runner {
             case (.waiting, .fast): recomputed.fastWaiting += 1; waitingTasks += 1
             case (.waiting, .slow): recomputed.slowWaiting += 1; waitingTasks += 1
             case (.running, let lane):
-                if lane == .fast { recomputed.fastRunning += 1 } else { recomputed.slowRunning += 1 }
+                if task.lingering { recomputed.lingering += 1 }
+                else if lane == .fast { recomputed.fastRunning += 1 } else { recomputed.slowRunning += 1 }
                 runningCount += 1
+                guard running[task.key]?.lingering == task.lingering else {
+                    throw fail("\(task.key) \(task.lingering ? "lingers" : "does not linger"), the model has \(String(describing: running[task.key]))")
+                }
                 guard running[task.key]?.lane == lane, running[task.key]?.promotionPending == task.promotionPending else {
                     throw fail("\(task.key) runs in the \(lane) lane\(task.promotionPending ? ", promotion pending" : ""), "
                                + "the model has \(String(describing: running[task.key]))")
@@ -885,6 +956,17 @@ struct Runner {
 
         // Widths bound the running tasks at every moment: a lane change in place needs room in the lane it enters.
         let slowRunning = occupying(.slow)
+        // Lingering tasks: at most fastWidth, none whose response began, none in the fast lane, and while background
+        // work is paused only those an urgent waiter wants.
+        let lingering = running.filter { $0.value.lingering }
+        guard lingering.isEmpty || occupying(.slow) >= slowCapacity else {
+            throw fail("\(lingering.keys.sorted()) linger while the slow lane has room")
+        }
+        guard lingering.count <= configuration.fastWidth,
+              lingering.allSatisfy({ !$0.value.responded && $0.value.lane == .slow
+                                     && (!backgroundPaused || $0.value.promotionPending) }) else {
+            throw fail("lingering \(lingering) (fastWidth \(configuration.fastWidth)\(backgroundPaused ? ", paused" : ""))")
+        }
         var fastRunning = 0, promotionsPending = 0
         var perHost: [(host: String, running: Int)] = []
         for task in running.values {
@@ -1087,7 +1169,7 @@ struct Scenario {
                     }
                 case 57..<59:
                     op = below(2) == 0 ? .widths(fast: roll(1...4), slow: roll(1...2)) : .pauseBackground(!runner.backgroundPaused)
-                case 59..<85 where !runner.running.isEmpty:
+                case 59..<84 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
                     let kind: FinishKind
@@ -1101,7 +1183,28 @@ struct Scenario {
                     default: kind = .diskFull
                     }
                     op = .finish(key: finishKey, kind)
-                case 85..<90 where runner.running.values.contains(where: { $0.lane == .slow }):
+                case 84..<87 where runner.running.values.contains(where: { !$0.responded }):
+                    // Mostly a lingering one's, else any whose response has not begun.
+                    let lingering = runner.running.filter { $0.value.lingering }.keys.sorted()
+                    let waiting = runner.running.filter { !$0.value.responded }.keys.sorted()
+                    op = .response(key: RandomWorld.keyIndex[(coin() ? element(lingering) : nil) ?? element(waiting)!]!)
+                case 87..<96 where runner.running.values.contains(where: \.lingering)
+                    || runner.occupying(.slow) >= runner.slowCapacity
+                    && runner.running.values.contains(where: { $0.lane == .fast && !$0.responded }):
+                    // Lingering: a demote that makes a task linger, then its response, a promotion, or what parks
+                    // lingering ones (a narrower fast lane, a pause).
+                    let lingering = runner.running.filter { $0.value.lingering }.keys.sorted()
+                    let candidates = runner.running.filter { $0.value.lane == .fast && !$0.value.responded }.keys.sorted()
+                    let index = { (key: String) in RandomWorld.keyIndex[key]! }
+                    switch lingering.isEmpty ? 0 : below(8) {
+                    case 0 where !candidates.isEmpty, 1 where !candidates.isEmpty: op = .demote(key: index(element(candidates)!))
+                    case 0, 1, 2, 3: op = .response(key: index(element(lingering)!))
+                    case 4: op = .promote(key: index(element(lingering)!))
+                    case 5 where lingering.count > 1:
+                        op = .widths(fast: lingering.count - 1, slow: runner.configuration.slowWidth)
+                    default: op = .pauseBackground(!runner.backgroundPaused)
+                    }
+                case 96..<99 where runner.running.values.contains(where: { $0.lane == .slow }):
                     let runningSlow = runner.running.filter { $0.value.lane == .slow }.keys.sorted()
                     op = .tail(key: RandomWorld.keyIndex[element(runningSlow)!]!)
                 default:

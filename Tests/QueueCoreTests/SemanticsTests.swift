@@ -321,10 +321,11 @@ struct RunningAsFastTests {
                 == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.s1, .slow)])
     }
 
-    @Test("running as fast × demote with the slow lane full: parked with its bytes, resumes first in the slow lane")
+    @Test("running as fast × demote with the slow lane full, its response begun: parked with its bytes, resumes first in the slow lane")
     func demoteWhenSlowLaneFull() throws {
         var s = setUp()
         #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
+        #expect(s.responseStarted(U.b.key, now: t(1)) == [])
         #expect(s.queue(U.s1, cache: .missing, now: t(2)) == (.queued, []))
         #expect(s.demote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .slow)])
         #expect(s.demote(U.b.key, now: t(4)) == [.park(key: U.b.key), .holdBackground(false)])
@@ -335,6 +336,73 @@ struct RunningAsFastTests {
         // When the slot frees, the parked task goes before s1, and resuming is not a new attempt.
         #expect(s.finish(U.a.key, .success, now: t(5)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .slow)])
         #expect(s.task(U.b.key)?.attempts == 1)
+    }
+
+    @Test("running as fast × demote with the slow lane full, no response yet: it lingers with its request out; promoted again, it moves back in place")
+    func demoteLingers() throws {
+        var s = setUp()
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
+        #expect(s.queue(U.s1, cache: .missing, now: t(2)) == (.queued, []))
+        #expect(s.demote(U.a.key, now: t(3)) == [.changeLane(key: U.a.key, lane: .slow)])
+        // Parking it would cost its request: a row shown again before the server answers would ask again.
+        #expect(s.demote(U.b.key, now: t(4)) == [.changeLane(key: U.b.key, lane: .slow), .holdBackground(false)])
+        let lingering = try #require(s.task(U.b.key))
+        #expect(lingering.state == .running && lingering.lane == .slow && lingering.lingering && lingering.waiters == [w(2, 1)])
+        #expect(s.counts.lingering == 1 && s.counts.slowRunning == 1 && s.counts.fastRunning == 0 && s.counts == s.recomputedCounts)
+        #expect(s.promote(U.b.key, now: t(5)) == [.changeLane(key: U.b.key, lane: .fast), .holdBackground(true)])
+        let back = try #require(s.task(U.b.key))
+        #expect(back.state == .running && back.lane == .fast && !back.lingering && back.attempts == 1 && back.tries == 1)
+        #expect(s.counts.lingering == 0 && s.counts.fastRunning == 1 && s.counts == s.recomputedCounts)
+    }
+
+    @Test("a lingering task whose response begins: parked when the slow lane is full (first in it), else it takes the slow place")
+    func lingeringResponseBegins() throws {
+        var s = setUp()
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1))
+        _ = s.queue(U.s1, cache: .missing, now: t(2))
+        _ = s.demote(U.a.key, now: t(3))
+        _ = s.demote(U.b.key, now: t(4))
+        #expect(s.responseStarted(U.b.key, now: t(5)) == [.park(key: U.b.key)])
+        let parked = try #require(s.task(U.b.key))
+        #expect(parked.state == .waiting && parked.lane == .slow && !parked.lingering && s.counts.lingering == 0)
+        #expect(s.finish(U.a.key, .success, now: t(6)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .slow)])
+        #expect(s.task(U.b.key)?.attempts == 1, "resuming a park is the same attempt")
+
+        var t2 = setUp()
+        _ = t2.get(U.b, waiter: w(2, 1), cache: .missing, now: t(1))
+        _ = t2.demote(U.a.key, now: t(3))
+        _ = t2.demote(U.b.key, now: t(4))
+        #expect(t2.finish(U.a.key, .success, now: t(5)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key)])
+        #expect(t2.responseStarted(U.b.key, now: t(6)) == [])
+        #expect(t2.counts.slowRunning == 1 && t2.counts.lingering == 0 && t2.counts == t2.recomputedCounts)
+        #expect(t2.responseStarted(U.b.key, now: t(7)) == [], "a second report changes nothing")
+    }
+
+    @Test("at most fastWidth tasks linger; a background pause parks them; a narrower fast lane parks the newest")
+    func lingeringBounds() throws {
+        var s = makeScheduler(fast: 2)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        for (n, u) in [U.a, U.b, U.c].enumerated() { _ = s.get(u, waiter: w(1, UInt64(n)), cache: .missing, now: t(1)) }
+        #expect(s.demote(U.a.key, now: t(2)) == [.changeLane(key: U.a.key, lane: .slow), start(U.c, .fast)])
+        #expect(s.demote(U.b.key, now: t(3)) == [.changeLane(key: U.b.key, lane: .slow)])
+        #expect(s.demote(U.c.key, now: t(4)) == [.park(key: U.c.key), .holdBackground(false)], "two linger already")
+        #expect(s.counts.lingering == 2 && s.counts == s.recomputedCounts)
+        _ = s.get(U.a2, waiter: w(2, 1), cache: .missing, now: t(5))
+        _ = s.get(U.a3, waiter: w(2, 2), cache: .missing, now: t(5))
+        // Wanted again while the fast lane is full: its promotion waits for a slot, and it lingers meanwhile.
+        _ = s.get(U.b, waiter: w(1, 9), cache: .missing, now: t(5))
+        #expect(s.task(U.b.key)?.promotionPending == true && s.task(U.b.key)?.lingering == true)
+        let paused = s.pauseBackground(true, now: t(6))
+        #expect(paused.contains(.park(key: U.a.key)) && !paused.contains(.park(key: U.b.key)), "\(paused)")
+        #expect(s.task(U.b.key)?.lingering == true && s.task(U.a.key)?.state == .waiting && s.counts == s.recomputedCounts)
+        var narrow = makeScheduler(fast: 2)
+        _ = narrow.queue(U.s1, cache: .missing, now: t(0))
+        for (n, u) in [U.a, U.b].enumerated() { _ = narrow.get(u, waiter: w(1, UInt64(n)), cache: .missing, now: t(1)) }
+        _ = narrow.demote(U.a.key, now: t(2))
+        _ = narrow.demote(U.b.key, now: t(3))
+        let actions = narrow.reconfigure(.init(fastWidth: 1, slowWidth: 1, retry: testRetry), now: t(4))
+        #expect(actions == [.park(key: U.b.key)], "the most recent start goes: \(actions)")
+        #expect(narrow.counts.lingering == 1 && narrow.counts == narrow.recomputedCounts)
     }
 
     @Test("running as fast × demote: yields to other urgent work (slow lane suspended again)")
@@ -355,7 +423,7 @@ struct UnknownTests {
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task == TaskInfo(key: U.a.key, host: "a.example", lane: .fast, state: .running, waiters: [w(1, 1)],
-                                 attempts: 1, tries: 1, revalidate: false, tentative: false, promotionPending: false))
+                                 attempts: 1, tries: 1, revalidate: false, tentative: false, promotionPending: false, lingering: false))
     }
 
     @Test("unknown × queue: queued, a new slow task starts")

@@ -46,6 +46,7 @@ extension Scheduler {
             switch (task.state, task.lane) {
             case (.waiting, .fast): c.fastWaiting += 1
             case (.waiting, .slow): c.slowWaiting += 1
+            case (.running, _) where task.lingering: c.lingering += 1
             case (.running, .fast): c.fastRunning += 1
             case (.running, .slow): c.slowRunning += 1
             case (.delayed, _): c.delayed += 1

@@ -52,11 +52,12 @@ struct ViewSchedulingTests {
         #expect(s.state(U.a) == .running && s.lane(U.a) == .slow)
     }
 
-    @Test("releasing the last waiter of a running fetch while the slow lane is full parks it; it resumes first")
+    @Test("releasing the last waiter of a running fetch whose response began while the slow lane is full parks it; it resumes first")
     func releaseRunningIntoFullSlowLane() throws {
         var s = makeScheduler(fast: 2, slow: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)
+        _ = s.responseStarted(U.b.key, now: t(0))
         _ = s.queue(U.s1, cache: .missing, now: t(0))
         #expect(s.release([w(1, 1)], now: t(1)) == [.changeLane(key: U.a.key, lane: .slow)])
         #expect(s.release([w(1, 2)], now: t(1)) == [.park(key: U.b.key), .holdBackground(false)])
@@ -91,6 +92,7 @@ struct ViewSchedulingTests {
         _ = s.queue(U.b, cache: .missing, now: t(0), tentative: true)
         _ = s.get(U.a2, waiter: w(1, 1), cache: .missing, now: t(0), tentative: true)   // running, tentative
         _ = s.get(U.b2, waiter: w(1, 2), cache: .missing, now: t(0), tentative: true)   // waiting, waited for
+        _ = s.responseStarted(U.a2.key, now: t(0))
         for key in [U.a, U.b, U.a2, U.b2].map(\.key) { s.hold(key) }
         #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [])
         #expect(s.unhold(U.b.key, dropping: false, now: t(1)) == [])
@@ -106,6 +108,7 @@ struct ViewSchedulingTests {
         _ = s.queue(U.b, cache: .missing, now: t(2))                       // adopted
         _ = s.get(U.b, waiter: w(3, 1), cache: .missing, now: t(2))
         #expect(s.state(U.b2) == .running)
+        _ = s.responseStarted(U.b2.key, now: t(3))
         #expect(s.demote(U.b2.key, now: t(3)) == [.park(key: U.b2.key), start(U.b, .fast)])
         #expect(s.release([w(1, 2)], now: t(3)) == [])
         s.hold(U.b2.key)
@@ -122,6 +125,7 @@ struct BatchTests {
         let screen0 = (0..<20).map { url("http://v.example/\($0)") }, screen1 = (20..<40).map { url("http://v.example/\($0)") }
         for (i, u) in screen0.enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0), tentative: true) }
         #expect(s.counts.fastRunning == 8 && s.counts.fastWaiting == 12)
+        for u in screen0.prefix(8) { _ = s.responseStarted(u.key, now: t(0)) }
         let actions = s.batch(now: t(1)) { s in
             var actions: [Action] = []
             actions += s.release((0..<20).map { w(1, UInt64($0)) }, now: t(1))
@@ -156,9 +160,10 @@ struct BatchTests {
                 for (u, waiter) in visible { actions += s.get(u, waiter: waiter, cache: .missing, now: t(Int64(scroll)), tentative: true) }
                 return actions
             }
+            // The server answers at once: each start's response begins.
             for action in actions {
                 switch action {
-                case .start(let key, _, _): running.insert(key)
+                case .start(let key, _, _): running.insert(key); _ = s.responseStarted(key, now: t(Int64(scroll)))
                 case .park(let key): running.remove(key); parks += 1
                 default: break
                 }
@@ -166,7 +171,10 @@ struct BatchTests {
             // Every fifth scroll a transfer ends.
             if scroll % 5 == 0, let key = running.sorted().first {
                 running.remove(key)
-                for case .start(let key, _, _) in s.finish(key, .success, now: t(Int64(scroll))) { running.insert(key) }
+                for case .start(let key, _, _) in s.finish(key, .success, now: t(Int64(scroll))) {
+                    running.insert(key)
+                    _ = s.responseStarted(key, now: t(Int64(scroll)))
+                }
             }
             maxSlow = max(maxSlow, s.counts.slowRunning)
             maxFast = max(maxFast, s.counts.fastRunning)
@@ -175,6 +183,88 @@ struct BatchTests {
         #expect(parks > 1_000)
         // Nothing was started from byte 0 again: a parked task resumes within its first attempt.
         #expect(s.allTasks.allSatisfy { $0.attempts <= 1 })
+        #expect(s.counts == s.recomputedCounts)
+    }
+
+    @Test("a scroll before the server answered: released transfers linger with their requests out (up to fast_width), none is parked")
+    func scrollBeforeResponses() {
+        var s = makeScheduler(fast: 8, slow: 1)
+        let screen0 = (0..<20).map { url("http://v.example/\($0)") }, screen1 = (20..<40).map { url("http://v.example/\($0)") }
+        for (i, u) in screen0.enumerated() { _ = s.get(u, waiter: w(1, UInt64(i)), cache: .missing, now: t(0), tentative: true) }
+        let actions = s.batch(now: t(1)) { s in
+            var actions = s.release((0..<20).map { w(1, UInt64($0)) }, now: t(1))
+            for (i, u) in screen1.enumerated() { actions += s.get(u, waiter: w(1, UInt64(20 + i)), cache: .missing, now: t(1), tentative: true) }
+            return actions
+        }
+        #expect(actions.compactMap { if case .start(let key, _, _) = $0 { key } else { nil } } == screen1.prefix(8).map(\.key))
+        #expect(!actions.contains { if case .park = $0 { true } else { false } })
+        #expect(s.counts.slowRunning == 1 && s.counts.lingering == 7 && s.counts.fastRunning == 8 && s.counts == s.recomputedCounts)
+        // Shown again before their responses: back in the fast lane in turn, without a new request.
+        let back = s.batch(now: t(2)) { s in
+            var actions = s.release((20..<40).map { w(1, UInt64($0)) }, now: t(2))
+            for (i, u) in screen0.enumerated() { actions += s.get(u, waiter: w(1, UInt64(40 + i)), cache: .missing, now: t(2), tentative: true) }
+            return actions
+        }
+        let restarted = back.compactMap { if case .start(let key, _, _) = $0 { key } else { nil } }.filter { key in screen0.prefix(8).contains { $0.key == key } }
+        #expect(restarted == [], "no new request for the rows whose requests were out: \(back)")
+        #expect(screen0.prefix(8).allSatisfy { s.task($0.key)?.state == .running && s.task($0.key)?.tries == 1 })
+        #expect(s.counts.lingering <= 8 && s.counts == s.recomputedCounts)
+    }
+
+    @Test("a view flicked between two screens every 500 ms, the server's first byte after 0.6-1.4 s: every row loads while the flicking goes on (none did: each hidden row's request was dropped)",
+          arguments: [1, 2, 3] as [UInt64])
+    func flickFasterThanFirstByte(seed: UInt64) {
+        var s = makeScheduler(fast: 8, slow: 1)
+        var random = SplitMix64(seed: seed)
+        for n in 0..<50 { _ = s.queue(url("http://bg.example/\(n)"), cache: .missing, now: t(0)) }
+        let rows = (0..<20).map { url("http://v.example/\($0)") }
+        var visible: [Waiter] = []
+        var request: UInt64 = 0
+        var due: [String: (response: Int64, end: Int64, responded: Bool)] = [:]
+        var requests: [String: Int] = [:]
+        var loaded: Set<String> = []
+        func apply(_ actions: [Action], at now: Int64) {
+            for action in actions {
+                switch action {
+                case .start(let key, _, _):
+                    let firstByte = now + 600 + Int64(random.next() % 800)
+                    due[key] = (firstByte, firstByte + 100, false)
+                    requests[key, default: 0] += 1
+                case .park(let key), .abort(let key): due[key] = nil
+                default: break
+                }
+            }
+        }
+        for tick in 0..<120 {  // 250 ms each: 30 s
+            let now = Int64(tick) * 250
+            for key in due.keys.sorted() {
+                guard let event = due[key] else { continue }
+                if !event.responded, event.response <= now {
+                    due[key]!.responded = true
+                    apply(s.responseStarted(key, now: t(now)), at: now)
+                }
+                if let event = due[key], event.responded, event.end <= now {
+                    due[key] = nil
+                    loaded.insert(key)
+                    apply(s.finish(key, .success, now: t(now)), at: now)
+                }
+            }
+            guard tick % 2 == 0, tick < 80 else { continue }  // a flick every 500 ms for 20 s, then the person stops
+            let screen = (tick / 2) % 2 == 0 ? rows[0..<10] : rows[10..<20]
+            let actions = s.batch(now: t(now)) { s in
+                var actions = s.release(visible, now: t(now))
+                visible = screen.map { _ in request += 1; return w(1, request) }
+                for (u, waiter) in zip(screen, visible) {
+                    actions += s.get(u, waiter: waiter, cache: loaded.contains(u.key) ? .fresh : .missing, now: t(now), tentative: true)
+                }
+                return actions
+            }
+            apply(actions, at: now)
+            if tick == 78 {
+                let asked = rows.map { requests[$0.key, default: 0] }
+                #expect(rows.allSatisfy { loaded.contains($0.key) }, "every row loaded while the flicking went on; requests per row \(asked)")
+            }
+        }
         #expect(s.counts == s.recomputedCounts)
     }
 

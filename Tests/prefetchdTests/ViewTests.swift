@@ -141,6 +141,35 @@ struct ViewTests {
         return [fast["waiting"], fast["running"], slow["waiting"], slow["running"], object["delayed"]].compactMap { $0 as? Int }.reduce(0, +)
     }
 
+    @Test("a view flicked between two screens every 0.5 s, the server's first byte after 1.2 s: every row loads while the flicking goes on (none did: each hidden row's request was dropped, then asked again)")
+    func flickFasterThanFirstByte() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        // A background backlog fills the slow lane: hidden rows cannot go on in it.
+        #expect(daemon.ctl(arguments: ["queue"] + (0..<50).map { origin.url("/bg\($0).jpg?delay=3") }).status == 0)
+        let rows = (0..<20).map { origin.url("/flick\($0).jpg?delay=1.2") }
+        let view = try ViewClient(socket: daemon.socket)
+        try view.send(["urls": rows, "first": 0, "last": 9, "ahead": 0, "behind": 0])
+        let began = Date()
+        let flicks = 20  // 10 s
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) let connection = view.connection  // writes only, while this thread reads
+        DispatchQueue.global().async {
+            for flick in 1...flicks {
+                usleep(500_000)
+                let first = flick % 2 * 10
+                connection.send("{\"id\":\(1000 + flick),\"op\":\"view\",\"first\":\(first),\"last\":\(first + 9),\"ahead\":0,\"behind\":0}\n")
+            }
+            done.signal()
+        }
+        #expect(view.read { $0.readyRows.count == rows.count }, "rows ready: \(view.readyRows.sorted())")
+        let loaded = Date().timeIntervalSince(began)
+        done.wait()
+        #expect(loaded < Double(flicks) * 0.5, "every row loaded \(loaded) s after the first screen, the flicking lasted \(Double(flicks) * 0.5) s")
+        let asked = try (0..<20).map { try origin.count("/flick\($0).jpg") }
+        #expect(asked.allSatisfy { $0 <= 4 }, "requests per row: \(asked)")
+    }
+
     @Test("host_start_rate 20/s: 500 visible-range changes in 2 s start no more than the burst plus 20 per second")
     func startRate() throws {
         let origin = try Origin()

@@ -34,7 +34,10 @@ enum InspectCommand {
         Output.line("prefetchd \(status.version), pid \(status.pid), up \(HumanTime.span(status.uptime)), "
                     + Units.count(status.connections, "connection"))
         Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
-        Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running, \(status.slow.waiting) waiting, "
+        let lingering = status.slow.lingering ?? 0
+        Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running"
+                    + (lingering > 0 ? " (\(lingering) of them lingering: scrolled away before their responses)" : "")
+                    + ", \(status.slow.waiting) waiting, "
                     + "\(status.backlog) more queued\(status.slowSuspended ? " (suspended: urgent work first)" : "")")
         if let background = status.background, background.mode != "run" {
             Output.line("slow lane \(background.summary)" + (background.mode == "pause"

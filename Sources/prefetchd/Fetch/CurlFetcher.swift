@@ -129,6 +129,11 @@ final class CurlFetcher {
     var onTail: (_ key: String) -> Void = { _ in }
     /// Transfers that reached their tail inside curl's callbacks, reported when curl returns.
     private var tails: [Transfer] = []
+    /// Called when a transfer's 2xx response begins (`onBodyStart`), after curl returned: a lingering task must then
+    /// take a place in a lane or stop (`Scheduler.responseStarted`).
+    var onResponseStart: (_ key: String) -> Void = { _ in }
+    /// Transfers whose response began inside curl's callbacks, reported when curl returns.
+    private var responding: [Transfer] = []
 
     init(loop: EventLoop, settings: FetchSettings, bodyFiles: WorkerPool) throws {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
@@ -139,11 +144,15 @@ final class CurlFetcher {
         // on HTTP/1.1 each running transfer has a connection, as with `curl -Z --parallel-max`.
         fastPool = ConnectionPool(loop: loop)
         slowPool = ConnectionPool(loop: loop)
-        fastPool.afterAction = { [unowned self] in self.collectFinished(from: self.fastPool) }
+        fastPool.afterAction = { [unowned self] in
+            self.collectFinished(from: self.fastPool)
+            self.reportResponses()
+        }
         slowPool.afterRead = { [unowned self] fd in self.pathWindows.read(fd) }
         slowPool.afterAction = { [unowned self] in
             self.chargeBackgroundRate()
             self.collectFinished(from: self.slowPool)
+            self.reportResponses()
             let reached = self.tails
             self.tails = []
             for transfer in reached where self.transfers[transfer.key] === transfer { self.onTail(transfer.key) }
@@ -196,7 +205,10 @@ final class CurlFetcher {
             let slow = pending.request.lane == .slow
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil)
-            transfer.onBodyStart = { [unowned self] transfer, validator in self.onBodyStart(transfer.key, validator) }
+            transfer.onBodyStart = { [unowned self] transfer, validator in
+                self.onBodyStart(transfer.key, validator)
+                self.responding.append(transfer)
+            }
             transfer.onResumeWorthRecording = { [unowned self] transfer in self.onResumeWorthRecording(transfer.key) }
             transfer.onTail = { [unowned self] transfer in self.tails.append(transfer) }
             if transfer.pool == .slow, backgroundRateLimit != nil { transfer.acceptSlowSpeed(true, settings: settings) }
@@ -373,6 +385,14 @@ final class CurlFetcher {
         }
         if ended { updateHold() }
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
+    }
+
+    /// Reports the responses that began in curl's last callbacks, of transfers that still run.
+    private func reportResponses() {
+        guard !responding.isEmpty else { return }
+        let began = responding
+        responding = []
+        for transfer in began where transfers[transfer.key] === transfer { onResponseStart(transfer.key) }
     }
 
     /// Interprets the finished transfers' responses, in order, as many at a time as `concludable` allows.

@@ -40,6 +40,11 @@ final class Fetches {
     private var defaultTTL: Int64
     /// Called on the loop thread for every fetch that ends, also for one that could not start.
     var onEnd: (_ key: String, _ end: FetchEnd) -> Void = { _, _ in }
+    /// Called when a transfer's response begins (`CurlFetcher.onResponseStart`).
+    var onResponseStart: (_ key: String) -> Void {
+        get { fetcher.onResponseStart }
+        set { fetcher.onResponseStart = newValue }
+    }
     /// Called when a background fetch reaches its tail (`CurlFetcher.onTail`).
     var onTail: (_ key: String) -> Void {
         get { fetcher.onTail }

@@ -124,13 +124,20 @@ extension Daemon {
                            waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
     }
 
+    /// The slow lane as `status` and `watch` show it: its running transfers include the lingering ones.
+    var slowLane: StatusReport.Lane {
+        let counts = scheduler.counts
+        return .init(waiting: counts.slowWaiting, running: counts.slowRunning + counts.lingering,
+                     width: scheduler.configuration.slowWidth, lingering: counts.lingering > 0 ? counts.lingering : nil)
+    }
+
     func status() -> StatusReport {
         let counts = scheduler.counts
         let lookups = telemetry.cacheLookups, fetched = telemetry.fetchTotals
         return StatusReport(
             version: prefetchVersion, pid: getpid(), uptime: telemetry.uptime,
             fast: .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth),
-            slow: .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth),
+            slow: slowLane,
             slowSuspended: counts.slowSuspended, delayed: counts.delayed,
             backlog: backlogOnly,
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,

@@ -26,7 +26,7 @@ extension Daemon {
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
         event.fast = .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth)
-        event.slow = .init(waiting: counts.slowWaiting, running: counts.slowRunning, width: scheduler.configuration.slowWidth)
+        event.slow = slowLane
         event.slowSuspended = counts.slowSuspended
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
         event.background = backgroundState
@@ -53,7 +53,7 @@ extension Daemon {
         let counts = scheduler.counts
         return telemetry.metricsText(.init(
             waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
-            running: ["fast": counts.fastRunning, "slow": counts.slowRunning],
+            running: ["fast": counts.fastRunning, "slow": counts.slowRunning + counts.lingering],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.count,

@@ -74,6 +74,7 @@ extension Daemon {
         let counts = scheduler.counts
         return "fast \(counts.fastRunning)/\(scheduler.configuration.fastWidth) running, \(counts.fastWaiting) waiting; "
             + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
+            + (counts.lingering > 0 ? ", \(counts.lingering) lingering" : "")
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
             + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
             + ", \(backlogOnly) in backlog; \(clients.count) client\(clients.count == 1 ? "" : "s")"
