@@ -108,7 +108,8 @@ public struct Scheduler: Sendable {
     private var startsSoFar: UInt64 = 0
     /// Background work is paused (a metered network, quiet hours): the slow lane starts nothing and parks what runs.
     public private(set) var backgroundPaused = false
-    /// The disk is full: no background work starts before this, and how many `disk_full` failures came in a row.
+    /// The disk is full (or the cache cannot be written): no background work starts before this, and how many such
+    /// failures came in a row.
     public private(set) var waitingForDiskUntil: Moment?
     private var diskFailures = 0
     private var reportedHold = false
@@ -416,7 +417,7 @@ public struct Scheduler: Sendable {
             diskFailures = 0
             waitingForDiskUntil = nil
             remove(key, answering: .ready, into: &actions)
-        case .failure(let failure) where failure.code == .diskFull:
+        case .failure(let failure) where Self.localFailureCodes.contains(failure.code):
             waitForDisk(key, failure, now: now, into: &actions)
         case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
             let delay = configuration.retry.delay(after: max(task.attempts, 1), retryAfter: failure.retryAfter,
@@ -453,9 +454,10 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// The disk is full (a condition of this machine, not of the URL): the waiters get `disk_full` at once; the
-    /// task keeps its attempts and waits, as background work, for a retry after a backoff that grows while the disk
-    /// stays full; meanwhile no background work starts. Nothing acknowledged is dropped for want of space.
+    /// The disk is full, or another failure of this machine (`internal`: the cache not writable, out of descriptors),
+    /// not of the URL: the waiters get the failure at once; the task keeps its attempts and waits, as background
+    /// work, for a retry after a backoff that grows while such failures go on; meanwhile no background work starts.
+    /// Nothing acknowledged is dropped for a fault of this machine.
     private mutating func waitForDisk(_ key: String, _ failure: Failure, now: Moment, into actions: inout [Action]) {
         diskFailures += 1
         let until = now + configuration.retry.delay(after: diskFailures, retryAfter: nil, random: &random)

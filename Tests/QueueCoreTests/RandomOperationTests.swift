@@ -33,6 +33,11 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
     case notFound
     /// This machine's disk is full: not the URL's fault, and not the host's.
     case diskFull
+    /// Another failure of this machine (the cache not writable, out of descriptors): as a full disk.
+    case local
+
+    /// A failure of this machine, not of the URL or its host.
+    var isLocal: Bool { self == .diskFull || self == .local }
 
     var outcome: FetchOutcome {
         switch self {
@@ -44,6 +49,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .notFound: .failure(.httpStatus(404))
         case .diskFull: .failure(Failure(code: .diskFull, message: "writing the body: No space left on device",
                                          isTransient: true))
+        case .local: .failure(Failure(code: .internal, message: "cannot start the transfer: open: Permission denied",
+                                      isTransient: true))
         }
     }
 
@@ -56,6 +63,7 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .unreachable: "transient, the server not reached (could not connect)"
         case .notFound: "permanent 404"
         case .diskFull: "disk_full (this machine's disk is full)"
+        case .local: "internal (this machine cannot write the cache)"
         }
     }
 }
@@ -483,7 +491,7 @@ struct Runner {
             switch kind.outcome {
             case .success:
                 hostFailures[task.host] = nil
-            case .failure(let failure) where failure.isTransient && kind != .diskFull:
+            case .failure(let failure) where failure.isTransient && !kind.isLocal:
                 // A failure of this machine neither counts against the host nor resets its count; a pause does not
                 // reset it either.
                 let count = failuresBefore + 1
@@ -512,7 +520,7 @@ struct Runner {
                 diskFailures = 0
                 try process(actions, Allowed(answers: (key, .ready), forget: key, pauseHost: pauseHost))
                 guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else { throw fail("success left the task") }
-            case .failure(let failure) where kind == .diskFull:
+            case .failure(let failure) where kind.isLocal:
                 try expectDiskWait(key, failure, actions)
             case .failure(let failure) where failure.isTransient && tries < configuration.retry.maxAttempts:
                 // The failure that pauses the host is the answer of this task's waiters (the others of the host get
@@ -1180,7 +1188,7 @@ struct Scenario {
                     case 6: kind = .network
                     case 7: kind = .notFound
                     case 8: kind = .unreachable
-                    default: kind = .diskFull
+                    default: kind = coin() ? .diskFull : .local
                     }
                     op = .finish(key: finishKey, kind)
                 case 84..<87 where runner.running.values.contains(where: { !$0.responded }):

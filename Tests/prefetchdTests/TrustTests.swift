@@ -113,6 +113,31 @@ struct TrustTests {
         #expect(try origin.stats().log.filter { $0.path == "/vanishing.jpg" }.map(\.status) == [200, 304, 200])
     }
 
+    @Test("a cache that cannot be written (tmp/ replaced by a file) answers get with internal at once and keeps every queued URL until it can (they were dropped after three attempts)")
+    func unwritableCacheKeepsQueue() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let tmp = daemon.cache + "/tmp"
+        try FileManager.default.removeItem(atPath: tmp)
+        #expect(FileManager.default.createFile(atPath: tmp, contents: Data()))
+        let urls = (0..<5).map { origin.url("/local\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        let get = daemon.ctl("get", "--json", origin.url("/local-get.jpg"))
+        #expect(errorCode(get.stdout) == "internal" && get.stdout.contains("Not a directory"), "\(get.stdout)")
+        sleep(4)  // three attempts' backoffs: 0.5 + 1 + 2 s
+        let status = try object(daemon.ctl("status", "--json"))
+        let delayed = status["delayed"] as? Int ?? 0, backlog = status["backlog"] as? Int ?? 0
+        let slow = status["slow"] as? [String: Any] ?? [:]
+        let kept = delayed + backlog + (slow["waiting"] as? Int ?? 0) + (slow["running"] as? Int ?? 0)
+        #expect(kept >= urls.count, "queued URLs kept: \(status)")
+        #expect(status["waiting_for_disk"] != nil, "\(status)")
+        try FileManager.default.removeItem(atPath: tmp)
+        try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
+        #expect(waitUntil(seconds: 30) {
+            urls.allSatisfy { (try? object(daemon.ctl("info", "--json", $0)))?["cached"] != nil }
+        }, "every queued URL fetched once the cache can be written")
+    }
+
     @Test("a URL whose response killed the daemon twice in a row is quarantined; every other queued URL is served")
     func crashLoopQuarantined() throws {
         let origin = try Origin()
