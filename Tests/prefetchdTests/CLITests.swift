@@ -303,6 +303,20 @@ struct CLITests {
         #expect(evicted == "prefetchctl: evicted \(count ?? -1) \(count == 1 ? "entry" : "entries")\n", "\(evicted)")
     }
 
+    @Test("queue --wait --timeout shorter than sending the list: every URL is sent and queued, and the message counts them all (the rest of the list was dropped silently)")
+    func queueWaitTimeoutSendsAll() throws {
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<20_000).map { Self.origin.url("/timeout-list/\($0).jpg?delay=30") }
+        let waited = daemon.ctl("queue", "--wait", "--timeout", "0.001", "-", stdin: urls.joined(separator: "\n") + "\n")
+        #expect(waited.status == 5)
+        #expect(waited.stderr.contains("20000 queued; 0 finished, 0 failed"), "\(waited.stderr)")
+        #expect(waited.stderr.contains("20000 URLs still not fetched after 0.001 s; they stay queued"), "\(waited.stderr)")
+        let status = try #require(try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        let slow = status["slow"] as? [String: Any] ?? [:]
+        let held = (status["backlog"] as? Int ?? 0) + (slow["waiting"] as? Int ?? 0) + (slow["running"] as? Int ?? 0)
+        #expect(held == urls.count, "\(status)")
+    }
+
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")
     func slashesAreNotEscaped() throws {
         let recorder = try RecordingDaemon { line in

@@ -79,14 +79,23 @@ enum BatchCommand {
             pending[index].counts = result.counts
         }
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
-        if let waiter { exitCode = max(exitCode, try waiter.wait(client)) }
-        if op == .queue, !arguments.json {
+        func summarise() {
+            guard op == .queue, !arguments.json else { return }
             // A status a newer daemon added follows the known ones.
             let known: [ItemStatus] = [.queued, .promoted, .already, .cached, .skipped, .rejected]
             let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
             Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
         }
+        if let waiter {
+            do {
+                exitCode = max(exitCode, try waiter.wait(client))
+            } catch {
+                summarise()  // what was queued, before the timeout says what is still to come
+                throw error
+            }
+        }
+        summarise()
         return exitCode
     }
 }
@@ -165,10 +174,11 @@ final class QueueWait {
         }
     }
 
-    /// The next reply on `client` that is not one of ours, following the events meanwhile.
+    /// The next reply on `client` that is not one of ours, following the events meanwhile. The timeout waits for the
+    /// list to be sent: it counts what is still to come of URLs the daemon acknowledged.
     func receive(_ client: Client) throws(CLIError) -> (id: Int64?, line: [UInt8]) {
         while true {
-            try follow(client)
+            try follow(client, timing: false)
             guard let reply = try client.receive(deadline: monotonicNow() + 100) else { continue }
             if let id = reply.id, let key = checking.removeValue(forKey: id) {
                 checked(key, reply.line, client)
@@ -181,7 +191,7 @@ final class QueueWait {
     /// Waits until nothing is awaited; names the failures; exit 1 when there were any.
     func wait(_ client: Client) throws(CLIError) -> Int32 {
         while !awaited.isEmpty {
-            try follow(client)
+            try follow(client, timing: true)
             guard let reply = try client.receive(deadline: monotonicNow() + 100) else { continue }
             if let id = reply.id, let key = checking.removeValue(forKey: id) { checked(key, reply.line, client) }
         }
@@ -193,9 +203,9 @@ final class QueueWait {
         return failed + skipped > 0 ? ExitCode.failed : ExitCode.ok
     }
 
-    private func follow(_ client: Client) throws(CLIError) {
+    private func follow(_ client: Client, timing: Bool) throws(CLIError) {
         line?.stopIfAsked()
-        if let deadline, monotonicNow() >= deadline {
+        if timing, let deadline, monotonicNow() >= deadline {
             line?.clear()
             let left = awaited.values.reduce(0) { $0 + $1.count }
             throw .timeout("\(Units.count(left, "URL")) still not fetched after \(timeout!) s; \(left == 1 ? "it stays" : "they stay") queued")
