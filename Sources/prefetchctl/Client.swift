@@ -5,7 +5,10 @@ import PrefetchProtocol
 /// A connection to the daemon: send request lines, read reply lines, optionally before a deadline.
 final class Client {
     private let fd: Int32
-    private var lines = LineBuffer(limit: 16 * 1024 * 1024)
+    /// Reply lines have no length limit in the protocol; this one only stops a stream gone wrong. A `list` of 100,000
+    /// tasks with 2 KB URLs is about 220 MB.
+    static let maximumReply = 256 << 20
+    private var lines = LineBuffer(limit: Client.maximumReply)
     private var nextID: Int64 = 0
     /// `/` as is: escaped, a URL grows by a byte per slash.
     private let encoder: JSONEncoder = {
@@ -153,7 +156,9 @@ final class Client {
         while true {
             switch lines.next() {
             case .line(let line): return line
-            case .tooLong: throw .unreachable("the daemon sent an over-long line")
+            case .tooLong:
+                throw .failed(WireError(.tooLarge, "a reply over \(Client.maximumReply >> 20) MiB without a newline (list: "
+                                        + "ask for fewer with --limit)"))
             case nil: break
             }
             if let deadline {

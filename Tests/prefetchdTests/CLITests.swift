@@ -317,6 +317,26 @@ struct CLITests {
         #expect(held == urls.count, "\(status)")
     }
 
+    @Test("list of 2,500 tasks with 8 KB URLs (a 20 MB reply line) is shown (it failed: the daemon sent an over-long line, exit 3)")
+    func longListReply() throws {
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let padding = String(repeating: "p", count: 8_000)
+        for n in 0..<2_500 {
+            connection.send("{\"id\":\(n),\"op\":\"get\",\"url\":\"\(Self.origin.url("/long/\(n)/\(padding).jpg?delay=30"))\"}\n")
+        }
+        var tasks: [[String: Any]] = []
+        waitUntil(seconds: 30) {
+            let listed = daemon.ctl("list", "--limit", "100000", "--json")
+            tasks = (try? JSONSerialization.jsonObject(with: listed.stdoutData) as? [String: Any])?["tasks"] as? [[String: Any]] ?? []
+            return tasks.count == 2_500
+        }
+        #expect(tasks.count == 2_500)
+        let text = daemon.ctl("list", "--limit", "100000")
+        #expect(text.status == 0 && text.stdout.utf8.count > 16 << 20, "\(text.status) \(text.stderr)")
+    }
+
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")
     func slashesAreNotEscaped() throws {
         let recorder = try RecordingDaemon { line in
