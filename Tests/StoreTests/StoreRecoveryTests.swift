@@ -231,6 +231,46 @@ import Testing
         }
     }
 
+    @Test("an index missing a table of its schema (dropped by hand, or another program's file) is set aside, and the cache starts empty (the start failed on every try)",
+          arguments: ["DROP TABLE queue", "DROP TABLE entries; CREATE TABLE entries(key TEXT)", "FOREIGN"])
+    func setsAsideWrongSchema(damage: String) throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/index.sqlite"
+            if damage == "FOREIGN" {
+                // Another program's database, at schema 3 by its own count, with none of our tables.
+                try Database(path: path).execute("CREATE TABLE notes(text TEXT); PRAGMA user_version = 3;")
+            } else {
+                do {
+                    let store = try Store(directory: directory)
+                    try cache("https://example.com/a.png", in: store)
+                    try store.commit()
+                }
+                try Database(path: path).execute(damage)
+            }
+            let store = try Store(directory: directory)
+            #expect(store.entryCount == 0 && store.backlogCount == 0)
+            #expect(names(in: directory).contains { $0.hasPrefix("index.sqlite.corrupt-") })
+            let again = try cache("https://example.com/b.png", in: store)
+            try store.commit()
+            #expect(try store.entry(again.key) == again)
+        }
+    }
+
+    @Test("an index whose write-ahead log cannot be opened is an error naming the index (it said only: sqlite exec: unable to open database file)")
+    func unopenableLogNamesIndex() throws {
+        try withCacheDirectory { directory in
+            do { _ = try Store(directory: directory) }
+            let path = directory + "/index.sqlite"
+            #expect(mkdir(path + "-wal", 0o700) == 0)
+            #expect {
+                _ = try Store(directory: directory)
+            } throws: { error in
+                "\(error)".hasPrefix("cannot open the index \(path): ")
+            }
+            #expect(!names(in: directory).contains { $0.hasPrefix("index.sqlite.corrupt-") }, "not set aside")
+        }
+    }
+
     @Test("a closed Store leaves a self-contained index: the write-ahead log is folded in and removed")
     func closeCheckpoints() throws {
         try withCacheDirectory { directory in

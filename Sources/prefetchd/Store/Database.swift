@@ -41,6 +41,9 @@ final class Database {
         sqlite3_close(handle)
     }
 
+    /// SQLite opened the file read-only (it is not writable by this user).
+    var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
+
     /// Runs one or more statements without results.
     func execute(_ sql: String) throws(DatabaseError) {
         var error: UnsafeMutablePointer<CChar>?

@@ -82,11 +82,29 @@ final class Store {
         """,
     ]
 
+    /// The tables and columns this version reads and writes. An index whose `user_version` is this version's but that
+    /// lacks one (a table dropped by hand, another program's file under the index's name) is damaged.
+    static let schema = [
+        ("entries", "key, url, file, bytes, sha256, content_type, format, width, height, etag, last_modified, fresh_until, "
+            + "fetched_at, last_access, hits, must_revalidate, no_store, allocated"),
+        ("queue", "seq, key, queued_at"),
+        ("failures", "key, code, message, status, until"),
+        ("partials", "key, validator"),
+        ("hosts", "host, paused_until, failures"),
+        ("variants", "key, spec, file, bytes, sha256, format, width, height, allocated"),
+        ("working", "key, deaths, active"),
+    ]
+
     init(directory: String) throws {
         files = CacheFiles(root: directory)
         try files.prepare()
         lock = try CacheLock(directory: directory)
         let path = directory + "/" + CacheFiles.indexName
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size == 0 {
+            Log.warning("the index \(path) is empty (0 bytes: cut short by a crash, or by someone?): starting with an "
+                        + "empty index; the cached files it no longer names are deleted")
+        }
         do {
             db = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
@@ -131,18 +149,36 @@ final class Store {
         db.resetStatements()
     }
 
-    /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here.
+    /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here;
+    /// its tables are checked against `schema`. An error that is not damage names the index.
     private static func openIndex(_ path: String) throws -> Database {
         let db = try Database(path: path)
-        // Only the daemon reads the index (URLs in it may carry credentials); its WAL and shm files follow this mode.
-        _ = try syscall("chmod", path) { chmod(path, 0o600) }
-        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-        try migrate(db, at: path)
-        let check = try db.statement("PRAGMA quick_check(1)")
-        if try check.step(), check.text(0) != "ok" {
-            throw DatabaseError(call: "quick_check", code: SQLITE_CORRUPT, message: check.text(0))
+        guard !db.isReadOnly else {
+            throw DaemonError("the index \(path) cannot be written (read-only for this user): the cache directory and "
+                              + "the index in it must be writable by the user prefetchd runs as")
         }
-        db.resetStatements()
+        do {
+            // Only the daemon reads the index (URLs in it may carry credentials); its WAL and shm files follow this mode.
+            _ = try syscall("chmod", path) { chmod(path, 0o600) }
+            try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            try migrate(db, at: path)
+            let check = try db.statement("PRAGMA quick_check(1)")
+            if try check.step(), check.text(0) != "ok" {
+                throw DatabaseError(call: "quick_check", code: SQLITE_CORRUPT, message: check.text(0))
+            }
+            db.resetStatements()
+            for (table, columns) in schema {
+                do {
+                    try db.execute("SELECT \(columns) FROM \(table) LIMIT 0")
+                } catch {
+                    throw DatabaseError(call: "schema check", code: SQLITE_CORRUPT,
+                                        message: "its tables are not those of schema \(migrations.count): \(error.message)")
+                }
+            }
+        } catch let error as DatabaseError where !error.isCorrupt {
+            throw DaemonError("cannot open the index \(path): \(error.message); the cache directory and the index in it "
+                              + "must be writable by the user prefetchd runs as")
+        }
         return db
     }
 
@@ -167,6 +203,11 @@ final class Store {
                 try db.execute("BEGIN IMMEDIATE; \(sql) PRAGMA user_version = \(index + 1); COMMIT;")
             } catch {
                 try? db.execute("ROLLBACK")
+                if error.code & 0xFF == SQLITE_ERROR {
+                    // A table the upgrade changes is not there: not an index of ours, or one damaged by hand.
+                    throw DatabaseError(call: "upgrade", code: SQLITE_CORRUPT,
+                                        message: "schema \(index) cannot be upgraded to \(index + 1): \(error.message)")
+                }
                 guard error.isDiskFull else { throw error }
                 throw DaemonError("cannot upgrade the index \(path) from schema \(index) to \(index + 1): \(error.message) "
                                   + "(an upgrade may rewrite a table, the durable queue's among them); nothing was changed: "
