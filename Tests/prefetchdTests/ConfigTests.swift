@@ -204,6 +204,12 @@ struct ConfigTests {
         let (tooLong, _) = check(["--socket", long])
         #expect(tooLong.status == 1 && tooLong.stderr.contains("is 108 bytes long: a Unix socket's path has at most 107"),
                 "--check-config passed it, then bind failed: \(tooLong.stderr)")
+        // The default socket under a long $XDG_RUNTIME_DIR: passed too, then bind failed.
+        let runtime = "/tmp/" + String(repeating: "r", count: 100)
+        let byDefault = run("/usr/bin/env", ["-u", "RUNTIME_DIRECTORY", "-u", "LISTEN_FDS", "XDG_RUNTIME_DIR=" + runtime,
+                                             Paths.prefetchd, "--check-config"])
+        #expect(byDefault.status == 1 && byDefault.stderr.contains("socket: \(runtime)/prefetchd/ctl.sock is 124 bytes long"),
+                "\(byDefault.stderr)")
         let (none, _) = check(["--config", "/dev/null"])
         #expect(none.status == 0, "/dev/null stays the way to read no file: \(none.stderr)")
     }

@@ -398,7 +398,17 @@ struct Options {
             }
         }
         try options.checkMetricsTextfile()
+        try options.checkSocketPath()
         return check ? .check(options) : .run(options)
+    }
+
+    /// The socket's path as it will be bound, a default or a relative one made absolute, fits a Unix socket address
+    /// (a socket systemd passes is not bound here).
+    private func checkSocketPath() throws {
+        let limit = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+        guard environment["LISTEN_FDS"] == nil, socketPath.utf8.count > limit else { return }
+        throw DaemonError("socket: \(socketPath) is \(socketPath.utf8.count) bytes long: a Unix socket's path has at most "
+                          + "\(limit); set socket (or --socket) to a shorter path")
     }
 
     /// The metrics file is replaced every 5 s: it must not be the socket, the configuration, or anything in the cache
