@@ -113,11 +113,19 @@ struct Arguments {
         switch given.option {
         case .help, .version: break  // answered before any value is read
         case .json: json = true
-        case .socket: socket = try value()
-        case .output: output = try value()
+        case .socket:
+            let path = try value()
+            guard !path.isEmpty else { throw .usage("--socket needs a path (it was empty)") }
+            socket = path
+        case .output:
+            let destination = try value()
+            if destination != "-" { try Self.checkDestination(destination) }
+            output = destination
         case .timeout:
             let text = try value()
-            guard let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
+            // Decimal digits and one point: Double() also reads 0x10, 1e3 and inf.
+            let decimal = text.utf8.allSatisfy { (48...57).contains($0) || $0 == 46 } && text.utf8.count(where: { $0 == 46 }) <= 1
+            guard decimal, let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
                 throw .usage("--timeout: '\(text)' is not a number of seconds above 0 (at most a year)")
             }
             timeout = seconds
@@ -158,6 +166,19 @@ struct Arguments {
             let text = try value()
             guard let count = Int(text), count >= 0 else { throw .usage("--limit: '\(text)' is not a count") }
             limit = count
+        }
+    }
+
+    /// A destination that cannot be a file (a directory, or in a directory that does not exist) is a usage error,
+    /// found before prefetchctl connects.
+    private static func checkDestination(_ destination: String) throws(CLIError) {
+        var info = stat()
+        if stat(destination, &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
+            throw .usage("-o \(destination) is a directory: give the file to write")
+        }
+        let directory = destination.contains("/") ? String(destination[..<destination.lastIndex(of: "/")!]) : "."
+        if stat(directory.isEmpty ? "/" : directory, &info) != 0 || info.st_mode & S_IFMT != S_IFDIR {
+            throw .usage("-o \(destination): \(directory) is not a directory")
         }
     }
 

@@ -42,13 +42,19 @@ final class Client {
                                + "or point --socket / PREFETCHD_SOCKET at it)")
         }
         guard let greeting = try readLine(deadline: monotonicNow() + 5000) else {
-            throw .unreachable("\(socketPath) did not greet like prefetchd")
+            throw .unreachable("\(socketPath) accepted the connection but sent no greeting within 5 s: is prefetchd "
+                               + "stopped (SIGSTOP), hung, or is something else listening there?")
         }
         if let refusal = try? decoder.decode(Reply<Ignored>.self, from: Data(greeting)), let error = refusal.error {
             throw .failed(error)
         }
         guard let hello = try? decoder.decode(Greeting.self, from: Data(greeting)), hello.hello == "prefetchd" else {
             throw .unreachable("\(socketPath) did not greet like prefetchd")
+        }
+        guard hello.protocol == protocolVersion else {
+            throw .unreachable("prefetchd \(hello.version) at \(socketPath) speaks protocol \(hello.protocol); this "
+                               + "prefetchctl (\(prefetchVersion)) speaks \(protocolVersion): use the prefetchctl that "
+                               + "came with that daemon")
         }
     }
 

@@ -12,7 +12,8 @@ final class RecordingDaemon: @unchecked Sendable {
     private let received = Mutex<[String]>([])
     private let finished = DispatchSemaphore(value: 0)
 
-    init(reply: @escaping @Sendable (String) -> String) throws {
+    init(greeting: String = "{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}",
+         reply: @escaping @Sendable (String) -> String) throws {
         directory = try TemporaryDirectory()
         socket = directory.path + "/ctl.sock"
         listener = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
@@ -42,7 +43,7 @@ final class RecordingDaemon: @unchecked Sendable {
                     offset += n
                 }
             }
-            write("{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}\n")
+            write(greeting + "\n")
             var buffer = LineBuffer(limit: 1 << 24)
             while true {
                 while case .line(let bytes)? = buffer.next() {
@@ -335,6 +336,29 @@ struct CLITests {
         #expect(tasks.count == 2_500)
         let text = daemon.ctl("list", "--limit", "100000")
         #expect(text.status == 0 && text.stdout.utf8.count > 16 << 20, "\(text.status) \(text.stderr)")
+    }
+
+    @Test("a daemon of another protocol is refused (it was used); --timeout takes decimal seconds only (0x10 and 1e3 were read); --socket '' and -o DIR are usage errors before anything is sent")
+    func refusalsBeforeSending() throws {
+        let newer = try RecordingDaemon(greeting: "{\"hello\":\"prefetchd\",\"version\":\"9.0\",\"protocol\":2}") { line in
+            "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{}}"
+        }
+        let ping = run(Paths.prefetchctl, ["--socket", newer.socket, "ping"])
+        #expect(ping.status == 3 && ping.stderr.contains("speaks protocol 2; this prefetchctl (") , "\(ping.stderr)")
+        #expect(newer.lines() == [], "nothing sent to a daemon of another protocol")
+
+        let daemon = try RecordingDaemon { line in "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{}}" }
+        for value in ["0x10", "1e3", "inf", "1..5", ""] {
+            let result = run(Paths.prefetchctl, ["--socket", daemon.socket, "get", "--timeout", value, "http://a/x.jpg"])
+            #expect(result.status == 2 && result.stderr.contains("--timeout: '\(value)' is not a number of seconds"), "\(value): \(result.stderr)")
+        }
+        let empty = run(Paths.prefetchctl, ["--socket", "", "ping"])
+        #expect(empty.status == 2 && empty.stderr.contains("--socket needs a path"), "\(empty.stderr)")
+        for (output, said) in [("/tmp", "/tmp is a directory"), ("/nonexistent-dir/x.jpg", "/nonexistent-dir is not a directory")] {
+            let result = run(Paths.prefetchctl, ["--socket", daemon.socket, "get", "-o", output, "http://a/x.jpg"])
+            #expect(result.status == 2 && result.stderr.contains(said), "\(output): \(result.status) \(result.stderr)")
+        }
+        #expect(daemon.lines().allSatisfy { !$0.contains("\"get\"") }, "no get was sent")
     }
 
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")

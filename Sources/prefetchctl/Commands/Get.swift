@@ -104,7 +104,7 @@ enum GetCommand {
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
         let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-        guard output >= 0 else { throw .usage("cannot write \(destination): \(String(cString: strerror(errno)))") }
+        guard output >= 0 else { throw writeFailure(destination) }
         defer { if output != 1 { close(output) } }
         if output != 1 {
             // Truncated only once known not to be the cached file itself, which would be emptied under the daemon.
