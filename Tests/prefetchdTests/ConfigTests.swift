@@ -210,6 +210,11 @@ struct ConfigTests {
                                              Paths.prefetchd, "--check-config"])
         #expect(byDefault.status == 1 && byDefault.stderr.contains("socket: \(runtime)/prefetchd/ctl.sock is 124 bytes long"),
                 "\(byDefault.stderr)")
+        // Over a setting's largest value: refused, not cut to it unsaid.
+        for (flag, value, most) in [("--output-budget", "2T", "1T"), ("--background-window", "65M", "64M")] {
+            let (over, _) = check([flag, value])
+            #expect(over.status == 1 && over.stderr.contains("\(flag): '\(value)' is more than this setting takes, \(most)"), "\(over.stderr)")
+        }
         let (none, _) = check(["--config", "/dev/null"])
         #expect(none.status == 0, "/dev/null stays the way to read no file: \(none.stderr)")
     }

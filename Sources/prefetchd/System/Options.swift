@@ -144,7 +144,7 @@ struct Options {
                 show: { showSize($0.maxCacheBytes) }),
         Setting(key: "output_budget", placeholder: "SIZE",
                 summary: "replies and events buffered for all clients; past it the worst readers are disconnected",
-                read: { options, value throws(BadValue) in options.outputBudget = Int(min(try size(value), 1 << 40)) },
+                read: { options, value throws(BadValue) in options.outputBudget = Int(try size(value, atMost: 1 << 40)) },
                 show: { showSize(Int64($0.outputBudget)) }),
         Setting(key: "fast_width", placeholder: "N", summary: "parallel urgent fetches",
                 read: { options, value throws(BadValue) in options.fastWidth = Int(try number(value, 1...1024)) },
@@ -226,7 +226,7 @@ struct Options {
                     + "what still arrives once urgent work holds them back, and their speed per round trip (a quarter of it for "
                     + "3 s after urgent work, up to 20 s when gets come every few seconds); 0 for the kernel's",
                 read: { options, value throws(BadValue) in
-                    options.fetch.backgroundWindow = value == "0" ? 0 : min(try size(value), 64 << 20)
+                    options.fetch.backgroundWindow = value == "0" ? 0 : try size(value, atMost: 64 << 20)
                 },
                 show: { showSize($0.fetch.backgroundWindow) }),
         Setting(key: "metered", placeholder: "POLICY",
@@ -540,6 +540,13 @@ struct Options {
         guard let n = parseSize(text), n >= 1 else {
             throw BadValue("'\(text)' is not a size (a positive number of bytes, or with K, M, G or T)")
         }
+        return n
+    }
+
+    /// A size up to `most`: a larger one is refused, not cut to it unsaid.
+    private static func size(_ text: String, atMost most: Int64) throws(BadValue) -> Int64 {
+        let n = try size(text)
+        guard n <= most else { throw BadValue("'\(text)' is more than this setting takes, \(showSize(most))") }
         return n
     }
 
