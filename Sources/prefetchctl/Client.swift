@@ -149,13 +149,21 @@ final class Client {
         return .failure(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
     }
 
-    /// Sends one request and waits for its result.
+    /// How long (ms) a request that fetches nothing (`status`, `info`, `list`…) waits for its reply: `--timeout`, else
+    /// a minute.
+    var answerWithin: Int64 = 60_000
+
+    /// Sends one request that fetches nothing and waits for its result, at most `answerWithin`.
     func call<T: Codable & Sendable>(_ request: Request, _ type: T.Type) throws(CLIError) -> T {
         let id = try send(request)
-        while let reply = try receive() {
+        let deadline = monotonicNow() + answerWithin
+        while true {
+            guard let reply = try receive(deadline: deadline) else {
+                throw .timeout("prefetchd did not answer within \(Double(answerWithin) / 1000) s: is it stopped "
+                               + "(SIGSTOP) or hung?")
+            }
             if reply.id == id { return try decode(type, reply.line) }
         }
-        throw .unreachable("the daemon closed the connection")
     }
 
     private func readLine(deadline: Int64?) throws(CLIError) -> [UInt8]? {

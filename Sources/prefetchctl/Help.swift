@@ -26,6 +26,8 @@ enum Help {
                               else /tmp/prefetchd-$UID/ctl.sock; when that does not exist but the system
                               service's /run/prefetchd/ctl.sock does, that one)
           --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
+          --timeout SEC       info, status, list, formats, metrics, ping: wait at most SEC for the answer (default
+                              60; exit 5)
           -h, --help          this text, or `prefetchctl VERB --help`
           --version
 
@@ -132,7 +134,7 @@ enum Help {
               prefetchctl \(verb) https://example.com/a.jpg
             """
         case "info": return """
-            Usage: prefetchctl info URL [--json]
+            Usage: prefetchctl info URL [--timeout SEC] [--json]
 
             Shows the canonical key, the cached entry, the task and any remembered failure for URL.
 
@@ -140,23 +142,23 @@ enum Help {
               prefetchctl info https://example.com/a.jpg
             """
         case "status": return """
-            Usage: prefetchctl status [--json]
+            Usage: prefetchctl status [--timeout SEC] [--json]
 
             Shows the lanes, the backlog, the cache and the daemon's counters.
             """
         case "list": return """
-            Usage: prefetchctl list [--limit N] [--json]
+            Usage: prefetchctl list [--limit N] [--timeout SEC] [--json]
 
             Lists the tasks held in memory, running ones first.
             """
         case "formats": return """
-            Usage: prefetchctl formats [--json]
+            Usage: prefetchctl formats [--timeout SEC] [--json]
 
             Lists the image formats the daemon's gdk-pixbuf can read and whether its policy allows each
             (default: jpeg, png, gif, webp, avif; SVG is off).
             """
         case "metrics": return """
-            Usage: prefetchctl metrics [--json]
+            Usage: prefetchctl metrics [--timeout SEC] [--json]
 
             Prints the daemon's metrics in the Prometheus text format (0.0.4): fetches by lane and result,
             downloaded bytes, cache hits and misses, lane lengths, cache size, fetch duration, queue wait and get
@@ -166,9 +168,10 @@ enum Help {
               prefetchctl metrics | grep prefetchd_fetches_total
             """
         case "ping": return """
-            Usage: prefetchctl ping [--json]
+            Usage: prefetchctl ping [--timeout SEC] [--json]
 
-            Exits 0 and prints the daemon's version when it answers; exit 3 when it does not.
+            Exits 0 and prints the daemon's version when it answers; exit 3 when it cannot be reached, 5 when it
+            does not answer within --timeout (default 60 s).
             """
         default: return nil
         }

@@ -30,15 +30,15 @@ struct Verb: Sendable {
         batch(.promote),
         batch(.cancel),
         batch(.evict, options: [.all]),
-        Verb(name: "info", operands: .one("exactly one URL"), options: [], run: InspectCommand.info),
-        Verb(name: "status", operands: .none, options: [], run: InspectCommand.status),
-        Verb(name: "list", operands: .none, options: [.limit], run: InspectCommand.list),
-        Verb(name: "formats", operands: .none, options: [], run: InspectCommand.formats),
-        Verb(name: "metrics", operands: .none, options: [], run: MetricsCommand.run),
+        Verb(name: "info", operands: .one("exactly one URL"), options: [.timeout], run: InspectCommand.info),
+        Verb(name: "status", operands: .none, options: [.timeout], run: InspectCommand.status),
+        Verb(name: "list", operands: .none, options: [.limit, .timeout], run: InspectCommand.list),
+        Verb(name: "formats", operands: .none, options: [.timeout], run: InspectCommand.formats),
+        Verb(name: "metrics", operands: .none, options: [.timeout], run: MetricsCommand.run),
         Verb(name: "watch", operands: .none, options: [], run: WatchCommand.run),
         Verb(name: "view", operands: .one("one list: a file of URLs, or - to read the list from stdin up to an empty line"),
              options: variant.union([.ahead, .behind]), run: ViewCommand.run),
-        Verb(name: "ping", operands: .none, options: [], run: InspectCommand.ping),
+        Verb(name: "ping", operands: .none, options: [.timeout], run: InspectCommand.ping),
     ]
 
     /// `queue`, `demote`, `promote`, `cancel`, `evict`: a list of URLs, one result each.

@@ -22,7 +22,9 @@ func runCommand() -> Int32 {
             print(Help.verb(verb.name) ?? Help.general)
             return ExitCode.ok
         }
-        return try verb.run(arguments, try Client(socketPath: arguments.socketPath))
+        let client = try Client(socketPath: arguments.socketPath)
+        if let timeout = arguments.timeout { client.answerWithin = Int64(timeout * 1000) }
+        return try verb.run(arguments, client)
     } catch {
         Output.message(error.message)
         return error.exitCode

@@ -12,8 +12,9 @@ final class RecordingDaemon: @unchecked Sendable {
     private let received = Mutex<[String]>([])
     private let finished = DispatchSemaphore(value: 0)
 
+    /// `reply` gives each request line's reply, or nil for none.
     init(greeting: String = "{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}",
-         reply: @escaping @Sendable (String) -> String) throws {
+         reply: @escaping @Sendable (String) -> String?) throws {
         directory = try TemporaryDirectory()
         socket = directory.path + "/ctl.sock"
         listener = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
@@ -49,7 +50,7 @@ final class RecordingDaemon: @unchecked Sendable {
                 while case .line(let bytes)? = buffer.next() {
                     let line = String(decoding: bytes, as: UTF8.self)
                     received.withLock { $0.append(line) }
-                    write(reply(line) + "\n")
+                    if let answer = reply(line) { write(answer + "\n") }
                 }
                 var chunk = [UInt8](repeating: 0, count: 65536)
                 let n = read(connection, &chunk, chunk.count)
@@ -338,7 +339,7 @@ struct CLITests {
         #expect(text.status == 0 && text.stdout.utf8.count > 16 << 20, "\(text.status) \(text.stderr)")
     }
 
-    @Test("a daemon of another protocol is refused (it was used); --timeout takes decimal seconds only (0x10 and 1e3 were read); --socket '' and -o DIR are usage errors before anything is sent")
+    @Test("a daemon of another protocol is refused (it was used); one that never answers ends status at its --timeout (it waited for ever); --timeout takes decimal seconds only (0x10 and 1e3 were read); --socket '' and -o DIR are usage errors before anything is sent")
     func refusalsBeforeSending() throws {
         let newer = try RecordingDaemon(greeting: "{\"hello\":\"prefetchd\",\"version\":\"9.0\",\"protocol\":2}") { line in
             "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{}}"
@@ -352,6 +353,11 @@ struct CLITests {
             let result = run(Paths.prefetchctl, ["--socket", daemon.socket, "get", "--timeout", value, "http://a/x.jpg"])
             #expect(result.status == 2 && result.stderr.contains("--timeout: '\(value)' is not a number of seconds"), "\(value): \(result.stderr)")
         }
+        let silent = try RecordingDaemon { _ in nil }
+        let began = Date()
+        let unanswered = run(Paths.prefetchctl, ["--socket", silent.socket, "status", "--timeout", "0.5"])
+        #expect(unanswered.status == 5 && unanswered.stderr.contains("prefetchd did not answer within 0.5 s"), "\(unanswered.stderr)")
+        #expect(Date().timeIntervalSince(began) < 5, "it waited for ever")
         let empty = run(Paths.prefetchctl, ["--socket", "", "ping"])
         #expect(empty.status == 2 && empty.stderr.contains("--socket needs a path"), "\(empty.stderr)")
         for (output, said) in [("/tmp", "/tmp is a directory"), ("/nonexistent-dir/x.jpg", "/nonexistent-dir is not a directory")] {
