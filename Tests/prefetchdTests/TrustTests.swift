@@ -138,6 +138,18 @@ struct TrustTests {
         }, "every queued URL fetched once the cache can be written")
     }
 
+    @Test("an index cut to 0 bytes (a crash on a file system that delays allocation) is said in the log at the next start (it was silent, and the cached files were swept)")
+    func emptiedIndexLogged() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/emptied.jpg")).status == 0)
+        daemon.child?.stop()
+        #expect(truncate(daemon.cache + "/index.sqlite", 0) == 0)
+        try daemon.start()
+        #expect(daemon.log.contains("index.sqlite is empty (0 bytes"), "\(daemon.log)")
+        #expect(daemon.ctl("get", origin.url("/emptied.jpg")).status == 0, "and the cache works again")
+    }
+
     @Test("a URL whose response killed the daemon twice in a row is quarantined; every other queued URL is served")
     func crashLoopQuarantined() throws {
         let origin = try Origin()
