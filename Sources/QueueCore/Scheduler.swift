@@ -664,6 +664,23 @@ public struct Scheduler: Sendable {
         return parked
     }
 
+    /// Urgent work waits with room in the fast lane while a lingering task keeps its place on a host at `per_host`:
+    /// the newest such lingering task (no byte of it came) is parked, and urgent work may start. Returns whether it
+    /// parked one. (The waiting work may be held back by something else, a paused host or a token: a row out of sight
+    /// then asks again when it is shown, which is all parking costs it.)
+    private mutating func yieldHostToUrgentWork(into actions: inout [Action]) -> Bool {
+        guard let limit = configuration.perHostLimit, !lingeringKeys.isEmpty, counts.fastWaiting > 0,
+              counts.fastRunning < configuration.fastWidth, let key = newestLingering(onHostsAt: limit) else { return false }
+        park(key, waitingIn: .slow, into: &actions)
+        return true
+    }
+
+    private func newestLingering(onHostsAt limit: Int) -> String? {
+        lingeringKeys.map { tasks[$0]! }
+            .filter { !$0.promotionPending && runningPerHost[$0.host, default: 0] >= limit }
+            .max { $0.startOrder < $1.startOrder }?.key
+    }
+
     /// Removes a task in any state, answering its waiters.
     private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action]) {
         guard let task = tasks.removeValue(forKey: key) else { return }
@@ -792,6 +809,7 @@ public struct Scheduler: Sendable {
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
         // A parked lingering transfer may free its host for urgent work too.
         if settleLingering(into: &actions) { fillFastLane(now: now, into: &actions) }
+        while yieldHostToUrgentWork(into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
         while !counts.slowSuspended, waitingForDiskUntil == nil, slowOccupied < slowCapacity,
               let key = popStartable(lane: .slow, now: now) {

@@ -171,6 +171,7 @@ enum Situation: String, CaseIterable {
     case lingeringParked = "a lingering task's response began: parked"
     case lingeringTookPlace = "a lingering task took a place that freed in the slow lane"
     case lingeringParkedByNarrowing = "a narrower fast lane or a background pause parked a lingering task"
+    case lingeringYieldedHost = "urgent work held back by per_host: a lingering task of a host at its limit parked"
     case parkedNotLingering = "demoted with the slow lane full after its response began (or with fastWidth lingering): parked"
 }
 
@@ -756,20 +757,31 @@ struct Runner {
 
             case .park(let key):
                 let expected: (key: String, lane: Lane)
-                if allowed.narrowing, running[key]?.lingering == true { settleLingering() }
-                if allowed.narrowing, let task = running[key], task.lingering {
-                    // Lingering ones beyond fastWidth, the most recent start first and a pending promotion last;
-                    // while background work is paused, every one without a pending promotion.
+                if running[key]?.lingering == true, allowed.parks.first?.key != key { settleLingering() }
+                if let task = running[key], task.lingering, allowed.parks.first?.key != key {
                     let lingering = running.filter { $0.value.lingering }
-                    let beyond = lingering.count > configuration.fastWidth
-                    let eligible = lingering.filter { beyond || backgroundPaused && !$0.value.promotionPending }
                     let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
-                    guard let newest = eligible.max(by: { rank($0.value) < rank($1.value) }), newest.key == key else {
+                    // A narrowing step: those beyond fastWidth, the most recent start first and a pending promotion
+                    // last; while background work is paused, every one without a pending promotion.
+                    let beyond = lingering.count > configuration.fastWidth
+                    let narrowed = allowed.narrowing ? lingering.filter { beyond || backgroundPaused && !$0.value.promotionPending } : [:]
+                    // Any step: urgent work waits with room in the fast lane while the newest lingering task without a
+                    // pending promotion keeps its place on a host at per_host.
+                    var yielded: [String: Running] = [:]
+                    if let limit = configuration.perHostLimit,
+                       running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth {
+                        yielded = lingering.filter {
+                            !$0.value.promotionPending && running.values.count(where: { [host = $0.value.host] in $0.host == host }) >= limit
+                        }
+                    }
+                    let newestNarrowed = narrowed.max { rank($0.value) < rank($1.value) }?.key
+                    let newestYielded = yielded.max { $0.value.order < $1.value.order }?.key
+                    guard key == newestNarrowed || key == newestYielded else {
                         throw fail("\(action) of a lingering task: \(lingering.count) linger (fastWidth \(configuration.fastWidth)"
                                    + "\(backgroundPaused ? ", background paused" : ""))")
                     }
                     expected = (key, task.promotionPending ? .fast : .slow)
-                    coverage.note(.lingeringParkedByNarrowing)
+                    coverage.note(key == newestNarrowed ? .lingeringParkedByNarrowing : .lingeringYieldedHost)
                 } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
@@ -1177,6 +1189,29 @@ struct Scenario {
                     }
                 case 57..<59:
                     op = below(2) == 0 ? .widths(fast: roll(1...4), slow: roll(1...2)) : .pauseBackground(!runner.backgroundPaused)
+                case 59..<67 where runner.running.values.contains(where: \.lingering),
+                     87..<96 where runner.running.values.contains(where: \.lingering)
+                    || runner.occupying(.slow) >= runner.slowCapacity
+                    && runner.running.values.contains(where: { $0.lane == .fast && !$0.responded }):
+                    // Lingering: a demote that makes a task linger, then its response, a promotion, or what parks
+                    // lingering ones (a narrower fast lane, a pause).
+                    let lingering = runner.running.filter { $0.value.lingering }.keys.sorted()
+                    let candidates = runner.running.filter { $0.value.lane == .fast && !$0.value.responded }.keys.sorted()
+                    let index = { (key: String) in RandomWorld.keyIndex[key]! }
+                    switch lingering.isEmpty ? 0 : below(12) {
+                    case 0 where !candidates.isEmpty, 1 where !candidates.isEmpty: op = .demote(key: index(element(candidates)!))
+                    case 0, 1, 2, 3: op = .response(key: index(element(lingering)!))
+                    case 4: op = .promote(key: index(element(lingering)!))
+                    case 5 where lingering.count > 1:
+                        op = .widths(fast: lingering.count - 1, slow: runner.configuration.slowWidth)
+                    case 6, 7, 8, 9 where runner.configuration.perHostLimit != nil:
+                        // Urgent work for the other URL of a lingering task's host: per_host may hold it back.
+                        let waiter = Waiter(client: UInt64(roll(RandomWorld.clients)), request: nextRequest)
+                        nextRequest += 1
+                        issued.append(waiter)
+                        op = .get(spelling: index(element(lingering)!) ^ 1, waiter: waiter, cache: .missing)
+                    default: op = .pauseBackground(!runner.backgroundPaused)
+                    }
                 case 59..<84 where !runner.running.isEmpty:
                     let running = runner.running.keys.sorted()
                     let finishKey = RandomWorld.keyIndex[element(running)!]!
@@ -1196,22 +1231,6 @@ struct Scenario {
                     let lingering = runner.running.filter { $0.value.lingering }.keys.sorted()
                     let waiting = runner.running.filter { !$0.value.responded }.keys.sorted()
                     op = .response(key: RandomWorld.keyIndex[(coin() ? element(lingering) : nil) ?? element(waiting)!]!)
-                case 87..<96 where runner.running.values.contains(where: \.lingering)
-                    || runner.occupying(.slow) >= runner.slowCapacity
-                    && runner.running.values.contains(where: { $0.lane == .fast && !$0.responded }):
-                    // Lingering: a demote that makes a task linger, then its response, a promotion, or what parks
-                    // lingering ones (a narrower fast lane, a pause).
-                    let lingering = runner.running.filter { $0.value.lingering }.keys.sorted()
-                    let candidates = runner.running.filter { $0.value.lane == .fast && !$0.value.responded }.keys.sorted()
-                    let index = { (key: String) in RandomWorld.keyIndex[key]! }
-                    switch lingering.isEmpty ? 0 : below(8) {
-                    case 0 where !candidates.isEmpty, 1 where !candidates.isEmpty: op = .demote(key: index(element(candidates)!))
-                    case 0, 1, 2, 3: op = .response(key: index(element(lingering)!))
-                    case 4: op = .promote(key: index(element(lingering)!))
-                    case 5 where lingering.count > 1:
-                        op = .widths(fast: lingering.count - 1, slow: runner.configuration.slowWidth)
-                    default: op = .pauseBackground(!runner.backgroundPaused)
-                    }
                 case 96..<99 where runner.running.values.contains(where: { $0.lane == .slow }):
                     let runningSlow = runner.running.filter { $0.value.lane == .slow }.keys.sorted()
                     op = .tail(key: RandomWorld.keyIndex[element(runningSlow)!]!)
@@ -1301,14 +1320,14 @@ struct RandomOperationTests {
     @Test("the random sequences reach every interesting situation")
     func coverage() {
         var total = Coverage()
-        for i in 0..<600 {
+        for i in 0..<1_200 {
             let (_, violation, coverage) = Scenario.generate(seed: 0xC0DE &+ UInt64(i))
             #expect(violation == nil)
             total.add(coverage)
         }
         for situation in Situation.allCases {
             let count = total.counts[situation, default: 0]
-            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 600 sequences")
+            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 1,200 sequences")
         }
     }
 

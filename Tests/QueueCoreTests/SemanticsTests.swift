@@ -378,6 +378,18 @@ struct RunningAsFastTests {
         #expect(t2.responseStarted(U.b.key, now: t(7)) == [], "a second report changes nothing")
     }
 
+    @Test("urgent work held back by per_host while a lingering task keeps its host's place: the lingering one (no byte came) is parked, the urgent one starts (it waited for the hidden row's server)")
+    func lingeringYieldsHost() throws {
+        var s = makeScheduler(fast: 4, slow: 1, perHost: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1))
+        #expect(s.demote(U.a.key, now: t(2)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(s.task(U.a.key)?.lingering == true)
+        #expect(s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(3))
+                == [.park(key: U.a.key), start(U.a2, .fast), .holdBackground(true)])
+        #expect(s.task(U.a.key)?.state == .waiting && s.counts.lingering == 0 && s.counts == s.recomputedCounts)
+    }
+
     @Test("at most fastWidth tasks linger; a background pause parks them; a narrower fast lane parks the newest")
     func lingeringBounds() throws {
         var s = makeScheduler(fast: 2)
