@@ -112,6 +112,9 @@ public struct Scheduler: Sendable {
     /// failures came in a row.
     public private(set) var waitingForDiskUntil: Moment?
     private var diskFailures = 0
+    /// Tasks delayed by a failure of this machine (`waitForDisk`): they try again as soon as a fetch succeeds or
+    /// someone asks for them, not at the end of their backoff.
+    private var diskDelayedKeys: Set<String> = []
     private var reportedHold = false
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
@@ -417,6 +420,13 @@ public struct Scheduler: Sendable {
             diskFailures = 0
             waitingForDiskUntil = nil
             remove(key, answering: .ready, into: &actions)
+            // A file was written: what waited for this machine tries again now, in the order it would have.
+            let waking = diskDelayedKeys.compactMap { key -> (Moment, String)? in
+                guard case .delayed(let until)? = tasks[key]?.state else { return nil }
+                return (until, key)
+            }.sorted { $0 < $1 }
+            for (_, key) in waking { wake(key) }
+            diskDelayedKeys = []
         case .failure(let failure) where Self.localFailureCodes.contains(failure.code):
             waitForDisk(key, failure, now: now, into: &actions)
         case .failure(let failure) where failure.isTransient && task.attempts < configuration.retry.maxAttempts:
@@ -477,6 +487,16 @@ public struct Scheduler: Sendable {
         tasks[key] = task
         counts.delayed += 1
         delayedKeys.insert(key)
+        diskDelayedKeys.insert(key)
+    }
+
+    /// A delayed task waits in its lane again now.
+    private mutating func wake(_ key: String) {
+        delayedKeys.remove(key)
+        diskDelayedKeys.remove(key)
+        counts.delayed -= 1
+        tasks[key]!.state = .waiting
+        enqueue(key, lane: tasks[key]!.lane, atFront: false)
     }
 
     /// Time passed: due retries rejoin their lanes, expired negative entries go.
@@ -486,14 +506,7 @@ public struct Scheduler: Sendable {
             guard case .delayed(let until)? = tasks[key]?.state, until <= now else { return nil }
             return (until, key)
         }.sorted { $0 < $1 }
-        for (_, key) in due {
-            guard var task = tasks[key] else { continue }
-            delayedKeys.remove(key)
-            counts.delayed -= 1
-            task.state = .waiting
-            tasks[key] = task
-            enqueue(key, lane: task.lane, atFront: false)
-        }
+        for (_, key) in due { wake(key) }
         negative = negative.filter { $0.value.until > now }
         let paused = pausedHosts.count
         pausedHosts = pausedHosts.filter { $0.value > now }
@@ -569,6 +582,9 @@ public struct Scheduler: Sendable {
         case .delayed:
             task.lane = .fast
             tasks[key] = task
+            // Waiting for this machine (a full disk, an unwritable cache): asked for, it tries again now, and its
+            // waiters learn at once whether the machine is still at fault.
+            if diskDelayedKeys.contains(key) { wake(key) }
         }
     }
 
@@ -692,6 +708,7 @@ public struct Scheduler: Sendable {
         case .delayed:
             counts.delayed -= 1
             delayedKeys.remove(key)
+            diskDelayedKeys.remove(key)
         }
         for waiter in task.waiters {
             unregister(waiter)

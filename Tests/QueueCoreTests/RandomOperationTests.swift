@@ -160,7 +160,7 @@ enum Situation: String, CaseIterable {
     case waitedForDisk = "waited for disk: a slow task with room to run held back only by the disk wait"
     case diskWaitEnded = "disk wait ended"
     case diskWaitCleared = "a success cleared the disk wait"
-    case diskTaskPromoted = "a get for a task waiting for the disk"
+    case diskTaskPromoted = "a get or promote of a task waiting for the disk: it tries again now"
     case diskTaskRemoved = "a task waiting for the disk cancelled or dropped"
     case diskTaskRetried = "a task that waited for the disk started again"
     case parkedByPause = "background paused: what ran in the slow lane parked"
@@ -314,7 +314,11 @@ struct Runner {
                 pending[key, default: []].insert(waiter)
                 pendingCount += 1
                 let changeLane = expectPromotion(key)
-                if diskDelayed[key] != nil { coverage.note(.diskTaskPromoted) }
+                // Waiting for this machine, it tries again now (its waiters learn at once whether it still fails).
+                if diskDelayed.removeValue(forKey: key) != nil {
+                    backFromDisk.insert(key)
+                    coverage.note(.diskTaskPromoted)
+                }
                 if !existed, isTentative { tentative.insert(key) }
                 if !isTentative, tentative.remove(key) != nil { coverage.note(.adopted) }
                 try process(actions, Allowed(changeLane: changeLane))
@@ -383,6 +387,10 @@ struct Runner {
             let key = RandomWorld.keys[index].key
             let existed = scheduler.task(key) != nil
             let changeLane = expectPromotion(key)
+            if diskDelayed.removeValue(forKey: key) != nil {
+                backFromDisk.insert(key)
+                coverage.note(.diskTaskPromoted)
+            }
             let actions = scheduler.promote(key, now: now)
             try process(actions, Allowed(changeLane: changeLane))
             let after = scheduler.task(key)
@@ -517,6 +525,9 @@ struct Runner {
             case .success:
                 // A file written shows that space is back: background work may start in this very step.
                 if diskWaitUntil != nil { coverage.note(.diskWaitCleared) }
+                // What waited for this machine tries again now, not at the end of its backoff.
+                for key in diskDelayed.keys { backFromDisk.insert(key) }
+                diskDelayed = [:]
                 diskWaitUntil = nil
                 diskFailures = 0
                 try process(actions, Allowed(answers: (key, .ready), forget: key, pauseHost: pauseHost))
