@@ -232,7 +232,8 @@ import Testing
     }
 
     @Test("an index missing a table of its schema (dropped by hand, or another program's file) is set aside, and the cache starts empty (the start failed on every try)",
-          arguments: ["DROP TABLE queue", "DROP TABLE entries; CREATE TABLE entries(key TEXT)", "FOREIGN"])
+          arguments: ["DROP TABLE queue", "DROP TABLE entries; CREATE TABLE entries(key TEXT)", "FOREIGN",
+                      "DROP TABLE queue; CREATE VIEW queue AS SELECT 1 AS seq, 'k' AS key, 0 AS queued_at"])
     func setsAsideWrongSchema(damage: String) throws {
         try withCacheDirectory { directory in
             let path = directory + "/index.sqlite"
@@ -256,12 +257,13 @@ import Testing
         }
     }
 
-    @Test("an index whose write-ahead log cannot be opened is an error naming the index (it said only: sqlite exec: unable to open database file)")
-    func unopenableLogNamesIndex() throws {
+    @Test("an index whose write-ahead log or shared memory cannot be opened is an error naming the index (it said only: sqlite exec: unable to open database file, or attempt to write a readonly database)",
+          arguments: ["-wal", "-shm"])
+    func unopenableLogNamesIndex(file: String) throws {
         try withCacheDirectory { directory in
             do { _ = try Store(directory: directory) }
             let path = directory + "/index.sqlite"
-            #expect(mkdir(path + "-wal", 0o700) == 0)
+            #expect(mkdir(path + file, 0o700) == 0)
             #expect {
                 _ = try Store(directory: directory)
             } throws: { error in

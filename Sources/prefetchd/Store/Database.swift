@@ -41,6 +41,12 @@ final class Database {
         sqlite3_close(handle)
     }
 
+    /// The first column of the first row of `sql`, an integer, for a query made once (it is not kept prepared).
+    func integer(_ sql: String) throws(DatabaseError) -> Int64 {
+        let statement = try Statement(database: self, sql: sql)
+        return try statement.step() ? statement.int(0) : 0
+    }
+
     /// SQLite opened the file read-only (it is not writable by this user).
     var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
 

@@ -168,13 +168,17 @@ final class Store {
             }
             db.resetStatements()
             for (table, columns) in schema {
-                do {
+                do throws(DatabaseError) {
+                    guard try db.integer("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '\(table)'") == 1
+                    else { throw DatabaseError(call: "schema check", code: SQLITE_ERROR, message: "no table \(table)") }
                     try db.execute("SELECT \(columns) FROM \(table) LIMIT 0")
                 } catch {
                     throw DatabaseError(call: "schema check", code: SQLITE_CORRUPT,
                                         message: "its tables are not those of schema \(migrations.count): \(error.message)")
                 }
             }
+            // The daemon writes at once: a log or shared-memory file it cannot use is found here, with the index named.
+            try db.execute("BEGIN IMMEDIATE; ROLLBACK;")
         } catch let error as DatabaseError where !error.isCorrupt {
             throw DaemonError("cannot open the index \(path): \(error.message); the cache directory and the index in it "
                               + "must be writable by the user prefetchd runs as")
