@@ -124,6 +124,8 @@ public struct Scheduler: Sendable {
     private var buckets: [String: (tokens: Double, at: Moment)] = [:]
     /// When a host that has waiting work gets its next token, if admission waits for one.
     private var nextToken: Moment?
+    /// The hosts whose waiting urgent work the last look at the fast lane passed over for `perHostLimit` alone.
+    private var fastHostsAtLimit: Set<String> = []
     /// Inside `batch`: nothing starts until the batch ends.
     private var admissionDeferred = false
     private var random: SplitMix64
@@ -680,20 +682,20 @@ public struct Scheduler: Sendable {
         return parked
     }
 
-    /// Urgent work waits with room in the fast lane while a lingering task keeps its place on a host at `per_host`:
-    /// the newest such lingering task (no byte of it came) is parked, and urgent work may start. Returns whether it
-    /// parked one. (The waiting work may be held back by something else, a paused host or a token: a row out of sight
-    /// then asks again when it is shown, which is all parking costs it.)
+    /// Urgent work waits with room in the fast lane, passed over only because its host is at `per_host`, while a
+    /// lingering task keeps a place on that host: the newest such lingering task (no byte of it came) is parked, and
+    /// the urgent work may start. Returns whether it parked one. Lingering tasks on other hosts keep their requests.
     private mutating func yieldHostToUrgentWork(into actions: inout [Action]) -> Bool {
-        guard let limit = configuration.perHostLimit, !lingeringKeys.isEmpty, counts.fastWaiting > 0,
-              counts.fastRunning < configuration.fastWidth, let key = newestLingering(onHostsAt: limit) else { return false }
+        guard !lingeringKeys.isEmpty, !fastHostsAtLimit.isEmpty, counts.fastRunning < configuration.fastWidth,
+              let key = newestLingering(onHosts: fastHostsAtLimit) else { return false }
         park(key, waitingIn: .slow, into: &actions)
         return true
     }
 
-    private func newestLingering(onHostsAt limit: Int) -> String? {
+    /// The most recent start among the lingering tasks on `hosts` that no urgent waiter wants back.
+    private func newestLingering(onHosts hosts: Set<String>) -> String? {
         lingeringKeys.map { tasks[$0]! }
-            .filter { !$0.promotionPending && runningPerHost[$0.host, default: 0] >= limit }
+            .filter { !$0.promotionPending && hosts.contains($0.host) }
             .max { $0.startOrder < $1.startOrder }?.key
     }
 
@@ -870,13 +872,17 @@ public struct Scheduler: Sendable {
         let rate = configuration.hostStartRate
         let buckets = self.buckets
         var nextToken = self.nextToken
+        var hostsAtLimit: Set<String> = []
         let accept = { (entry: LaneQueue.Entry) in
             let task = tasks[entry.key]!
             // A promotion starts nothing: no host limit, pause or token applies to it.
             if task.promotionPending { return true }
             let host = task.host
             if let until = paused[host], until > now { return false }
-            if let limit, running[host, default: 0] >= limit { return false }
+            if let limit, running[host, default: 0] >= limit {
+                hostsAtLimit.insert(host)
+                return false
+            }
             guard let rate, let bucket = buckets[host] else { return true }
             let tokens = Self.tokens(bucket, rate: rate, now: now)
             if tokens >= 1 { return true }
@@ -893,6 +899,7 @@ public struct Scheduler: Sendable {
             ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
             : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
         self.nextToken = nextToken
+        if lane == .fast { fastHostsAtLimit = hostsAtLimit }
         return entry?.key
     }
 

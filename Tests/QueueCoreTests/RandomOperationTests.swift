@@ -776,13 +776,20 @@ struct Runner {
                     // last; while background work is paused, every one without a pending promotion.
                     let beyond = lingering.count > configuration.fastWidth
                     let narrowed = allowed.narrowing ? lingering.filter { beyond || backgroundPaused && !$0.value.promotionPending } : [:]
-                    // Any step: urgent work waits with room in the fast lane while the newest lingering task without a
-                    // pending promotion keeps its place on a host at per_host.
+                    // Any step: urgent work waits with room in the fast lane, held back by per_host alone, while the
+                    // newest lingering task without a pending promotion keeps its place on that host: the urgent work
+                    // starts on that host in this step, or waits for the host's next start token.
                     var yielded: [String: Running] = [:]
                     if let limit = configuration.perHostLimit,
                        running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth {
+                        let startingHosts = Set(actions[(position + 1)...].compactMap { later -> String? in
+                            guard case .start(let started, .fast, _) = later else { return nil }
+                            return scheduler.task(started)?.host
+                        })
                         yielded = lingering.filter {
-                            !$0.value.promotionPending && running.values.count(where: { [host = $0.value.host] in $0.host == host }) >= limit
+                            !$0.value.promotionPending
+                                && (startingHosts.contains($0.value.host) || tokens($0.value.host) < 1)
+                                && running.values.count(where: { [host = $0.value.host] in $0.host == host }) >= limit
                         }
                     }
                     let newestNarrowed = narrowed.max { rank($0.value) < rank($1.value) }?.key

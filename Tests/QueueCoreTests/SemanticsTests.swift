@@ -390,6 +390,20 @@ struct RunningAsFastTests {
         #expect(s.task(U.a.key)?.state == .waiting && s.counts.lingering == 0 && s.counts == s.recomputedCounts)
     }
 
+    @Test("urgent work held back by per_host on another host: a lingering task keeps its request (parking it frees nothing for that work)")
+    func lingeringKeepsPlaceForOtherHosts() throws {
+        var s = makeScheduler(fast: 4, slow: 1, perHost: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1))
+        #expect(s.demote(U.a.key, now: t(2)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(3))
+        #expect(s.get(U.b2, waiter: w(1, 3), cache: .missing, now: t(4)) == [], "b2 waits for its host; a lingers on")
+        #expect(s.task(U.a.key)?.lingering == true && s.task(U.b2.key)?.state == .waiting)
+        #expect(s.get(U.a2, waiter: w(1, 4), cache: .missing, now: t(5))
+                == [.park(key: U.a.key), start(U.a2, .fast)], "urgent work on a's host takes its place")
+        #expect(s.counts == s.recomputedCounts)
+    }
+
     @Test("at most fastWidth tasks linger; a background pause parks them; a narrower fast lane parks the newest")
     func lingeringBounds() throws {
         var s = makeScheduler(fast: 2)
