@@ -286,6 +286,9 @@ final class Daemon {
         if connection.isAbandoned, !command.outlivesClient { return }
         let id = request.id
         let now = wallClockMilliseconds()
+        // Requests take effect in the order they came: the queues before this one are committed first, so that a
+        // `cancel` or `info` right behind a `queue` (pipelined, or another client's in the same turn) sees its URLs.
+        if !command.isQueue { commitQueueBatch(now: now) }
         switch command {
         case .ping: reply(connection, id, Pong())
         case .get(let text, let variant, let offline, let staleAllowance):
@@ -466,7 +469,8 @@ final class Daemon {
 
     // MARK: Durable backlog
 
-    /// Commits this turn's `queue` requests in one transaction, then replies to each.
+    /// Commits the `queue` requests that came since the last commit (this turn's, up to a request of another kind) in
+    /// one transaction, then replies to each.
     private func commitQueueBatch(now: Int64) {
         guard !queueBatch.isEmpty else { return }
         let batch = queueBatch

@@ -85,6 +85,32 @@ struct EndToEndTests {
         #expect(cli.stderr.contains("1 queued, 1 already, 1 rejected"), "\(cli.stderr)")
     }
 
+    @Test("requests pipelined behind a queue take effect after it: cancel cancels, promote promotes, info sees the URL; replies in order")
+    func pipelinedBehindQueue() throws {
+        let origin = try Origin()
+        try origin.setDelay(30)  // nothing finishes while the test looks
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let a = origin.url("/pipelined/a.jpg"), b = origin.url("/pipelined/b.jpg"), c = origin.url("/pipelined/c.jpg")
+        // One write: the daemon reads the four lines in one turn.
+        connection.send(#"{"id":1,"op":"queue","urls":["\#(a)","\#(b)","\#(c)"]}"# + "\n"
+                        + #"{"id":2,"op":"cancel","urls":["\#(a)"]}"# + "\n"
+                        + #"{"id":3,"op":"promote","urls":["\#(b)"]}"# + "\n"
+                        + #"{"id":4,"op":"info","url":"\#(c)"}"# + "\n")
+        let replies = (1...4).compactMap { _ in connection.receive() }
+        #expect(replies.map { $0["id"] as? Int } == [1, 2, 3, 4], "\(replies)")
+        let statuses = { (reply: [String: Any]) in
+            ((reply["result"] as? [String: Any])?["results"] as? [[String: Any]])?.map { $0["status"] as? String }
+        }
+        #expect(statuses(replies[0]) == ["queued", "queued", "queued"])
+        #expect(statuses(replies[1]) == ["cancelled"], "the cancel found the URL queued just before it")
+        #expect(statuses(replies[2]) == ["promoted"])
+        #expect((replies[3]["result"] as? [String: Any])?["task"] != nil, "info sees the queued URL")
+        let listed = daemon.ctl("list", "--json").stdout
+        #expect(!listed.contains("/pipelined/a.jpg") && listed.contains("/pipelined/b.jpg"), "\(listed)")
+    }
+
     @Test("kill -9 right after queue of 1,000 URLs: after a restart all are queued or cached, the index is sound")
     func crashAfterQueue() throws {
         let origin = try Origin()

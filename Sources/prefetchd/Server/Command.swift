@@ -34,6 +34,12 @@ enum Command {
         }
     }
 
+    /// A `queue` joins its turn's batch, committed in one transaction at the end of the turn, or before the next
+    /// request of another kind is carried out.
+    var isQueue: Bool {
+        if case .queue = self { true } else { false }
+    }
+
     static let maximumViewRows = 100_000
     static let maximumVisibleRows = 1_000
     static let maximumLookAround = 1_000
