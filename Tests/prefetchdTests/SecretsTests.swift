@@ -3,6 +3,17 @@ import Testing
 
 /// Passwords in URLs: the key keeps them (curl needs them to fetch), nothing a person is shown does.
 struct SecretsTests {
+    @Test("queue --wait of a URL with a password that takes seconds: finished, exit 0 (it asked info by the hidden key and said cancelled)")
+    func queueWaitWithPassword() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = "http://user:pw@127.0.0.1:\(origin.port)/secret-wait.jpg?size=100000&drip=50000"  // about 2 s
+        let waited = daemon.ctl("queue", "--wait", url)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(waited.stderr.contains("1 queued; 1 finished, 0 failed"), "\(waited.stderr)")
+        #expect(!waited.stderr.contains("pw@"), "\(waited.stderr)")
+    }
+
     @Test("http://user:secret@host/… wrote the password to the log: log, status, list, info, watch and metrics show user:***@")
     func passwordNeverShown() throws {
         let origin = try Origin()

@@ -9,6 +9,8 @@ enum BatchCommand {
     /// A part of the list: sent and awaiting its reply, or with its results (and, for a summary, its counts).
     private struct Part {
         var id: Int64?
+        /// The URLs sent, as given: results show them with any password hidden.
+        var urls: [String] = []
         var results: [ItemResult]?
         var counts: [String: Int]?
     }
@@ -42,7 +44,7 @@ enum BatchCommand {
                 total += urls.count
                 do throws(CLIError) {
                     pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls, now: arguments.now ? true : nil,
-                                                                    summary: summary ? true : nil))))
+                                                                    summary: summary ? true : nil)), urls: urls))
                 } catch {
                     // Only a URL too long for any request line is refused before sending; it went alone.
                     guard case .failed(let refusal) = error else { throw error }
@@ -56,9 +58,9 @@ enum BatchCommand {
                 for (status, count) in part.counts ?? [:] {
                     tally[ItemStatus(rawValue: status), default: 0] += min(max(count, 0), Request.maximumBatch)
                 }
-                for item in results {
+                for (index, item) in results.enumerated() {
                     if part.counts == nil { tally[item.status, default: 0] += 1 }
-                    waiter?.track(item)
+                    waiter?.track(item, sent: index < part.urls.count ? part.urls[index] : item.url)
                     if let error = item.error, item.status == .rejected {
                         exitCode = max(exitCode, ExitCode.rejected)
                         if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
@@ -118,8 +120,11 @@ final class QueueWait {
     private let glyphs = ProgressBar()
     private let started = monotonicNow()
 
-    /// Keys still awaited → the URLs as given.
+    /// Keys still awaited → the URLs as shown (a password hidden).
     private var awaited: [String: [String]] = [:]
+    /// Keys still awaited → a URL as it was sent, for `info`: the daemon does not know a key or URL whose password
+    /// is hidden.
+    private var sent: [String: String] = [:]
     /// Endings seen for keys whose `queue` reply had not come yet.
     private var early: [String: Ending] = [:]
     private var lastError: [String: WireError] = [:]
@@ -154,13 +159,14 @@ final class QueueWait {
     /// `; 3 finished, 1 failed` for the summary line.
     var summary: String { "; \(finished) finished, \(failed) failed" }
 
-    /// A `queue` result: what to wait for.
-    func track(_ item: ItemResult) {
+    /// A `queue` result, and the URL sent for it: what to wait for.
+    func track(_ item: ItemResult, sent url: String) {
         guard let key = item.key else { return }
         switch item.status {
         case .queued, .promoted, .already:
             total += 1
             awaited[key, default: []].append(item.url)
+            sent[key] = sent[key] ?? url
             if early.removeValue(forKey: key) != nil { check(key) }
         case .cached:
             total += 1
@@ -222,8 +228,8 @@ final class QueueWait {
         }
         while checking.count < 32, let key = toCheck.popLast() {
             listed.remove(key)
-            guard awaited[key] != nil else { continue }
-            checking[try client.send(Request(id: nil, op: .info, url: key))] = key
+            guard awaited[key] != nil, let url = sent[key] else { continue }
+            checking[try client.send(Request(id: nil, op: .info, url: url))] = key
         }
         draw()
     }
@@ -271,6 +277,7 @@ final class QueueWait {
 
     private func end(_ key: String, _ error: WireError?) {
         guard let urls = awaited.removeValue(forKey: key) else { return }
+        sent[key] = nil
         movedAt = monotonicNow()
         lastError[key] = nil
         for url in urls {
