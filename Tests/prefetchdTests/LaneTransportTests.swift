@@ -33,6 +33,36 @@ struct LaneTransportTests {
         #expect(FileManager.default.contents(atPath: file) == (try origin.body(background)))
     }
 
+    @Test("a get that promotes a background download in place leaves the pool read: the other background download lets go until urgent work ends, then resumes with Range")
+    func promotionLetsOtherBackgroundGo() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "2"])
+        // Both running in the background pool, resumable (strong ETags): A about 4 s, B about 8 s.
+        let a = "/promo-a.jpg?size=1000000&drip=250000", b = "/promo-b.jpg?size=2000000&drip=250000"
+        #expect(daemon.ctl("queue", origin.url(a), origin.url(b)).status == 0)
+        #expect(try waitUntil(seconds: 10) { try Set(origin.stats().log.map(\.path)).isSuperset(of: ["/promo-a.jpg", "/promo-b.jpg"]) })
+        usleep(500_000)
+
+        // A becomes urgent in place, on its background connection, which must now be read: B could not be held there.
+        let urgent = daemon.ctl("get", "--timeout", "30", origin.url(a))
+        #expect(urgent.status == 0, "\(urgent.stderr)")
+        #expect(try waitUntil(seconds: 40) { daemon.ctl("get", "--offline", origin.url(b)).status == 0 })
+        let log = try origin.stats().log
+        let urgentEnd = try #require(log.last { $0.path == "/promo-a.jpg" }?.end)
+        #expect(log.filter { $0.path == "/promo-a.jpg" }.count == 1, "the promotion restarted A")
+        let requests = log.filter { $0.path == "/promo-b.jpg" }
+        #expect(requests.count == 2, "B ran on beside the urgent transfer: \(requests.count) request(s)")
+        if requests.count == 2 {
+            #expect((requests[0].end ?? .infinity) < urgentEnd, "B's first request went on while A was urgent")
+            #expect(requests[1].start >= urgentEnd - 0.2, "B started again before the urgent work ended")
+            let range = requests[1].range ?? ""
+            #expect(range.hasPrefix("bytes=") && !range.hasPrefix("bytes=0-"), "B's second request asked for \(range)")
+        }
+        let entry = daemon.ctl("get", "--json", "--offline", origin.url(b))
+        let object = try #require(try JSONSerialization.jsonObject(with: entry.stdoutData) as? [String: Any], "\(entry.stderr)")
+        #expect(FileManager.default.contents(atPath: try #require(object["path"] as? String)) == (try origin.body(b)))
+    }
+
     @Test("per_host 1: an urgent get waiting for the host of a running background download does not hold it back, and is served after it")
     func urgentWaitingForTheHostHoldsNothing() throws {
         let origin = try Origin()

@@ -314,9 +314,10 @@ final class CurlFetcher {
 
     /// The background pool is held while urgent work runs or its rate budget is in debt, unless a transfer promoted in
     /// place still runs on it. Held for urgent work, background transfers still connecting let go of their
-    /// connections at once: curl's connect timeout would run on while they are held. Transfers that let go start again
-    /// once the pool is read again. (Work demoted in place stays on its urgent connection, unheld: see
-    /// docs/transport.md.)
+    /// connections at once: curl's connect timeout would run on while they are held; and while a promoted transfer
+    /// keeps the pool read, every background transfer on it lets go, since it could not be held (on HTTP/2 it would
+    /// share the promoted one's connection). Transfers that let go start again once urgent work no longer holds the
+    /// pool. (Work demoted in place stays on its urgent connection, unheld: see docs/transport.md.)
     private func updateHold() {
         let urgentOnBackgroundConnection = transfers.values.contains { $0.pool == .slow && $0.lane == .fast }
         let held = (backgroundHeld || rateHeld) && !urgentOnBackgroundConnection
@@ -325,9 +326,9 @@ final class CurlFetcher {
             pathWindows.holdChanged()
         }
         slowPool.hold(held)
-        if held {
-            if backgroundHeld { letGoOfConnections { $0.lane == .slow && $0.pool == .slow && $0.isConnecting } }
-        } else {
+        if backgroundHeld {
+            letGoOfConnections { $0.lane == .slow && $0.pool == .slow && ($0.isConnecting || !held) }
+        } else if !held {
             let restarts = letGo.values
             letGo = [:]
             for request in restarts { start(request) }
