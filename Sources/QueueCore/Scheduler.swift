@@ -243,7 +243,12 @@ public struct Scheduler: Sendable {
         guard var task = tasks[key] else { return [] }
         if task.promotionPending {
             tasks[key]!.promotionPending = false
-            return []
+            // While background work is paused, only a promotion kept a lingering request out: it is parked now.
+            guard task.lingering, backgroundPaused else { return [] }
+            var actions: [Action] = []
+            park(key, waitingIn: .slow, into: &actions)
+            admit(now: now, into: &actions)
+            return actions
         }
         guard task.lane == .fast else { return [] }
         var actions: [Action] = []

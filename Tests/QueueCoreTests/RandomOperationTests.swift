@@ -648,12 +648,13 @@ struct Runner {
     /// What a demotion of `key` (also by the release of its last waiter) may do: a running fast task changes lane in
     /// place when the slow lane has room; otherwise it lingers (a lane change too) when its response has not begun,
     /// background work is not paused and fewer than `fastWidth` linger, and is parked at the slow lane's front
-    /// otherwise; a pending promotion is withdrawn.
+    /// otherwise; a pending promotion is withdrawn (while background work is paused, a lingering task it kept out is
+    /// then parked).
     mutating func expectDemotion(_ key: String) -> Allowed {
         guard let task = running[key] else { return Allowed() }
         if task.promotionPending {
             running[key]?.promotionPending = false
-            return Allowed()
+            return task.lingering && backgroundPaused ? Allowed(parks: [(key, .slow)]) : Allowed()
         }
         guard task.lane == .fast else { return Allowed() }
         if occupying(.slow) < slowCapacity {
@@ -683,7 +684,7 @@ struct Runner {
         try process(actions, allowed)
         let after = scheduler.task(key)
         guard after?.waiters == before.waiters.filter({ $0 != waiter }),
-              after?.lane == (demotes ? .slow : before.lane), demotes || actions == [],
+              after?.lane == (demotes ? .slow : before.lane), demotes || actions == [] || !allowed.parks.isEmpty,
               !last || after?.promotionPending == false else {
             throw fail("release left \(String(describing: after)) (before \(before)), actions \(actions)")
         }

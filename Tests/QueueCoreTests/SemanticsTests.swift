@@ -404,6 +404,20 @@ struct RunningAsFastTests {
         #expect(s.counts == s.recomputedCounts)
     }
 
+    @Test("a lingering task kept out through a background pause by its pending promotion is parked when the promotion is withdrawn")
+    func lingeringParkedWhenPromotionWithdrawnWhilePaused() throws {
+        var s = makeScheduler(fast: 1, slow: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(1))
+        _ = s.demote(U.a.key, now: t(2))
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(3))
+        _ = s.promote(U.a.key, now: t(4))
+        #expect(s.task(U.a.key)?.lingering == true && s.task(U.a.key)?.promotionPending == true)
+        #expect(!s.pauseBackground(true, now: t(5)).contains(.park(key: U.a.key)), "its promotion keeps it out")
+        #expect(s.demote(U.a.key, now: t(6)) == [.park(key: U.a.key)], "nothing keeps it out any more")
+        #expect(s.task(U.a.key)?.state == .waiting && s.counts.lingering == 0 && s.counts == s.recomputedCounts)
+    }
+
     @Test("at most fastWidth tasks linger; a background pause parks them; a narrower fast lane parks the newest")
     func lingeringBounds() throws {
         var s = makeScheduler(fast: 2)
