@@ -102,7 +102,7 @@ public struct Scheduler: Sendable {
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
     private var negative: [String: (failure: Failure, until: Moment)] = [:]
     /// Per host: transient failures in a row, and when the last one came.
-    private var hostFailures: [String: (count: Int, last: Moment)] = [:]
+    private var hostFailures: [String: (count: Int, last: Moment, connection: String?)] = [:]
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
     private var startsSoFar: UInt64 = 0
@@ -342,7 +342,7 @@ public struct Scheduler: Sendable {
         // It failed too often in a row when it was paused: after the pause, one more failure pauses it again.
         if let threshold = configuration.hostFailureThreshold {
             let pausedAt = Moment(milliseconds: until.milliseconds.saturatingSubtract(configuration.hostPause))
-            hostFailures[host] = (threshold, pausedAt)
+            hostFailures[host] = (threshold, pausedAt, nil)
         }
     }
 
@@ -777,8 +777,13 @@ public struct Scheduler: Sendable {
             hostFailures.removeValue(forKey: host)
             return nil
         case .failure(let failure) where failure.isTransient && !Self.localFailureCodes.contains(failure.code):
-            let failures = min(failuresInARow(host, now: now), Self.failuresCounted) + 1
-            hostFailures[host] = (failures, now)
+            // The transfers that one dropped connection ends fail together: that is one failure of the host.
+            let previous = failuresInARow(host, now: now)
+            if previous > 0, let connection = failure.connection, hostFailures[host]?.connection == connection {
+                return nil
+            }
+            let failures = min(previous, Self.failuresCounted) + 1
+            hostFailures[host] = (failures, now, failure.connection)
             guard let threshold = configuration.hostFailureThreshold, failures >= threshold else { return nil }
             let until = now + configuration.hostPause
             pausedHosts[host] = until

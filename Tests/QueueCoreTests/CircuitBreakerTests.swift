@@ -35,6 +35,28 @@ struct CircuitBreakerTests {
         #expect(s.paused.isEmpty)
     }
 
+    @Test("the transfers one dropped connection ends count as one failure of the host (an HTTP/2 connection carries many): no pause, each retried")
+    func droppedConnectionCountsOnce() throws {
+        let retry = RetryPolicy(maxAttempts: 3, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(fastWidth: 8, retry: retry, hostFailureThreshold: 3, hostPause: 5_000), seed: 1)
+        let urls = (1...6).map { url("http://a.example/\($0)") }
+        for (n, u) in urls.enumerated() { _ = s.get(u, waiter: w(1, UInt64(n)), cache: .missing, now: t(0)) }
+        var dropped = Self.network
+        dropped.connection = "[10.0.0.1]:40000>[10.0.0.2]:443"
+        for u in urls {
+            #expect(!s.finish(u.key, .failure(dropped), now: t(10)).contains { if case .pauseHost = $0 { true } else { false } })
+        }
+        #expect(s.paused.isEmpty && urls.allSatisfy { s.task($0.key)?.waiters.count == 1 }, "every get waits for its retry")
+        // Other connections' failures are further evidence: with the one before, the third pauses the host.
+        var other = dropped
+        _ = s.advance(to: t(200))
+        for (n, port) in [40001, 40002].enumerated() {
+            other.connection = "[10.0.0.1]:\(port)>[10.0.0.2]:443"
+            let actions = s.finish(urls[n].key, .failure(other), now: t(300))
+            #expect(actions.contains(.pauseHost(host: "a.example", until: t(5_300))) == (n == 1), "\(actions)")
+        }
+    }
+
     @Test("when a host is paused, its waiting urgent work fails fast and moves to the background; the slow lane resumes")
     func failFastOnPause() throws {
         let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)

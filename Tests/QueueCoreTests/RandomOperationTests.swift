@@ -27,7 +27,8 @@ enum RandomWorld {
 enum FinishKind: Equatable, Sendable, CustomStringConvertible {
     case ok
     case serverError(retryAfter: Int64?)
-    case network
+    /// A connection reset, on one of two connections (ids 0 and 1): the failures on one count once for its host.
+    case network(connection: Int?)
     /// No answer from the server (no connection): when its host was failing already, not the URL's fault.
     case unreachable
     case notFound
@@ -43,7 +44,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .ok: .success
         case .serverError(let retryAfter): .failure(.httpStatus(503, retryAfter: retryAfter))
-        case .network: .failure(Failure(code: .network, message: "connection reset", isTransient: true))
+        case .network(let connection): .failure(Failure(code: .network, message: "connection reset", isTransient: true,
+                                                        connection: connection.map { "connection \($0)" }))
         case .unreachable: .failure(Failure(code: .network, message: "could not connect", isTransient: true,
                                             unreached: true))
         case .notFound: .failure(.httpStatus(404))
@@ -59,7 +61,8 @@ enum FinishKind: Equatable, Sendable, CustomStringConvertible {
         case .ok: "ok"
         case .serverError(nil): "transient 503"
         case .serverError(let retryAfter?): "transient 503, Retry-After \(retryAfter)ms"
-        case .network: "transient network error"
+        case .network(nil): "transient network error"
+        case .network(let connection?): "transient network error on connection \(connection)"
         case .unreachable: "transient, the server not reached (could not connect)"
         case .notFound: "permanent 404"
         case .diskFull: "disk_full (this machine's disk is full)"
@@ -146,6 +149,7 @@ enum Situation: String, CaseIterable {
     case waiterLeft = "waiter left (disconnect or release)"
     case hostPaused = "host paused by the circuit breaker"
     case pausedAgain = "a host failing since its last pause paused again by one more failure"
+    case sameConnectionFailure = "a failure on the connection of the host's last counted failure: not counted again"
     case attemptGivenBack = "background work that did not reach a host failing already: the attempt given back"
     case failuresForgotten = "a host's failures in a row forgotten after a long quiet time"
     case releasedAndDemoted = "the last waiter released, the task demoted"
@@ -227,7 +231,7 @@ struct Runner {
     var pending: [String: Set<Waiter>] = [:]
     var negative: [String: (failure: Failure, until: Moment)] = [:]
     /// Per host: transient failures in a row and when the last came; forgotten after a quiet time (`failures(of:)`).
-    var hostFailures: [String: (count: Int, last: Moment)] = [:]
+    var hostFailures: [String: (count: Int, last: Moment, connection: String?)] = [:]
     /// Fetches started per key, counted against the URL or not.
     var tries: [String: Int] = [:]
     var pausedHosts: [String: Moment] = [:]
@@ -500,11 +504,15 @@ struct Runner {
             switch kind.outcome {
             case .success:
                 hostFailures[task.host] = nil
+            case .failure(let failure) where failure.isTransient && !kind.isLocal && failuresBefore > 0
+                && failure.connection != nil && hostFailures[task.host]?.connection == failure.connection:
+                // The connection of the failure counted last: the same drop ended it, nothing more is counted.
+                coverage.note(.sameConnectionFailure)
             case .failure(let failure) where failure.isTransient && !kind.isLocal:
                 // A failure of this machine neither counts against the host nor resets its count; a pause does not
                 // reset it either.
                 let count = failuresBefore + 1
-                hostFailures[task.host] = (count, now)
+                hostFailures[task.host] = (count, now, failure.connection)
                 if let threshold = configuration.hostFailureThreshold, count >= threshold {
                     if count > threshold { coverage.note(.pausedAgain) }
                     pauseHost = task.host
@@ -1138,6 +1146,8 @@ struct Scenario {
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []
         var nextRequest: UInt64 = 1
+        /// A connection that dropped: the other running transfers of its host fail with it, one step each.
+        var dropping: (host: String, connection: Int)?
 
         func cache() -> CacheState {
             switch below(20) {
@@ -1161,7 +1171,13 @@ struct Scenario {
                 let op: Op
                 let key = below(RandomWorld.keys.count)
                 let spelling = below(RandomWorld.spellings.count)
-                switch below(100) {
+                let droppedNext = dropping.flatMap { drop in
+                    runner.running.filter { $0.value.host == drop.host }.keys.sorted().first
+                }
+                if droppedNext == nil { dropping = nil }
+                switch droppedNext == nil ? below(100) : -1 {
+                case -1:
+                    op = .finish(key: RandomWorld.keyIndex[droppedNext!]!, .network(connection: dropping!.connection))
                 case 0..<18:
                     let waiter = Waiter(client: UInt64(roll(RandomWorld.clients)), request: nextRequest)
                     nextRequest += 1
@@ -1239,7 +1255,15 @@ struct Scenario {
                     case 0..<4: kind = .ok
                     case 4: kind = .serverError(retryAfter: nil)
                     case 5: kind = .serverError(retryAfter: Int64(roll(0...3_000)))
-                    case 6: kind = .network
+                    case 6:
+                        let host = runner.running[RandomWorld.keys[finishKey].key]!.host
+                        let connection = roll(0...1)
+                        if runner.running.values.count(where: { $0.host == host }) > 1, coin() {
+                            dropping = (host, connection)
+                            kind = .network(connection: connection)
+                        } else {
+                            kind = .network(connection: coin() ? nil : connection)
+                        }
                     case 7: kind = .notFound
                     case 8: kind = .unreachable
                     default: kind = coin() ? .diskFull : .local
@@ -1339,14 +1363,14 @@ struct RandomOperationTests {
     @Test("the random sequences reach every interesting situation")
     func coverage() {
         var total = Coverage()
-        for i in 0..<1_200 {
+        for i in 0..<1_600 {
             let (_, violation, coverage) = Scenario.generate(seed: 0xC0DE &+ UInt64(i))
             #expect(violation == nil)
             total.add(coverage)
         }
         for situation in Situation.allCases {
             let count = total.counts[situation, default: 0]
-            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 1,200 sequences")
+            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 1,600 sequences")
         }
     }
 

@@ -4,7 +4,17 @@ import QueueCore
 
 /// Maps libcurl's result codes to the protocol's error codes.
 enum CurlErrors {
+    /// The failure for `code`. One that may have ended with its connection (a network error or a stall) names that
+    /// connection: when it drops, every transfer on it fails, and the host's circuit breaker counts that once.
     static func failure(_ code: CURLcode, transfer: Transfer) -> Failure {
+        var failure = classify(code, transfer: transfer)
+        if failure.isTransient, failure.code == .network || failure.code == .timeout {
+            failure.connection = transfer.connection
+        }
+        return failure
+    }
+
+    private static func classify(_ code: CURLcode, transfer: Transfer) -> Failure {
         if let reason = transfer.stopReason { return reason }
         if let refused = transfer.refusedAddress {
             let kind = IPNetwork.linkLocal.contains(refused.network) ? "link-local network" : "denied network"

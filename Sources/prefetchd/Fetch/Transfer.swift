@@ -193,6 +193,18 @@ final class Transfer {
         return String(cString: host)
     }
 
+    /// The connection the transfer ran on, once it had one: its local and remote addresses and ports.
+    var connection: String? {
+        var localPort = 0, remotePort = 0
+        var local: UnsafeMutablePointer<CChar>?, remote: UnsafeMutablePointer<CChar>?
+        pf_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &localPort)
+        pf_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &remotePort)
+        pf_easy_getinfo_string(easy, CURLINFO_LOCAL_IP, &local)
+        pf_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &remote)
+        guard localPort > 0, let local, let remote else { return nil }
+        return "[\(String(cString: local))]:\(localPort)>[\(String(cString: remote))]:\(remotePort)"
+    }
+
     var responseCode: Int {
         var code = 0
         pf_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)

@@ -1,0 +1,57 @@
+import Foundation
+import Testing
+
+/// What only HTTP/2 does to the daemon: many transfers on one connection (Fixtures/h2_origin.py, TLS with a private
+/// CA). The lanes' connections over HTTP/2 are tested on the network lab (lab/lab_tests.py).
+@Suite(.serialized)
+struct HTTP2Tests {
+    /// Fixtures/h2_origin.py on 127.0.0.1, with a certificate of `ca`.
+    final class H2Origin {
+        let child: ChildProcess
+        let port: Int
+        let log: String
+        private let directory: TemporaryDirectory
+
+        init(_ ca: TLSTests.PrivateCA) throws {
+            directory = try TemporaryDirectory()
+            log = directory.path + "/requests.log"
+            // Debian's python3, which has python3-h2.
+            child = try ChildProcess("/usr/bin/python3", [Paths.fixtures + "/h2_origin.py", "--cert", ca.certificate,
+                                                          "--key", ca.key, "--log", log],
+                                     stderrPath: directory.path + "/origin.err")
+            let line = child.stdout.fileHandleForReading.readLine()
+            guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
+                throw HarnessError("the HTTP/2 origin did not start: \(child.stderrText)")
+            }
+            self.port = port
+        }
+
+        func url(_ path: String) -> String { "https://127.0.0.1:\(port)\(path)" }
+
+        /// Every request so far: its path and the number of the connection it came on.
+        func requests() throws -> [(path: String, connection: Int)] {
+            try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { line in
+                let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                guard let path = object?["path"] as? String, let connection = object?["connection"] as? Int else { return nil }
+                return (path, connection)
+            }
+        }
+    }
+
+    @Test("a connection that drops with six gets on it is one failure of the host: each get is retried and answered (five made the host paused for 60 s and failed the others)")
+    func droppedConnectionFailsNoHost() throws {
+        let ca = try TLSTests.PrivateCA()
+        let origin = try H2Origin(ca)
+        let daemon = try DaemonUnderTest(["--ca-file", ca.caFile])
+        // All six start together on one connection; 50 KB into the first body the server closes it.
+        let urls = ["/drop.jpg?size=200000&drip=200000&drop=50000"] + (1...5).map { "/with-\($0).jpg?size=200000&drip=200000" }
+        let result = daemon.ctl("get", "--timeout", "30", "-", stdin: urls.map(origin.url).joined(separator: "\n") + "\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(!result.stderr.contains("host_paused"), "\(result.stderr)")
+        let first = try origin.requests().filter { $0.connection == 1 }
+        #expect(first.count == 6, "the six gets shared the first connection: \(first)")
+        #expect(try origin.requests().count == 12, "each was asked again once")
+        let after = daemon.ctl("get", origin.url("/after.jpg"))
+        #expect(after.status == 0, "the host is not paused: \(after.stderr)")
+    }
+}
