@@ -61,7 +61,9 @@ enum CurlErrors {
             return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_PARTIAL_FILE:
-            return Failure(code: .network, message: "the body was shorter than its Content-Length", isTransient: true)
+            // curl's detail tells a connection closed early from an HTTP/2 stream or protocol error.
+            return Failure(code: .network, message: "the body was shorter than its Content-Length"
+                           + (transfer.errorDetail.map { " (\($0))" } ?? ""), isTransient: true)
         default:
             return Failure(code: .network, message: transfer.errorDetail ?? text, isTransient: true,
                            unreached: !transfer.requestSent)
