@@ -10,8 +10,9 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
     /// The server was not reached: no address, no connection or no TLS handshake, so no request was sent. When its
     /// host was failing already, such a failure says nothing about the URL: the host, or the network, is down.
     public var unreached: Bool
-    /// The connection that carried the request, when one did (its addresses and ports): on HTTP/2 one connection
-    /// that drops ends every transfer on it, and those failures are one event for the host's circuit breaker.
+    /// The connection that carried the request, when the failure came with its end (its addresses and ports): on
+    /// HTTP/2 one connection that drops ends every transfer on it, and those failures are one event for the host's
+    /// circuit breaker.
     public var connection: String?
 
     public init(code: ErrorCode, message: String, isTransient: Bool, retryAfter: Int64? = nil, httpStatus: Int? = nil,

@@ -4,12 +4,16 @@ import QueueCore
 
 /// Maps libcurl's result codes to the protocol's error codes.
 enum CurlErrors {
-    /// The failure for `code`. One that may have ended with its connection (a network error or a stall) names that
-    /// connection: when it drops, every transfer on it fails, and the host's circuit breaker counts that once.
+    /// The failure for `code`. One that came with the end of its connection (closed, reset or broken as a whole, not
+    /// a single HTTP/2 stream refused or a stall) names that connection: when it drops, every transfer on it fails,
+    /// and the host's circuit breaker counts that once.
     static func failure(_ code: CURLcode, transfer: Transfer) -> Failure {
         var failure = classify(code, transfer: transfer)
-        if failure.isTransient, failure.code == .network || failure.code == .timeout {
-            failure.connection = transfer.connection
+        switch code {
+        case CURLE_PARTIAL_FILE, CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_HTTP2, CURLE_GOT_NOTHING:
+            if failure.isTransient, failure.code == .network { failure.connection = transfer.connection }
+        default:
+            break
         }
         return failure
     }
