@@ -101,7 +101,7 @@ public struct Scheduler: Sendable {
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
     private var negative: [String: (failure: Failure, until: Moment)] = [:]
-    /// Per host: transient failures in a row, and when the last one came.
+    /// Per host: transient failures in a row, when the last one came, and the connection whose end it came with.
     private var hostFailures: [String: (count: Int, last: Moment, connection: String?)] = [:]
     private var pausedHosts: [String: Moment] = [:]
     private var nextTicket: UInt64 = 0
