@@ -60,29 +60,124 @@ enum Leftovers {
     }
 }
 
+/// A child process started with `posix_spawn` and reaped with `waitpid` by whoever asks. (Foundation's `Process`
+/// reaps its children on one monitor thread, which was seen blocked in `waitpid` on a child still running: every
+/// `waitUntilExit` of the test run then waited for ever.)
+final class Spawned: @unchecked Sendable {
+    let processIdentifier: pid_t
+    /// The raw wait status, once reaped.
+    private let status = Mutex<Int32?>(nil)
+
+    /// Starts `executable` (a full path) with `arguments`, the given environment (else this one's) and descriptors
+    /// for its standard streams (else this process's). Signals start unblocked and at their defaults: the test
+    /// process ignores SIGPIPE, and the thread that spawns may block some.
+    init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+         standardInput: Int32? = nil, standardOutput: Int32? = nil, standardError: Int32? = nil) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for (descriptor, target) in [(standardInput, 0), (standardOutput, 1), (standardError, 2)] {
+            if let descriptor { posix_spawn_file_actions_adddup2(&actions, descriptor, Int32(target)) }
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t(), all = sigset_t()
+        sigemptyset(&none)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { $0.map { strdup("\($0.key)=\($0.value)") } + [nil] }
+        defer {
+            argv.forEach { free($0) }
+            envp?.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let result = spawning.withLock { _ in
+            if let envp { posix_spawn(&pid, executable, &actions, &attributes, argv, envp) }
+            else { posix_spawn(&pid, executable, &actions, &attributes, argv, environ) }
+        }
+        guard result == 0 else { throw HarnessError("cannot start \(executable): \(String(cString: strerror(result)))") }
+        processIdentifier = pid
+    }
+
+    var isRunning: Bool { reap() == nil }
+
+    func waitUntilExit() {
+        while reap() == nil { usleep(5_000) }
+    }
+
+    /// The exit status, or the number of the signal that ended it (as Foundation's `Process` says); it waits for
+    /// the end.
+    var terminationStatus: Int32 {
+        waitUntilExit()
+        let raw = reap() ?? 0
+        return raw & 0x7f == 0 ? (raw >> 8) & 0xff : raw & 0x7f
+    }
+
+    /// The wait status once the child has ended (reaping it then), nil while it runs.
+    private func reap() -> Int32? {
+        status.withLock { status in
+            if let status { return status }
+            var raw: Int32 = 0
+            var result: pid_t
+            repeat { result = waitpid(processIdentifier, &raw, WNOHANG) } while result == -1 && errno == EINTR
+            guard result == processIdentifier else { return nil }
+            status = raw
+            return raw
+        }
+    }
+}
+
+/// The reading end of a child's output.
+final class ChildOutput: Sendable {
+    let fileHandleForReading: FileHandle
+    init(_ descriptor: Int32) { fileHandleForReading = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true) }
+}
+
+/// Held while a child is spawned and while a pipe is made close-on-exec, so that no child inherits another's pipe.
+private let spawning = Mutex(())
+
+/// A pipe whose ends no child inherits (the child's own end is dup'ed onto its stream).
+func closeOnExecPipe() throws -> (read: Int32, write: Int32) {
+    var descriptors: [Int32] = [-1, -1]
+    try spawning.withLock { _ throws(HarnessError) in
+        guard pipe(&descriptors) == 0 else { throw HarnessError("pipe: errno \(errno)") }
+        for descriptor in descriptors { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+    }
+    return (descriptors[0], descriptors[1])
+}
+
 /// A process started for a test and stopped (by PID) when the test lets go of it, also on failure.
 final class ChildProcess {
-    let process = Process()
-    let stdout = Pipe()
+    let process: Spawned
+    let stdout: ChildOutput
     let stderrPath: String
 
     init(_ executable: String, _ arguments: [String], stderrPath: String, environment: [String: String]? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = stdout
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.standardError = FileHandle(forWritingAtPath: stderrPath)
+        let output = try closeOnExecPipe()
+        let errors = open(stderrPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        defer {
+            close(output.write)
+            if errors >= 0 { close(errors) }
+        }
+        guard errors >= 0 else {
+            close(output.read)
+            throw HarnessError("open \(stderrPath): errno \(errno)")
+        }
+        stdout = ChildOutput(output.read)
         self.stderrPath = stderrPath
-        if let environment { process.environment = environment }
-        try process.run()
+        process = try Spawned(executable, arguments, environment: environment, standardOutput: output.write,
+                              standardError: errors)
         Leftovers.track(pid: process.processIdentifier)
     }
 
     var pid: Int32 { process.processIdentifier }
     var stderrText: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Sends `signal` and waits for the exit; after 2 s, SIGKILL. (Children of the test runner may start with
-    /// signals blocked, inherited from the spawning thread.)
+    /// Sends `signal` and waits for the exit; after 2 s, SIGKILL.
     func stop(_ signal: Int32 = SIGTERM) {
         guard process.isRunning else { return }
         kill(pid, signal)
@@ -221,27 +316,33 @@ private let brokenPipesIgnored: Void = { signal(SIGPIPE, SIG_IGN) }()
 /// Runs a program to completion.
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil, stdinData: Data? = nil) -> CommandResult {
     _ = brokenPipesIgnored
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let out = Pipe(), err = Pipe(), input = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = input
-    do { try process.run() } catch { return CommandResult(status: -1, stdoutData: Data(), stderr: "\(error)") }
+    let child: Spawned
+    let input: (read: Int32, write: Int32), out: (read: Int32, write: Int32), err: (read: Int32, write: Int32)
+    do {
+        (input, out, err) = (try closeOnExecPipe(), try closeOnExecPipe(), try closeOnExecPipe())
+        defer { [input.read, out.write, err.write].forEach { close($0) } }
+        child = try Spawned(executable, arguments, standardInput: input.read, standardOutput: out.write,
+                            standardError: err.write)
+    } catch {
+        return CommandResult(status: -1, stdoutData: Data(), stderr: "\(error)")
+    }
     let feed = stdinData ?? stdin.map { Data($0.utf8) }
     DispatchQueue.global().async {
         // A command that exits before reading all of it (a timeout) leaves a broken pipe: not the test's crash.
-        if let feed { try? input.fileHandleForWriting.write(contentsOf: feed) }
-        try? input.fileHandleForWriting.close()
+        let writer = FileHandle(fileDescriptor: input.write, closeOnDealloc: true)
+        if let feed { try? writer.write(contentsOf: feed) }
+        try? writer.close()
     }
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
-    DispatchQueue.global().async(group: group) { outData = out.fileHandleForReading.readDataToEndOfFile() }
-    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
+    DispatchQueue.global().async(group: group) {
+        outData = FileHandle(fileDescriptor: out.read, closeOnDealloc: true).readDataToEndOfFile()
+    }
+    DispatchQueue.global().async(group: group) {
+        errData = FileHandle(fileDescriptor: err.read, closeOnDealloc: true).readDataToEndOfFile()
+    }
     group.wait()
-    process.waitUntilExit()
-    return CommandResult(status: process.terminationStatus, stdoutData: outData,
+    return CommandResult(status: child.terminationStatus, stdoutData: outData,
                          stderr: String(decoding: errData, as: UTF8.self))
 }
 

@@ -312,8 +312,8 @@ final class LineCollector: @unchecked Sendable {
     private let lock = NSLock()
     private var lines: [String] = []
 
-    init(_ pipe: Pipe) {
-        let handle = pipe.fileHandleForReading
+    init(_ output: ChildOutput) {
+        let handle = output.fileHandleForReading
         Thread.detachNewThread { [self] in
             while let line = handle.readLine() {
                 lock.withLock { lines.append(line) }
