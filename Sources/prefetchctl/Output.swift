@@ -1,8 +1,12 @@
 import FoundationEssentials
 import Glibc
+import QueueCore
 
 /// Data on stdout, messages on stderr.
 enum Output {
+    /// A URL as prefetchctl shows it: a password in it hidden as the daemon hides it (`user:***@`).
+    static func shown(_ url: String) -> String { CanonicalURL.redactingUserinfo(in: url) }
+
     private static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

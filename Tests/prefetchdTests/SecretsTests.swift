@@ -3,6 +3,21 @@ import Testing
 
 /// Passwords in URLs: the key keeps them (curl needs them to fetch), nothing a person is shown does.
 struct SecretsTests {
+    @Test("prefetchctl's own messages show user:***@: a failed get (text and --json) and a URL too long to send printed the password")
+    func prefetchctlHidesPasswords() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let base = "http://user:s3cr3t@127.0.0.1:\(origin.port)"
+        let failed = daemon.ctl("get", base + "/hidden-404.jpg?status=404")
+        let failedJSON = daemon.ctl("get", "--json", base + "/hidden-404.jpg?status=404")
+        let long = base + "/" + String(repeating: "a", count: 70_000)
+        let outputs = [failed.stderr, failedJSON.stdout, daemon.ctl("get", long).stderr, daemon.ctl("queue", long).stderr,
+                       daemon.ctl("queue", "--json", long).stdout, daemon.ctl("cancel", long).stdout]
+        for output in outputs {
+            #expect(output.contains("user:***@127.0.0.1") && !output.contains("s3cr3t"), "\(output.prefix(300))")
+        }
+    }
+
     @Test("queue --wait of a URL with a password that takes seconds: finished, exit 0 (it asked info by the hidden key and said cancelled)")
     func queueWaitWithPassword() throws {
         let origin = try Origin()

@@ -48,7 +48,7 @@ enum BatchCommand {
                 } catch {
                     // Only a URL too long for any request line is refused before sending; it went alone.
                     guard case .failed(let refusal) = error else { throw error }
-                    pending.append(Part(results: urls.map { ItemResult(url: $0, status: .rejected, error: refusal) }))
+                    pending.append(Part(results: urls.map { ItemResult(url: Output.shown($0), status: .rejected, error: refusal) }))
                 }
             }
             while let part = pending.first, let results = part.results {

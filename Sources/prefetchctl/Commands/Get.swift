@@ -87,11 +87,11 @@ enum GetCommand {
             switch (answer, json) {
             case (.success(let entry), true): Output.json(entry)
             case (.success(let entry), false):
-                if entry.stale == true { Output.message("\(url): served stale (past its freshness)") }
+                if entry.stale == true { Output.message("\(Output.shown(url)): served stale (past its freshness)") }
                 Output.path(entry.path)
-            case (.failure(let error), true): Output.json(FailedURL(url: url, error: error))
+            case (.failure(let error), true): Output.json(FailedURL(url: Output.shown(url), error: error))
             case (.failure(let error), false):
-                Output.message("\(url): \(error.code): \(error.message)")
+                Output.message("\(Output.shown(url)): \(error.code): \(error.message)")
                 if several { Output.line("") }
             }
         }

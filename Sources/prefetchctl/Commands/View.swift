@@ -90,7 +90,7 @@ enum ViewCommand {
                     throw .failed(WireError(code: refusal.code, message: "row \(rows): \(refusal.message)"))
                 }
                 for row in result.rejected {
-                    Output.message("row \(row.row) (\(row.url)): \(row.error.code): \(row.error.message)")
+                    Output.message("row \(row.row) (\(Output.shown(row.url))): \(row.error.code): \(row.error.message)")
                     rejected.insert(row.row)
                 }
                 rows = result.rows
