@@ -3,6 +3,25 @@ import Testing
 
 /// Passwords in URLs: the key keeps them (curl needs them to fetch), nothing a person is shown does.
 struct SecretsTests {
+    @Test("queue --wait of two URLs that differ only in their password: the one the server refuses fails, the other finishes (both were counted as one)")
+    func queueWaitTellsPasswordsApart() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for round in 0..<2 {
+            let path = "/two-passwords-\(round).jpg?auth=u:good&size=100000&drip=50000"  // about 2 s for the right one
+            let good = "http://u:good@127.0.0.1:\(origin.port)" + path, bad = "http://u:bad@127.0.0.1:\(origin.port)" + path
+            let urls = round == 0 ? [good, bad] : [bad, good]
+            let waited = daemon.ctl(arguments: ["queue", "--wait", "--json"] + urls)
+            #expect(waited.status == 1, "\(waited.stderr)")
+            let ended = waited.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                .filter { ["finished", "failed"].contains($0["status"] as? String) }
+            #expect(ended.compactMap { $0["status"] as? String }.sorted() == ["failed", "finished"], "\(waited.stdout)")
+            let failure = ended.first { $0["status"] as? String == "failed" }?["error"] as? [String: Any]
+            #expect(failure?["status"] as? Int == 401, "\(waited.stdout)")
+            #expect(!waited.stdout.contains(":good@") && !waited.stdout.contains(":bad@"))
+        }
+    }
+
     @Test("prefetchctl's own messages show user:***@: a failed get (text and --json) and a URL too long to send printed the password")
     func prefetchctlHidesPasswords() throws {
         let origin = try Origin()

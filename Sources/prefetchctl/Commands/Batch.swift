@@ -106,6 +106,10 @@ enum BatchCommand {
 /// finished or failed; one bar on stderr when that is a terminal. `failed` events are checked with `info` (a task that
 /// is still there will retry), and so is everything still awaited when the daemon looks idle or nothing moved for
 /// ten seconds (a watcher that falls behind misses events).
+///
+/// URLs are awaited by key, as events name them. A key that hides a password (`user:***@`) may stand for several
+/// URLs that differ only in it: each URL sent is then awaited on its own, and an event for that key is checked with
+/// `info` for each, by the URL as sent.
 final class QueueWait {
     private enum Ending {
         case finished
@@ -120,11 +124,14 @@ final class QueueWait {
     private let glyphs = ProgressBar()
     private let started = monotonicNow()
 
-    /// Keys still awaited → the URLs as shown (a password hidden).
+    /// What is still awaited (a key, or for a key that hides a password a key and a URL as sent) → the URLs as
+    /// shown (a password hidden).
     private var awaited: [String: [String]] = [:]
-    /// Keys still awaited → a URL as it was sent, for `info`: the daemon does not know a key or URL whose password
-    /// is hidden.
+    /// What is awaited → a URL as it was sent, for `info`: the daemon does not know a key whose password is hidden.
     private var sent: [String: String] = [:]
+    /// Keys that hide a password → what is awaited under them, and back.
+    private var hidden: [String: Set<String>] = [:]
+    private var keyOf: [String: String] = [:]
     /// Endings seen for keys whose `queue` reply had not come yet.
     private var early: [String: Ending] = [:]
     private var lastError: [String: WireError] = [:]
@@ -165,9 +172,14 @@ final class QueueWait {
         switch item.status {
         case .queued, .promoted, .already:
             total += 1
-            awaited[key, default: []].append(item.url)
-            sent[key] = sent[key] ?? url
-            if early.removeValue(forKey: key) != nil { check(key) }
+            let awaiting = key.contains("***@") ? key + "\u{0}" + url : key
+            if awaiting != key {
+                hidden[key, default: []].insert(awaiting)
+                keyOf[awaiting] = key
+            }
+            awaited[awaiting, default: []].append(item.url)
+            sent[awaiting] = sent[awaiting] ?? url
+            if awaiting != key ? early[key] != nil : early.removeValue(forKey: key) != nil { check(awaiting) }
         case .cached:
             total += 1
             cached += 1
@@ -237,21 +249,33 @@ final class QueueWait {
     private func handle(_ event: Event) {
         switch event.event {
         case "snapshot":
-            let ours = (event.transfers ?? []).filter { awaited[$0.url] != nil }
+            let ours = (event.transfers ?? []).filter { awaited[$0.url] != nil || hidden[$0.url] != nil }
             rate = ours.reduce(0) { $0 + $1.rate }
             if !ours.isEmpty { movedAt = monotonicNow() }
             idle = (event.fast.map { $0.running + $0.waiting } ?? 1) == 0 && (event.slow.map { $0.running + $0.waiting } ?? 1) == 0
                 && event.backlog == 0
         case "started":
-            if let url = event.url, awaited[url] != nil { movedAt = monotonicNow() }
+            if let url = event.url, awaited[url] != nil || hidden[url] != nil { movedAt = monotonicNow() }
         case "finished":
             guard let url = event.url else { return }
             lastError[url] = nil
-            if awaited[url] != nil { end(url, nil) } else { early[url] = .finished }
+            if let ambiguous = hidden[url] {
+                ambiguous.forEach(check)
+            } else if awaited[url] != nil {
+                end(url, nil)
+            } else {
+                early[url] = .finished
+            }
         case "failed":
             guard let url = event.url else { return }
             lastError[url] = event.error ?? WireError(.internal, "failed")
-            if awaited[url] != nil { check(url) } else { early[url] = .failed }
+            if let ambiguous = hidden[url] {
+                ambiguous.forEach(check)
+            } else if awaited[url] != nil {
+                check(url)
+            } else {
+                early[url] = .failed
+            }
         default:
             break
         }
@@ -266,6 +290,13 @@ final class QueueWait {
 
     private func checked(_ key: String, _ reply: [UInt8], _ client: Client) {
         guard awaited[key] != nil, let info = try? client.decode(URLInfo.self, reply), info.task == nil else { return }
+        if let shownKey = keyOf[key] {
+            // The events of a key that hides a password may be another URL's: only what info says counts, and the
+            // last failure of the key when neither names one.
+            let error = info.cached != nil ? nil : info.failure ?? lastError[shownKey] ?? WireError(.cancelled,
+                "no longer queued and not cached (cancelled?)")
+            return end(key, error)
+        }
         if let error = info.failure ?? lastError[key] {
             end(key, error)
         } else if info.cached != nil {
@@ -278,6 +309,9 @@ final class QueueWait {
     private func end(_ key: String, _ error: WireError?) {
         guard let urls = awaited.removeValue(forKey: key) else { return }
         sent[key] = nil
+        let shownKey = keyOf.removeValue(forKey: key) ?? key
+        hidden[shownKey]?.remove(key)
+        if hidden[shownKey]?.isEmpty == true { hidden[shownKey] = nil }
         movedAt = monotonicNow()
         lastError[key] = nil
         for url in urls {
@@ -287,7 +321,7 @@ final class QueueWait {
             } else {
                 finished += 1
             }
-            if json { Output.json(ItemResult(url: url, key: key, status: error == nil ? .finished : .failed, error: error)) }
+            if json { Output.json(ItemResult(url: url, key: shownKey, status: error == nil ? .finished : .failed, error: error)) }
         }
     }
 

@@ -69,6 +69,8 @@ Query parameters (combine freely):
                        whatever range it asked for
     range_unasked=A    a request without a Range header gets 206 with the
                        bytes from A to the end
+    auth=USER:PASS     401 unless the request carries Basic credentials
+                       USER:PASS (the URL's userinfo)
 
 Conditional / range requests: single ``Range: bytes=A-``, ``A-B`` or ``-N``
 -> 206 + Content-Range (unsatisfiable -> 416); If-Range (ETag or date) that
@@ -78,6 +80,7 @@ HEAD behaves like GET without a body.
 """
 
 import argparse
+import base64
 import bisect
 import email.utils
 import functools
@@ -638,6 +641,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send_text(fail_status, "%d (fail_first %d/%d)\n"
                             % (fail_status, count, fail_first), head, extra)
             return
+        if "auth" in q:
+            given = self.headers.get("Authorization", "")
+            if given != "Basic " + base64.b64encode(q["auth"].encode()).decode():
+                self._send_text(401, "401 Unauthorized\n", head, extra)
+                return
         status = parse_int(q, "status", None, minimum=100)
         if status is not None and status != 200:
             if status > 999:
