@@ -261,34 +261,19 @@ final class Daemon {
 
     /// Every request line: decoded into a command (a bad one is answered with its error), then routed.
     func handle(_ line: [UInt8], from connection: Connection) {
-        let request: Request
-        do {
-            request = try Self.decoder.decode(Request.self, from: Data(line))
-        } catch {
-            // A line that is JSON with an id gets its id back, so that a client waiting for that reply gets it.
-            let id = (try? Self.decoder.decode(LineID.self, from: Data(line)))?.id
-            return fail(connection, id, WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
-        }
-        guard let op = Operation(rawValue: request.op) else {
-            let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")
-            return fail(connection, request.id, WireError(.unknownOp, "unknown op '\(request.op)' (known: \(known))"))
-        }
-        if shuttingDown, op != .ping, op != .status {
-            return fail(connection, request.id, WireError(.shuttingDown, "the daemon is shutting down"))
-        }
-        let command: Command
-        do {
-            command = try Command(request, op: op)
-        } catch {
-            return fail(connection, request.id, error)
+        let decoded = Result { () throws(RefusedLine) in try parse(line) }
+        // Requests take effect in the order they came: the queues before this line are committed first (a queue joins
+        // them), so that a `cancel` or `info` right behind a `queue` (pipelined, or another client's in the same turn)
+        // sees its URLs, and no reply comes before the queue's.
+        if (try? decoded.get())?.command.isQueue != true { commitQueueBatch(now: wallClockMilliseconds()) }
+        let id: RequestID?, command: Command
+        switch decoded {
+        case .failure(let refused): return fail(connection, refused.id, refused.error)
+        case .success(let decoded): (id, command) = decoded
         }
         // What a departed client left unread is served only where it outlives the client (`Clients.abandon`).
         if connection.isAbandoned, !command.outlivesClient { return }
-        let id = request.id
         let now = wallClockMilliseconds()
-        // Requests take effect in the order they came: the queues before this one are committed first, so that a
-        // `cancel` or `info` right behind a `queue` (pipelined, or another client's in the same turn) sees its URLs.
-        if !command.isQueue { commitQueueBatch(now: now) }
         switch command {
         case .ping: reply(connection, id, Pong())
         case .get(let text, let variant, let offline, let staleAllowance):
@@ -306,6 +291,36 @@ final class Daemon {
         case .metrics: reply(connection, id, MetricsText(text: metricsText()))
         case .formats: formats(id, connection)
         case .list(let limit): list(limit, id, connection)
+        }
+    }
+
+    /// A request line that is not carried out, and the reply's id and error.
+    private struct RefusedLine: Error {
+        let id: RequestID?
+        let error: WireError
+    }
+
+    /// The command a request line asks for, or why it is refused.
+    private func parse(_ line: [UInt8]) throws(RefusedLine) -> (id: RequestID?, command: Command) {
+        let request: Request
+        do {
+            request = try Self.decoder.decode(Request.self, from: Data(line))
+        } catch {
+            // A line that is JSON with an id gets its id back, so that a client waiting for that reply gets it.
+            let id = (try? Self.decoder.decode(LineID.self, from: Data(line)))?.id
+            throw RefusedLine(id: id, error: WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
+        }
+        guard let op = Operation(rawValue: request.op) else {
+            let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")
+            throw RefusedLine(id: request.id, error: WireError(.unknownOp, "unknown op '\(request.op)' (known: \(known))"))
+        }
+        if shuttingDown, op != .ping, op != .status {
+            throw RefusedLine(id: request.id, error: WireError(.shuttingDown, "the daemon is shutting down"))
+        }
+        do throws(WireError) {
+            return (request.id, try Command(request, op: op))
+        } catch {
+            throw RefusedLine(id: request.id, error: error)
         }
     }
 

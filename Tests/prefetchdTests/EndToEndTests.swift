@@ -85,7 +85,7 @@ struct EndToEndTests {
         #expect(cli.stderr.contains("1 queued, 1 already, 1 rejected"), "\(cli.stderr)")
     }
 
-    @Test("requests pipelined behind a queue take effect after it: cancel cancels, promote promotes, info sees the URL; replies in order")
+    @Test("requests pipelined behind a queue take effect after it: cancel cancels, promote promotes, info sees the URL; replies in order, a refused line's too")
     func pipelinedBehindQueue() throws {
         let origin = try Origin()
         try origin.setDelay(30)  // nothing finishes while the test looks
@@ -95,18 +95,20 @@ struct EndToEndTests {
         let a = origin.url("/pipelined/a.jpg"), b = origin.url("/pipelined/b.jpg"), c = origin.url("/pipelined/c.jpg")
         // One write: the daemon reads the four lines in one turn.
         connection.send(#"{"id":1,"op":"queue","urls":["\#(a)","\#(b)","\#(c)"]}"# + "\n"
-                        + #"{"id":2,"op":"cancel","urls":["\#(a)"]}"# + "\n"
-                        + #"{"id":3,"op":"promote","urls":["\#(b)"]}"# + "\n"
-                        + #"{"id":4,"op":"info","url":"\#(c)"}"# + "\n")
-        let replies = (1...4).compactMap { _ in connection.receive() }
-        #expect(replies.map { $0["id"] as? Int } == [1, 2, 3, 4], "\(replies)")
+                        + #"{"id":2,"op":"fly"}"# + "\n"
+                        + #"{"id":3,"op":"cancel","urls":["\#(a)"]}"# + "\n"
+                        + #"{"id":4,"op":"promote","urls":["\#(b)"]}"# + "\n"
+                        + #"{"id":5,"op":"info","url":"\#(c)"}"# + "\n")
+        let replies = (1...5).compactMap { _ in connection.receive() }
+        #expect(replies.map { $0["id"] as? Int } == [1, 2, 3, 4, 5], "\(replies)")
         let statuses = { (reply: [String: Any]) in
             ((reply["result"] as? [String: Any])?["results"] as? [[String: Any]])?.map { $0["status"] as? String }
         }
         #expect(statuses(replies[0]) == ["queued", "queued", "queued"])
-        #expect(statuses(replies[1]) == ["cancelled"], "the cancel found the URL queued just before it")
-        #expect(statuses(replies[2]) == ["promoted"])
-        #expect((replies[3]["result"] as? [String: Any])?["task"] != nil, "info sees the queued URL")
+        #expect((replies[1]["error"] as? [String: Any])?["code"] as? String == "unknown_op")
+        #expect(statuses(replies[2]) == ["cancelled"], "the cancel found the URL queued just before it")
+        #expect(statuses(replies[3]) == ["promoted"])
+        #expect((replies[4]["result"] as? [String: Any])?["task"] != nil, "info sees the queued URL")
         let listed = daemon.ctl("list", "--json").stdout
         #expect(!listed.contains("/pipelined/a.jpg") && listed.contains("/pipelined/b.jpg"), "\(listed)")
     }
