@@ -217,6 +217,8 @@ final class CurlFetcher {
                 throw DaemonError("curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))")
             }
             transfers[key] = transfer
+            // A background transfer joining a pool that urgent work holds, or keeps read for a promotion, lets go.
+            updateHold()
         } catch {
             onFinish(FetchResult(key: key, lane: pending.request.lane, headers: ResponseHeaders(),
                                  outcome: .failure(.local("cannot start the transfer", error))))
