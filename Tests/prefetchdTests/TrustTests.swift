@@ -245,7 +245,7 @@ struct TrustTests {
             let output = daemon.directory.path + "/out\(index).jpg"
             let result = daemon.ctl("get", "-o", output, origin.url("/o\(index).jpg?size=400000&delay=0.5"))
             let size = (try? FileManager.default.attributesOfItem(atPath: output)[.size] as? Int) ?? -1
-            results.withLock { $0[index] = (result, size ?? -1) }
+            results.withLock { $0[index] = (result, size) }
         }
         for (index, (result, size)) in results.withLock({ $0 }).sorted(by: { $0.key < $1.key }) {
             #expect(result.status == 0 && size == 400_000, "\(index): \(result.stderr) \(size)")

@@ -450,7 +450,8 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
     let named = withUnsafePointer(to: &address.pointee.addr) {
         getnameinfo($0, socklen_t(address.pointee.addrlen), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
     }
-    guard transfer.allows(named == 0 ? String(cString: host) : "") else { return -1 }  // CURL_SOCKET_BAD
+    let text = String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    guard transfer.allows(named == 0 ? text : "") else { return -1 }  // CURL_SOCKET_BAD
     return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
 }
 
