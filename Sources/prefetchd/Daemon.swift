@@ -265,7 +265,8 @@ final class Daemon {
         // Requests take effect in the order they came: the queues before this line are committed first (a queue joins
         // them), so that a `cancel` or `info` right behind a `queue` (pipelined, or another client's in the same turn)
         // sees its URLs, and no reply comes before the queue's.
-        if (try? decoded.get())?.command.isQueue != true { commitQueueBatch(now: wallClockMilliseconds()) }
+        let now = wallClockMilliseconds()
+        if (try? decoded.get())?.command.isQueue != true { commitQueueBatch(now: now) }
         let id: RequestID?, command: Command
         switch decoded {
         case .failure(let refused): return fail(connection, refused.id, refused.error)
@@ -273,7 +274,6 @@ final class Daemon {
         }
         // What a departed client left unread is served only where it outlives the client (`Clients.abandon`).
         if connection.isAbandoned, !command.outlivesClient { return }
-        let now = wallClockMilliseconds()
         switch command {
         case .ping: reply(connection, id, Pong())
         case .get(let text, let variant, let offline, let staleAllowance):

@@ -19,11 +19,7 @@ struct HTTP2Tests {
             child = try ChildProcess("/usr/bin/python3", [Paths.fixtures + "/h2_origin.py", "--cert", ca.certificate,
                                                           "--key", ca.key, "--log", log],
                                      stderrPath: directory.path + "/origin.err")
-            let line = child.stdout.fileHandleForReading.readLine()
-            guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
-                throw HarnessError("the HTTP/2 origin did not start: \(child.stderrText)")
-            }
-            self.port = port
+            port = try child.announcedPort()
         }
 
         func url(_ path: String) -> String { "https://127.0.0.1:\(port)\(path)" }

@@ -175,6 +175,16 @@ final class ChildProcess {
     }
 
     var pid: Int32 { process.processIdentifier }
+
+    /// The port a server child announces on its first line (`PORT <n>`), as the fixtures' origins do.
+    func announcedPort() throws -> Int {
+        let line = stdout.fileHandleForReading.readLine()
+        guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
+            throw HarnessError("the server did not start: \(stderrText)")
+        }
+        return port
+    }
+
     var stderrText: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
     /// Sends `signal` and waits for the exit; after 2 s, SIGKILL.
@@ -203,11 +213,7 @@ final class Origin: @unchecked Sendable {
         child = try ChildProcess("/usr/bin/env", ["python3", Paths.fixtures + "/origin.py", "--port", "0"] + (root.map { ["--root", $0] } ?? [])
                                  + (tls.map { ["--tls-cert", $0.certificate, "--tls-key", $0.key] } ?? []),
                                  stderrPath: directory.path + "/origin.err")
-        let line = child.stdout.fileHandleForReading.readLine()
-        guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
-            throw HarnessError("the origin did not start: \(child.stderrText)")
-        }
-        self.port = port
+        port = try child.announcedPort()
     }
 
     private let scheme: String

@@ -19,7 +19,7 @@ struct LaneTransportTests {
         let urgent = daemon.ctl("get", "--timeout", "40", origin.url("/urgent.jpg?delay=17"))
         #expect(urgent.status == 0, "\(urgent.stderr)")
 
-        #expect(try waitUntil(seconds: 60) { daemon.ctl("get", "--offline", origin.url(background)).status == 0 },
+        #expect(waitUntil(seconds: 60) { daemon.ctl("get", "--offline", origin.url(background)).status == 0 },
                 "the held download did not finish after the urgent work")
         let requests = try origin.stats().log.filter { $0.path == "/held.jpg" }
         #expect(requests.count == 2, "\(requests.count) requests")
@@ -46,7 +46,7 @@ struct LaneTransportTests {
         // A becomes urgent in place, on its background connection, which must now be read: B could not be held there.
         let urgent = daemon.ctl("get", "--timeout", "30", origin.url(a))
         #expect(urgent.status == 0, "\(urgent.stderr)")
-        #expect(try waitUntil(seconds: 40) { daemon.ctl("get", "--offline", origin.url(b)).status == 0 })
+        #expect(waitUntil(seconds: 40) { daemon.ctl("get", "--offline", origin.url(b)).status == 0 })
         let log = try origin.stats().log
         let urgentEnd = try #require(log.last { $0.path == "/promo-a.jpg" }?.end)
         #expect(log.filter { $0.path == "/promo-a.jpg" }.count == 1, "the promotion restarted A")

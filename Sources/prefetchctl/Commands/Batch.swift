@@ -129,9 +129,8 @@ final class QueueWait {
     private var awaited: [String: [String]] = [:]
     /// What is awaited → a URL as it was sent, for `info`: the daemon does not know a key whose password is hidden.
     private var sent: [String: String] = [:]
-    /// Keys that hide a password → what is awaited under them, and back.
+    /// Keys that hide a password → what is awaited under them (`key NUL url`, see `hiddenKey(of:)`).
     private var hidden: [String: Set<String>] = [:]
-    private var keyOf: [String: String] = [:]
     /// Endings seen for keys whose `queue` reply had not come yet.
     private var early: [String: Ending] = [:]
     private var lastError: [String: WireError] = [:]
@@ -173,13 +172,15 @@ final class QueueWait {
         case .queued, .promoted, .already:
             total += 1
             let awaiting = key.contains("***@") ? key + "\u{0}" + url : key
-            if awaiting != key {
-                hidden[key, default: []].insert(awaiting)
-                keyOf[awaiting] = key
-            }
             awaited[awaiting, default: []].append(item.url)
             sent[awaiting] = sent[awaiting] ?? url
-            if awaiting != key ? early[key] != nil : early.removeValue(forKey: key) != nil { check(awaiting) }
+            if awaiting == key {
+                if early.removeValue(forKey: key) != nil { check(key) }
+            } else {
+                hidden[key, default: []].insert(awaiting)
+                // An ending seen early may be another URL's of the key: it stays for them.
+                if early[key] != nil { check(awaiting) }
+            }
         case .cached:
             total += 1
             cached += 1
@@ -290,7 +291,7 @@ final class QueueWait {
 
     private func checked(_ key: String, _ reply: [UInt8], _ client: Client) {
         guard awaited[key] != nil, let info = try? client.decode(URLInfo.self, reply), info.task == nil else { return }
-        if let shownKey = keyOf[key] {
+        if let shownKey = Self.hiddenKey(of: key) {
             // The events of a key that hides a password may be another URL's: only what info says counts, and the
             // last failure of the key when neither names one.
             let error = info.cached != nil ? nil : info.failure ?? lastError[shownKey] ?? WireError(.cancelled,
@@ -306,10 +307,15 @@ final class QueueWait {
         }
     }
 
+    /// The key an entry awaited once per URL sent stands under (`key NUL url`); nil for a plain key.
+    private static func hiddenKey(of entry: String) -> String? {
+        entry.firstIndex(of: "\u{0}").map { String(entry[..<$0]) }
+    }
+
     private func end(_ key: String, _ error: WireError?) {
         guard let urls = awaited.removeValue(forKey: key) else { return }
         sent[key] = nil
-        let shownKey = keyOf.removeValue(forKey: key) ?? key
+        let shownKey = Self.hiddenKey(of: key) ?? key
         hidden[shownKey]?.remove(key)
         if hidden[shownKey]?.isEmpty == true { hidden[shownKey] = nil }
         movedAt = monotonicNow()
