@@ -7,6 +7,13 @@ enum Output {
     /// A URL as prefetchctl shows it: a password in it hidden as the daemon hides it (`user:***@`).
     static func shown(_ url: String) -> String { CanonicalURL.redactingUserinfo(in: url) }
 
+    /// Whether `url` shows a password hidden (`user:***@`), as one pasted from `list` or `info` does: the daemon knows
+    /// no URL by that form, and says `unknown`.
+    static func hidesPassword(_ url: String) -> Bool { url.contains("***@") && shown(url) == url }
+
+    /// Said once when a URL that `hidesPassword` was unknown to the daemon.
+    static let hiddenPasswordHint = "list and info show a password as ***: give the URL with its password"
+
     private static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

@@ -37,6 +37,25 @@ struct SecretsTests {
         }
     }
 
+    @Test("a URL pasted from list, its password shown as ***: cancel and info say unknown and ask for the password")
+    func pastedHiddenPassword() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let hidden = "http://user:***@127.0.0.1:\(origin.port)/pasted.jpg?size=100000&drip=1000"  // 100 s: still running
+        let url = hidden.replacingOccurrences(of: "***", with: "pw")
+        #expect(daemon.ctl("queue", url).status == 0)
+        #expect(daemon.ctl("list").stdout.contains(hidden))
+        let hint = "list and info show a password as ***: give the URL with its password"
+        let info = daemon.ctl("info", hidden)
+        #expect(info.stdout.contains("cached: no") && info.stderr.contains(hint), "\(info.stdout)\(info.stderr)")
+        let pasted = daemon.ctl("cancel", hidden)
+        #expect(pasted.stdout.contains("unknown") && pasted.stderr.contains(hint), "\(pasted.stdout)\(pasted.stderr)")
+        let other = daemon.ctl("cancel", "http://127.0.0.1:\(origin.port)/never-queued.jpg")
+        #expect(other.stdout.contains("unknown") && other.stderr.isEmpty, "\(other.stderr)")
+        let cancelled = daemon.ctl("cancel", url)
+        #expect(cancelled.stdout.contains("cancelled") && cancelled.stderr.isEmpty, "\(cancelled.stdout)\(cancelled.stderr)")
+    }
+
     @Test("queue --wait of a URL with a password that takes seconds: finished, exit 0 (it asked info by the hidden key and said cancelled)")
     func queueWaitWithPassword() throws {
         let origin = try Origin()

@@ -33,6 +33,7 @@ enum BatchCommand {
         var pending: [Part] = []
         var tally: [ItemStatus: Int] = [:]
         var exitCode = ExitCode.ok
+        var unknownHidingPassword = false
         var exhausted = false
         var total = 0
         while true {
@@ -60,7 +61,9 @@ enum BatchCommand {
                 }
                 for (index, item) in results.enumerated() {
                     if part.counts == nil { tally[item.status, default: 0] += 1 }
-                    waiter?.track(item, sent: index < part.urls.count ? part.urls[index] : item.url)
+                    let sent = index < part.urls.count ? part.urls[index] : item.url
+                    waiter?.track(item, sent: sent)
+                    if item.status == .unknown, Output.hidesPassword(sent) { unknownHidingPassword = true }
                     if let error = item.error, item.status == .rejected {
                         exitCode = max(exitCode, ExitCode.rejected)
                         if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
@@ -81,6 +84,7 @@ enum BatchCommand {
             pending[index].counts = result.counts
         }
         guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
+        if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
         func summarise() {
             guard op == .queue, !arguments.json else { return }
             // A status a newer daemon added follows the known ones.

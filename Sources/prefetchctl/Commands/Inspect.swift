@@ -4,6 +4,9 @@ import PrefetchProtocol
 enum InspectCommand {
     static func info(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         let info = try client.call(Request(id: nil, op: .info, url: arguments.operands[0]), URLInfo.self)
+        if info.cached == nil, info.task == nil, info.failure == nil, Output.hidesPassword(arguments.operands[0]) {
+            Output.message(Output.hiddenPasswordHint)
+        }
         if arguments.json { Output.json(info); return ExitCode.ok }
         Output.line("key: \(info.key)")
         if let entry = info.cached {
