@@ -1,4 +1,5 @@
 import PrefetchProtocol
+import QueueCore
 
 /// Why prefetchctl stops, and the exit code that says so.
 enum CLIError: Error {
@@ -33,9 +34,11 @@ enum ExitCode {
     static let rejected: Int32 = 4
     static let timeout: Int32 = 5
 
-    /// Rejections (the request itself was wrong) versus failures (the fetch went wrong).
-    static func of(_ error: WireError) -> Int32 {
+    /// Rejections (the request itself was wrong) versus failures (the fetch went wrong). `scheme_not_allowed` for a
+    /// `sent` URL that is valid itself came from a redirect: the fetch failed.
+    static func of(_ error: WireError, sent url: String? = nil) -> Int32 {
         switch error.knownCode {
+        case .schemeNotAllowed where url.map { (try? CanonicalURL($0)) != nil } == true: return failed
         case .invalidURL, .schemeNotAllowed, .badRequest, .unknownOp, .lineTooLong, .unauthorized: return rejected
         case .shuttingDown: return unreachable
         default: return failed

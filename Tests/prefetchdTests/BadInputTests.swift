@@ -6,25 +6,26 @@ import Testing
 struct BadInputTests {
     static let origin = try! Origin()
 
-    /// A URL, the error code `get` must answer with, and daemon flags the case needs.
-    static let cases: [(url: String, code: String, flags: [String])] = [
-        ("file:///etc/passwd", "scheme_not_allowed", []),
-        ("ftp://127.0.0.1/x.jpg", "scheme_not_allowed", []),
-        ("http://exa mple.com/x.jpg", "invalid_url", []),
-        (origin.url("/r.jpg?redirect=file:///etc/passwd"), "scheme_not_allowed", []),
-        (origin.url("/missing.jpg?status=404"), "http_status", []),
-        (origin.url("/big.jpg?no_length=1&size=5000000"), "too_large", ["--max-bytes", "1M"]),
-        (origin.url("/drip.jpg?drip=1&size=100"), "timeout", ["--low-speed-time", "2", "--max-attempts", "1"]),
-        (origin.url("/short.jpg?short=100&size=5000"), "network", ["--max-attempts", "1"]),
-        (origin.url("/loop.jpg?redirect_loop=1"), "too_many_redirects", []),
+    /// A URL, the error code `get` must answer with, its exit status (4: the request was refused, 1: the fetch
+    /// failed), and daemon flags the case needs.
+    static let cases: [(url: String, code: String, exit: Int32, flags: [String])] = [
+        ("file:///etc/passwd", "scheme_not_allowed", 4, []),
+        ("ftp://127.0.0.1/x.jpg", "scheme_not_allowed", 4, []),
+        ("http://exa mple.com/x.jpg", "invalid_url", 4, []),
+        (origin.url("/r.jpg?redirect=file:///etc/passwd"), "scheme_not_allowed", 1, []),
+        (origin.url("/missing.jpg?status=404"), "http_status", 1, []),
+        (origin.url("/big.jpg?no_length=1&size=5000000"), "too_large", 1, ["--max-bytes", "1M"]),
+        (origin.url("/drip.jpg?drip=1&size=100"), "timeout", 1, ["--low-speed-time", "2", "--max-attempts", "1"]),
+        (origin.url("/short.jpg?short=100&size=5000"), "network", 1, ["--max-attempts", "1"]),
+        (origin.url("/loop.jpg?redirect_loop=1"), "too_many_redirects", 1, []),
     ]
 
     @Test("a bad URL or a hostile origin gets its error code; the daemon keeps serving", arguments: 0..<cases.count)
     func badFetch(index: Int) throws {
-        let (url, code, flags) = Self.cases[index]
+        let (url, code, exit, flags) = Self.cases[index]
         let daemon = try DaemonUnderTest(flags)
         let result = daemon.ctl("get", "--json", "--timeout", "20", url)
-        #expect(result.status != 0)
+        #expect(result.status == exit, "\(url): \(result.stderr)")
         #expect(errorCode(result.stdout) == code, "\(url): \(result.stdout) \(result.stderr)")
         #expect(daemon.ctl("get", Self.origin.url("/after-\(index).jpg")).status == 0, "the daemon keeps serving")
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")

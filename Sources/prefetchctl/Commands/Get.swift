@@ -42,7 +42,7 @@ enum GetCommand {
                 sent += 1
             }
             while printed < urls.count, let answer = answers[printed] {
-                if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error)) }
+                if case .failure(let error) = answer { exitCode = max(exitCode, ExitCode.of(error, sent: urls[printed])) }
                 if let output = arguments.output, case .success(let entry) = answer {
                     guard try copy(entry.path, to: output, lastTry: askedAgain == 2) else {
                         // Evicted between the reply and the copy (a cache smaller than what its clients use at

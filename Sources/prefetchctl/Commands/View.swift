@@ -109,7 +109,7 @@ enum ViewCommand {
                         try rangeLine(String(decoding: line, as: UTF8.self), template: template)
                     }
                 }
-                if input.ended && allAnswered { return refusedRange.map(ExitCode.of) ?? (failed ? ExitCode.failed : ExitCode.ok) }
+                if input.ended && allAnswered { return refusedRange.map { ExitCode.of($0) } ?? (failed ? ExitCode.failed : ExitCode.ok) }
                 var fds = [pollfd(fd: client.descriptor, events: Int16(POLLIN), revents: 0)]
                 if !input.ended { fds.append(pollfd(fd: input.fd, events: Int16(POLLIN), revents: 0)) }
                 if poll(&fds, nfds_t(fds.count), -1) < 0 && errno != EINTR {
