@@ -48,8 +48,9 @@ enum InspectCommand {
         }
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
         if let until = status.waitingForDisk {
-            Output.line("slow lane waits for disk space: the disk is full; trying again at "
-                        + HumanTime.instant(until, now: now, dateWhenToday: false) + "; queued URLs are kept")
+            Output.line("slow lane waits for the cache to be writable (a full disk or a write error: see the log); "
+                        + "trying again at " + HumanTime.instant(until, now: now, dateWhenToday: false)
+                        + "; queued URLs are kept")
         }
         Output.line("cache: \(Units.count(cache.entries, "entry", "entries")), \(Units.bytes(cache.bytes)) of "
                     + "\(Units.bytes(cache.limit)), hit ratio \(Int(ratio.rounded()))% "
