@@ -114,7 +114,14 @@ struct CacheFiles {
         return (Int64(info.st_size), Int64(info.st_blocks) * 512)
     }
 
-    func remove(_ relative: String) { unlink(absolute(relative)) }
+    /// Deletes a cache file. One that cannot be deleted (its directory made read-only behind the daemon's back) is
+    /// logged: its bytes stay on the disk, uncounted, until the next start's recovery takes it.
+    func remove(_ relative: String) {
+        let path = absolute(relative)
+        guard unlink(path) != 0, errno != ENOENT else { return }
+        Log.warning("\(SystemError(call: "unlink", errno: errno, detail: path)): its bytes stay on the disk, uncounted, "
+                    + "until the next start")
+    }
 
     /// Deletes every temporary file but the resumable downloads named in `keeping`; returns how many went.
     func clearTemporaries(keeping: Set<String>) -> Int {
