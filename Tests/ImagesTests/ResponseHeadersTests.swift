@@ -23,6 +23,22 @@ private let day: Int64 = 86_400_000
 private let ceiling: Int64 = 2_147_483_648_000
 
 @Suite struct ResponseHeadersTests {
+    @Test("trailer fields after a chunked body were merged: a trailer's Content-Type, ETag and no-cache replaced the header's")
+    func trailersNotMerged() {
+        var raw = headers("Content-Type: image/jpeg", "Cache-Control: max-age=60", "")
+        for line in ["Cache-Control: no-cache", "ETag: \"from-trailer\"", "Content-Type: text/evil", "Content-Length: 5", ""] {
+            raw.take(line + "\r\n")
+        }
+        #expect(raw.contentType == "image/jpeg" && raw.etag == nil && raw.maxAge == 60 && !raw.has("no-cache"))
+        #expect(raw.contentLength == nil && raw.framingProblem == nil)
+        // An interim response's section ends too; the final response after it is read.
+        var interim = ResponseHeaders()
+        for line in ["HTTP/1.1 103 Early Hints", "Link: </a.css>", "", "HTTP/1.1 200 OK", "ETag: \"e\"", ""] {
+            interim.take(line + "\r\n")
+        }
+        #expect(interim.etag == "\"e\"")
+    }
+
     @Test("max-age, Age and Retry-After of 9223372036854775807 (and 2000000000000000000) crashed the daemon; now 2^31 s")
     func hugeDeltaSeconds() {
         for value in ["9223372036854775807", "2000000000000000000", "99999999999999999999", "2147483649"] {

@@ -26,6 +26,9 @@ struct ResponseHeaders: Equatable {
     var framingProblem: String?
     /// Bytes of header lines so far: this response's and those of the interim (1xx) and redirect responses before it.
     var byteCount = 0
+    /// The empty line that ends the header section came: what follows until another status line is a trailer
+    /// section, whose fields are not merged into the header's (RFC 9110 section 6.5.1).
+    private var sectionEnded = false
 
     /// Header lines of a transfer, in bytes, at most: curl 7.88 refuses one line over 100 KiB (with "Out of
     /// memory") but not many lines, so the transfer counts them; interim responses count too (20,000 `103 Early
@@ -37,13 +40,18 @@ struct ResponseHeaders: Equatable {
     static let maximumSpan: Int64 = maximumDeltaSeconds * 1000
 
     /// Takes one raw header line as curl hands it over: bytes, not necessarily UTF-8; a status line starts a new
-    /// response. Only the fields kept become Strings; names are matched without case, as the ASCII tokens they are
-    /// (RFC 9110 section 5.1).
+    /// response, and trailer fields after a chunked body are counted but not kept. Only the fields kept become
+    /// Strings; names are matched without case, as the ASCII tokens they are (RFC 9110 section 5.1).
     mutating func take(bytes line: UnsafeBufferPointer<UInt8>) {
         if line.starts(with: "HTTP/".utf8) {
             self = ResponseHeaders(byteCount: byteCount)
         }
         byteCount = byteCount.saturatingAdd(line.count)
+        guard !sectionEnded else { return }
+        if line.allSatisfy(Self.isSpace) {
+            sectionEnded = true
+            return
+        }
         guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
               let field = Field(name: UnsafeBufferPointer(rebasing: line[..<colon])) else { return }
         var start = colon + 1, end = line.endIndex
