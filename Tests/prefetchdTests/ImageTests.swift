@@ -38,7 +38,7 @@ struct ImageTests {
 
     @Test("broken and hostile bodies get their error codes; nothing is kept; the daemon keeps serving", arguments: [
         ("/truncated.jpg", "not_an_image"), ("/huge.png", "pixel_limit"), ("/page.jpg?html=1", "not_an_image"),
-        ("/vector.svg", "format_not_allowed"), ("/empty.jpg", "not_an_image"),
+        ("/vector.svg", "format_not_allowed"), ("/empty.jpg", "not_an_image"), ("/scans.jpg", "not_an_image"),
     ])
     func rejected(path: String, code: String) throws {
         let daemon = try DaemonUnderTest()
@@ -49,6 +49,44 @@ struct ImageTests {
         #expect(daemon.ctl("get", origin.url("/small.png")).status == 0)
         let again = daemon.ctl("get", "--json", origin.url(path))
         #expect(errorCode(again.stdout) == code, "the rejection is remembered")
+    }
+
+    @Test("an animated WebP of 100 one-pixel frames on a 1000x1000 canvas is kept; a variant of it is pixel_limit at once (it decoded 100 canvases)")
+    func animatedWebPVariant() throws {
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/frames.webp")
+        let original = try entry(daemon.ctl("get", "--json", url))
+        #expect(original["format"] as? String == "webp" && original["width"] as? Int == 1000, "\(original)")
+        let pid = try #require(daemon.child?.process.processIdentifier)
+        let variant = daemon.ctl("get", "--json", "--size", "100x100", url)
+        #expect(errorCode(variant.stdout) == "pixel_limit" && variant.stdout.contains("100 frames of 1000x1000"),
+                "\(variant.stdout)")
+        let peak = try Self.peakMemory(pid)
+        #expect(peak < 150 << 20, "peak \(peak >> 20) MB")
+        #expect(daemon.ctl("get", "--size", "32x32", origin.url("/small.png")).status == 0, "the daemon keeps serving")
+    }
+
+    @Test("a variant decoded from the old body while a new body came is made again from the new one (one of the old was kept and served)")
+    func variantOfReplacedOriginal() throws {
+        let root = try TemporaryDirectory()
+        let path = root.path + "/changing.png"
+        #expect(run("/usr/bin/convert", ["-size", "6000x6000", "gradient:navy-gold", path]).status == 0)
+        let origin = try Origin(root: root.path)
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/changing.png?cc=max-age=1")
+        #expect(daemon.ctl("get", url).status == 0)
+        Thread.sleep(forTimeInterval: 1.2)  // stale now: a plain get fetches it again
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        connection.send(#"{"id":1,"op":"get","url":"\#(url)","offline":true,"size":"64x64"}"# + "\n")
+        Thread.sleep(forTimeInterval: 0.2)  // 36 megapixels are being decoded
+        #expect(run("/usr/bin/convert", ["-size", "400x100", "xc:teal", "png:" + path + ".new"]).status == 0)
+        #expect(rename(path + ".new", path) == 0)
+        #expect(try entry(daemon.ctl("get", "--json", url))["width"] as? Int == 400, "the new body is fetched")
+        let reply = try #require(connection.receive())
+        let variant = try #require(reply["result"] as? [String: Any], "\(reply)")
+        #expect(variant["width"] as? Int == 64 && variant["height"] as? Int == 16, "\(reply)")
+        #expect(try origin.count("/changing.png") == 2)
     }
 
     @Test("a get --size from a client that half-closes after sending it still gets its variant, then the end of the stream")

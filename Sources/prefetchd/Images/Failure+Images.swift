@@ -21,6 +21,12 @@ extension Failure {
                        message: "\(width)x\(height) is \(count), over the limit of \(limit)", isTransient: false)
     }
 
+    /// An animation whose frames, each decoded onto a whole canvas, come to more than `limit` pixels.
+    static func pixelLimit(frames: Int, width: Int, height: Int, limit: Int64) -> Failure {
+        Failure(code: .pixelLimit, message: "the animation has \(frames) frames of \(width)x\(height), decoded "
+                + "one canvas each: over the limit of \(limit) pixels", isTransient: false)
+    }
+
     /// An I/O failure while reading a source or writing a variant: `disk_full` for ENOSPC/EDQUOT, else `internal`.
     static func imageIO(_ message: String, noSpace: Bool = false) -> Failure {
         Failure(code: noSpace ? .diskFull : .internal, message: message, isTransient: true)

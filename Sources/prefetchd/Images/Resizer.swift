@@ -12,7 +12,7 @@ enum Resizer {
     ///
     /// Throws a `Failure`: `not_an_image` when the original is not an image gdk-pixbuf can decode, or is corrupt or
     /// truncated; `pixel_limit` when its stored size is over `maxPixels` (checked from the header and again when
-    /// the loader reports the size, before it allocates); `disk_full` or `internal` (both transient) when a file
+    /// the loader reports the size, before it allocates), or an animated WebP's frames are together; `disk_full` or `internal` (both transient) when a file
     /// cannot be read or written. Nothing is left at `destination` or beside it on failure.
     static func makeVariant(source: String, spec: VariantSpec, destination: String,
                             maxPixels: Int64 = ImagePolicy.defaultMaxPixels) throws(Failure) -> ImageInfo {
@@ -35,6 +35,13 @@ enum Resizer {
                 throw .imageIO(error)
             }
             if let problem { throw .notAnImage(problem) }
+        }
+        if sniffed == "webp", let width = header.width, let height = header.height {
+            let frames: Int
+            do throws(SystemError) { frames = try ImageIntegrity.webpFrames(source) } catch { throw .imageIO(error) }
+            if ImageInfo.pixels(width, height).saturatingMultiply(Int64(frames)) > maxPixels {
+                throw .pixelLimit(frames: frames, width: width, height: height, limit: maxPixels)
+            }
         }
 
         let (decoded, stored, sourceFormat) = try decode(source, format: sniffed, spec: spec,

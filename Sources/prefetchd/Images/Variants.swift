@@ -91,7 +91,7 @@ final class Variants {
                 workers.run(make, completion: { [unowned self] result in
                     pixelsInFlight -= pixels
                     if passed { passedInFlight -= pixels }
-                    made(job, relative: relative, result)
+                    made(job, spec, from: original.sha256, relative: relative, result)
                     startWaiting()
                 })
             }
@@ -138,8 +138,10 @@ final class Variants {
         return Int64(decoded.width) * Int64(decoded.height) + Int64(geometry.outputWidth) * Int64(geometry.outputHeight)
     }
 
-    /// The worker is done: the variant is indexed (if its original is still cached), and the job ends.
-    private func made(_ job: Job, relative: String, _ result: Result<(ImageInfo, String), Failure>) {
+    /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made
+    /// from: `source`, its SHA-256), and the job ends.
+    private func made(_ job: Job, _ spec: VariantSpec, from source: String, relative: String,
+                      _ result: Result<(ImageInfo, String), Failure>) {
         crashGuard.end(job.key)
         jobs.remove(job)
         let outcome: Result<Made, Failure>
@@ -150,6 +152,11 @@ final class Variants {
                     store.files.remove(relative)
                     throw Failure(code: .internal, message: "the original was evicted while its variant was made",
                                   isTransient: true)
+                }
+                guard original.sha256 == source else {
+                    // A new body came while the old one was decoded: the job runs again, its waiters still waiting.
+                    Log.info("\(job.key) changed while its \(job.spec) variant was made; making it again")
+                    return make(job, spec, of: original)
                 }
                 let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
                                             width: info.width, height: info.height)
