@@ -64,6 +64,24 @@ struct HTTPCacheTests {
         #expect(try origin.count("/s.jpg") == 2, "a background revalidation followed")
     }
 
+    @Test("a 304 without Cache-Control keeps the stored max-age and must-revalidate (it made the entry fresh for a day)")
+    func bareNotModified() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let url = origin.url("/bare.jpg?cc=max-age%3D2%2C%20must-revalidate&bare_304=1")
+        #expect(daemon.ctl("get", url).status == 0)
+        usleep(2_200_000)
+        #expect(daemon.ctl("get", url).status == 0)
+        let log = try origin.stats().log.filter { $0.path == "/bare.jpg" }
+        #expect(log.map(\.status) == [200, 304])
+        let cached = try #require(try entry(daemon.ctl("info", "--json", url))["cached"] as? [String: Any])
+        let lifetime = (cached["fresh_until"] as? Int ?? 0) - (cached["fetched_at"] as? Int ?? 0)
+        #expect((1...3).contains(lifetime), "\(cached)")
+        origin.child.stop()
+        usleep(2_200_000)
+        #expect(errorCode(daemon.ctl("get", "--json", url).stdout) == "network", "must-revalidate: not served stale")
+    }
+
     @Test("when revalidation fails with a network error the stale entry is served flagged, unless must-revalidate or no-cache (no-cache was served stale, also for --max-stale)")
     func staleIfError() throws {
         let origin = try Origin()

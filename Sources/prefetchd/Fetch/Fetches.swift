@@ -192,16 +192,21 @@ final class Fetches {
         case .success(.notModified):
             // The 304 confirms a file that went away meanwhile (deleted, or cut short; the look-up drops its
             // entry): the same fetch asks again unconditionally, in the same lane, and costs no attempt.
-            guard (try? store.liveEntry(key)) != nil else {
+            guard let stored = try? store.liveEntry(key) else {
                 endGuardedStep(key)
                 Log.info("\(key): the cached file went away while it was revalidated; fetching it again in full")
                 return start(key, lane: result.lane, revalidate: false, retry: false)
             }
-            let now = wallClockMilliseconds()
+            let now = wallClockMilliseconds(), headers = result.headers
+            // RFC 9111 section 4.3.4: the 304's fields replace the stored ones, and those it lacks are kept. One
+            // without Cache-Control or Expires keeps the stored lifetime and must-revalidate.
+            let replacesFreshness = !headers.cacheDirectives.isEmpty || headers.expires != nil
+            let freshUntil = replacesFreshness ? headers.freshUntil(now: now, defaultTTL: defaultTTL)
+                : now.saturatingAdd(max(0, stored.freshUntil.saturatingSubtract(stored.fetchedAt)))
             do {
-                try store.refresh(key, freshUntil: result.headers.freshUntil(now: now, defaultTTL: defaultTTL),
-                                  etag: result.headers.etag, lastModified: result.headers.lastModified,
-                                  mustRevalidate: result.headers.mustRevalidate, now: now)
+                try store.refresh(key, freshUntil: freshUntil, etag: headers.etag, lastModified: headers.lastModified,
+                                  mustRevalidate: replacesFreshness ? headers.mustRevalidate : stored.mustRevalidate,
+                                  now: now)
             } catch {
                 Log.error("cannot refresh \(key): \(error)")
             }
