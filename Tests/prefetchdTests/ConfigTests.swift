@@ -182,6 +182,9 @@ struct ConfigTests {
             let (result, _) = check(base + ["--metrics-textfile", path])
             #expect(result.status == 1 && result.stderr.contains("metrics_textfile: \(path) \(clash)"), "\(result.stderr)")
         }
+        #expect(mkfifo(directory.path + "/fifo", 0o600) == 0)
+        let (fifo, _) = check(base + ["--metrics-textfile", directory.path + "/fifo"])
+        #expect(fifo.status == 1 && fifo.stderr.contains("is not a regular file"), "a device or a FIFO was replaced: \(fifo.stderr)")
         let (missing, _) = check(base + ["--metrics-textfile", directory.path + "/none/m.prom"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot use the directory of"), "\(missing.stderr)")
         let (good, settings) = check(base + ["--metrics-textfile", directory.path + "/prefetchd.prom"])

@@ -95,12 +95,15 @@ struct ObservabilityTests {
 /// The textfile for node_exporter and the image format list.
 @Suite(.serialized)
 struct TextfileAndFormatsTests {
-    @Test("metrics_textfile is written atomically and parses")
+    @Test("metrics_textfile is written atomically and parses; a symbolic link planted at PATH.tmp is not written through")
     func textfile() throws {
         let directory = try TemporaryDirectory()
-        let path = directory.path + "/prefetchd.prom"
+        let path = directory.path + "/prefetchd.prom", victim = directory.path + "/victim.txt"
+        try write("keep me\n", to: victim)
+        #expect(symlink(victim, path + ".tmp") == 0)
         let daemon = try DaemonUnderTest(["--metrics-textfile", path])
         #expect(waitUntil(seconds: 8) { FileManager.default.fileExists(atPath: path) })
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me\n", "the link's target was overwritten")
         let parsed = run("/usr/bin/env", ["python3", Paths.fixtures + "/parse_metrics.py"],
                          stdin: (try? String(contentsOfFile: path, encoding: .utf8)) ?? "")
         #expect(parsed.status == 0 && parsed.stdout.contains("prefetchd_cache_limit_bytes"), "\(parsed.stderr)")

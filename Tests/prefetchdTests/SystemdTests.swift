@@ -152,6 +152,37 @@ struct SystemdTests {
         #expect(try daemon.fastWidth() == 3)
     }
 
+    @Test("SIGHUP with the default configuration file gone keeps the running configuration (every setting went back to its default)")
+    func reloadWithDefaultFileGone() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("fast_width = 3\n", to: config)
+        let daemon = try ServiceDaemon(environment: ["CONFIGURATION_DIRECTORY": directory.path], directory: directory)
+        #expect(try daemon.fastWidth() == 3)
+        unlink(config)
+        daemon.signal(SIGHUP)
+        #expect(daemon.waitForLog("keeping the running configuration: \(config) is gone"), "\(daemon.log)")
+        #expect(try daemon.fastWidth() == 3)
+    }
+
+    @Test("SIGHUP naming the running index as metrics_textfile, with the file's cache_dir moved, keeps the running configuration (the metrics replaced the index and its queue)")
+    func reloadKeepsMetricsOffTheRunningIndex() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf", socket = directory.path + "/ctl.sock"
+        let index = directory.path + "/cache/index.sqlite"
+        try write("socket = \(socket)\ncache_dir = \(directory.path)/cache\n", to: config)
+        let child = try ChildProcess(Paths.prefetchd, ["--config", config], stderrPath: directory.path + "/daemon.log",
+                                     environment: serviceEnvironment())
+        defer { child.stop(SIGKILL) }
+        #expect(waitUntil(seconds: 10) { run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0 })
+        try write("socket = \(socket)\ncache_dir = \(directory.path)/moved\nmetrics_textfile = \(index)\n", to: config)
+        kill(child.pid, SIGHUP)
+        #expect(waitUntil(seconds: 5) {
+            child.stderrText.contains("keeping the running configuration: metrics_textfile: \(index) is in the cache directory")
+        }, "\(child.stderrText)")
+        #expect(run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0)
+    }
+
     @Test("with JOURNAL_STREAM set, each log line carries its syslog priority and no timestamp; a summary line per burst at info, a line per failure")
     func journalLines() throws {
         let origin = try Origin()

@@ -63,9 +63,16 @@ extension Daemon {
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).
     func writeMetricsTextfile() {
         guard let path = options.metricsTextfile else { return metricsTicker.disarm() }
+        // Only a regular file is replaced, and the temporary file is made new: nothing is written through a
+        // symbolic link or into a device that took its place.
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG {
+            return Log.warning("not writing the metrics: \(path) is no longer a regular file")
+        }
         let temporary = path + ".tmp"
         var bytes = Array(metricsText().utf8)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return Log.warning("cannot write \(temporary): \(String(cString: strerror(errno)))") }
         let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)

@@ -37,7 +37,20 @@ extension Daemon {
             Log.error("SIGHUP: keeping the running configuration: \(error)")
             return
         }
+        if let path = options.configPath, next.configPath == nil {
+            // The default file was read at start and is not there now (moved away, or rewritten by delete and
+            // write): its settings stay, as when a file given with --config cannot be read.
+            return Log.error("SIGHUP: keeping the running configuration: \(path) is gone; restart prefetchd to run "
+                             + "without a configuration file")
+        }
         let (reloaded, applied, needRestart) = options.reloaded(next)
+        do {
+            // The file's socket and cache directory wait for a restart: metrics_textfile is checked against the
+            // running ones.
+            try reloaded.checkMetricsTextfile()
+        } catch {
+            return Log.error("SIGHUP: keeping the running configuration: \(error)")
+        }
         options = reloaded
         Log.threshold = options.logLevel
         clients.reconfigure(options)

@@ -411,9 +411,9 @@ struct Options {
                           + "\(limit); set socket (or --socket) to a shorter path")
     }
 
-    /// The metrics file is replaced every 5 s: it must not be the socket, the configuration, or anything in the cache
-    /// directory (the index among them), and its directory must exist.
-    private func checkMetricsTextfile() throws {
+    /// The metrics file is replaced every 5 s: it must be a regular file or nothing yet, not the socket, the
+    /// configuration, or anything in the cache directory (the index among them), and its directory must exist.
+    func checkMetricsTextfile() throws {
         guard let path = metricsTextfile else { return }
         let file = resolvingDirectory(path) ?? path
         let cache = realPath(cacheDirectory) ?? cacheDirectory
@@ -423,6 +423,11 @@ struct Options {
         if let clash {
             throw DaemonError("metrics_textfile: \(path) is \(clash); the metrics, written there every 5 s, would destroy the "
                               + "daemon's own files: write them elsewhere (node_exporter's textfile directory)")
+        }
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG {
+            throw DaemonError("metrics_textfile: \(path) is not a regular file; the metrics replace what is there every "
+                              + "5 s: name a file, or a path where none is yet")
         }
         guard resolvingDirectory(path) != nil else {
             throw DaemonError("metrics_textfile: cannot use the directory of \(path): \(String(cString: strerror(errno)))")
