@@ -108,6 +108,25 @@ struct HostileResponseTests {
         #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/whole.jpg?size=19419"))))
     }
 
+    @Test("a resumed transfer shows the whole body's size as its total (it showed the range's, 40000 under 20000+ bytes)")
+    func resumedTotal() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/resumed.jpg?size=60000&cut_first=20000&drip=20000")  // 1 s, cut; then 2 s from 20000
+        let client = try RawConnection(socket: daemon.socket)
+        _ = client.receive()
+        client.send(#"{"id":1,"op":"get","url":"\#(url)"}"# + "\n")
+        var resumed: [String: Any]?
+        #expect(try waitUntil(seconds: 15) {
+            let list = try JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any]
+            resumed = (list?["tasks"] as? [[String: Any]])?.first { ($0["bytes"] as? Int ?? 0) > 20000 }
+            return resumed != nil
+        })
+        #expect(resumed?["total"] as? Int == 60000, "\(resumed ?? [:])")
+        #expect(client.receive()?["ok"] as? Bool == true)
+        #expect(try origin.stats().log.filter { $0.path == "/resumed.jpg" }.map(\.range) == [nil, "bytes=20000-"])
+    }
+
     @Test("a resume answered 206 from another offset (bytes 5100-…) was appended and cached as a corrupt 19,319-byte JPEG; now the partial is dropped, the next attempt starts at 0 and the file is the origin's")
     func resumeAnsweredFromAnotherOffset() throws {
         let origin = try Origin()

@@ -180,7 +180,7 @@ final class CurlFetcher {
 
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? {
-        transfers[key].map { ($0.received, $0.expectedBytes) }
+        transfers[key].map { ($0.received, $0.expectedBodyBytes) }
     }
 
     private func pool(_ lane: Lane) -> ConnectionPool { lane == .fast ? fastPool : slowPool }

@@ -219,6 +219,10 @@ final class Transfer {
         return length >= 0 ? Int64(length) : nil
     }
 
+    /// The whole body's size, when known: a resumed response's range added to the bytes kept (nil until its first
+    /// byte says whether the server sent the range), else what the server announced.
+    var expectedBodyBytes: Int64? { expectedTotal ?? (resumedFrom > 0 ? nil : expectedBytes) }
+
     /// Closes the file and returns the body's SHA-256.
     func finishBody() -> String {
         closeFile()
@@ -308,7 +312,7 @@ final class Transfer {
         }
         if lane == .slow { backgroundBytes?.add(Int64(data.count)) }
         if multiplexed, !tailReported, lane == .slow, pool == .slow, backgroundWindow > 0,
-           let total = expectedTotal ?? expectedBytes, total - received <= Self.tailWindows * window {
+           let total = expectedBodyBytes, total - received <= Self.tailWindows * window {
             tailReported = true
             onTail(self)
         }
