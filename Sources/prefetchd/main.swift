@@ -3,6 +3,7 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
+SignalWatcher.blockHandledSignals()
 let environment = ProcessInfo.processInfo.environment
 do {
     switch try Options.parse(Array(CommandLine.arguments.dropFirst()), environment: environment) {
