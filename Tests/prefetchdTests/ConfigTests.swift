@@ -203,6 +203,14 @@ struct ConfigTests {
         let (cut, _) = check(["--config", nul])
         #expect(cut.status == 1 && cut.stderr.contains("\(nul):2: cache_dir: a control character in '/tmp/a<U+0000>b'"),
                 "\(cut.stderr)")
+        // Lines end at LF and CR LF only (a form feed, NEL or U+2028 split lines, and numbered them past the editor's).
+        for separator in ["\u{0C}", "\u{85}", "\u{2028}", "\r"] {
+            let path = directory.path + "/separator.conf"
+            try write("fast_width = 2\r\nslow_width = 1" + separator + "per_host = 2\n", to: path)
+            let (split, _) = check(["--config", path])
+            #expect(split.status == 1 && split.stderr.contains("\(path):2: slow_width: "),
+                    "\(separator.unicodeScalars.first!.value): \(split.stderr)")
+        }
         let long = "/tmp/" + String(repeating: "s", count: 103)  // 108 bytes: one more than sun_path holds
         let (tooLong, _) = check(["--socket", long])
         #expect(tooLong.status == 1 && tooLong.stderr.contains("is 108 bytes long: a Unix socket's path has at most 107"),

@@ -25,12 +25,16 @@ struct ConfigFile {
         var entries: [Entry] = []
         var seen: [String: Int] = [:]
         let text = text.hasPrefix(byteOrderMark) ? text.dropFirst() : Substring(text)
-        for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+        // Lines end at LF (or CR LF) only, as editors and `wc -l` count them: another line break (VT, FF, NEL,
+        // U+2028, a lone CR) is a control character in the line.
+        let lines = text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
+        for (index, raw) in lines.enumerated() {
             let number = index + 1
             let line = trimmed(raw)
             if line.isEmpty || line.hasPrefix("#") { continue }
             guard let equals = line.firstIndex(of: "=") else {
-                throw DaemonError("\(path):\(number): expected `key = value`, found '\(line)'")
+                let shown = visible(String(line.prefix(80))) + (line.count > 80 ? "…" : "")
+                throw DaemonError("\(path):\(number): expected `key = value`, found '\(shown)'")
             }
             let key = trimmed(line[..<equals])
             guard !key.isEmpty, key.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" }) else {
