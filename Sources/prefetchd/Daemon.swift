@@ -34,6 +34,8 @@ final class Daemon {
     let viewKeys = ViewKeys()
     /// Which of the durable queue's URLs the scheduler holds.
     var backlog = BacklogWindow()
+    /// Hosts whose pause was logged, with the end of that pause (Unix ms).
+    private var pausesLogged: [String: Int64] = [:]
     /// Gives freed memory back to the system after a burst.
     var memory = MemoryTrimmer()
     /// `queue` requests of this turn, committed together at its end.
@@ -378,8 +380,14 @@ final class Daemon {
             case .park(let key):
                 fetches.park(key)
             case .pauseHost(let host, let until):
-                let seconds = max(0, until.milliseconds - wallClockMilliseconds()) / 1000
-                Log.warning("pausing \(host) for \(seconds) s: it failed too often in a row")
+                // The transfers that ran when a host was paused fail one after another and make the pause longer:
+                // said once per pause.
+                let now = wallClockMilliseconds()
+                if (pausesLogged[host] ?? 0) <= now {
+                    pausesLogged = pausesLogged.filter { $0.value > now }
+                    Log.warning("pausing \(host) for \(max(0, until.milliseconds - now) / 1000) s: it failed too often in a row")
+                }
+                pausesLogged[host] = until.milliseconds
                 do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
             case .abort(let key):
                 fetches.abort(key)

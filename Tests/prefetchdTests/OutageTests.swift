@@ -16,6 +16,16 @@ struct OutageTests {
         return Dictionary(tasks.map { ($0["url"] as? String ?? "?", $0["attempts"] as? Int ?? -1) }, uniquingKeysWith: +)
     }
 
+    @Test("a host paused while eight of its transfers ran is logged as paused once (each later failure logged it again)")
+    func pauseLoggedOnce() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let urls = (0..<16).map { origin.url("/down-\($0).jpg?status=503&delay=0.5") }
+        #expect(daemon.ctl(arguments: ["get"] + urls).status == 1)
+        let pauses = daemon.log.split(separator: "\n").filter { $0.contains("pausing 127.0.0.1:\(origin.port)") }
+        #expect(pauses.count == 1, "\(pauses)")
+    }
+
     @Test("queued URLs of a host that refuses every connection outlast max_attempts and stay queued across a restart")
     func queuedWorkOutlastsAnOutage() throws {
         let port = try freePort()
