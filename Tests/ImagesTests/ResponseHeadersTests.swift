@@ -23,6 +23,13 @@ private let day: Int64 = 86_400_000
 private let ceiling: Int64 = 2_147_483_648_000
 
 @Suite struct ResponseHeadersTests {
+    @Test("a folded Cache-Control (obs-fold) lost the directives on its second line, no-store among them")
+    func foldedList() {
+        let folded = headers("Cache-Control: max-age=60,", " no-store", "Content-Type: image/jpeg", "\tignored")
+        #expect(folded.maxAge == 60 && folded.has("no-store") && folded.contentType == "image/jpeg")
+        #expect(!folded.has("ignored"), "a fold after a field that is not a list is dropped")
+    }
+
     @Test("trailer fields after a chunked body were merged: a trailer's Content-Type, ETag and no-cache replaced the header's")
     func trailersNotMerged() {
         var raw = headers("Content-Type: image/jpeg", "Cache-Control: max-age=60", "")

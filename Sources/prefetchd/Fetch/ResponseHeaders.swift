@@ -29,6 +29,8 @@ struct ResponseHeaders: Equatable {
     /// The empty line that ends the header section came: what follows until another status line is a trailer
     /// section, whose fields are not merged into the header's (RFC 9110 section 6.5.1).
     private var sectionEnded = false
+    /// The list field of the last line, which a folded line continues.
+    private var foldedList: Field?
 
     /// Header lines of a transfer, in bytes, at most: curl 7.88 refuses one line over 100 KiB (with "Out of
     /// memory") but not many lines, so the transfer counts them; interim responses count too (20,000 `103 Early
@@ -52,9 +54,23 @@ struct ResponseHeaders: Equatable {
             sectionEnded = true
             return
         }
-        guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
-              let field = Field(name: UnsafeBufferPointer(rebasing: line[..<colon])) else { return }
-        var start = colon + 1, end = line.endIndex
+        let field: Field
+        var start: Int
+        if line.first == 0x20 || line.first == 0x09 {
+            // obs-fold (RFC 9112 section 5.2): the line goes on with the field before it. Only a list field takes
+            // it (a folded `Cache-Control: max-age=60,` then ` no-store` lost its no-store).
+            guard let list = foldedList else { return }
+            field = list
+            start = line.startIndex
+        } else {
+            foldedList = nil
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
+                  let named = Field(name: UnsafeBufferPointer(rebasing: line[..<colon])) else { return }
+            field = named
+            start = colon + 1
+            if field == .cacheControl || field == .contentEncoding || field == .vary { foldedList = field }
+        }
+        var end = line.endIndex
         while start < end, Self.isSpace(line[start]) { start += 1 }
         while end > start, Self.isSpace(line[end - 1]) { end -= 1 }
         let bytes = UnsafeBufferPointer(rebasing: line[start..<end])
