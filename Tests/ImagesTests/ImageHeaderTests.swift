@@ -16,6 +16,12 @@ import Testing
         #expect(header.kind == .image("jpeg"))
         #expect(header.orientation == 6 && header.swapsAxes)
         #expect(header.width == 64 && header.height == 48)
+        // libjpeg reads every marker up to the first scan: an EXIF segment after the SOF turns the picture too (it
+        // was missed, and the upright size reported was the stored one).
+        let late: [UInt8] = [0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x11, 0x08, 0x00, 0x30, 0x00, 0x40] + [UInt8](repeating: 0, count: 10)
+            + Bytes.exifSegment(orientation: 6) + [0xFF, 0xDA, 0x00, 0x02]
+        let after = parse(late)
+        #expect(after.orientation == 6 && after.width == 64 && after.height == 48)
     }
 
     @Test func tellsMarkupApart() {

@@ -124,7 +124,8 @@ struct ImageHeader: Equatable, Sendable {
 
     // MARK: - Formats
 
-    /// JPEG: walks the markers to the first SOF for the size and reads the orientation from an EXIF APP1 segment.
+    /// JPEG: walks the markers up to the first scan, as libjpeg does: the size from the first SOF, the orientation
+    /// from an EXIF APP1 segment, before or after it.
     private static func jpeg(_ b: [UInt8]) -> ImageHeader {
         var header = ImageHeader(kind: .image("jpeg"))
         var offset = 2
@@ -139,10 +140,9 @@ struct ImageHeader: Equatable, Sendable {
             let body = offset + 4
             let end = min(offset + 2 + length, b.count)
             let isSOF = (0xC0...0xCF).contains(marker) && marker != 0xC4 && marker != 0xC8 && marker != 0xCC
-            if isSOF, body + 5 <= b.count {
+            if isSOF, header.width == nil, body + 5 <= b.count {
                 header.height = Int(b.bigEndian16(at: body + 1))
                 header.width = Int(b.bigEndian16(at: body + 3))
-                break
             }
             if marker == 0xE1, header.orientation == 1, body < end, let orientation = exifOrientation(b[body..<end]) {
                 header.orientation = orientation
