@@ -385,7 +385,8 @@ final class Daemon {
                 let now = wallClockMilliseconds()
                 if (pausesLogged[host] ?? 0) <= now {
                     pausesLogged = pausesLogged.filter { $0.value > now }
-                    Log.warning("pausing \(host) for \(max(0, until.milliseconds - now) / 1000) s: it failed too often in a row")
+                    let seconds = max(0, until.milliseconds - now) / 1000
+                    Log.warning("pausing \(host) for \(seconds) s: it failed too often in a row")
                 }
                 pausesLogged[host] = until.milliseconds
                 do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }

@@ -12,8 +12,9 @@ enum Resizer {
     ///
     /// Throws a `Failure`: `not_an_image` when the original is not an image gdk-pixbuf can decode, or is corrupt or
     /// truncated; `pixel_limit` when its stored size is over `maxPixels` (checked from the header and again when
-    /// the loader reports the size, before it allocates), or an animated WebP's frames are together; `disk_full` or `internal` (both transient) when a file
-    /// cannot be read or written. Nothing is left at `destination` or beside it on failure.
+    /// the loader reports the size, before it allocates), or an animated WebP's frames are together; `disk_full` or
+    /// `internal` (both transient) when a file cannot be read or written. Nothing is left at `destination` or beside
+    /// it on failure.
     static func makeVariant(source: String, spec: VariantSpec, destination: String,
                             maxPixels: Int64 = ImagePolicy.defaultMaxPixels) throws(Failure) -> ImageInfo {
         let header: ImageHeader
