@@ -64,6 +64,23 @@ struct HTTPCacheTests {
         #expect(try origin.count("/s.jpg") == 2, "a background revalidation followed")
     }
 
+    @Test("a new body of a URL gets a new path and the old file goes (it was written over in place, and a look-up meanwhile deleted the new body)")
+    func newBodyNewPath() throws {
+        let root = try TemporaryDirectory()
+        let file = root.path + "/changing.png"
+        #expect(run("/usr/bin/convert", ["-size", "40x30", "xc:teal", file]).status == 0)
+        let origin = try Origin(root: root.path)
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/changing.png?cc=no-cache")
+        let first = try #require(try entry(daemon.ctl("get", "--json", url))["path"] as? String)
+        #expect(run("/usr/bin/convert", ["-size", "50x20", "xc:gold", "png:" + file + ".new"]).status == 0)
+        #expect(rename(file + ".new", file) == 0)
+        let second = try entry(daemon.ctl("get", "--json", url))
+        let path = try #require(second["path"] as? String)
+        #expect(path != first && !FileManager.default.fileExists(atPath: first), "\(first) -> \(path)")
+        #expect(second["width"] as? Int == 50 && FileManager.default.contents(atPath: path) == FileManager.default.contents(atPath: file))
+    }
+
     @Test("a 304 without Cache-Control keeps the stored max-age and must-revalidate (it made the entry fresh for a day)")
     func bareNotModified() throws {
         let origin = try Origin()

@@ -234,7 +234,7 @@ final class Fetches {
             endGuardedStep(result.key)
             return onEnd(result.key, .failed(failure))
         }
-        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: result.key))
+        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: result.key, body: sha256))
         let files = store.files
         bodyFiles.run({ () -> Failure? in
             do {

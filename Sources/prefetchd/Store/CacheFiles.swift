@@ -20,6 +20,10 @@ struct CacheFiles {
     /// The file name for a key: its SHA-256, never anything taken from the URL text.
     static func name(forKey key: String) -> String { SHA256.hex(of: key) }
 
+    /// The file name of a key's body, `sha256` its content's: a new body gets a new name, so the file an index row
+    /// and a reply name is never written over while a new body is moved into place; `Store.put` deletes the old one.
+    static func name(forKey key: String, body sha256: String) -> String { SHA256.hex(of: key + "\n" + sha256) }
+
     /// `files/ab/<name>`, relative to the root.
     static func relativePath(forName name: String) -> String { "files/" + name.prefix(2) + "/" + name }
 
