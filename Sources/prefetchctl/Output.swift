@@ -7,9 +7,12 @@ enum Output {
     /// A URL as prefetchctl shows it: a password in it hidden as the daemon hides it (`user:***@`).
     static func shown(_ url: String) -> String { CanonicalURL.redactingUserinfo(in: url) }
 
-    /// Whether `url` shows a password hidden (`user:***@`), as one pasted from `list` or `info` does: the daemon knows
-    /// no URL by that form, and says `unknown`.
-    static func hidesPassword(_ url: String) -> Bool { url.contains("***@") && shown(url) == url }
+    /// Whether `url` shows a password hidden in its authority (`user:***@`), as one pasted from `list` or `info`
+    /// does: the daemon knows no URL by that form, and says `unknown`.
+    static func hidesPassword(_ url: String) -> Bool {
+        guard let start = url.firstRange(of: "://")?.upperBound else { return false }
+        return url[start...].prefix { !"/?#".contains($0) }.contains("***@")
+    }
 
     /// Said once when a URL that `hidesPassword` was unknown to the daemon.
     static let hiddenPasswordHint = "list and info show a password as ***: give the URL with its password"

@@ -36,6 +36,8 @@ final class Daemon {
     var backlog = BacklogWindow()
     /// Hosts whose pause was logged, with the end of that pause (Unix ms).
     private var pausesLogged: [String: Int64] = [:]
+    /// The last failure to write `metrics_textfile` that was logged, while it lasts.
+    var metricsWarning: String?
     /// Gives freed memory back to the system after a burst.
     var memory = MemoryTrimmer()
     /// `queue` requests of this turn, committed together at its end.

@@ -199,8 +199,9 @@ final class Fetches {
             }
             let now = wallClockMilliseconds(), headers = result.headers
             // RFC 9111 section 4.3.4: the 304's fields replace the stored ones, and those it lacks are kept. One
-            // without Cache-Control or Expires keeps the stored lifetime and must-revalidate.
-            let replacesFreshness = !headers.cacheDirectives.isEmpty || headers.expires != nil
+            // without Cache-Control keeps the stored lifetime and must-revalidate (the stored max-age, if any, would
+            // still win over an Expires it brings; the stored headers themselves are not kept).
+            let replacesFreshness = !headers.cacheDirectives.isEmpty
             let freshUntil = replacesFreshness ? headers.freshUntil(now: now, defaultTTL: defaultTTL)
                 : now.saturatingAdd(max(0, stored.freshUntil.saturatingSubtract(stored.fetchedAt)))
             do {

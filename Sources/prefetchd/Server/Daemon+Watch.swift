@@ -63,22 +63,32 @@ extension Daemon {
     /// Writes the metrics to `metrics_textfile` atomically (a temporary file, then `rename`).
     func writeMetricsTextfile() {
         guard let path = options.metricsTextfile else { return metricsTicker.disarm() }
-        // Only a regular file is replaced, and the temporary file is made new: nothing is written through a
-        // symbolic link or into a device that took its place.
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG {
-            return Log.warning("not writing the metrics: \(path) is no longer a regular file")
+        // A device or a directory that took the file's place is left alone, and the temporary file is made new:
+        // nothing is written through a symbolic link.
+        guard Options.isReplaceable(path) else {
+            return metricsProblem("not writing the metrics: \(path) is no longer a regular file")
         }
         let temporary = path + ".tmp"
         var bytes = Array(metricsText().utf8)
         unlink(temporary)
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return Log.warning("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { return metricsProblem("cannot write \(temporary): \(String(cString: strerror(errno)))") }
         let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)
         guard written == bytes.count, rename(temporary, path) == 0 else {
             unlink(temporary)
-            return Log.warning("cannot write the metrics to \(path): \(String(cString: strerror(errno)))")
+            return metricsProblem("cannot write the metrics to \(path): \(String(cString: strerror(errno)))")
         }
+        if metricsWarning != nil {
+            metricsWarning = nil
+            Log.info("writing the metrics to \(path) again")
+        }
+    }
+
+    /// A failed write of the metrics file, logged when it is not the same as the last one (not every 5 s).
+    private func metricsProblem(_ message: String) {
+        guard message != metricsWarning else { return }
+        metricsWarning = message
+        Log.warning(message)
     }
 }

@@ -411,7 +411,15 @@ struct Options {
                           + "\(limit); set socket (or --socket) to a shorter path")
     }
 
-    /// The metrics file is replaced every 5 s: it must be a regular file or nothing yet, not the socket, the
+    /// Whether the metrics may replace what is at `path`: nothing, a regular file, or a symbolic link (the link is
+    /// replaced, nothing is written through it), never a device, a FIFO, a socket or a directory.
+    static func isReplaceable(_ path: String) -> Bool {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return true }
+        return [S_IFREG, S_IFLNK].contains(info.st_mode & S_IFMT)
+    }
+
+    /// The metrics file is replaced every 5 s: it must be `isReplaceable`, not the socket, the
     /// configuration, or anything in the cache directory (the index among them), and its directory must exist.
     func checkMetricsTextfile() throws {
         guard let path = metricsTextfile else { return }
@@ -424,8 +432,7 @@ struct Options {
             throw DaemonError("metrics_textfile: \(path) is \(clash); the metrics, written there every 5 s, would destroy the "
                               + "daemon's own files: write them elsewhere (node_exporter's textfile directory)")
         }
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG {
+        if !Self.isReplaceable(path) {
             throw DaemonError("metrics_textfile: \(path) is not a regular file; the metrics replace what is there every "
                               + "5 s: name a file, or a path where none is yet")
         }
