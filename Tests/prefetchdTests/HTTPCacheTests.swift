@@ -81,22 +81,27 @@ struct HTTPCacheTests {
         #expect(second["width"] as? Int == 50 && FileManager.default.contents(atPath: path) == FileManager.default.contents(atPath: file))
     }
 
-    @Test("a 304 without Cache-Control keeps the stored max-age and must-revalidate (it made the entry fresh for a day)")
+    @Test("a 304 without Cache-Control keeps the stored max-age and must-revalidate, also with an Expires of its own (it made the entry fresh for a day, or for the Expires)")
     func bareNotModified() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest(["--max-attempts", "1"])
-        let url = origin.url("/bare.jpg?cc=max-age%3D2%2C%20must-revalidate&bare_304=1")
-        #expect(daemon.ctl("get", url).status == 0)
+        let strict = "cc=max-age%3D2%2C%20must-revalidate"
+        let urls = [origin.url("/bare.jpg?\(strict)&bare_304=1"),
+                    origin.url("/bare-expires.jpg?\(strict)&expires=100&bare_304=expires")]
+        #expect(daemon.ctl(arguments: ["get"] + urls).status == 0)
         usleep(2_200_000)
-        #expect(daemon.ctl("get", url).status == 0)
-        let log = try origin.stats().log.filter { $0.path == "/bare.jpg" }
-        #expect(log.map(\.status) == [200, 304])
-        let cached = try #require(try entry(daemon.ctl("info", "--json", url))["cached"] as? [String: Any])
-        let lifetime = (cached["fresh_until"] as? Int ?? 0) - (cached["fetched_at"] as? Int ?? 0)
-        #expect((1...3).contains(lifetime), "\(cached)")
+        #expect(daemon.ctl(arguments: ["get"] + urls).status == 0)
+        for (url, path) in zip(urls, ["/bare.jpg", "/bare-expires.jpg"]) {
+            #expect(try origin.stats().log.filter { $0.path == path }.map(\.status) == [200, 304])
+            let cached = try #require(try entry(daemon.ctl("info", "--json", url))["cached"] as? [String: Any])
+            let lifetime = (cached["fresh_until"] as? Int ?? 0) - (cached["fetched_at"] as? Int ?? 0)
+            #expect((1...3).contains(lifetime), "\(path): \(cached)")
+        }
         origin.child.stop()
         usleep(2_200_000)
-        #expect(errorCode(daemon.ctl("get", "--json", url).stdout) == "network", "must-revalidate: not served stale")
+        for url in urls {
+            #expect(errorCode(daemon.ctl("get", "--json", url).stdout) == "network", "must-revalidate: not served stale")
+        }
     }
 
     @Test("when revalidation fails with a network error the stale entry is served flagged, unless must-revalidate or no-cache (no-cache was served stale, also for --max-stale)")

@@ -57,7 +57,8 @@ Query parameters (combine freely):
                        to the origin's own, so a second Content-Length is two)
     big_header=N       add one header line of N bytes (X-Big: aaa...)
     many_headers=N     add N header lines of 1 KiB each
-    bare_304=1         a 304 carries the ETag alone (no Cache-Control, Expires or Last-Modified)
+    bare_304=1         a 304 carries the ETag alone (no Cache-Control, Expires or Last-Modified); =expires: and
+                       the Expires of expires=S
     early_hints=N      send N interim responses (103 Early Hints, 58 bytes each)
                        before the response
     gzip=1             gzip the body (Content-Encoding: gzip, whatever the
@@ -706,7 +707,10 @@ class Handler(BaseHTTPRequestHandler):
             not_modified = ts is not None and ts >= LAST_MODIFIED_TS
         if not_modified:
             self.send_response(304)
-            for k, v in ([("ETag", etag)] if truthy(q, "bare_304") else common):
+            kept = common
+            if truthy(q, "bare_304"):
+                kept = [(k, v) for k, v in common if k == "ETag" or (k == "Expires" and q["bare_304"] == "expires")]
+            for k, v in kept:
                 self.send_header(k, v)
             self.end_headers()
             return
