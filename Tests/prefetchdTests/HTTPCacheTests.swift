@@ -68,13 +68,12 @@ struct HTTPCacheTests {
     func newBodyNewPath() throws {
         let root = try TemporaryDirectory()
         let file = root.path + "/changing.png"
-        #expect(run("/usr/bin/convert", ["-size", "40x30", "xc:teal", file]).status == 0)
+        #expect(writePicture(file, size: "40x30", "xc:teal"))
         let origin = try Origin(root: root.path)
         let daemon = try DaemonUnderTest()
         let url = origin.url("/changing.png?cc=no-cache")
         let first = try #require(try entry(daemon.ctl("get", "--json", url))["path"] as? String)
-        #expect(run("/usr/bin/convert", ["-size", "50x20", "xc:gold", "png:" + file + ".new"]).status == 0)
-        #expect(rename(file + ".new", file) == 0)
+        #expect(writePicture(file, size: "50x20", "xc:gold"))
         let second = try entry(daemon.ctl("get", "--json", url))
         let path = try #require(second["path"] as? String)
         #expect(path != first && !FileManager.default.fileExists(atPath: first), "\(first) -> \(path)")

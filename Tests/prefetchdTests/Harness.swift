@@ -320,6 +320,12 @@ struct CommandResult {
 private let brokenPipesIgnored: Void = { signal(SIGPIPE, SIG_IGN) }()
 
 /// Runs a program to completion.
+/// Writes a PNG of `size` (`WxH`) drawn from ImageMagick's `picture` (`xc:teal`, `gradient:navy-gold`) at `path`, by
+/// rename: an origin serving `path` changes its body at once, never half-written.
+func writePicture(_ path: String, size: String, _ picture: String) -> Bool {
+    run("/usr/bin/convert", ["-size", size, picture, "png:" + path + ".new"]).status == 0 && rename(path + ".new", path) == 0
+}
+
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil, stdinData: Data? = nil) -> CommandResult {
     _ = brokenPipesIgnored
     let child: Spawned

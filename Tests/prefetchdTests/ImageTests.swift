@@ -70,7 +70,7 @@ struct ImageTests {
     func variantOfReplacedOriginal() throws {
         let root = try TemporaryDirectory()
         let path = root.path + "/changing.png"
-        #expect(run("/usr/bin/convert", ["-size", "6000x6000", "gradient:navy-gold", path]).status == 0)
+        #expect(writePicture(path, size: "6000x6000", "gradient:navy-gold"))
         let origin = try Origin(root: root.path)
         let daemon = try DaemonUnderTest()
         let url = origin.url("/changing.png?cc=max-age=1")
@@ -80,8 +80,7 @@ struct ImageTests {
         _ = connection.receive()
         connection.send(#"{"id":1,"op":"get","url":"\#(url)","offline":true,"size":"64x64"}"# + "\n")
         Thread.sleep(forTimeInterval: 0.2)  // 36 megapixels are being decoded
-        #expect(run("/usr/bin/convert", ["-size", "400x100", "xc:teal", "png:" + path + ".new"]).status == 0)
-        #expect(rename(path + ".new", path) == 0)
+        #expect(writePicture(path, size: "400x100", "xc:teal"))
         #expect(try entry(daemon.ctl("get", "--json", url))["width"] as? Int == 400, "the new body is fetched")
         let reply = try #require(connection.receive())
         let variant = try #require(reply["result"] as? [String: Any], "\(reply)")
