@@ -24,10 +24,9 @@ final class Fetches {
     private let store: Store
     private let fetcher: CurlFetcher
     private let workers: WorkerPool
-    /// One thread for the file-system changes of bodies under `tmp/`: it makes body files (`BodyFile`), deletes
-    /// them and moves finished ones into `files/`, in the order asked. Making an inode holds the directory's lock
-    /// for up to a millisecond on a busy ext4: one thread doing all of it never waits for another, and the loop
-    /// thread does not wait for it.
+    /// One thread that makes and deletes the body files of transfers under `tmp/` (`BodyFile`), in the order asked.
+    /// Making an inode can take a millisecond (on a busy ext4): the loop thread does not wait for it. A finished
+    /// body is judged and moved into place by an image worker, in one job.
     private let bodyFiles: WorkerPool
     private let crashGuard: CrashGuard
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
@@ -216,41 +215,40 @@ final class Fetches {
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
-            let policy = images
-            workers.run({ ImageInspector.inspect(temporary, policy: policy) }, completion: { [unowned self] verdict in
-                self.inspected(result, temporary: temporary, bytes: bytes, sha256: sha256, verdict: verdict)
+            let (files, policy) = (store.files, images)
+            workers.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy) },
+                        completion: { [unowned self] judged in
+                self.ending.remove(key)
+                self.endGuardedStep(key)
+                switch judged {
+                case .success(let (relative, info)):
+                    self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
+                case .failure(let failure): self.onEnd(key, .failed(failure))
+                }
             })
         }
     }
 
-    /// The body was judged on a worker: one that passed moves into place under `files/`, one that did not is deleted.
-    private func inspected(_ result: FetchResult, temporary: String, bytes: Int64, sha256: String, verdict: ImageVerdict) {
+    /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
+    /// Where it went and what it is, if an image, come back to be indexed.
+    private static func judge(_ temporary: String, sha256: String, key: String, files: CacheFiles,
+                              policy: ImagePolicy) -> Result<(relative: String, info: ImageInfo?), Failure> {
         let info: ImageInfo?
-        switch verdict {
+        switch ImageInspector.inspect(temporary, policy: policy) {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):
-            bodyFiles.run({ unlink(temporary) }, completion: { _ in })
-            ending.remove(result.key)
-            endGuardedStep(result.key)
-            return onEnd(result.key, .failed(failure))
+            unlink(temporary)
+            return .failure(failure)
         }
-        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: result.key, body: sha256))
-        let files = store.files
-        bodyFiles.run({ () -> Failure? in
-            do {
-                try files.install(temporary: temporary, as: relative)
-                return nil
-            } catch {
-                unlink(temporary)
-                return .local("cannot install the file", error)
-            }
-        }, completion: { [unowned self] failure in
-            self.ending.remove(result.key)
-            self.endGuardedStep(result.key)
-            if let failure { return self.onEnd(result.key, .failed(failure)) }
-            self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
-        })
+        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key, body: sha256))
+        do {
+            try files.install(temporary: temporary, as: relative)
+            return .success((relative, info))
+        } catch {
+            unlink(temporary)
+            return .failure(.local("cannot install the file", error))
+        }
     }
 
     private func endGuardedStep(_ key: String) {
