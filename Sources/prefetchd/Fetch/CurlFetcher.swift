@@ -182,6 +182,9 @@ final class CurlFetcher {
     /// Whether `key`'s transfer ended and its end is still on its way to `onFinish`.
     func isEnding(_ key: String) -> Bool { ending.contains(key) }
 
+    /// The keys whose transfer ended and whose end is still on its way to `onFinish`.
+    var endingKeys: Set<String> { ending }
+
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? {
         transfers[key].map { ($0.received, $0.expectedBodyBytes) }

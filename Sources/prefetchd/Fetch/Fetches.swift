@@ -141,6 +141,10 @@ final class Fetches {
         bodyFiles.waitForJobs()
     }
 
+    /// The keys whose transfer ended and whose end is on its way to `onEnd` (the body is being checked and moved
+    /// into place): their tasks still run, but hold no connection.
+    var endingKeys: Set<String> { ending.union(fetcher.endingKeys) }
+
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? { fetcher.progress(key) }
 

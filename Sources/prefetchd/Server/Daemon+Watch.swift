@@ -25,7 +25,7 @@ extension Daemon {
         guard !clients.watchers.isEmpty else { return snapshotTicker.disarm() }
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
-        event.fast = .init(waiting: counts.fastWaiting, running: counts.fastRunning, width: scheduler.configuration.fastWidth)
+        event.fast = fastLane
         event.slow = slowLane
         event.slowSuspended = counts.slowSuspended
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
@@ -53,7 +53,7 @@ extension Daemon {
         let counts = scheduler.counts
         return telemetry.metricsText(.init(
             waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
-            running: ["fast": counts.fastRunning, "slow": counts.slowRunning + counts.lingering],
+            running: ["fast": transfers.fast, "slow": transfers.slow],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.count,
