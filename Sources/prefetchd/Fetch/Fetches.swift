@@ -128,16 +128,18 @@ final class Fetches {
 
     /// At shutdown: stops the running transfers, keeping only the partial bodies a restart resumes (`resumable`:
     /// a recorded validator and the URL in the durable backlog); the others are deleted with their records, parked
-    /// ones included, so no other temporary file is left behind.
+    /// ones included, so no other temporary file is left behind. A body whose transfer ended but was not concluded
+    /// yet is whole: resumed, it would ask for bytes past its end (a 416), so it goes too.
     func stopForShutdown(_ tasks: [(key: String, running: Bool)], resumable: (String) -> Bool) {
         // Nothing begins a risky step after the crash guard's records are closed (`CrashGuard`).
         fetcher.stopConcluding()
         for task in tasks {
-            let keep = store.partialValidator(task.key) != nil && resumable(task.key)
+            let keep = !fetcher.isEnding(task.key) && store.partialValidator(task.key) != nil && resumable(task.key)
             if task.running { fetcher.stop(task.key, keepingBody: keep) }
             if keep { recordPartial(task.key) } else { forgetPartial(task.key) }
         }
-        // Body files being made, deleted or moved: none is left half done.
+        // Body files being made or deleted: none is left half done. (A body an image worker is moving into place may
+        // land in files/ without its index row; the next start's recovery deletes it.)
         bodyFiles.waitForJobs()
     }
 
