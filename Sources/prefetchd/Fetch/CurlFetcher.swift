@@ -157,9 +157,12 @@ final class CurlFetcher {
             let reached = self.tails
             self.tails = []
             for transfer in reached where self.transfers[transfer.key] === transfer { self.onTail(transfer.key) }
-            // A background transfer that ended holds no connection any more: the next one may start while this
-            // one's body is checked, moved into place and indexed (on HTTP/1.1, the connection would idle meanwhile).
-            for transfer in ended where transfer.lane == .slow { self.onTail(transfer.key) }
+            // A background body that came whole holds no connection any more: the next transfer may start while it
+            // is checked, moved into place and indexed (on HTTP/1.1, the connection would idle meanwhile). A failure
+            // is concluded first: it may pause its host.
+            for (transfer, code) in ended where code == CURLE_OK && transfer.bodyStarted && transfer.lane == .slow {
+                self.onTail(transfer.key)
+            }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
         releaseTimer = loop.makeTimer { [unowned self] in self.releaseBackground() }
@@ -375,9 +378,9 @@ final class CurlFetcher {
 
     /// Takes the transfers that ended from curl, to be concluded in the next turn (`concludeHeld`); returns them.
     @discardableResult
-    private func collectFinished(from pool: ConnectionPool) -> [Transfer] {
+    private func collectFinished(from pool: ConnectionPool) -> [(Transfer, CURLcode)] {
         var pending: Int32 = 0
-        var collected: [Transfer] = []
+        var collected: [(Transfer, CURLcode)] = []
         var ended = false
         while let message = curl_multi_info_read(pool.multi, &pending) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
@@ -395,7 +398,7 @@ final class CurlFetcher {
             ending.insert(transfer.key)
             if !(unresolvedAtOnce && askResolverAgain(transfer)) {
                 finished.append((transfer, code))
-                collected.append(transfer)
+                collected.append((transfer, code))
             }
             ended = true
         }
