@@ -67,10 +67,7 @@ struct LaneTransportTests {
     func nextStartsWhenTransferEnds() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let watch = try ChildProcess(Paths.prefetchctl, ["--socket", daemon.socket, "watch", "--json"],
-                                     stderrPath: daemon.directory.path + "/watch.err")
-        let output = LineCollector(watch.stdout)
-        _ = try output.wait("the first snapshot") { !$0.isEmpty }
+        let output = try daemon.watchJSON()
         let urls = (1...4).map { origin.url("/serial-\($0).jpg?size=150000") }
         #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
         let lines = try output.wait("four finished") { $0.filter { $0.contains("\"finished\"") }.count == 4 }

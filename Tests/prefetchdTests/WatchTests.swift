@@ -98,10 +98,7 @@ struct WatchTests {
     func jsonEvents() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let watch = try ChildProcess(Paths.prefetchctl, ["--socket", daemon.socket, "watch", "--json"],
-                                     stderrPath: daemon.directory.path + "/watch.err")
-        let output = LineCollector(watch.stdout)
-        _ = try output.wait("the first snapshot") { !$0.isEmpty }
+        let output = try daemon.watchJSON()
 
         let slow = origin.url("/j1.jpg?drip=400000&size=400000")
         let missing = origin.url("/j404.jpg?status=404")
@@ -307,12 +304,27 @@ final class Tmux {
     }
 }
 
+extension DaemonUnderTest {
+    /// `prefetchctl watch --json` on this daemon, once its first snapshot came: the lines it prints, which keep the
+    /// process running while they are in use.
+    func watchJSON() throws -> LineCollector {
+        let watch = try ChildProcess(Paths.prefetchctl, ["--socket", socket, "watch", "--json"],
+                                     stderrPath: directory.path + "/watch.err")
+        let output = LineCollector(watch.stdout, keeping: watch)
+        _ = try output.wait("the first snapshot") { !$0.isEmpty }
+        return output
+    }
+}
+
 /// Lines of a child's stdout, read on a background thread as they come.
 final class LineCollector: @unchecked Sendable {
     private let lock = NSLock()
     private var lines: [String] = []
+    /// The process whose output this is, when the collector is what keeps it running.
+    private let process: ChildProcess?
 
-    init(_ output: ChildOutput) {
+    init(_ output: ChildOutput, keeping process: ChildProcess? = nil) {
+        self.process = process
         let handle = output.fileHandleForReading
         Thread.detachNewThread { [self] in
             while let line = handle.readLine() {
