@@ -124,35 +124,28 @@ extension Daemon {
                            waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
     }
 
-    /// The transfers per lane, as `status`, `watch` and the metrics show them: the running tasks (the slow lane's
-    /// with the lingering ones) but those whose transfer ended, whose bodies are being checked and moved into place.
-    var transfers: (fast: Int, slow: Int) {
+    /// The lanes as `status`, `watch` and the metrics show them. `running` counts transfers: the running tasks (the
+    /// slow lane's with the lingering ones) but those whose transfer ended, whose bodies are being checked and moved
+    /// into place.
+    var lanes: (fast: StatusReport.Lane, slow: StatusReport.Lane) {
         let counts = scheduler.counts
         var fast = counts.fastRunning, slow = counts.slowRunning + counts.lingering
         for key in fetches.endingKeys {
             guard let task = scheduler.task(key), task.state == .running else { continue }
             if task.lane == .fast { fast -= 1 } else { slow -= 1 }
         }
-        return (fast, slow)
-    }
-
-    var fastLane: StatusReport.Lane {
-        .init(waiting: scheduler.counts.fastWaiting, running: transfers.fast, width: scheduler.configuration.fastWidth)
-    }
-
-    var slowLane: StatusReport.Lane {
-        let counts = scheduler.counts
-        return .init(waiting: counts.slowWaiting, running: transfers.slow, width: scheduler.configuration.slowWidth,
-                     lingering: counts.lingering > 0 ? counts.lingering : nil)
+        return (.init(waiting: counts.fastWaiting, running: fast, width: scheduler.configuration.fastWidth),
+                .init(waiting: counts.slowWaiting, running: slow, width: scheduler.configuration.slowWidth,
+                      lingering: counts.lingering > 0 ? counts.lingering : nil))
     }
 
     func status() -> StatusReport {
-        let counts = scheduler.counts
+        let counts = scheduler.counts, lanes = self.lanes
         let lookups = telemetry.cacheLookups, fetched = telemetry.fetchTotals
         return StatusReport(
             version: prefetchVersion, pid: getpid(), uptime: telemetry.uptime,
-            fast: fastLane,
-            slow: slowLane,
+            fast: lanes.fast,
+            slow: lanes.slow,
             slowSuspended: counts.slowSuspended, delayed: counts.delayed,
             backlog: backlogOnly,
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,

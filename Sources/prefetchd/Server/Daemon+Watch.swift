@@ -25,8 +25,7 @@ extension Daemon {
         guard !clients.watchers.isEmpty else { return snapshotTicker.disarm() }
         let counts = scheduler.counts
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
-        event.fast = fastLane
-        event.slow = slowLane
+        (event.fast, event.slow) = lanes
         event.slowSuspended = counts.slowSuspended
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
         event.background = backgroundState
@@ -50,10 +49,10 @@ extension Daemon {
     }
 
     func metricsText() -> String {
-        let counts = scheduler.counts
+        let counts = scheduler.counts, lanes = self.lanes
         return telemetry.metricsText(.init(
             waiting: ["fast": counts.fastWaiting, "slow": counts.slowWaiting],
-            running: ["fast": transfers.fast, "slow": transfers.slow],
+            running: ["fast": lanes.fast.running, "slow": lanes.slow.running],
             backlog: backlogOnly, slowSuspended: counts.slowSuspended,
             waitingForDisk: scheduler.waitingForDiskUntil != nil, cacheBytes: store.totalBytes,
             cacheEntries: store.entryCount, cacheLimit: options.maxCacheBytes, connections: clients.count,
