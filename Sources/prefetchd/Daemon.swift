@@ -104,6 +104,8 @@ final class Daemon {
         // held.
         if conditions.mode != .run { backgroundConditionsChanged() }
         loop.endOfTurn = { [unowned self] in self.endOfTurn() }
+        // A full disk can fail a commit after a fetch ended: its URL, back in the durable queue, is read again.
+        store.onRollback = { [unowned self] in self.backlog.rewind() }
         accessFlushTimer = loop.makeTimer { [unowned self] in
             if let gone = store.removedBehindOurBack() { return stopForLostCache(gone) }
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }

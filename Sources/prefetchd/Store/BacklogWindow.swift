@@ -29,6 +29,13 @@ struct BacklogWindow {
     /// New URLs are in the durable queue: the next read may find them.
     mutating func queued() { exhausted = false }
 
+    /// The index undid a turn's writes: rows the scheduler had finished with and dequeued are back in the queue, at
+    /// their old places. The next reads start over from the queue's first row; rows of held keys are passed again.
+    mutating func rewind() {
+        cursor = 0
+        exhausted = false
+    }
+
     /// The scheduler holds `key`, which is in the durable queue.
     mutating func hold(_ key: String) { loaded.insert(key) }
 

@@ -13,6 +13,9 @@ final class Store {
     /// The index file opened: writes to one deleted (or replaced) behind the daemon's back are lost at the next start.
     private let indexIdentity: FileIdentity?
     private var inTransaction = false
+    /// Called after the turn's writes were abandoned (a failed commit, or `rollback()`): rows the turn deleted, such
+    /// as queue entries whose fetch ended, are back in the index.
+    var onRollback: () -> Void = {}
     /// Last accesses not yet written: key → Unix ms.
     private var touched: [String: Int64] = [:]
     /// What the index holds, counted as it changes.
@@ -234,6 +237,7 @@ final class Store {
         try? db.execute("ROLLBACK")
         inTransaction = false
         try? readCounts()
+        onRollback()
     }
 
     /// Ends the turn's transaction, if one is open, and the reads left open by statements.
