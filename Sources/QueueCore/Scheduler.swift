@@ -15,8 +15,9 @@
 /// promotion takes it back in place, and when its response begins (`responseStarted`) it takes a place in the slow
 /// lane or is parked then.
 ///
-/// A slow task near its end (its transfer reports its *tail*) leaves its place in the lane to the next one, whose
-/// request then reaches the server before this response runs out, so that the connection never idles between files:
+/// A slow task near its end (its transfer reports its *tail*, or ended while its body is checked and moved into
+/// place) leaves its place in the lane to the next one, whose request then reaches the server before this response
+/// runs out, or at once, so that the connection never idles between files:
 /// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
 /// last.
 ///

@@ -63,6 +63,30 @@ struct LaneTransportTests {
         #expect(FileManager.default.contents(atPath: try #require(object["path"] as? String)) == (try origin.body(b)))
     }
 
+    @Test("slow_width 1: the next background download starts when the last one's transfer ends, before that body is checked, moved into place and reported; the origin still serves one at a time")
+    func nextStartsWhenTransferEnds() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let output = try daemon.watchJSON()
+        let urls = (1...4).map { origin.url("/serial-\($0).jpg?size=150000") }
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        let lines = try output.wait("four finished") { $0.filter { $0.contains("\"finished\"") }.count == 4 }
+        let events = try lines.map { line in
+            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+        }
+        func position(_ kind: String, _ url: String) throws -> Int {
+            try #require(events.firstIndex { $0["event"] as? String == kind && $0["url"] as? String == url }, "\(kind) \(url)")
+        }
+        for (last, next) in zip(urls, urls.dropFirst()) {
+            #expect(try position("started", next) < position("finished", last), "\(next) waited for \(last)'s end")
+        }
+        let requests = try origin.stats().log.filter { $0.path.hasPrefix("/serial-") }.sorted { $0.start < $1.start }
+        #expect(requests.count == 4)
+        for (last, next) in zip(requests, requests.dropFirst()) {
+            #expect(next.start >= (last.end ?? .infinity) - 0.005, "\(next.path) was asked for while \(last.path) was sent")
+        }
+    }
+
     @Test("per_host 1: an urgent get waiting for the host of a running background download does not hold it back, and is served after it")
     func urgentWaitingForTheHostHoldsNothing() throws {
         let origin = try Origin()

@@ -124,8 +124,9 @@ final class CurlFetcher {
     var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
     /// Called when a resumable body grew long enough for a durable record (`Transfer.onResumeWorthRecording`).
     var onResumeWorthRecording: (_ key: String) -> Void = { _ in }
-    /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), after curl
-    /// returned: the next background transfer may start so that the connection does not idle.
+    /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), and when a
+    /// background transfer ends (its body is then checked and moved into place elsewhere), after curl returned: the
+    /// next background transfer may start so that the connection does not idle.
     var onTail: (_ key: String) -> Void = { _ in }
     /// Transfers that reached their tail inside curl's callbacks, reported when curl returns.
     private var tails: [Transfer] = []
@@ -151,11 +152,17 @@ final class CurlFetcher {
         slowPool.afterRead = { [unowned self] fd in self.pathWindows.read(fd) }
         slowPool.afterAction = { [unowned self] in
             self.chargeBackgroundRate()
-            self.collectFinished(from: self.slowPool)
+            let ended = self.collectFinished(from: self.slowPool)
             self.reportResponses()
             let reached = self.tails
             self.tails = []
             for transfer in reached where self.transfers[transfer.key] === transfer { self.onTail(transfer.key) }
+            // A background body that came whole holds no connection any more: the next transfer may start while it
+            // is checked, moved into place and indexed (on HTTP/1.1, the connection would idle meanwhile). A failure
+            // is concluded first: it may pause its host.
+            for (transfer, code) in ended where code == CURLE_OK && transfer.bodyStarted && transfer.lane == .slow {
+                self.onTail(transfer.key)
+            }
         }
         letGoTimer = loop.makeTimer { [unowned self] in self.letGoOfConnections { $0.lane == .slow && $0.pool == .slow } }
         releaseTimer = loop.makeTimer { [unowned self] in self.releaseBackground() }
@@ -369,8 +376,11 @@ final class CurlFetcher {
         updateHold()
     }
 
-    private func collectFinished(from pool: ConnectionPool) {
+    /// Takes the transfers that ended from curl, to be concluded in the next turn (`concludeHeld`); returns them.
+    @discardableResult
+    private func collectFinished(from pool: ConnectionPool) -> [(Transfer, CURLcode)] {
         var pending: Int32 = 0
+        var collected: [(Transfer, CURLcode)] = []
         var ended = false
         while let message = curl_multi_info_read(pool.multi, &pending) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
@@ -386,11 +396,15 @@ final class CurlFetcher {
             let unresolvedAtOnce = code == CURLE_COULDNT_RESOLVE_HOST && transfer.stopReason == nil
                 && monotonicMilliseconds() - transfer.startedAt < 1000
             ending.insert(transfer.key)
-            if !(unresolvedAtOnce && askResolverAgain(transfer)) { finished.append((transfer, code)) }
+            if !(unresolvedAtOnce && askResolverAgain(transfer)) {
+                finished.append((transfer, code))
+                collected.append((transfer, code))
+            }
             ended = true
         }
         if ended { updateHold() }
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
+        return collected
     }
 
     /// Reports the responses that began in curl's last callbacks, of transfers that still run.
