@@ -101,6 +101,35 @@ import Testing
         }
     }
 
+    @Test("a turn that is rolled back says so, and a rewound backlog window reads the rows it had dequeued again")
+    func rollbackRewindsTheBacklog() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            var window = BacklogWindow()
+            var rollbacks = 0
+            store.onRollback = { rollbacks += 1; window.rewind() }
+            let urls = ["https://example.com/a", "https://example.com/b", "https://example.com/c"]
+            for url in urls { #expect(try store.enqueue(key: url, now: 1)) }
+            try store.commit()
+            let rows = try store.backlog(after: window.readsAfter, limit: 10)
+            window.read(rows.count, of: 10)
+            for row in rows { window.passed(row.seq); window.hold(row.key) }
+            #expect(window.rowsWanted(slowWaiting: 0, window: 10) == nil)
+            // The fetch of b ended: its row is dequeued in a turn whose commit then fails.
+            try store.dequeue(urls[1])
+            window.forget(urls[1])
+            store.rollback()
+            #expect(rollbacks == 1)
+            #expect(try store.isQueued(urls[1]) && store.backlogCount == 3)
+            #expect(window.rowsWanted(slowWaiting: 0, window: 10) == 10)
+            #expect(keys(try store.backlog(after: window.readsAfter, limit: 10)) == urls)
+            #expect(window.onlyQueued(of: store.backlogCount) == 1)
+            // A commit with nothing to undo says nothing.
+            try store.commit()
+            #expect(rollbacks == 1)
+        }
+    }
+
     @Test("a remembered failure is kept until it expires, then forgotten for good")
     func failuresExpire() throws {
         let notFound = Failure.httpStatus(404)
