@@ -32,7 +32,7 @@ struct CacheFiles {
 
     func absolute(_ relative: String) -> String { root + "/" + relative }
 
-    /// The index's file name in the root (with SQLite's `-wal` and `-shm` beside it).
+    /// The index's file name in the root (with SQLite's `-wal` and `-shm` beside it, and `SpaceReserve`'s `-reserve`).
     static let indexName = "index.sqlite"
 
     /// Makes the directories, in a root that is prefetchd's own (`refuseForeign`).

@@ -18,6 +18,8 @@ final class Database {
     /// Prepared statements by the address of their SQL text: each is a literal, so the address names it, and finding
     /// one hashes a word, not the text.
     private var statements: [UInt: Statement] = [:]
+    /// Called when a call failed because the disk or its quota is full (`SQLITE_FULL`).
+    var onDiskFull: () -> Void = {}
     /// SQLite's process-wide settings, made before the first connection opens (which fixes them).
     private static let configured: Void = { _ = pf_sqlite3_disable_memstatus() }()
 
@@ -57,6 +59,7 @@ final class Database {
         guard rc == SQLITE_OK else {
             let message = error.map { String(cString: $0) } ?? "error"
             sqlite3_free(error)
+            if rc & 0xFF == SQLITE_FULL { onDiskFull() }
             throw DatabaseError(call: "exec", code: rc, message: message)
         }
     }
@@ -83,7 +86,8 @@ final class Database {
     var changes: Int { Int(sqlite3_changes(handle)) }
 
     fileprivate func error(_ call: String, _ code: Int32) -> DatabaseError {
-        DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)))
+        if code & 0xFF == SQLITE_FULL { onDiskFull() }
+        return DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)))
     }
 }
 

@@ -13,6 +13,10 @@ final class Store {
     /// The index file opened: writes to one deleted (or replaced) behind the daemon's back are lost at the next start.
     private let indexIdentity: FileIdentity?
     private var inTransaction = false
+    /// Space held for the index, given up when the disk is full (`SpaceReserve`); taken again at most every 5 s.
+    private let reserve: SpaceReserve
+    private var reserveHeld = false
+    private var nextReserveAttempt: Int64 = 0
     /// Called after the turn's writes were abandoned (a failed commit, or `rollback()`): rows the turn deleted, such
     /// as queue entries whose fetch ended, are back in the index.
     var onRollback: () -> Void = {}
@@ -108,6 +112,13 @@ final class Store {
             Log.warning("the index \(path) is empty (0 bytes: cut short by a crash, or by someone?): starting with an "
                         + "empty index; the cached files it no longer names are deleted")
         }
+        // A disk this full could not take the index's shared-memory file or the writes of the start: the reserve
+        // makes room for them.
+        reserve = SpaceReserve(indexPath: path)
+        if !reserve.hasRoom, reserve.release() {
+            Log.warning("the disk of \(directory) is full: gave up the index's reserve (\(SpaceReserve.bytes / 1024) KiB) "
+                        + "so that the index can be written")
+        }
         do {
             db = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
@@ -121,6 +132,8 @@ final class Store {
         indexPath = path
         indexIdentity = FileIdentity(path: path)
         try readCounts()
+        db.onDiskFull = { [unowned self] in self.giveUpReserve() }
+        keepReserve()
     }
 
     /// What of the cache was deleted or replaced behind the daemon's back since it started, if anything: the index,
@@ -251,6 +264,24 @@ final class Store {
             throw error
         }
         inTransaction = false
+        keepReserve()
+    }
+
+    /// The index found the disk full: the reserve makes room for its next writes.
+    private func giveUpReserve() {
+        reserveHeld = false
+        guard reserve.release() else { return }
+        Log.warning("the disk is full: gave up the index's reserve (\(SpaceReserve.bytes / 1024) KiB) so that its next "
+                    + "writes have room")
+    }
+
+    /// Takes the reserve again once the disk has room for it (`SpaceReserve.take`), trying at most every 5 s.
+    private func keepReserve() {
+        guard !reserveHeld else { return }
+        let now = monotonicMilliseconds()
+        guard now >= nextReserveAttempt else { return }
+        nextReserveAttempt = now + 5000
+        reserveHeld = reserve.take()
     }
 
     // MARK: Index
