@@ -151,6 +151,39 @@ struct HTTPCacheTests {
         #expect(requests.dropFirst().first?.status == 206)
     }
 
+    @Test("a resume refused with 416 (its kept body already whole, as a crash right after the end leaves it) starts over at once: the file is whole and nothing failed")
+    func refusedResumeStartsOver() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let path = "/whole.jpg?size=200000"
+        let url = origin.url(path)
+        let body = try origin.body(path)
+        // The state a SIGKILL leaves between a transfer's end and the commit of its end: the whole body in tmp/, a
+        // record to resume it with the origin's ETag, and the URL queued.
+        let script = """
+            import hashlib, sqlite3, sys, urllib.request
+            url, cache = sys.argv[1], sys.argv[2]
+            etag = urllib.request.urlopen(url).headers["ETag"]
+            name = hashlib.sha256(url.encode()).hexdigest()
+            with open(cache + "/tmp/" + name, "wb") as f: f.write(urllib.request.urlopen(url).read())
+            db = sqlite3.connect(cache + "/index.sqlite")
+            db.execute("INSERT INTO partials(key, validator) VALUES (?, ?)", (url, etag))
+            db.execute("INSERT INTO queue(seq, key, queued_at) VALUES (1, ?, 0)", (url,))
+            db.commit()
+            """
+        daemon.kill9()
+        let crafted = run("/usr/bin/env", ["python3", "-c", script, url, daemon.cache])
+        try #require(crafted.status == 0, "\(crafted.stderr)")
+        try daemon.start()
+        let result = try entry(daemon.ctl("get", "--json", "--timeout", "30", url))
+        #expect(result["sha256"] as? String == (try sha256Hex(body)))
+        let requests = try origin.stats().log.filter { $0.path == "/whole.jpg" }.dropFirst(3)  // origin.body and the script
+        #expect(requests.map(\.status) == [416, 200], "\(requests.map { ($0.status, $0.range) })")
+        #expect(requests.first?.range == "bytes=200000-")
+        let status = try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+        #expect(status?["failed"] as? Int == 0, "a refused resume is not a failure")
+    }
+
     @Test("a download's resume is recorded in the index once 64 KiB of it are on disk, not before; killed before, it starts over and is whole")
     func resumeRecordedOnceWorthIt() throws {
         let origin = try Origin()

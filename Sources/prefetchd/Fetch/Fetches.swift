@@ -111,7 +111,8 @@ final class Fetches {
     /// left: a transfer that ends or stops without one deletes its body, and a finished one was moved into place.)
     func forget(_ key: String) throws(DatabaseError) {
         guard store.partialValidator(key) != nil else { return }
-        try store.removePartial(key)
+        // A body whose transfer ended belongs to its end, which checks it and moves it into place or deletes it.
+        try store.removePartial(key, deletingBody: !endingKeys.contains(key))
     }
 
     /// The scheduler's `promotions` when the last hold was released.
@@ -190,7 +191,16 @@ final class Fetches {
         switch result.outcome {
         case .failure(let failure):
             endGuardedStep(key)
-            // A transient failure keeps what a resume can continue from; a refused resume (416) starts over.
+            // A refused resume (416; the kept body may even be whole, kept by a crash before its end was recorded)
+            // starts over at once, as the same fetch, and costs no attempt; a 416 to a request without `Range` fails.
+            if failure.httpStatus == 416, store.partialValidator(key) != nil {
+                forgetPartial(key)
+                if store.partialValidator(key) == nil {
+                    Log.info("\(key): the server refused to resume (HTTP 416); fetching it again in full")
+                    return start(key, lane: result.lane, revalidate: false, retry: false)
+                }
+            }
+            // A transient failure keeps what a resume can continue from.
             let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
             if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, .failed(failure))
