@@ -192,13 +192,12 @@ final class Fetches {
         case .failure(let failure):
             endGuardedStep(key)
             // A refused resume (416; the kept body may even be whole, kept by a crash before its end was recorded)
-            // starts over at once, as the same fetch, and costs no attempt; a 416 to a request without `Range` fails.
+            // starts over at once, as the same fetch, and costs no attempt. Its record goes first, so the new request
+            // carries no `Range`, and a 416 to that one fails.
             if failure.httpStatus == 416, store.partialValidator(key) != nil {
                 forgetPartial(key)
-                if store.partialValidator(key) == nil {
-                    Log.info("\(key): the server refused to resume (HTTP 416); fetching it again in full")
-                    return start(key, lane: result.lane, revalidate: false, retry: false)
-                }
+                Log.info("\(key): the server refused to resume (HTTP 416); fetching it again in full")
+                return start(key, lane: result.lane, revalidate: false, retry: false)
             }
             // A transient failure keeps what a resume can continue from.
             let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
