@@ -78,7 +78,7 @@ final class Fetches {
     /// to stop) does not start again: that end is on its way, and the scheduler takes it as this start's. A second
     /// transfer would write into the body file the first one's is being moved out of.
     func start(_ key: String, lane: Lane, revalidate: Bool, retry: Bool) {
-        guard !ending.contains(key), !fetcher.isEnding(key) else { return Log.debug("\(key) is ending: not started again") }
+        guard !isEnding(key) else { return Log.debug("\(key) is ending: not started again") }
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         request.freshConnection = retry
@@ -112,7 +112,7 @@ final class Fetches {
     func forget(_ key: String) throws(DatabaseError) {
         guard store.partialValidator(key) != nil else { return }
         // A body whose transfer ended belongs to its end, which checks it and moves it into place or deletes it.
-        try store.removePartial(key, deletingBody: !endingKeys.contains(key))
+        try store.removePartial(key, deletingBody: !isEnding(key))
     }
 
     /// The scheduler's `promotions` when the last hold was released.
@@ -147,6 +147,9 @@ final class Fetches {
     /// The keys whose transfer ended and whose end is on its way to `onEnd` (the body is being checked and moved
     /// into place): their tasks still run, but hold no connection.
     var endingKeys: Set<String> { ending.union(fetcher.endingKeys) }
+
+    /// Whether `key`'s transfer ended and its end is on its way (one of `endingKeys`), without building the set.
+    func isEnding(_ key: String) -> Bool { ending.contains(key) || fetcher.isEnding(key) }
 
     /// Bytes received and expected for a running transfer.
     func progress(_ key: String) -> (received: Int64, expected: Int64?)? { fetcher.progress(key) }
