@@ -277,4 +277,24 @@ import Testing
             #expect(try store.isQueued("https://example.com/queued.png"))
         }
     }
+    @Test("the index's log goes back to a few MiB after a large turn: a daemon that runs for weeks keeps no peak")
+    func writeAheadLogShrinksAfterALargeTurn() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let log = directory + "/index.sqlite-wal"
+            for index in 0..<80_000 {
+                #expect(try store.enqueue(key: "https://example.com/\(index)/a-rather-long-path/of-an-image.jpg",
+                                          now: Int64(index)))
+            }
+            try store.commit()
+            let peak = try #require(allocatedOnDisk(log))
+            #expect(peak > 8 << 20, "the test needs a turn larger than the limit")
+            // The commit above checkpointed the log; the next turn starts it over from its beginning.
+            try store.dequeue("https://example.com/0/a-rather-long-path/of-an-image.jpg")
+            try store.commit()
+            let after = try #require(allocatedOnDisk(log))
+            #expect(after <= Store.writeAheadLogLimit, "log \(after) bytes after a peak of \(peak)")
+            #expect(store.backlogCount == 79_999)
+        }
+    }
 }

@@ -165,6 +165,11 @@ final class Store {
         db.resetStatements()
     }
 
+    /// What SQLite's write-ahead log is cut back to once it starts over after a checkpoint: a turn that wrote much
+    /// (a batch of 10,000 URLs, an upgrade that rewrites the queue) does not leave its size on the disk for as long as
+    /// the daemon runs.
+    static let writeAheadLogLimit: Int64 = 4 << 20
+
     /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here;
     /// its tables are checked against `schema`. An error that is not damage names the index.
     private static func openIndex(_ path: String) throws -> Database {
@@ -176,7 +181,8 @@ final class Store {
         do {
             // Only the daemon reads the index (URLs in it may carry credentials); its WAL and shm files follow this mode.
             _ = try syscall("chmod", path) { chmod(path, 0o600) }
-            try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+                           + "PRAGMA journal_size_limit=\(writeAheadLogLimit);")
             try migrate(db, at: path)
             let check = try db.statement("PRAGMA quick_check(1)")
             if try check.step(), check.text(0) != "ok" {
