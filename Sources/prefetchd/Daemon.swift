@@ -83,7 +83,7 @@ final class Daemon {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
         }
         fetches = try Fetches(loop: loop, store: store, workers: workers, crashGuard: crashGuard, options: options)
-        fetches.onEnd = { [unowned self] key, end in self.fetchEnded(key, end) }
+        fetches.onEnd = { [unowned self] key, lane, end in self.fetchEnded(key, lane, end) }
         fetches.onTail = { [unowned self] key in
             self.apply(self.scheduler.tailReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
         }
@@ -419,10 +419,11 @@ final class Daemon {
         }
     }
 
-    /// A fetch ended (`Fetches.onEnd`): telemetry first (it reads the task), then the cache limit after a new file,
-    /// then the scheduler, which answers the waiters and starts what comes next.
-    func fetchEnded(_ key: String, _ end: FetchEnd) {
-        observe(end, of: key)
+    /// A fetch ended in `lane` (`Fetches.onEnd`): telemetry first (before the scheduler forgets when the transfer
+    /// started), then the cache limit after a new file, then the scheduler, which answers the waiters and starts what
+    /// comes next.
+    func fetchEnded(_ key: String, _ lane: Lane, _ end: FetchEnd) {
+        observe(end, of: key, in: lane)
         if case .fetched(let entry, _) = end {
             // The entry is indexed with its file: an eviction that fails leaves the cache over its limit for now.
             do { try enforceCacheLimit(sparing: key) } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }

@@ -37,8 +37,9 @@ final class Fetches {
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
-    /// Called on the loop thread for every fetch that ends, also for one that could not start.
-    var onEnd: (_ key: String, _ end: FetchEnd) -> Void = { _, _ in }
+    /// Called on the loop thread for every fetch that ends, also for one that could not start, with the lane its
+    /// transfer ended in (a task cancelled while its body was checked has no lane in the scheduler any more).
+    var onEnd: (_ key: String, _ lane: Lane, _ end: FetchEnd) -> Void = { _, _, _ in }
     /// Called when a transfer's response begins (`CurlFetcher.onResponseStart`).
     var onResponseStart: (_ key: String) -> Void {
         get { fetcher.onResponseStart }
@@ -91,7 +92,7 @@ final class Fetches {
             fetcher.start(request)
             Log.debug("start \(lane) \(key)")
         } catch {
-            onEnd(key, .failed(.local("cannot start the transfer", error)))
+            onEnd(key, lane, .failed(.local("cannot start the transfer", error)))
         }
     }
 
@@ -205,7 +206,7 @@ final class Fetches {
             // A transient failure keeps what a resume can continue from.
             let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
             if resumable { recordPartial(key) } else { forgetPartial(key) }
-            onEnd(key, .failed(failure))
+            onEnd(key, result.lane, .failed(failure))
         case .success(.notModified):
             // The 304 confirms a file that went away meanwhile (deleted, or cut short; the look-up drops its
             // entry): the same fetch asks again unconditionally, in the same lane, and costs no attempt.
@@ -229,7 +230,7 @@ final class Fetches {
                 Log.error("cannot refresh \(key): \(error)")
             }
             endGuardedStep(key)
-            onEnd(key, .revalidated)
+            onEnd(key, result.lane, .revalidated)
         case .success(.downloaded(let temporary, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
@@ -241,7 +242,7 @@ final class Fetches {
                 switch judged {
                 case .success(let (relative, info)):
                     self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
-                case .failure(let failure): self.onEnd(key, .failed(failure))
+                case .failure(let failure): self.onEnd(key, result.lane, .failed(failure))
                 }
             })
         }
@@ -287,8 +288,8 @@ final class Fetches {
             try store.put(entry)
         } catch {
             store.files.remove(relative)
-            return onEnd(result.key, .failed(.local("cannot index the file", error)))
+            return onEnd(result.key, result.lane, .failed(.local("cannot index the file", error)))
         }
-        onEnd(result.key, .fetched(entry, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
+        onEnd(result.key, result.lane, .fetched(entry, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))
     }
 }

@@ -43,9 +43,9 @@ extension Daemon {
     /// A transfer started: its queue wait is measured and the watchers are told.
     func transferStarted(_ key: String, lane: Lane) { broadcast(telemetry.transferStarted(key, lane: lane)) }
 
-    /// A fetch ended: the telemetry (in the lane its task is in), then the watchers.
-    func observe(_ end: FetchEnd, of key: String) {
-        broadcast(telemetry.fetchEnded(key, lane: scheduler.task(key)?.lane.rawValue ?? "fast", end))
+    /// A fetch ended in `lane` (the one its transfer ended in): the telemetry, then the watchers.
+    func observe(_ end: FetchEnd, of key: String, in lane: Lane) {
+        broadcast(telemetry.fetchEnded(key, lane: lane.rawValue, end))
     }
 
     func metricsText() -> String {
