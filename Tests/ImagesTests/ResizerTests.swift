@@ -89,6 +89,24 @@ import Testing
         #expect(looks(pixels.pixel(x: 21, y: 8), like: blue))
     }
 
+    @Test("a GIF's variant is made of its first frame: the frames after it are not decoded")
+    func gifVariantDecodesTheFirstFrameOnly() throws {
+        // halves.gif (48×32, red and blue halves) and a second frame whose LZW code size is 13 (at most 12 exist):
+        // whole as a container, but gdk-pixbuf's loader fails on it ("incorrect LZW compression") when it reads it.
+        let still = Bytes.read(Fixtures.path("halves.gif"))
+        let imageStart = try #require(still.firstIndex(of: 0x2C))
+        try #require(still[imageStart + 5] == 48 && still[imageStart + 7] == 32, "the image descriptor")
+        let broken = Array(still[imageStart..<(imageStart + 10)]) + [13] + still[(imageStart + 11)..<(still.count - 1)]
+        let animation = scratch.write("broken-second-frame.gif", Array(still.dropLast()) + broken + [0x3B])
+        #expect(ImageInspector.inspect(animation, policy: ImagePolicy()) == .image(ImageInfo(format: "gif", width: 48, height: 32)))
+        let info = try Resizer.makeVariant(source: animation, spec: try VariantSpec(size: "24x24"),
+                                           destination: scratch.file("first-frame"))
+        #expect(info == ImageInfo(format: "png", width: 24, height: 16))
+        let pixels = try decodeForTest(scratch.file("first-frame"))
+        #expect(looks(pixels.pixel(x: 2, y: 8), like: red))
+        #expect(looks(pixels.pixel(x: 21, y: 8), like: blue))
+    }
+
     @Test func svgRendersAtTheVariantSizeWhenAllowed() throws {
         let svg = scratch.write("drawing.svg", text: """
             <svg xmlns="http://www.w3.org/2000/svg" width="120" height="80"><rect width="120" height="80" fill="#00f"/></svg>

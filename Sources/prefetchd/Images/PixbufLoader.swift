@@ -57,8 +57,10 @@ final class PixbufLoader {
         guard gdk_pixbuf_loader_close(handle, &error) != 0 else { throw GLibError("gdk_pixbuf_loader_close", taking: error) }
     }
 
-    /// Writes the file at `path` in 64 KiB chunks, stopping early when `stop` says so after a chunk.
-    func feed(path: String, stop: () -> Bool = { false }) throws(ImageReadError) {
+    /// Writes the file at `path` in 64 KiB chunks, or its first `length` bytes and then `trailer`, stopping early when
+    /// `stop` says so after a chunk.
+    func feed(path: String, length: Int64 = .max, trailer: [UInt8] = [], stop: () -> Bool = { false })
+        throws(ImageReadError) {
         let fd: Int32
         do throws(SystemError) {
             fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
@@ -68,14 +70,24 @@ final class PixbufLoader {
         defer { Glibc.close(fd) }
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
+        var left = length
         while !stop() {
+            guard left > 0 else {
+                chunk.copyBytes(from: trailer)
+                do throws(GLibError) { try write(UnsafeRawBufferPointer(rebasing: chunk[..<trailer.count])) } catch {
+                    throw .decode(error)
+                }
+                return
+            }
             let count: Int
+            let wanted = Int(min(Int64(chunk.count), left))
             do throws(SystemError) {
-                count = try syscall("read", path) { read(fd, chunk.baseAddress!, chunk.count) }
+                count = try syscall("read", path) { read(fd, chunk.baseAddress!, wanted) }
             } catch {
                 throw .io(error)
             }
             if count == 0 { return }
+            left -= Int64(count)
             do throws(GLibError) {
                 try write(UnsafeRawBufferPointer(rebasing: chunk[..<count]))
             } catch {

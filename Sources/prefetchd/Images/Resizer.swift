@@ -90,9 +90,21 @@ enum Resizer {
             return geometry.decodeSize(storedWidth: width, storedHeight: height)
         }
         let format = sniffed ?? "unrecognised"
+        // Of a GIF, only the first image and the trailer: the variant is of that frame (gdk-pixbuf would also keep
+        // every other one, in time that grows with the square of their number).
+        var firstGIFImageEnd: Int64?
+        if sniffed == "gif" {
+            do throws(SystemError) { firstGIFImageEnd = try ImageIntegrity.gifFirstImageEnd(source) } catch {
+                throw .imageIO(error)
+            }
+        }
         var failure: Failure?
         do throws(ImageReadError) {
-            try loader.feed(path: source, stop: { overLimit != nil })
+            if let firstGIFImageEnd {
+                try loader.feed(path: source, length: firstGIFImageEnd, trailer: [0x3B], stop: { overLimit != nil })
+            } else {
+                try loader.feed(path: source, stop: { overLimit != nil })
+            }
             do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
         } catch {
             switch error {
