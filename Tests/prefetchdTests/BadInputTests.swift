@@ -13,6 +13,8 @@ struct BadInputTests {
         ("ftp://127.0.0.1/x.jpg", "scheme_not_allowed", 4, []),
         ("http://exa mple.com/x.jpg", "invalid_url", 4, []),
         (origin.url("/r.jpg?redirect=file:///etc/passwd"), "scheme_not_allowed", 1, []),
+        // A Location curl cannot parse is the server's fault, not a bad request: the fetch fails with the 302.
+        (origin.url("/r.jpg?redirect=http%3A%2F%2F127.0.0.1%3A99999%2Fok.png"), "http_status", 1, []),
         (origin.url("/missing.jpg?status=404"), "http_status", 1, []),
         (origin.url("/big.jpg?no_length=1&size=5000000"), "too_large", 1, ["--max-bytes", "1M"]),
         (origin.url("/drip.jpg?drip=1&size=100"), "timeout", 1, ["--low-speed-time", "2", "--max-attempts", "1"]),
