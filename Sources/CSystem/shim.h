@@ -1,7 +1,7 @@
 #ifndef PREFETCHD_CSYSTEM_SHIM_H
 #define PREFETCHD_CSYSTEM_SHIM_H
 /* Linux interfaces the Glibc module leaves out: epoll, signalfd, eventfd, timerfd, malloc_trim, accept4, the newer
-   fields of TCP_INFO, and getaddrinfo's GNU error code for a name without addresses. */
+   fields of TCP_INFO, getaddrinfo's GNU error code for a name without addresses, and naming a thread. */
 #include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -34,4 +34,7 @@ extern int accept4(int fd, struct sockaddr *address, uint32_t *length, int flags
 /* glibc's EAI_NODATA (<netdb.h> shows it under _GNU_SOURCE only; including it here would hide the socket constants
    of the Glibc module). */
 static const int pf_eai_nodata = -5;
+
+/* glibc's pthread_setname_np (declared under _GNU_SOURCE only, as accept4): names a thread, at most 15 bytes. */
+extern int pthread_setname_np(unsigned long thread, const char *name);
 #endif

@@ -15,7 +15,6 @@ final class Daemon {
     var fetches: Fetches!
     /// Makes resized variants, once each however many ask, and reports how each job ended.
     var variants: Variants!
-    private let workers: WorkerPool
     /// What the background lane may do: a metered network, battery, power saver, quiet hours, no network.
     var conditions: BackgroundConditions!
     /// Records the risky steps of handling a URL, so that one that kills the daemon twice is quarantined.
@@ -66,7 +65,6 @@ final class Daemon {
         clients = Clients(loop: loop, options: options)
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         store = try Store(directory: options.cacheDirectory)
-        workers = try WorkerPool(threads: options.workerThreads, loop: loop)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
         let now = wallClockMilliseconds()
@@ -82,7 +80,7 @@ final class Daemon {
         if swept.temporaries + swept.badRows + swept.orphans > 0 {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
         }
-        fetches = try Fetches(loop: loop, store: store, workers: workers, crashGuard: crashGuard, options: options)
+        fetches = try Fetches(loop: loop, store: store, crashGuard: crashGuard, options: options)
         fetches.onEnd = { [unowned self] key, lane, end in self.fetchEnded(key, lane, end) }
         fetches.onTail = { [unowned self] key in
             self.apply(self.scheduler.tailReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
@@ -90,7 +88,8 @@ final class Daemon {
         fetches.onResponseStart = { [unowned self] key in
             self.apply(self.scheduler.responseStarted(key, now: Moment(milliseconds: wallClockMilliseconds())))
         }
-        variants = Variants(store: store, workers: workers, crashGuard: crashGuard, options: options)
+        variants = Variants(store: store, workers: try WorkerPool(threads: options.workerThreads, name: "pf-resize", loop: loop),
+                            crashGuard: crashGuard, options: options)
         variants.onEnd = { [unowned self] job, outcome in self.variantEnded(job, outcome) }
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }
@@ -153,14 +152,17 @@ final class Daemon {
         return Int(min(limit.rlim_cur, rlim_t(Int32.max)))
     }
 
-    /// Descriptors each transfer may hold (its socket, its body file, the resolver's pair) and each worker (an
-    /// image and its variant), kept free of clients so that running out of them is never blamed on a server.
+    /// Descriptors each transfer may hold (its socket, its body file, the resolver's pair), each resizing worker (an
+    /// image and its variant) and each checking worker (the body it reads), kept free of clients so that running out
+    /// of them is never blamed on a server.
     private static let descriptorsPerTransfer = 4
-    private static let descriptorsPerWorker = 3
+    private static let descriptorsPerResize = 3
+    private static let descriptorsPerCheck = 1
 
-    /// The descriptors kept from the clients for every transfer the lanes may run and the workers.
+    /// The descriptors kept from the clients for every transfer the lanes may run and the workers of both pools.
     var workDescriptors: Int {
-        (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer + options.workerThreads * Self.descriptorsPerWorker
+        (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer
+            + options.workerThreads * (Self.descriptorsPerResize + Self.descriptorsPerCheck)
     }
 
     // MARK: Loop hooks

@@ -31,7 +31,7 @@ import Testing
     func droppedWorkerPoolLeavesTheLoop() throws {
         let loop = try EventLoop()
         let before = descriptors("eventfd")
-        var pool: WorkerPool? = try WorkerPool(threads: 1, loop: loop)
+        var pool: WorkerPool? = try WorkerPool(threads: 1, name: "test", loop: loop)
         let fd = try #require(descriptors("eventfd").subtracting(before).first)
         #expect(loop.isRegistered(fd))
         _ = pool
@@ -42,7 +42,7 @@ import Testing
     @Test("a job that ends after its pool was dropped writes nothing into the descriptors opened since (it used to signal the closed eventfd's number)")
     func lateJobWritesNowhere() throws {
         let loop = try EventLoop()
-        var pool: WorkerPool? = try WorkerPool(threads: 1, loop: loop)
+        var pool: WorkerPool? = try WorkerPool(threads: 1, name: "test", loop: loop)
         pool?.run({ usleep(200_000) }, completion: {})
         pool = nil
         // The lowest free numbers: where the pool's eventfd was, were it closed.

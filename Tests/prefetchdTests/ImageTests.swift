@@ -177,6 +177,20 @@ struct ImageTests {
         #expect(order.count == 4 && order.first == "thumb", "\(order)")
     }
 
+    @Test("a new fetch asked behind four variants of a 40-megapixel JPEG is answered first: its body is checked on threads of its own")
+    func fetchPassesVariantsBeingMade() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg")).status == 0)
+        // Each decodes the original at half size (10 Mpx): all four fit the pixel budget, two run on the workers.
+        var lines = ""
+        for id in 1...4 {
+            lines += "{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"200\(id)x1250\",\"fit\":\"fill\"}\n"
+        }
+        lines += "{\"id\":\"fetch\",\"op\":\"get\",\"url\":\"\(origin.url("/not-cached-yet.jpg"))\"}\n"
+        let order = try Self.replyOrder(of: lines, count: 5, on: daemon)
+        #expect(order.count == 5 && order.first == "fetch", "\(order)")
+    }
+
     /// Sends request `lines` on one connection and returns the ids of the first `count` replies, in the order they
     /// came; each must be ok.
     static func replyOrder(of lines: String, count: Int, on daemon: DaemonUnderTest) throws -> [String] {

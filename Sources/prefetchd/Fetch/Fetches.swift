@@ -23,10 +23,11 @@ enum FetchEnd {
 final class Fetches {
     private let store: Store
     private let fetcher: CurlFetcher
-    private let workers: WorkerPool
+    /// The threads that judge finished bodies and move them into place, one job each: their own, so that no
+    /// variant being decoded (seconds, for a large AVIF) holds up the end of a fetch.
+    private let checks: WorkerPool
     /// One thread that makes and deletes the body files of transfers under `tmp/` (`BodyFile`), in the order asked.
-    /// Making an inode can take a millisecond (on a busy ext4): the loop thread does not wait for it. A finished
-    /// body is judged and moved into place by an image worker, in one job.
+    /// Making an inode can take a millisecond (on a busy ext4): the loop thread does not wait for it.
     private let bodyFiles: WorkerPool
     private let crashGuard: CrashGuard
     /// Keys whose response is being handled under the crash guard: only those end a guarded step. (A failure that
@@ -51,12 +52,12 @@ final class Fetches {
         set { fetcher.onTail = newValue }
     }
 
-    init(loop: EventLoop, store: Store, workers: WorkerPool, crashGuard: CrashGuard, options: Options) throws {
+    init(loop: EventLoop, store: Store, crashGuard: CrashGuard, options: Options) throws {
         self.store = store
-        bodyFiles = try WorkerPool(threads: 1, loop: loop)
+        checks = try WorkerPool(threads: options.workerThreads, name: "pf-check", loop: loop)
+        bodyFiles = try WorkerPool(threads: 1, name: "pf-bodyfiles", loop: loop)
         fetcher = try CurlFetcher(loop: loop, settings: options.fetch, bodyFiles: bodyFiles)
         fetcher.keepConnections(fastWidth: options.fastWidth, slowWidth: options.slowWidth)
-        self.workers = workers
         self.crashGuard = crashGuard
         images = options.images
         defaultTTL = options.defaultTTL
@@ -235,7 +236,7 @@ final class Fetches {
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            workers.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy) },
+            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)

@@ -18,7 +18,7 @@ final class HostLookup {
     private static let mostHosts = 64
 
     init(loop: EventLoop) throws(SystemError) {
-        thread = try WorkerPool(threads: 1, loop: loop)
+        thread = try WorkerPool(threads: 1, name: "pf-lookup", loop: loop)
     }
 
     /// Calls `then` later, on the loop thread, with what the resolver says of `host` now; false (and no call) when

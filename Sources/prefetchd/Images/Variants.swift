@@ -6,12 +6,12 @@ import QueueCore
 /// the result and reports its end once, through `onEnd`; who waits for it is the daemon's to answer.
 ///
 /// Jobs decode at most `max_pixels` at a time between them: a job holds its decoded picture and its output in memory
-/// (3 or 4 bytes a pixel), so two of the largest originals at once would double the daemon's peak memory and take
-/// both workers from the fetches whose bodies they check. A job that would go over waits its turn (in order of
-/// asking); one job always runs, however large. A small job (a thumbnail) passes the line while only large jobs
-/// hold it up, within a sixteenth of the budget for all small jobs passing: it does not wait behind another
-/// client's 50 Mpx resizes, and it cannot starve them (once large work no longer holds the first in line, nothing
-/// passes it).
+/// (3 or 4 bytes a pixel), so two of the largest originals at once would double the daemon's peak memory. (The
+/// workers are the jobs' own: fetches check their bodies on other threads.) A job that would go over waits its turn
+/// (in order of asking); one job always runs, however large. A small job (a thumbnail) passes the line while only
+/// large jobs hold it up, within a sixteenth of the budget for all small jobs passing: it does not wait behind
+/// another client's 50 Mpx resizes, and it cannot starve them (once large work no longer holds the first in line,
+/// nothing passes it).
 final class Variants {
     /// A variant being made: the original's key and the resolved spec.
     struct Job: Hashable {

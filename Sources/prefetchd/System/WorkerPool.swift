@@ -3,47 +3,99 @@ import CSystem
 import Glibc
 import Synchronization
 
-/// A few threads for CPU-heavy or blocking work; results come back to the loop thread through an eventfd. With one
-/// thread, jobs run one at a time in the order they were given.
+/// A few threads of its own for CPU-heavy or blocking work; results come back to the loop thread through an eventfd.
+/// Jobs start in the order they were given; with one thread, they run one at a time in that order.
+///
+/// The threads are the pool's, not libdispatch's: its concurrent queues share one thread per core between them, so
+/// two variants being decoded held up the body checks of every fetch, whatever pool they were given to.
 final class WorkerPool {
-    private let queue: DispatchQueue
-    private let slots: DispatchSemaphore
+    private let work: WorkList
+    private let threads: Int
     private weak var loop: EventLoop?
     private let finished: Mailbox
     private var completions: [UInt64: (any Sendable) -> Void] = [:]
     private var nextJob: UInt64 = 0
 
-    init(threads: Int, loop: EventLoop) throws(SystemError) {
-        queue = DispatchQueue(label: "prefetchd.workers", attributes: threads > 1 ? .concurrent : [])
-        slots = DispatchSemaphore(value: max(1, threads))
+    /// `name` names the threads (`top -H`, `/proc/PID/task/*/comm`), at most 15 bytes.
+    init(threads: Int, name: String, loop: EventLoop) throws(SystemError) {
         finished = Mailbox(eventFD: try syscall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) })
+        work = WorkList()
+        self.threads = max(1, threads)
+        for _ in 0..<self.threads { try work.startThread(named: name) }
         try loop.add(finished.eventFD, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.drain() }
         self.loop = loop
     }
 
     /// Leaves the loop (see `LoopDescriptor`, which cannot own this descriptor: it must stay open while a job may
-    /// post): the handler holds this pool unowned. The mailbox closes the eventfd once the last job has posted.
-    deinit { loop?.remove(finished.eventFD) }
+    /// post): the handler holds this pool unowned. The mailbox closes the eventfd once the last job has posted; the
+    /// threads end after the jobs given before.
+    deinit {
+        loop?.remove(finished.eventFD)
+        for _ in 0..<threads { work.add(nil) }
+    }
 
     /// Runs `work` on a worker, then `completion` with its result on the loop thread.
     func run<T: Sendable>(_ work: @escaping @Sendable () -> T, completion: @escaping (T) -> Void) {
         nextJob += 1
         let job = nextJob
         completions[job] = { completion($0 as! T) }
-        let slots = self.slots
-        queue.async { [finished] in
-            slots.wait()
-            let result = work()
-            slots.signal()
-            finished.post(job, result)
-        }
+        self.work.add { [finished] in finished.post(job, work()) }
     }
 
-    /// Waits until every job given so far has run (their completions are not called): at shutdown.
-    func waitForJobs() { queue.sync(flags: .barrier) {} }
+    /// Waits until every job given so far has run (their completions are not called): at shutdown. Each thread takes
+    /// one of `threads` barrier jobs, and takes it only once it is done with the jobs it took before.
+    func waitForJobs() {
+        let arrived = DispatchSemaphore(value: 0), proceed = DispatchSemaphore(value: 0)
+        for _ in 0..<threads { work.add { arrived.signal(); proceed.wait() } }
+        for _ in 0..<threads { arrived.wait() }
+        for _ in 0..<threads { proceed.signal() }
+    }
 
     private func drain() {
         for (job, result) in finished.collect() { completions.removeValue(forKey: job)?(result) }
+    }
+}
+
+/// The jobs given to a pool, taken in order by its threads; a nil job ends the thread that takes it.
+private final class WorkList: Sendable {
+    private let jobs = Mutex<[(@Sendable () -> Void)?]>([])
+    private let pending = DispatchSemaphore(value: 0)
+
+    func add(_ job: (@Sendable () -> Void)?) {
+        jobs.withLock { $0.append(job) }
+        pending.signal()
+    }
+
+    /// Starts a detached thread that runs jobs as they come; it holds this list until it ends.
+    func startThread(named name: String) throws(SystemError) {
+        let context = Unmanaged.passRetained(ThreadStart(list: self, name: name)).toOpaque()
+        var thread = pthread_t()
+        let status = pthread_create(&thread, nil, { context in
+            let thread = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
+            _ = pthread_setname_np(pthread_self(), thread.name)
+            thread.list.serve()
+            return nil
+        }, context)
+        guard status == 0 else {
+            Unmanaged<ThreadStart>.fromOpaque(context).release()
+            throw SystemError(call: "pthread_create", errno: status, detail: name)
+        }
+        pthread_detach(thread)
+    }
+
+    private func serve() {
+        while true {
+            pending.wait()
+            guard let job = jobs.withLock({ $0.removeFirst() }) else { return }
+            job()
+        }
+    }
+
+    /// What a new thread is given.
+    private final class ThreadStart {
+        let list: WorkList
+        let name: String
+        init(list: WorkList, name: String) { (self.list, self.name) = (list, String(name.utf8.prefix(15))!) }
     }
 }
 
