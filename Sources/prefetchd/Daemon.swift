@@ -207,8 +207,8 @@ final class Daemon {
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
         for connection in clients.all {
-            for wait in connection.takeAllWaits() {
-                if case .request(let id) = wait.recipient { send(connection, Reply<Ignored>(id: id, error: error)) }
+            for recipient in connection.takeAllWaits().map(\.recipient) + connection.takeAllVariantWaits() {
+                if case .request(let id) = recipient { send(connection, Reply<Ignored>(id: id, error: error)) }
             }
         }
         commitQueueBatch(now: wallClockMilliseconds())

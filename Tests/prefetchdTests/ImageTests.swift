@@ -191,6 +191,26 @@ struct ImageTests {
         #expect(order.count == 5 && order.first == "fetch", "\(order)")
     }
 
+    @Test("SIGTERM answers the gets waiting for variants with shutting_down, as every waiting get")
+    func shutdownAnswersVariantWaits() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg")).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        // Full-size variants of a 40 Mpx original take turns, a second or more each: at least two still wait.
+        for id in 1...3 {
+            connection.send("{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"799\(id)x4990\",\"fit\":\"fill\"}\n")
+        }
+        usleep(300_000)
+        daemon.child?.stop(SIGTERM)
+        var codes: [String: String] = [:]
+        while let reply = connection.receive() {
+            codes["\(reply["id"] ?? "nil")"] = (reply["error"] as? [String: Any])?["code"] as? String ?? "ok"
+        }
+        #expect(Set(codes.keys) == ["large1", "large2", "large3"], "every request answered: \(codes)")
+        #expect(codes.values.filter { $0 == "shutting_down" }.count >= 2, "\(codes)")
+    }
+
     /// Sends request `lines` on one connection and returns the ids of the first `count` replies, in the order they
     /// came; each must be ok.
     static func replyOrder(of lines: String, count: Int, on daemon: DaemonUnderTest) throws -> [String] {

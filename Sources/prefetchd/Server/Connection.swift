@@ -107,6 +107,12 @@ final class Connection {
     /// Takes who waits for `job`'s variant, in the order they asked.
     func takeVariantWaits(_ job: Variants.Job) -> [Recipient] { variantWaits.removeValue(forKey: job) ?? [] }
 
+    /// Takes who waits for any variant: the daemon is shutting down.
+    func takeAllVariantWaits() -> [Recipient] {
+        defer { variantWaits.removeAll() }
+        return variantWaits.values.flatMap { $0 }
+    }
+
     /// Notes that a reply names `key`'s file: the size limit keeps it until the reply is written.
     func handOut(_ key: String) { handedOut.insert(key) }
 
