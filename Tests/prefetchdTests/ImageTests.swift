@@ -169,9 +169,7 @@ struct ImageTests {
         let daemon = try DaemonUnderTest()
         #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
         var lines = ""
-        for id in 1...3 {
-            lines += "{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"799\(id)x4990\",\"fit\":\"fill\"}\n"
-        }
+        for id in 1...3 { lines += Self.filledVariant("large\(id)", origin.url("/forty.jpg"), size: "799\(id)x4990") }
         lines += "{\"id\":\"thumb\",\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\",\"size\":\"32x32\"}\n"
         let order = try Self.replyOrder(of: lines, count: 4, on: daemon)
         #expect(order.count == 4 && order.first == "thumb", "\(order)")
@@ -183,9 +181,7 @@ struct ImageTests {
         #expect(daemon.ctl("get", origin.url("/forty.jpg")).status == 0)
         // Each decodes the original at half size (10 Mpx): all four fit the pixel budget, two run on the workers.
         var lines = ""
-        for id in 1...4 {
-            lines += "{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"200\(id)x1250\",\"fit\":\"fill\"}\n"
-        }
+        for id in 1...4 { lines += Self.filledVariant("large\(id)", origin.url("/forty.jpg"), size: "200\(id)x1250") }
         lines += "{\"id\":\"fetch\",\"op\":\"get\",\"url\":\"\(origin.url("/not-cached-yet.jpg"))\"}\n"
         let order = try Self.replyOrder(of: lines, count: 5, on: daemon)
         #expect(order.count == 5 && order.first == "fetch", "\(order)")
@@ -198,9 +194,7 @@ struct ImageTests {
         let connection = try RawConnection(socket: daemon.socket)
         _ = connection.receive()
         // Full-size variants of a 40 Mpx original take turns, a second or more each: at least two still wait.
-        for id in 1...3 {
-            connection.send("{\"id\":\"large\(id)\",\"op\":\"get\",\"url\":\"\(origin.url("/forty.jpg"))\",\"size\":\"799\(id)x4990\",\"fit\":\"fill\"}\n")
-        }
+        for id in 1...3 { connection.send(Self.filledVariant("large\(id)", origin.url("/forty.jpg"), size: "799\(id)x4990")) }
         usleep(300_000)
         daemon.child?.stop(SIGTERM)
         var codes: [String: String] = [:]
@@ -209,6 +203,11 @@ struct ImageTests {
         }
         #expect(Set(codes.keys) == ["large1", "large2", "large3"], "every request answered: \(codes)")
         #expect(codes.values.filter { $0 == "shutting_down" }.count >= 2, "\(codes)")
+    }
+
+    /// A request line: `get` of the `size` variant of `url`, stretched to it (`fill`).
+    static func filledVariant(_ id: String, _ url: String, size: String) -> String {
+        "{\"id\":\"\(id)\",\"op\":\"get\",\"url\":\"\(url)\",\"size\":\"\(size)\",\"fit\":\"fill\"}\n"
     }
 
     /// Sends request `lines` on one connection and returns the ids of the first `count` replies, in the order they
