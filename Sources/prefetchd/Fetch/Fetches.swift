@@ -205,7 +205,7 @@ final class Fetches {
                 return start(key, lane: result.lane, revalidate: false, retry: false)
             }
             // A transient failure keeps what a resume can continue from.
-            let resumable = failure.isTransient && failure.httpStatus != 416 && store.partialValidator(key) != nil
+            let resumable = failure.isTransient && store.partialValidator(key) != nil
             if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, result.lane, .failed(failure))
         case .success(.notModified):

@@ -71,14 +71,7 @@ final class PixbufLoader {
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
         var left = length
-        while !stop() {
-            guard left > 0 else {
-                chunk.copyBytes(from: trailer)
-                do throws(GLibError) { try write(UnsafeRawBufferPointer(rebasing: chunk[..<trailer.count])) } catch {
-                    throw .decode(error)
-                }
-                return
-            }
+        while left > 0, !stop() {
             let count: Int
             let wanted = Int(min(Int64(chunk.count), left))
             do throws(SystemError) {
@@ -93,6 +86,11 @@ final class PixbufLoader {
             } catch {
                 throw .decode(error)
             }
+        }
+        guard left == 0, !stop() else { return }
+        chunk.copyBytes(from: trailer)
+        do throws(GLibError) { try write(UnsafeRawBufferPointer(rebasing: chunk[..<trailer.count])) } catch {
+            throw .decode(error)
         }
     }
 

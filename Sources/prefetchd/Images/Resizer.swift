@@ -100,11 +100,8 @@ enum Resizer {
         }
         var failure: Failure?
         do throws(ImageReadError) {
-            if let firstGIFImageEnd {
-                try loader.feed(path: source, length: firstGIFImageEnd, trailer: [0x3B], stop: { overLimit != nil })
-            } else {
-                try loader.feed(path: source, stop: { overLimit != nil })
-            }
+            try loader.feed(path: source, length: firstGIFImageEnd ?? .max, trailer: firstGIFImageEnd == nil ? [] : [0x3B],
+                            stop: { overLimit != nil })
             do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
         } catch {
             switch error {
