@@ -107,6 +107,27 @@ import Testing
         #expect(looks(pixels.pixel(x: 21, y: 8), like: blue))
     }
 
+    @Test("a GIF's variant keeps the first frame's transparency and leaves out a short graphic control extension")
+    func gifVariantKeepsTheLastWholeControlExtension() throws {
+        // halves.gif: header and a two-colour table (red 0, blue 1), its own control extension, an application
+        // extension, the image. Rebuilt as: a control extension making red transparent, one with a block of length 0
+        // (browsers show such a GIF; gdk-pixbuf failed on it: "GIF image was truncated"), a comment, the image.
+        let still = Bytes.read(Fixtures.path("halves.gif"))
+        let imageStart = try #require(still.firstIndex(of: 0x2C))
+        try #require(Array(still[10..<19]) == [0xF0, 0, 0, 0xFF, 0, 0, 0, 0, 0xFF], "the screen and colour table")
+        let transparentRed: [UInt8] = [0x21, 0xF9, 0x04, 0x01, 0, 0, 0x00, 0x00]
+        let shortControl: [UInt8] = [0x21, 0xF9, 0x00]
+        let comment: [UInt8] = [0x21, 0xFE, 0x03] + Array("abc".utf8) + [0x00]
+        let gif = scratch.write("short-control.gif", Array(still[..<19]) + transparentRed + shortControl + comment
+            + Array(still[imageStart...]))
+        #expect(ImageInspector.inspect(gif, policy: ImagePolicy()) == .image(ImageInfo(format: "gif", width: 48, height: 32)))
+        let info = try Resizer.makeVariant(source: gif, spec: try VariantSpec(size: "24x24"), destination: scratch.file("v"))
+        #expect(info == ImageInfo(format: "png", width: 24, height: 16))
+        let pixels = try decodeForTest(scratch.file("v"))
+        #expect(pixels.pixel(x: 2, y: 8)[3] == 0, "the red half is transparent")
+        #expect(looks(pixels.pixel(x: 21, y: 8), like: blue) && pixels.pixel(x: 21, y: 8)[3] == 255)
+    }
+
     @Test func svgRendersAtTheVariantSizeWhenAllowed() throws {
         let svg = scratch.write("drawing.svg", text: """
             <svg xmlns="http://www.w3.org/2000/svg" width="120" height="80"><rect width="120" height="80" fill="#00f"/></svg>

@@ -101,20 +101,36 @@ enum ImageIntegrity {
         return ~crc
     }
 
-    /// Where the first image of the GIF at `path` ends (after its last sub-block), or nil when it has no whole image
-    /// there. A variant is made of the first frame: gdk-pixbuf's GIF loader keeps every frame it is given, in time
-    /// that grows with the square of their number (100,000 frames of 8×8, 2.3 MB: 14 s of a worker).
-    static func gifFirstImageEnd(_ path: String) throws(SystemError) -> Int64? {
+    /// What a loader is fed to decode the first frame of the GIF at `path`, or nil when it has no whole image: the
+    /// header and global colour table, the last graphic control extension before the first image (rebuilt, so one
+    /// with a short block is left out as browsers do), the image and a trailer. gdk-pixbuf's GIF loader keeps every
+    /// frame it is given, in time that grows with the square of their number (100,000 frames of 8×8, 2.3 MB: 14 s
+    /// of a worker), and every extension before the first image would be parsed too.
+    static func gifFirstFrame(_ path: String) throws(SystemError) -> [PixbufLoader.Piece]? {
         let reader = try FileByteReader(path)
-        return try gif(reader, untilFirstImage: true) == nil ? reader.offset : nil
+        let frame = GIFFirstFrame()
+        guard try gif(reader, firstFrame: frame) == nil, let image = frame.image else { return nil }
+        return [.file(0..<frame.screenEnd)]
+            + (frame.control.map { [.bytes([0x21, 0xF9, 0x04] + $0 + [0x00])] } ?? [])
+            + [.file(image), .bytes([0x3B])]
+    }
+
+    /// Where a GIF's first frame lies, as the walk finds it.
+    private final class GIFFirstFrame {
+        var screenEnd: Int64 = 0
+        /// The four bytes of the last graphic control extension seen before the first image.
+        var control: [UInt8]?
+        var image: Range<Int64>?
     }
 
     /// Lenient where browsers are: a GIF that stops between blocks after an image, without the trailer, is whole.
-    /// With `untilFirstImage`, the walk ends after the first image.
-    private static func gif(_ reader: FileByteReader, untilFirstImage: Bool = false) throws(SystemError) -> String? {
+    /// Given `firstFrame`, the walk records it and ends after the first image.
+    private static func gif(_ reader: FileByteReader, firstFrame: GIFFirstFrame? = nil)
+        throws(SystemError) -> String? {
         let truncated = "the GIF ends inside a block (truncated)"
         guard let screen = try reader.bytes(13) else { return truncated }
         if screen[10] & 0x80 != 0 { guard try reader.skip(3 << (Int64(screen[10] & 7) + 1)) else { return truncated } }
+        firstFrame?.screenEnd = reader.offset
         var images = 0
         func subBlocks() throws(SystemError) -> Bool {
             while true {
@@ -124,12 +140,24 @@ enum ImageIntegrity {
             }
         }
         while true {
+            let blockStart = reader.offset
             guard let block = try reader.byte() else { return images > 0 ? nil : "the GIF has no image (truncated)" }
             switch block {
             case 0x3B:
                 return images > 0 ? nil : "the GIF has no image"
             case 0x21:
-                guard try reader.byte() != nil, try subBlocks() else { return truncated }
+                guard let label = try reader.byte() else { return truncated }
+                if label == 0xF9, let firstFrame {
+                    guard let size = try reader.byte() else { return truncated }
+                    if size >= 4 {
+                        guard let fields = try reader.bytes(4), try reader.skip(Int64(size) - 4) else { return truncated }
+                        firstFrame.control = fields
+                    } else {
+                        guard try reader.skip(Int64(size)) else { return truncated }
+                    }
+                    if size == 0 { continue }
+                }
+                guard try subBlocks() else { return truncated }
             case 0x2C:
                 guard let descriptor = try reader.bytes(9) else { return truncated }
                 if descriptor[8] & 0x80 != 0 {
@@ -137,7 +165,10 @@ enum ImageIntegrity {
                 }
                 guard try reader.byte() != nil, try subBlocks() else { return truncated }
                 images += 1
-                if untilFirstImage { return nil }
+                if let firstFrame {
+                    firstFrame.image = blockStart..<reader.offset
+                    return nil
+                }
             default:
                 return images > 0 ? nil : "the GIF has an unknown block 0x\(String(block, radix: 16))"
             }

@@ -57,10 +57,15 @@ final class PixbufLoader {
         guard gdk_pixbuf_loader_close(handle, &error) != 0 else { throw GLibError("gdk_pixbuf_loader_close", taking: error) }
     }
 
-    /// Writes the file at `path` in 64 KiB chunks, or its first `length` bytes and then `trailer`, stopping early when
+    /// A part of what `feed` writes: a range of the file (to its end at most), or bytes of its own.
+    enum Piece: Equatable {
+        case file(Range<Int64>)
+        case bytes([UInt8])
+    }
+
+    /// Writes `pieces` of the file at `path` (all of it by default) in chunks of at most 64 KiB, stopping early when
     /// `stop` says so after a chunk.
-    func feed(path: String, length: Int64 = .max, trailer: [UInt8] = [], stop: () -> Bool = { false })
-        throws(ImageReadError) {
+    func feed(path: String, pieces: [Piece] = [.file(0 ..< .max)], stop: () -> Bool = { false }) throws(ImageReadError) {
         let fd: Int32
         do throws(SystemError) {
             fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
@@ -70,27 +75,32 @@ final class PixbufLoader {
         defer { Glibc.close(fd) }
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
-        var left = length
-        while left > 0, !stop() {
-            let count: Int
-            let wanted = Int(min(Int64(chunk.count), left))
-            do throws(SystemError) {
-                count = try syscall("read", path) { read(fd, chunk.baseAddress!, wanted) }
-            } catch {
-                throw .io(error)
+        for piece in pieces {
+            switch piece {
+            case .bytes(let bytes):
+                guard !stop() else { return }
+                let failure = bytes.withUnsafeBytes { bytes -> GLibError? in
+                    do throws(GLibError) { try write(bytes) } catch { return error }
+                    return nil
+                }
+                if let failure { throw .decode(failure) }
+            case .file(let range):
+                var offset = range.lowerBound
+                while offset < range.upperBound, !stop() {
+                    let count: Int
+                    let wanted = Int(min(Int64(chunk.count), range.upperBound - offset))
+                    do throws(SystemError) {
+                        count = try syscall("pread", path) { pread(fd, chunk.baseAddress!, wanted, off_t(offset)) }
+                    } catch {
+                        throw .io(error)
+                    }
+                    if count == 0 { break }
+                    offset += Int64(count)
+                    do throws(GLibError) { try write(UnsafeRawBufferPointer(rebasing: chunk[..<count])) } catch {
+                        throw .decode(error)
+                    }
+                }
             }
-            if count == 0 { return }
-            left -= Int64(count)
-            do throws(GLibError) {
-                try write(UnsafeRawBufferPointer(rebasing: chunk[..<count]))
-            } catch {
-                throw .decode(error)
-            }
-        }
-        guard left == 0, !stop() else { return }
-        chunk.copyBytes(from: trailer)
-        do throws(GLibError) { try write(UnsafeRawBufferPointer(rebasing: chunk[..<trailer.count])) } catch {
-            throw .decode(error)
         }
     }
 

@@ -90,18 +90,14 @@ enum Resizer {
             return geometry.decodeSize(storedWidth: width, storedHeight: height)
         }
         let format = sniffed ?? "unrecognised"
-        // Of a GIF, only the first image and the trailer: the variant is of that frame (gdk-pixbuf would also keep
-        // every other one, in time that grows with the square of their number).
-        var firstGIFImageEnd: Int64?
+        // Of a GIF, only what its first frame needs: the variant is of that frame.
+        var pieces: [PixbufLoader.Piece]?
         if sniffed == "gif" {
-            do throws(SystemError) { firstGIFImageEnd = try ImageIntegrity.gifFirstImageEnd(source) } catch {
-                throw .imageIO(error)
-            }
+            do throws(SystemError) { pieces = try ImageIntegrity.gifFirstFrame(source) } catch { throw .imageIO(error) }
         }
         var failure: Failure?
         do throws(ImageReadError) {
-            try loader.feed(path: source, length: firstGIFImageEnd ?? .max, trailer: firstGIFImageEnd == nil ? [] : [0x3B],
-                            stop: { overLimit != nil })
+            try loader.feed(path: source, pieces: pieces ?? [.file(0 ..< .max)], stop: { overLimit != nil })
             do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
         } catch {
             switch error {
