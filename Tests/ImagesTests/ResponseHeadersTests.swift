@@ -73,6 +73,8 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(hostile.contentType == nil && hostile.etag == nil && hostile.lastModified == nil && hostile.cacheDirectives.isEmpty)
         #expect(headers("Content-Type: image/jpeg;\tq=1").contentType == "image/jpeg;\tq=1")
         #expect(headers("Content-Length: 12\u{1B}").framingProblem != nil)
+        // A coding curl refuses is the server's lasting fault, not a stream broken on the way.
+        #expect(headers("Content-Encoding: gz\u{01}ip").undecodableCoding == "gz?ip")
     }
 
     @Test("Cache-Control: = (a directive without a name, found by the fuzzer) crashed the daemon; now it is ignored")

@@ -75,9 +75,16 @@ struct ResponseHeaders: Equatable {
         while end > start, Self.isSpace(line[end - 1]) { end -= 1 }
         let bytes = UnsafeBufferPointer(rebasing: line[start..<end])
         // RFC 9110 section 5.5: a control character (HTAB aside) has no place in a field value. Such a value is
-        // not kept: it would be shown to people (a content type), sent back (an ETag) or parsed.
-        if field != .contentLength, bytes.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) { return }
-        let value = String(decoding: bytes, as: UTF8.self)
+        // not kept: it would be shown to people (a content type), sent back (an ETag) or parsed. A coding is kept
+        // with `?` for each one: it names no coding curl decodes, so its refusal is the server's lasting fault.
+        let isControl = { (byte: UInt8) in (byte < 0x20 && byte != 0x09) || byte == 0x7F }
+        let value: String
+        if field != .contentLength, bytes.contains(where: isControl) {
+            guard field == .contentEncoding else { return }
+            value = String(decoding: bytes.map { isControl($0) ? UInt8(ascii: "?") : $0 }, as: UTF8.self)
+        } else {
+            value = String(decoding: bytes, as: UTF8.self)
+        }
         func joined(_ old: String?) -> String { old.map { $0 + ", " + value } ?? value }
         switch field {
         case .contentType: contentType = value
