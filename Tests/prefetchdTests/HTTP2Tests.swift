@@ -50,4 +50,23 @@ struct HTTP2Tests {
         let after = daemon.ctl("get", origin.url("/after.jpg"))
         #expect(after.status == 0, "the host is not paused: \(after.stderr)")
     }
+
+    @Test("a TLS failure is told in its own words, not in those of another server's broken HTTP/2 connection, which curl checks first (the cause was remembered wrong for 5 minutes)")
+    func tlsFailureIsNotToldInAnotherConnectionsWords() throws {
+        let ca = try TLSTests.PrivateCA()
+        let broken = try H2Origin(ca)
+        let untrusted = try TLSTests.PrivateCA()
+        let origin = try Origin(tls: (untrusted.certificate, untrusted.key))
+        let daemon = try DaemonUnderTest(["--ca-file", ca.caFile])
+        // nghttp2 refuses the flood of CONTINUATION frames; the connection stays in curl's pool with the rest unread.
+        let flooded = daemon.ctl("get", "--json", broken.url("/flood.jpg?flood=30"))
+        #expect(errorCode(flooded.stdout) == "network", "\(flooded.stdout) \(flooded.stderr)")
+        Thread.sleep(forTimeInterval: 0.5)  // the frame sent after the flood has arrived
+        let refused = daemon.ctl("get", "--json", origin.url("/untrusted.jpg"))
+        #expect(errorCode(refused.stdout) == "tls", "\(refused.stdout) \(refused.stderr)")
+        #expect(refused.stdout.contains("unable to get local issuer certificate") && !refused.stdout.contains("CONTINUATION"),
+                "the message names the cause: \(refused.stdout)")
+        let remembered = daemon.ctl("info", "--json", origin.url("/untrusted.jpg"))
+        #expect(!remembered.stdout.contains("CONTINUATION"), "\(remembered.stdout)")
+    }
 }

@@ -50,7 +50,7 @@ enum CurlErrors {
                            unreached: !transfer.requestSent)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
-            return Failure(code: .tls, message: transfer.errorDetail ?? text, isTransient: false)
+            return Failure(code: .tls, message: transfer.errorDetail ?? transfer.certificateProblem ?? text, isTransient: false)
         case CURLE_URL_MALFORMAT where (300...399).contains(transfer.responseCode):
             // Where the server redirected cannot be parsed: its answer is at fault, not the URL that was asked for.
             return Failure(code: .httpStatus, message: "the server redirected (HTTP \(transfer.responseCode)) to a "

@@ -1,3 +1,4 @@
+import CCrypto
 import CCurl
 import Glibc
 import PrefetchProtocol
@@ -79,6 +80,12 @@ final class Transfer {
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
     /// Where curl writes what went wrong in its own words (`CURLOPT_ERRORBUFFER`).
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
+    /// Whether the error buffer was looked at when the transfer first opened a socket or sent a request, and whether
+    /// it held text then. curl keeps only a transfer's first error, and before connecting it checks the pooled
+    /// connections of other transfers, writing what broke one of those (an HTTP/2 protocol error) as this one's:
+    /// text found at the first step is about another connection, and the transfer's own failure went unwritten.
+    private var detailLookedAt = false
+    private var detailIsStale = false
 
     /// A transfer writing into `body`, which it owns from now on (and closes).
     init(_ request: TransferRequest, body: BodyFile, settings: FetchSettings,
@@ -176,8 +183,25 @@ final class Transfer {
     /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
     /// check failed, which address refused), if it wrote one.
     var errorDetail: String? {
+        guard !detailIsStale else { return nil }
         let text = String(String(cString: errorBuffer).trimmingCharacters(in: " \n"))
         return text.isEmpty ? nil : text
+    }
+
+    /// Called when the transfer opens a socket or sends its request: the first time, notes whether curl already wrote
+    /// an error that is not this transfer's.
+    fileprivate func takingFirstStep() {
+        guard !detailLookedAt else { return }
+        detailLookedAt = true
+        detailIsStale = errorBuffer.pointee != 0
+    }
+
+    /// Why the server's certificate was not trusted, in OpenSSL's words (`CURLINFO_SSL_VERIFYRESULT`), if it was not.
+    var certificateProblem: String? {
+        var result = 0
+        pf_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &result)
+        guard result != 0, let text = X509_verify_cert_error_string(result) else { return nil }
+        return "SSL certificate problem: " + String(cString: text)
     }
 
     /// The host of the URL curl asked for last (a redirect's target included).
@@ -449,6 +473,7 @@ private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _
 /// that named it. curl then tries the name's next address, if any.
 private let transferOpenSocket: curl_opensocket_callback = { userdata, _, address in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    transfer.takingFirstStep()
     guard let address else { return -1 }
     var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
     let named = withUnsafePointer(to: &address.pointee.addr) {
@@ -463,6 +488,7 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
 /// nor a DNS name gets around it.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    transfer.takingFirstStep()
     guard transfer.allows(remote.map { String(cString: $0) } ?? "") else { return 1 }  // CURL_PREREQFUNC_ABORT
     transfer.requestSent = true
     return 0  // CURL_PREREQFUNC_OK

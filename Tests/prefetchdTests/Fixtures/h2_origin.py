@@ -11,6 +11,8 @@ Binds 127.0.0.1, prints one line ``PORT <n>``, serves until SIGTERM. Each reques
 answers a JPEG of N bytes (origin.py's generated body for that path) at BPS bytes a second (no limit without
 drip). With drop=B the first request for the path has its whole connection closed after B bytes of its body: a
 TCP close without GOAWAY, so every stream on that connection ends unfinished. Later requests for it are answered.
+With flood=N the answer is a HEADERS frame followed by N empty CONTINUATION frames, more than nghttp2 accepts (the
+client's session fails), and 0.3 s later one more; the connection is left open.
 """
 
 import argparse
@@ -62,6 +64,7 @@ class Connection:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         self.dropping = False
         self.closed = False
+        self.raw = b""  # bytes sent as they are, after what the h2 state has to send
 
     def serve(self):
         self.sock.settimeout(0.005)
@@ -70,7 +73,8 @@ class Connection:
         try:
             while not self.dropping:
                 with self.lock:
-                    pending = self.h2.data_to_send()
+                    pending = self.h2.data_to_send() + self.raw
+                    self.raw = b""
                 if pending:
                     self.sock.sendall(pending)
                 try:
@@ -123,6 +127,15 @@ class Connection:
         size = int(query.get("size", 2048))
         rate = float(query.get("drip", 0))
         drop = int(query["drop"]) if "drop" in query and self.log.first_drop(target.path) else None
+        if "flood" in query:
+            def frame(kind, stream_id, payload=b""):
+                return len(payload).to_bytes(3, "big") + bytes([kind, 0]) + stream_id.to_bytes(4, "big") + payload
+            with self.lock:  # HEADERS (":status: 200", no END_HEADERS), then CONTINUATION frames
+                self.raw += frame(0x1, stream, b"\x88") + frame(0x9, stream) * int(query["flood"])
+            time.sleep(0.3)
+            with self.lock:  # and one more later, unread until the client next looks at the connection
+                self.raw += frame(0x9, stream)
+            return
         body = b"".join(origin.GeneratedBody(target.path, size, True).iter_range(0, size))
         with self.lock:
             if self.closed:
