@@ -34,6 +34,14 @@ struct BadInputTests {
         #expect(leftovers.isEmpty, "no temporary file is left after a failed fetch")
     }
 
+    @Test("a timeout says what timed out, in curl's words (it said only \"Timeout was reached\")")
+    func timeoutSaysWhatTimedOut() throws {
+        let daemon = try DaemonUnderTest(["--low-speed-time", "2", "--max-attempts", "1"])
+        let result = daemon.ctl("get", "--json", "--timeout", "20", Self.origin.url("/drip-words.jpg?drip=1&size=100"))
+        #expect(errorCode(result.stdout) == "timeout", "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("Operation too slow"), "\(result.stdout)")
+    }
+
     @Test("a permanent failure is remembered: the second get does not reach the origin")
     func negativeCache() throws {
         let daemon = try DaemonUnderTest()

@@ -46,8 +46,8 @@ enum CurlErrors {
         case CURLE_FILESIZE_EXCEEDED:
             return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT:
-            return Failure(code: .timeout, message: "the transfer stalled or timed out (\(text))", isTransient: true,
-                           unreached: !transfer.requestSent)
+            return Failure(code: .timeout, message: transfer.errorDetail ?? "the transfer stalled or timed out (\(text))",
+                           isTransient: true, unreached: !transfer.requestSent)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
             return Failure(code: .tls, message: transfer.errorDetail ?? transfer.certificateProblem ?? text, isTransient: false)
