@@ -42,6 +42,17 @@ struct BadInputTests {
         #expect(result.stdout.contains("Operation too slow"), "\(result.stdout)")
     }
 
+    @Test("an image cut short by a clean close, with no Content-Length to tell, is retried, not remembered as no image")
+    func imageCutShortWithoutLengthIsRetried() throws {
+        let daemon = try DaemonUnderTest()
+        // The first answer closes the connection after 4,950 of the JPEG's 5,000 bytes (inside its scan); the second is whole.
+        let url = Self.origin.url("/cut-without-length.jpg?no_length=1&cut_first=4950&size=5000")
+        let result = daemon.ctl("get", "--json", "--timeout", "20", url)
+        #expect(result.status == 0 && errorCode(result.stdout) == nil, "\(result.stdout) \(result.stderr)")
+        #expect(try Self.origin.count("/cut-without-length.jpg") == 2)
+        // A short file that its Content-Length matches stays not_an_image, remembered (ImageTests.rejected).
+    }
+
     @Test("a permanent failure is remembered: the second get does not reach the origin")
     func negativeCache() throws {
         let daemon = try DaemonUnderTest()

@@ -236,7 +236,9 @@ final class Fetches {
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy) },
+            let lengthDeclared = result.headers.contentLength != nil
+            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy,
+                                    lengthDeclared: lengthDeclared) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)
@@ -252,9 +254,10 @@ final class Fetches {
     /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
     /// Where it went and what it is, if an image, come back to be indexed.
     private static func judge(_ temporary: String, sha256: String, key: String, files: CacheFiles,
-                              policy: ImagePolicy) -> Result<(relative: String, info: ImageInfo?), Failure> {
+                              policy: ImagePolicy, lengthDeclared: Bool)
+        -> Result<(relative: String, info: ImageInfo?), Failure> {
         let info: ImageInfo?
-        switch ImageInspector.inspect(temporary, policy: policy) {
+        switch ImageInspector.inspect(temporary, policy: policy, lengthDeclared: lengthDeclared) {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):

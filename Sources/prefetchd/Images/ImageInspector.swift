@@ -16,16 +16,18 @@ enum ImageInspector {
     /// - `.rejected` with `not_an_image` (no image: HTML, an empty or garbage body, an image whose header
     ///   gdk-pixbuf cannot read, a truncated image), `format_not_allowed` (an image in another format, named in
     ///   the message, even when non-images are allowed), `pixel_limit`, or a transient `internal` when the file
-    ///   cannot be read.
-    static func inspect(_ path: String, policy: ImagePolicy) -> ImageVerdict {
+    ///   cannot be read. When `lengthDeclared` is false (the server sent no Content-Length, so curl could not tell
+    ///   a connection cut short from the body's end), an image that ends early is a transient `network` failure.
+    static func inspect(_ path: String, policy: ImagePolicy, lengthDeclared: Bool = true) -> ImageVerdict {
         do {
-            return try judge(path, policy: policy)
+            return try judge(path, policy: policy, lengthDeclared: lengthDeclared)
         } catch {
             return .rejected(.imageIO("cannot inspect \(path): \(error)"))
         }
     }
 
-    private static func judge(_ path: String, policy: ImagePolicy) throws(SystemError) -> ImageVerdict {
+    private static func judge(_ path: String, policy: ImagePolicy, lengthDeclared: Bool) throws(SystemError)
+        -> ImageVerdict {
         let header = try ImageHeader.read(path)
         let sniffed: String
         switch header.kind {
@@ -68,6 +70,11 @@ enum ImageInspector {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
         }
         if let problem = try ImageIntegrity.problem(path, format: probed.format) {
+            guard lengthDeclared || !ImageIntegrity.endsEarly(problem) else {
+                return .rejected(Failure(code: .network, message: "the body ended inside the image, and the server sent "
+                                         + "no Content-Length: the connection may have been cut (\(problem))",
+                                         isTransient: true))
+            }
             return .rejected(.notAnImage(problem))
         }
         let upright = header.swapsAxes

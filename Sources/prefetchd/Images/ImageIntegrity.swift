@@ -21,6 +21,10 @@ enum ImageIntegrity {
         }
     }
 
+    /// Whether `problem` says the file ends before the image does (its message ends in "(truncated)"): a body cut
+    /// short on the way looks the same.
+    static func endsEarly(_ problem: String) -> Bool { problem.hasSuffix("(truncated)") }
+
     /// The most scans a JPEG may have. libjpeg decodes every scan of a progressive JPEG over the whole picture, even
     /// at 1/8 scale: a 300 KB file of 4,000 empty scans kept both image workers busy for a minute and a half. Real
     /// encoders write about 10 (mozjpeg up to 20 or so); 256 is the bound libjpeg-turbo's fuzzing and other decoders
