@@ -107,6 +107,7 @@ final class Daemon {
         store.onRollback = { [unowned self] in self.backlog.rewind() }
         accessFlushTimer = loop.makeTimer { [unowned self] in
             if let gone = store.removedBehindOurBack() { return stopForLostCache(gone) }
+            replaceDeletedWriteAheadLog()
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
             accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
         }
@@ -221,6 +222,18 @@ final class Daemon {
 
     /// Part of the cache directory was deleted (`Store.removedBehindOurBack`): the daemon stops, exit status 1, so
     /// that a restart makes a new index and lock; nothing more is acknowledged into the old ones.
+    /// A write-ahead log deleted behind the daemon's back would lose what it holds at a crash: it is replaced.
+    private func replaceDeletedWriteAheadLog() {
+        do {
+            if try store.replaceDeletedWriteAheadLog() {
+                Log.warning("the index's write-ahead log was deleted while prefetchd ran: what it held was written into "
+                            + "the index, and a new log was started")
+            }
+        } catch {
+            Log.error("cannot replace the index's deleted write-ahead log: \(error)")
+        }
+    }
+
     private func stopForLostCache(_ gone: String) {
         fatal = "\(gone) was deleted or replaced while prefetchd ran (was the cache directory cleared?); "
             + "stopped, so that a restart makes a new one"
@@ -514,6 +527,7 @@ final class Daemon {
             }
             return stopForLostCache(gone)
         }
+        replaceDeletedWriteAheadLog()
         var replies: [(Connection, RequestID?, [ItemResult])] = []
         do {
             for request in batch {

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import QueueCore
 import Testing
@@ -295,6 +296,30 @@ import Testing
             let after = try #require(allocatedOnDisk(log))
             #expect(after <= Store.writeAheadLogLimit, "log \(after) bytes after a peak of \(peak)")
             #expect(store.backlogCount == 79_999)
+        }
+    }
+
+    @Test("a write-ahead log deleted while the store runs is replaced: what it held, and what is written after, survive a crash")
+    func deletedWriteAheadLogIsReplaced() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            #expect(try store.enqueue(key: "https://example.com/before", now: 1))
+            try store.commit()
+            #expect(try !store.replaceDeletedWriteAheadLog())
+            #expect(unlink(directory + "/index.sqlite-wal") == 0)
+            #expect(try store.replaceDeletedWriteAheadLog())
+            #expect(try store.enqueue(key: "https://example.com/after", now: 2))
+            try store.commit()
+            // What a crash would leave: the index and its log as they are on disk now, while the store still runs.
+            try withCacheDirectory { crashed in
+                for suffix in ["", "-wal"] where access(directory + "/index.sqlite" + suffix, F_OK) == 0 {
+                    try FileManager.default.copyItem(atPath: directory + "/index.sqlite" + suffix,
+                                                     toPath: crashed + "/index.sqlite" + suffix)
+                }
+                let reopened = try Store(directory: crashed)
+                #expect(reopened.backlogCount == 2)
+            }
+            #expect(store.backlogCount == 2)
         }
     }
 }

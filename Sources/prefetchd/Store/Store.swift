@@ -12,6 +12,8 @@ final class Store {
     private let indexPath: String
     /// The index file opened: writes to one deleted (or replaced) behind the daemon's back are lost at the next start.
     private let indexIdentity: FileIdentity?
+    /// The write-ahead log SQLite has open, once it exists.
+    private var logIdentity: FileIdentity?
     private var inTransaction = false
     /// Space held for the index, given up when the disk is full (`SpaceReserve`); taken again at most every 5 s.
     private let reserve: SpaceReserve
@@ -131,6 +133,7 @@ final class Store {
         }
         indexPath = path
         indexIdentity = FileIdentity(path: path)
+        logIdentity = FileIdentity(path: path + "-wal")
         try readCounts()
         db.onDiskFull = { [unowned self] in self.giveUpReserve() }
         keepReserve()
@@ -143,6 +146,24 @@ final class Store {
         if indexIdentity?.isNamed(by: indexPath) != true { return "the index \(indexPath)" }
         if !lock.isInPlace { return "the lock \(lock.path)" }
         return nil
+    }
+
+    /// SQLite goes on writing into a write-ahead log whose file was deleted behind its back (a cleaner of old files,
+    /// a person tidying the cache), and what it holds would then be lost at a crash, acknowledged queue entries
+    /// included. When that happened, this commits, leaves WAL mode (which writes the log into the index) and enters
+    /// it again with a new log; true then. The turn's writes so far are committed.
+    func replaceDeletedWriteAheadLog() throws(DatabaseError) -> Bool {
+        let logPath = indexPath + "-wal"
+        guard let known = logIdentity else {
+            logIdentity = FileIdentity(path: logPath)
+            return false
+        }
+        guard !known.isNamed(by: logPath) else { return false }
+        try commit()
+        try db.execute("PRAGMA journal_mode=DELETE; PRAGMA journal_mode=WAL;")
+        db.resetStatements()
+        logIdentity = FileIdentity(path: logPath)
+        return true
     }
 
     /// Reads the counts and the resumable downloads from the index: at start, and after a rollback undid the writes
