@@ -64,6 +64,10 @@ final class Daemon {
         loop = try EventLoop()
         clients = Clients(loop: loop, options: options)
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
+        // Refused before the cache directory is made, so that a second daemon on a live socket leaves nothing behind.
+        if !SocketActivation.isOffered(environment: options.environment) {
+            try UnixSocket.refuseIfServed(options.socketPath)
+        }
         store = try Store(directory: options.cacheDirectory)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)

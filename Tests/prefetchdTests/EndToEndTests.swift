@@ -193,10 +193,28 @@ struct EndToEndTests {
         let second = run(Paths.prefetchd, ["--socket", daemon.socket, "--cache-dir", daemon.directory.path + "/other"])
         #expect(second.status != 0)
         #expect(second.stderr.contains("already serving"))
+        #expect(!FileManager.default.fileExists(atPath: daemon.directory.path + "/other"), "refused before making its cache")
         daemon.kill9()  // leaves the socket file behind
         #expect(FileManager.default.fileExists(atPath: daemon.socket))
         try daemon.start()
         #expect(daemon.ctl("ping").status == 0)
+    }
+
+    @Test("a daemon that stops removes its socket file only while it is its own: one bound at the path after it was deleted stays")
+    func socketOfAnotherDaemonStays() throws {
+        let first = try DaemonUnderTest()
+        #expect(unlink(first.socket) == 0)
+        let second = try ChildProcess(Paths.prefetchd, ["--socket", first.socket, "--cache-dir", first.directory.path + "/second"],
+                                      stderrPath: first.directory.path + "/second.log")
+        defer { second.stop(SIGTERM) }
+        var answered = false
+        for _ in 0..<200 where !answered {
+            answered = first.ctl("ping").status == 0
+            if !answered { usleep(25_000) }
+        }
+        #expect(answered, "the second daemon serves the path: \(second.stderrText)")
+        first.child?.stop(SIGTERM)
+        #expect(first.ctl("ping").status == 0, "the second daemon is still reachable")
     }
 
     @Test("SIGTERM keeps acknowledged queue entries for the next start")

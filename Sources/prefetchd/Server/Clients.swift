@@ -32,8 +32,9 @@ final class Clients {
     private var listenFD: Int32 = -1
     /// The group of a socket systemd passed, admitted like `allowed_groups`.
     private var socketGroup: gid_t?
-    /// The path of the socket the daemon bound itself, removed when it stops listening; nil for one systemd passed.
-    private var boundPath: String?
+    /// The socket file the daemon bound itself, removed when it stops listening if the path still names it (not one
+    /// another daemon bound after it was deleted); nil for one systemd passed.
+    private var bound: (path: String, file: FileIdentity?)?
     private var nextClientID: UInt64 = 0
     /// Connections with output to write at the end of the turn.
     private var dirty: Set<UInt64> = []
@@ -98,7 +99,7 @@ final class Clients {
     func listen(on fd: Int32, path: String, activation: SocketActivation?, options: Options) throws(SystemError) {
         listenFD = fd
         socketGroup = activation?.group
-        boundPath = activation == nil ? path : nil
+        bound = activation == nil ? (path, FileIdentity(path: path)) : nil
         reconfigure(options)
         try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
     }
@@ -109,7 +110,7 @@ final class Clients {
         loop.remove(listenFD)
         Glibc.close(listenFD)
         listenFD = -1
-        if let boundPath { unlink(boundPath) }
+        if let bound, bound.file?.isNamed(by: bound.path) == true { unlink(bound.path) }
     }
 
     // MARK: The connections

@@ -29,6 +29,14 @@ enum UnixSocket {
         return result == 0
     }
 
+    /// Throws when a process accepts connections on `path`, which may be another prefetchd or another program.
+    static func refuseIfServed(_ path: String) throws {
+        if isAlive(path) {
+            throw DaemonError("something is already serving \(path) (another prefetchd?); stop it first or pick another "
+                              + "--socket")
+        }
+    }
+
     /// Binds and listens on `path` with permissions `mode`. A stale socket file is replaced; a live one is an error.
     static func listen(at path: String, mode: mode_t) throws -> Int32 {
         var address = try address(path)
@@ -37,9 +45,7 @@ enum UnixSocket {
             guard (info.st_mode & S_IFMT) == S_IFSOCK else {
                 throw DaemonError("\(path) exists and is not a socket; refusing to replace it")
             }
-            if isAlive(path) {
-                throw DaemonError("another prefetchd is already serving \(path); stop it first or pick another --socket")
-            }
+            try refuseIfServed(path)
             unlink(path)
         }
         let fd = try syscall("socket") {

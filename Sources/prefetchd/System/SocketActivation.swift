@@ -13,11 +13,18 @@ struct SocketActivation {
     /// The group owning the socket file (the unit's `SocketGroup=`), when it has a path.
     let group: gid_t?
 
+    /// Whether systemd passed this process sockets (before `receive` took them).
+    static func isOffered(environment: [String: String]) -> Bool {
+        environment["LISTEN_PID"].flatMap { pid_t($0) } == getpid()
+            && (environment["LISTEN_FDS"].flatMap { Int32($0) } ?? 0) > 0
+    }
+
     /// The passed socket named `ctl`, else the only (or first) one; nil when nothing was passed to this process.
     /// Unused passed descriptors are closed, and the `LISTEN_*` variables are removed from the environment.
     static func receive(environment: [String: String]) throws -> SocketActivation? {
-        guard let pid = environment["LISTEN_PID"].flatMap({ pid_t($0) }), pid == getpid(),
-              let count = environment["LISTEN_FDS"].flatMap({ Int32($0) }), count > 0 else { return nil }
+        guard isOffered(environment: environment), let count = environment["LISTEN_FDS"].flatMap({ Int32($0) }) else {
+            return nil
+        }
         for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) }
         let names = environment["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false) } ?? []
         let index = names.firstIndex { $0 == "ctl" }.map(Int32.init) ?? 0
