@@ -22,7 +22,8 @@
 /// last.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
-/// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`).
+/// more, nobody waits for and that is not running (waiting, or parked with its bytes) is dropped when a view lets go of
+/// it (`unhold(_:dropping:now:)`).
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
@@ -389,7 +390,8 @@ public struct Scheduler: Sendable {
     }
 
     /// A view row lets go of `key`. With `dropping`, when no row holds it any more, a tentative task for it that
-    /// nobody waits for and that has not started (or was not parked with bytes) goes: its `forget` is returned.
+    /// nobody waits for and that is not running goes, a parked one with the bytes it kept: its `forget` is returned.
+    /// A list flicked through would otherwise leave every screen it passed as parked downloads the slow lane finishes.
     public mutating func unhold(_ key: String, dropping: Bool, now: Moment) -> [Action] {
         guard let count = holds[key] else { return [] }
         if count > 1 {
@@ -398,8 +400,9 @@ public struct Scheduler: Sendable {
         }
         holds.removeValue(forKey: key)
         holds.shrinkIfSparse()
-        guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running,
-              !task.parked else { return [] }
+        guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running else {
+            return []
+        }
         var actions: [Action] = []
         remove(key, answering: .cancelled, into: &actions)
         admit(now: now, into: &actions)

@@ -155,6 +155,7 @@ enum Situation: String, CaseIterable {
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
+    case droppedParked = "a parked tentative task dropped with its bytes when no longer held"
     case adopted = "a tentative task adopted by an ordinary request"
     case tokenLimited = "waiting for a start token"
     case diskFull = "disk_full: the task kept as background work waiting for the disk, its attempt given back"
@@ -444,7 +445,8 @@ struct Runner {
             let count = holds[key, default: 0]
             let task = scheduler.task(key)
             let drops = dropping && count == 1 && tentative.contains(key) && pending[key, default: []].isEmpty
-                && running[key] == nil && !parked.contains(key)
+                && running[key] == nil
+            let dropsParked = drops && parked.contains(key)
             let actions = scheduler.unhold(key, dropping: dropping, now: now)
             holds[key] = count > 1 ? count - 1 : nil
             if drops {
@@ -452,7 +454,7 @@ struct Runner {
                 guard scheduler.task(key) == nil, actions.contains(.forget(key: key)) else {
                     throw fail("unhold did not drop the tentative task: \(actions)")
                 }
-                coverage.note(.dropped)
+                coverage.note(dropsParked ? .droppedParked : .dropped)
             } else {
                 guard actions == [], scheduler.task(key) == task else {
                     throw fail("unhold changed \(String(describing: task)) to \(String(describing: scheduler.task(key))): \(actions)")
@@ -1188,17 +1190,14 @@ struct Scenario {
                     op = coin() ? .prefetch(spelling: spelling, cache: cache()) : .queue(spelling: spelling, cache: cache())
                 case 26..<30:
                     // Mostly tentative tasks nobody holds yet: the ones an unhold may drop.
-                    let unheld = runner.tentative.filter {
-                        runner.holds[$0] == nil && runner.running[$0] == nil && !runner.parked.contains($0)
-                    }
+                    let unheld = runner.tentative.filter { runner.holds[$0] == nil && runner.running[$0] == nil }
                         .sorted().compactMap { RandomWorld.keyIndex[$0] }
                     op = .hold(key: below(4) != 0 ? element(unheld) ?? key : pick(lane: nil) ?? key)
                 case 30..<36:
                     let held = runner.holds.keys.sorted()
-                    // Droppable ones first: tentative, not running, not parked, nobody waiting.
+                    // Droppable ones first: tentative, not running (parked or waiting), nobody waiting.
                     let tentative = held.filter {
-                        runner.tentative.contains($0) && runner.running[$0] == nil && !runner.parked.contains($0)
-                            && runner.pending[$0, default: []].isEmpty
+                        runner.tentative.contains($0) && runner.running[$0] == nil && runner.pending[$0, default: []].isEmpty
                     }
                     let choice = below(4) != 0 ? element(tentative) ?? element(held) : element(held)
                     op = .unhold(key: choice.flatMap { RandomWorld.keyIndex[$0] } ?? key, dropping: below(4) != 0)
