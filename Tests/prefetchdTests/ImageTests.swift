@@ -51,6 +51,24 @@ struct ImageTests {
         #expect(errorCode(again.stdout) == code, "the rejection is remembered")
     }
 
+    @Test("a reload narrowing allowed_formats: a cached original of another format is still served, but no new variant of it is decoded")
+    func noVariantOfAFormatNoLongerAllowed() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try write("allowed_formats = jpeg,png\n", to: config)
+        let daemon = try DaemonUnderTest(["--config", config])
+        let url = origin.url("/photo.jpg")
+        #expect(daemon.ctl("get", "--size", "64x64", url).status == 0)
+        try write("allowed_formats = png\n", to: config)
+        kill(daemon.child!.pid, SIGHUP)
+        for _ in 0..<200 where !daemon.log.contains("allowed_formats") { usleep(25_000) }
+        #expect(daemon.log.contains("allowed_formats"), "\(daemon.log)")
+        #expect(daemon.ctl("get", url).status == 0, "the original is served")
+        #expect(daemon.ctl("get", "--size", "64x64", url).status == 0, "the variant made before is served")
+        let refused = daemon.ctl("get", "--json", "--size", "32x32", url)
+        #expect(errorCode(refused.stdout) == "format_not_allowed", "\(refused.stdout) \(refused.stderr)")
+    }
+
     @Test("an animated WebP of 100 one-pixel frames on a 1000x1000 canvas is kept; a variant of it is pixel_limit at once (it decoded 100 canvases)")
     func animatedWebPVariant() throws {
         let daemon = try DaemonUnderTest()

@@ -18,6 +18,11 @@ extension Daemon {
             store.touch(entry.key, now: wallClockMilliseconds())
             return deliver(.success(wire(variant, of: entry, spec: job.spec)), to: recipient, on: connection)
         }
+        // allowed_formats also says which decoders may run: narrowed by a reload or a restart, the files cached before
+        // (and their variants made before) are still served, but no new variant of them is decoded.
+        guard options.images.allows(format) else {
+            return deliver(.failure(WireError(Failure.formatNotAllowed(format))), to: recipient, on: connection)
+        }
         connection.waitForVariant(job, recipient: recipient)
         variants.make(job, resolved, of: entry)
     }
