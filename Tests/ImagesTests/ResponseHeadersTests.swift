@@ -77,6 +77,19 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(headers("Content-Encoding: gz\u{01}ip").undecodableCoding == "gz?ip")
     }
 
+    @Test("only an HTTP/1 body with neither Content-Length nor chunked coding ends with its connection (a cut looks like its end)")
+    func bodyEndsWithTheConnection() {
+        #expect(headers("Content-Type: image/png").endsWithTheConnection)
+        #expect(!headers("Content-Length: 10").endsWithTheConnection)
+        #expect(!headers("Transfer-Encoding: gzip, Chunked").endsWithTheConnection)
+        var http2 = ResponseHeaders()
+        http2.take("HTTP/2 200\r\n")
+        #expect(!http2.endsWithTheConnection, "HTTP/2 marks the end of a stream")
+        var old = ResponseHeaders()
+        old.take("HTTP/1.0 200 OK\r\n")
+        #expect(old.endsWithTheConnection)
+    }
+
     @Test("Cache-Control: = (a directive without a name, found by the fuzzer) crashed the daemon; now it is ignored")
     func emptyDirective() {
         for value in ["=", "=,", ", =60", "max-age=60, ="] {

@@ -236,9 +236,8 @@ final class Fetches {
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            let lengthDeclared = result.headers.contentLength != nil
-            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy,
-                                    lengthDeclared: lengthDeclared) },
+            let endKnown = !result.headers.endsWithTheConnection
+            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy, endKnown: endKnown) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)
@@ -254,10 +253,9 @@ final class Fetches {
     /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
     /// Where it went and what it is, if an image, come back to be indexed.
     private static func judge(_ temporary: String, sha256: String, key: String, files: CacheFiles,
-                              policy: ImagePolicy, lengthDeclared: Bool)
-        -> Result<(relative: String, info: ImageInfo?), Failure> {
+                              policy: ImagePolicy, endKnown: Bool) -> Result<(relative: String, info: ImageInfo?), Failure> {
         let info: ImageInfo?
-        switch ImageInspector.inspect(temporary, policy: policy, lengthDeclared: lengthDeclared) {
+        switch ImageInspector.inspect(temporary, policy: policy, endKnown: endKnown) {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):

@@ -24,6 +24,10 @@ struct ResponseHeaders: Equatable {
     var vary: String?
     /// Why the body's length cannot be trusted (RFC 9112 section 6.3), when it cannot.
     var framingProblem: String?
+    /// The status line said HTTP/1.0 or 1.1, and a `Transfer-Encoding` named `chunked`: with neither a length nor
+    /// chunks, such a body ends when the connection closes.
+    private var http1 = false
+    private var chunked = false
     /// Bytes of header lines so far: this response's and those of the interim (1xx) and redirect responses before it.
     var byteCount = 0
     /// The empty line that ends the header section came: what follows until another status line is a trailer
@@ -47,6 +51,7 @@ struct ResponseHeaders: Equatable {
     mutating func take(bytes line: UnsafeBufferPointer<UInt8>) {
         if line.starts(with: "HTTP/".utf8) {
             self = ResponseHeaders(byteCount: byteCount)
+            http1 = line.starts(with: "HTTP/1.".utf8)
         }
         byteCount = byteCount.saturatingAdd(line.count)
         guard !sectionEnded else { return }
@@ -99,8 +104,13 @@ struct ResponseHeaders: Equatable {
         case .age: age = Self.deltaSeconds(value)
         case .retryAfter: retryAfter = value
         case .vary: vary = joined(vary)
+        case .transferEncoding: chunked = chunked || value.lowercased().contains("chunked")
         }
     }
+
+    /// The body ends when the connection closes (RFC 9112 section 6.3: HTTP/1.x with neither `Content-Length` nor
+    /// chunked coding), so a connection cut short looks like the body's end. HTTP/2 and chunked bodies mark their end.
+    var endsWithTheConnection: Bool { http1 && contentLength == nil && !chunked }
 
     /// What a field value is trimmed of (the line's own CR LF included).
     private static func isSpace(_ byte: UInt8) -> Bool {
@@ -111,7 +121,7 @@ struct ResponseHeaders: Equatable {
     private enum Field: String, CaseIterable {
         case contentType = "content-type", contentLength = "content-length", contentRange = "content-range"
         case contentEncoding = "content-encoding", etag, lastModified = "last-modified", cacheControl = "cache-control"
-        case expires, date, age, retryAfter = "retry-after", vary
+        case expires, date, age, retryAfter = "retry-after", vary, transferEncoding = "transfer-encoding"
 
         private static let names = allCases.map { (field: $0, name: Array($0.rawValue.utf8)) }
 

@@ -16,18 +16,17 @@ enum ImageInspector {
     /// - `.rejected` with `not_an_image` (no image: HTML, an empty or garbage body, an image whose header
     ///   gdk-pixbuf cannot read, a truncated image), `format_not_allowed` (an image in another format, named in
     ///   the message, even when non-images are allowed), `pixel_limit`, or a transient `internal` when the file
-    ///   cannot be read. When `lengthDeclared` is false (the server sent no Content-Length, so curl could not tell
-    ///   a connection cut short from the body's end), an image that ends early is a transient `network` failure.
-    static func inspect(_ path: String, policy: ImagePolicy, lengthDeclared: Bool = true) -> ImageVerdict {
+    ///   cannot be read. When `endKnown` is false (a body that ended with its connection, so a connection cut short
+    ///   looked like its end), an image that ends early is a transient `network` failure instead.
+    static func inspect(_ path: String, policy: ImagePolicy, endKnown: Bool = true) -> ImageVerdict {
         do {
-            return try judge(path, policy: policy, lengthDeclared: lengthDeclared)
+            return try judge(path, policy: policy, endKnown: endKnown)
         } catch {
             return .rejected(.imageIO("cannot inspect \(path): \(error)"))
         }
     }
 
-    private static func judge(_ path: String, policy: ImagePolicy, lengthDeclared: Bool) throws(SystemError)
-        -> ImageVerdict {
+    private static func judge(_ path: String, policy: ImagePolicy, endKnown: Bool) throws(SystemError) -> ImageVerdict {
         let header = try ImageHeader.read(path)
         let sniffed: String
         switch header.kind {
@@ -70,10 +69,10 @@ enum ImageInspector {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
         }
         if let problem = try ImageIntegrity.problem(path, format: probed.format) {
-            guard lengthDeclared || !ImageIntegrity.endsEarly(problem) else {
-                return .rejected(Failure(code: .network, message: "the body ended inside the image, and the server sent "
-                                         + "no Content-Length: the connection may have been cut (\(problem))",
-                                         isTransient: true))
+            guard endKnown || !ImageIntegrity.endsEarly(problem) else {
+                return .rejected(Failure(code: .network, message: "the body ended inside the image when its connection "
+                                         + "closed, and HTTP/1 without a Content-Length cannot tell a cut from the end "
+                                         + "(\(problem))", isTransient: true))
             }
             return .rejected(.notAnImage(problem))
         }
