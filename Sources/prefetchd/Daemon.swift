@@ -39,6 +39,8 @@ final class Daemon {
     var metricsWarning: String?
     /// Gives freed memory back to the system after a burst.
     var memory = MemoryTrimmer()
+    /// Whether the end of this turn looks for a deleted write-ahead log (`replaceDeletedWriteAheadLog`).
+    private var writeAheadLogCheckDue = false
     /// `queue` requests of this turn, committed together at its end.
     private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool, summary: Bool)] = []
     /// Every 5 s: writes the access times `Store.touch` collected, and checks that the index and the lock are where
@@ -111,7 +113,7 @@ final class Daemon {
         store.onRollback = { [unowned self] in self.backlog.rewind() }
         accessFlushTimer = loop.makeTimer { [unowned self] in
             if let gone = store.removedBehindOurBack() { return stopForLostCache(gone) }
-            replaceDeletedWriteAheadLog()
+            writeAheadLogCheckDue = true
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
             accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
         }
@@ -178,6 +180,7 @@ final class Daemon {
         refillBacklog()
         do {
             try store.commit()
+            replaceDeletedWriteAheadLog()
         } catch {
             Log.error("cannot commit the index: \(error)")
         }
@@ -224,20 +227,25 @@ final class Daemon {
         loop.stop()
     }
 
-    /// Part of the cache directory was deleted (`Store.removedBehindOurBack`): the daemon stops, exit status 1, so
-    /// that a restart makes a new index and lock; nothing more is acknowledged into the old ones.
-    /// A write-ahead log deleted behind the daemon's back would lose what it holds at a crash: it is replaced.
+    /// At the end of a turn whose writes were committed, when asked (every 5 s and when a queue was acknowledged): a
+    /// write-ahead log deleted behind the daemon's back would lose what it holds at a crash, so it is replaced before
+    /// the turn's replies go out.
     private func replaceDeletedWriteAheadLog() {
+        guard writeAheadLogCheckDue else { return }
+        writeAheadLogCheckDue = false
+        guard store.writeAheadLogWasDeleted else { return }
         do {
-            if try store.replaceDeletedWriteAheadLog() {
-                Log.warning("the index's write-ahead log was deleted while prefetchd ran: what it held was written into "
-                            + "the index, and a new log was started")
-            }
+            try store.replaceWriteAheadLog()
+            Log.warning("the index's write-ahead log was deleted while prefetchd ran: what it held was written into the "
+                        + "index, and a new log was started")
         } catch {
-            Log.error("cannot replace the index's deleted write-ahead log: \(error)")
+            writeAheadLogCheckDue = true
+            Log.error("the index's write-ahead log was deleted while prefetchd ran, and cannot be replaced yet: \(error)")
         }
     }
 
+    /// Part of the cache directory was deleted (`Store.removedBehindOurBack`): the daemon stops, exit status 1, so
+    /// that a restart makes a new index and lock; nothing more is acknowledged into the old ones.
     private func stopForLostCache(_ gone: String) {
         fatal = "\(gone) was deleted or replaced while prefetchd ran (was the cache directory cleared?); "
             + "stopped, so that a restart makes a new one"
@@ -531,7 +539,7 @@ final class Daemon {
             }
             return stopForLostCache(gone)
         }
-        replaceDeletedWriteAheadLog()
+        writeAheadLogCheckDue = true
         var replies: [(Connection, RequestID?, [ItemResult])] = []
         do {
             for request in batch {

@@ -148,22 +148,27 @@ final class Store {
         return nil
     }
 
-    /// SQLite goes on writing into a write-ahead log whose file was deleted behind its back (a cleaner of old files,
-    /// a person tidying the cache), and what it holds would then be lost at a crash, acknowledged queue entries
-    /// included. When that happened, this commits, leaves WAL mode (which writes the log into the index) and enters
-    /// it again with a new log; true then. The turn's writes so far are committed.
-    func replaceDeletedWriteAheadLog() throws(DatabaseError) -> Bool {
-        let logPath = indexPath + "-wal"
-        guard let known = logIdentity else {
-            logIdentity = FileIdentity(path: logPath)
-            return false
-        }
-        guard !known.isNamed(by: logPath) else { return false }
+    /// Whether the write-ahead log SQLite writes into is no longer the file its path names: deleted behind the
+    /// daemon's back (a cleaner of old files, a person tidying the cache), SQLite goes on writing into it, and what it
+    /// holds would be lost at a crash, acknowledged queue entries included.
+    var writeAheadLogWasDeleted: Bool { logIdentity?.isNamed(by: indexPath + "-wal") != true }
+
+    /// Writes what the write-ahead log holds into the index and starts a new log, after committing the turn's writes.
+    /// Nothing changes when the checkpoint cannot write every frame (a full disk): leaving WAL mode then would drop
+    /// the rest with the deleted file. Called again later, it tries again.
+    func replaceWriteAheadLog() throws(DatabaseError) {
         try commit()
-        try db.execute("PRAGMA journal_mode=DELETE; PRAGMA journal_mode=WAL;")
+        let checkpoint = try db.statement("PRAGMA wal_checkpoint(FULL)")
+        _ = try checkpoint.step()
+        let (busy, frames, written) = (checkpoint.int(0), checkpoint.int(1), checkpoint.int(2))
         db.resetStatements()
-        logIdentity = FileIdentity(path: logPath)
-        return true
+        guard busy == 0, written == frames else {
+            throw DatabaseError(call: "wal_checkpoint", code: SQLITE_BUSY,
+                                message: "\(written) of the log's \(frames) frames were written into the index")
+        }
+        // Out of WAL mode and back in; the new log is made at once, so that its identity is taken.
+        try db.execute("PRAGMA journal_mode=DELETE; PRAGMA journal_mode=WAL; BEGIN IMMEDIATE; ROLLBACK;")
+        logIdentity = FileIdentity(path: indexPath + "-wal")
     }
 
     /// Reads the counts and the resumable downloads from the index: at start, and after a rollback undid the writes
