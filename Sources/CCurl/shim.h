@@ -17,6 +17,9 @@ static inline CURLcode pf_easy_setopt_data_callback(CURL *h, CURLoption o, pf_da
 typedef int (*pf_prereq_callback)(void *userdata, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port, int conn_local_port);
 static inline CURLcode pf_easy_setopt_prereq_callback(CURL *h, pf_prereq_callback v) { return curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, v); }
 
+typedef int (*pf_resolver_start_callback)(void *resolver_state, void *reserved, void *userdata);
+static inline CURLcode pf_easy_setopt_resolver_start_callback(CURL *h, pf_resolver_start_callback v) { return curl_easy_setopt(h, CURLOPT_RESOLVER_START_FUNCTION, v); }
+
 static inline CURLcode pf_easy_setopt_opensocket_callback(CURL *h, curl_opensocket_callback v) { return curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, v); }
 
 static inline CURLcode pf_easy_setopt_sockopt_callback(CURL *h, curl_sockopt_callback v) { return curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, v); }
@@ -26,6 +29,9 @@ static inline CURLcode pf_easy_getinfo_off_t(CURL *h, CURLINFO i, curl_off_t *v)
 static inline CURLcode pf_easy_getinfo_string(CURL *h, CURLINFO i, char **v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode pf_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode pf_easy_getinfo_socket(CURL *h, CURLINFO i, curl_socket_t *v) { return curl_easy_getinfo(h, i, v); }
+
+/* CURLVERSION_NOW is a macro naming another macro: Swift sees neither. */
+static inline const curl_version_info_data *pf_version_info(void) { return curl_version_info(CURLVERSION_NOW); }
 
 static inline CURLMcode pf_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
 static inline CURLMcode pf_multi_setopt_pointer(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }

@@ -80,11 +80,10 @@ final class Transfer {
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
     /// Where curl writes what went wrong in its own words (`CURLOPT_ERRORBUFFER`).
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
-    /// Whether the error buffer was looked at when the transfer first opened a socket or sent a request, and whether
-    /// it held text then. curl keeps only a transfer's first error, and before connecting it checks the pooled
-    /// connections of other transfers, writing what broke one of those (an HTTP/2 protocol error) as this one's:
-    /// text found at the first step is about another connection, and the transfer's own failure went unwritten.
-    private var detailLookedAt = false
+    /// Whether the error buffer held text when the transfer began resolving, opening a socket or sending a request.
+    /// curl keeps only a transfer's first error, and before connecting it checks the pooled connections of other
+    /// transfers, writing what broke one of those (an HTTP/2 protocol error) as this one's: such text is about another
+    /// connection, and the transfer's own failure went unwritten.
     private var detailIsStale = false
 
     /// A transfer writing into `body`, which it owns from now on (and closes).
@@ -133,6 +132,8 @@ final class Transfer {
         pf_easy_setopt_opensocket_callback(easy, transferOpenSocket)
         pf_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, me)
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
+        pf_easy_setopt_resolver_start_callback(easy, transferResolverStart)
+        pf_easy_setopt_pointer(easy, CURLOPT_RESOLVER_START_DATA, me)
         if pool == .slow, backgroundWindow > 0 {
             // Connections of the background pool get a bounded window: a held transfer stops taking the link soon.
             pf_easy_setopt_sockopt_callback(easy, transferSocketOptions)
@@ -181,23 +182,26 @@ final class Transfer {
     }
 
     /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
-    /// check failed, which address refused), if it wrote one.
+    /// check failed, which address refused), if it wrote one about this transfer.
     var errorDetail: String? {
         guard !detailIsStale else { return nil }
         let text = String(String(cString: errorBuffer).trimmingCharacters(in: " \n"))
         return text.isEmpty ? nil : text
     }
 
-    /// Called when the transfer opens a socket or sends its request: the first time, notes whether curl already wrote
-    /// an error that is not this transfer's.
-    fileprivate func takingFirstStep() {
-        guard !detailLookedAt else { return }
-        detailLookedAt = true
-        detailIsStale = errorBuffer.pointee != 0
+    /// Called when the transfer begins resolving, opens a socket or sends its request: an error written before then
+    /// is not this transfer's.
+    fileprivate func noteConnectionStep() {
+        if errorBuffer.pointee != 0 { detailIsStale = true }
     }
+
+    /// Whether curl verifies certificates with OpenSSL, whose verify results `certificateProblem` names.
+    private static let verifiesWithOpenSSL = pf_version_info().pointee.ssl_version
+        .map { String(cString: $0).hasPrefix("OpenSSL") } ?? false
 
     /// Why the server's certificate was not trusted, in OpenSSL's words (`CURLINFO_SSL_VERIFYRESULT`), if it was not.
     var certificateProblem: String? {
+        guard Self.verifiesWithOpenSSL else { return nil }
         var result = 0
         pf_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &result)
         guard result != 0, let text = X509_verify_cert_error_string(result) else { return nil }
@@ -473,7 +477,7 @@ private let transferSocketOptions: curl_sockopt_callback = { userdata, socket, _
 /// that named it. curl then tries the name's next address, if any.
 private let transferOpenSocket: curl_opensocket_callback = { userdata, _, address in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    transfer.takingFirstStep()
+    transfer.noteConnectionStep()
     guard let address else { return -1 }
     var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
     let named = withUnsafePointer(to: &address.pointee.addr) {
@@ -484,11 +488,17 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
     return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
 }
 
+/// Before a name is looked up (not one curl has cached): an error written by then is another transfer's.
+private let transferResolverStart: pf_resolver_start_callback = { _, _, userdata in
+    Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue().noteConnectionStep()
+    return 0
+}
+
 /// Refuses the same, judged on the address curl actually connected to (a proxy's included), so neither a redirect
 /// nor a DNS name gets around it.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
-    transfer.takingFirstStep()
+    transfer.noteConnectionStep()
     guard transfer.allows(remote.map { String(cString: $0) } ?? "") else { return 1 }  // CURL_PREREQFUNC_ABORT
     transfer.requestSent = true
     return 0  // CURL_PREREQFUNC_OK
