@@ -22,8 +22,8 @@
 /// last.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
-/// more, nobody waits for and that is not running (waiting, or parked with its bytes) is dropped when a view lets go of
-/// it (`unhold(_:dropping:now:)`).
+/// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
+/// and so is a parked one while more than `fastWidth` are parked.
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
@@ -97,6 +97,8 @@ public struct Scheduler: Sendable {
     /// `promote`: a sign that what the background lane does is what someone waits for next.
     public private(set) var promotions: UInt64 = 0
     private var tasks: [String: Task] = [:]
+    /// Tasks parked (stopped with their bytes kept) and waiting to resume.
+    public private(set) var parkedCount = 0
     private var fastQueue = LaneQueue()
     private var slowQueue = LaneQueue()
     private var delayedKeys: Set<String> = []
@@ -390,8 +392,9 @@ public struct Scheduler: Sendable {
     }
 
     /// A view row lets go of `key`. With `dropping`, when no row holds it any more, a tentative task for it that
-    /// nobody waits for and that is not running goes, a parked one with the bytes it kept: its `forget` is returned.
-    /// A list flicked through would otherwise leave every screen it passed as parked downloads the slow lane finishes.
+    /// nobody waits for and that is not running goes: its `forget` is returned. A parked one goes with the bytes it
+    /// kept only while more than `fastWidth` tasks are parked: the downloads a screen had begun are kept for a
+    /// scroll back, but a list flicked through does not leave every screen it passed to the slow lane.
     public mutating func unhold(_ key: String, dropping: Bool, now: Moment) -> [Action] {
         guard let count = holds[key] else { return [] }
         if count > 1 {
@@ -400,9 +403,8 @@ public struct Scheduler: Sendable {
         }
         holds.removeValue(forKey: key)
         holds.shrinkIfSparse()
-        guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running else {
-            return []
-        }
+        guard dropping, let task = tasks[key], task.tentative, task.waiters.isEmpty, task.state != .running,
+              !task.parked || parkedCount > configuration.fastWidth else { return [] }
         var actions: [Action] = []
         remove(key, answering: .cancelled, into: &actions)
         admit(now: now, into: &actions)
@@ -628,6 +630,7 @@ public struct Scheduler: Sendable {
         task.lane = lane
         task.state = .waiting
         task.parked = true
+        parkedCount += 1
         task.promotionPending = false
         task.lingering = false
         task.ticket = takeTicket()
@@ -711,6 +714,7 @@ public struct Scheduler: Sendable {
     /// Removes a task in any state, answering its waiters.
     private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action]) {
         guard let task = tasks.removeValue(forKey: key) else { return }
+        if task.parked { parkedCount -= 1 }
         switch task.state {
         case .waiting:
             if task.lane == .fast { counts.fastWaiting -= 1 } else { counts.slowWaiting -= 1 }
@@ -930,6 +934,7 @@ public struct Scheduler: Sendable {
         task.responded = false
         if task.parked {
             task.parked = false
+            parkedCount -= 1
         } else {
             task.attempts += 1
             task.tries += 1

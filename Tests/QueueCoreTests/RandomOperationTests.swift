@@ -155,7 +155,7 @@ enum Situation: String, CaseIterable {
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
-    case droppedParked = "a parked tentative task dropped with its bytes when no longer held"
+    case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
     case adopted = "a tentative task adopted by an ordinary request"
     case tokenLimited = "waiting for a start token"
     case diskFull = "disk_full: the task kept as background work waiting for the disk, its attempt given back"
@@ -444,9 +444,9 @@ struct Runner {
             let key = RandomWorld.keys[index].key
             let count = holds[key, default: 0]
             let task = scheduler.task(key)
+            let dropsParked = parked.contains(key) && parked.count > configuration.fastWidth
             let drops = dropping && count == 1 && tentative.contains(key) && pending[key, default: []].isEmpty
-                && running[key] == nil
-            let dropsParked = drops && parked.contains(key)
+                && running[key] == nil && (!parked.contains(key) || dropsParked)
             let actions = scheduler.unhold(key, dropping: dropping, now: now)
             holds[key] = count > 1 ? count - 1 : nil
             if drops {
@@ -982,6 +982,9 @@ struct Runner {
         guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
         recomputed.slowInTail = running.values.count { $0.inTail }
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
+        guard scheduler.parkedCount == parked.count else {
+            throw fail("\(scheduler.parkedCount) tasks counted parked, the model has \(parked.sorted())")
+        }
         guard counts.waiters == pendingCount else { throw fail("\(counts.waiters) waiters counted, \(pendingCount) in the model") }
         // Background transfers are held exactly while urgent ones run.
         guard reportedHold == (counts.fastRunning > 0) else { throw fail("last report \(reportedHold), counts \(counts)") }
@@ -1369,7 +1372,10 @@ struct RandomOperationTests {
         }
         for situation in Situation.allCases {
             let count = total.counts[situation, default: 0]
-            #expect(count >= 20, "\(situation.rawValue) happened only \(count) times in 1,600 sequences")
+            // More parked tasks than fastWidth, one of them held by a view and let go of, takes a rare state of its
+            // own: 9 times in 1,600 sequences (ViewSchedulingTests.dropParkedBeyondFastWidth tests it directly).
+            let floor = situation == .droppedParked ? 5 : 20
+            #expect(count >= floor, "\(situation.rawValue) happened only \(count) times in 1,600 sequences")
         }
     }
 

@@ -83,7 +83,7 @@ struct ViewSchedulingTests {
         #expect(s.unhold(U.a.key, dropping: true, now: t(1)) == [])       // not held: nothing
     }
 
-    @Test("unhold never drops an adopted, running or waited-for task, nor one let go of without dropping; a parked one goes with its bytes")
+    @Test("unhold never drops an adopted, running or waited-for task, nor one let go of without dropping, nor a parked one while at most fastWidth are parked")
     func keep() {
         var s = makeScheduler(fast: 2, slow: 1)
         _ = s.queue(U.s1, cache: .missing, now: t(0))                       // ordinary, runs in the slow lane
@@ -99,14 +99,12 @@ struct ViewSchedulingTests {
         #expect(s.unhold(U.a2.key, dropping: true, now: t(1)) == [])
         #expect(s.unhold(U.b2.key, dropping: true, now: t(1)) == [])
         #expect([U.a, U.b, U.a2, U.b2].allSatisfy { s.task($0.key) != nil })
-        // A running tentative fetch released while the slow lane is full is parked with its bytes; gone far, it is
-        // dropped with them (a list flicked through left every screen it passed to the slow lane).
+        // A running tentative fetch released while the slow lane is full is parked with its bytes: never dropped.
         #expect(s.release([w(1, 1)], now: t(2)) == [.park(key: U.a2.key), start(U.b2, .fast)])
         #expect(s.counts.slowRunning == 1 && s.state(U.a2) == .waiting)
         s.hold(U.a2.key)
-        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [.forget(key: U.a2.key)])
-        #expect(s.task(U.a2.key) == nil && s.counts == s.recomputedCounts)
-        // So is one parked by an explicit demote.
+        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [])
+        // Nor one parked by an explicit demote.
         _ = s.queue(U.b, cache: .missing, now: t(2))                       // adopted
         _ = s.get(U.b, waiter: w(3, 1), cache: .missing, now: t(2))
         #expect(s.state(U.b2) == .running)
@@ -114,8 +112,28 @@ struct ViewSchedulingTests {
         #expect(s.demote(U.b2.key, now: t(3)) == [.park(key: U.b2.key), start(U.b, .fast)])
         #expect(s.release([w(1, 2)], now: t(3)) == [])
         s.hold(U.b2.key)
-        #expect(s.unhold(U.b2.key, dropping: true, now: t(3)) == [.forget(key: U.b2.key)])
-        #expect(s.task(U.b2.key) == nil && s.counts == s.recomputedCounts)
+        #expect(s.unhold(U.b2.key, dropping: true, now: t(3)) == [])
+        #expect(s.task(U.a2.key)?.state == .waiting && s.task(U.b2.key)?.state == .waiting)
+    }
+
+    @Test("beyond fastWidth parked tasks, one let go of with dropping goes with its bytes: a flicked list leaves no pile of parked downloads")
+    func dropParkedBeyondFastWidth() {
+        var s = makeScheduler(fast: 2, slow: 1)
+        _ = s.queue(U.s1, cache: .missing, now: t(0))                       // runs in the slow lane: it is full
+        for (n, u) in zip(UInt64(1)..., [U.a, U.a2, U.a3]) {
+            _ = s.get(u, waiter: w(1, n), cache: .missing, now: t(0), tentative: true)
+            _ = s.responseStarted(u.key, now: t(0))
+            s.hold(u.key)
+            _ = s.release([w(1, n)], now: t(1))                         // scrolled out of sight: parked
+        }
+        #expect(s.parkedCount == 3 && [U.a, U.a2, U.a3].allSatisfy { s.state($0) == .waiting })
+        #expect(s.unhold(U.a.key, dropping: true, now: t(2)) == [.forget(key: U.a.key)])
+        #expect(s.parkedCount == 2 && s.task(U.a.key) == nil && s.counts == s.recomputedCounts)
+        #expect(s.unhold(U.a2.key, dropping: true, now: t(2)) == [], "two parked: kept for a scroll back")
+        #expect(s.parkedCount == 2 && s.state(U.a2) == .waiting)
+        // A parked task that resumes is no longer counted.
+        #expect(s.finish(U.s1.key, .success, now: t(3)).contains(start(U.a3, .slow)))
+        #expect(s.parkedCount == 1)
     }
 }
 
