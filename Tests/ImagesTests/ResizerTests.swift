@@ -110,15 +110,17 @@ import Testing
     @Test("a GIF's variant keeps the first frame's transparency and leaves out a short graphic control extension")
     func gifVariantKeepsTheLastWholeControlExtension() throws {
         // halves.gif: header and a two-colour table (red 0, blue 1), its own control extension, an application
-        // extension, the image. Rebuilt as: a control extension making red transparent, one with a block of length 0
-        // (browsers show such a GIF; gdk-pixbuf failed on it: "GIF image was truncated"), a comment, the image.
+        // extension, the image. Rebuilt as: a control extension without transparency, one making red transparent (the
+        // last whole one, which applies), one with a block of length 0 (browsers show such a GIF; gdk-pixbuf failed on
+        // it: "GIF image was truncated"), a comment, the image.
         let still = Bytes.read(Fixtures.path("halves.gif"))
         let imageStart = try #require(still.firstIndex(of: 0x2C))
         try #require(Array(still[10..<19]) == [0xF0, 0, 0, 0xFF, 0, 0, 0, 0, 0xFF], "the screen and colour table")
+        let opaque: [UInt8] = [0x21, 0xF9, 0x04, 0x00, 0, 0, 0x00, 0x00]
         let transparentRed: [UInt8] = [0x21, 0xF9, 0x04, 0x01, 0, 0, 0x00, 0x00]
         let shortControl: [UInt8] = [0x21, 0xF9, 0x00]
         let comment: [UInt8] = [0x21, 0xFE, 0x03] + Array("abc".utf8) + [0x00]
-        let gif = scratch.write("short-control.gif", Array(still[..<19]) + transparentRed + shortControl + comment
+        let gif = scratch.write("short-control.gif", Array(still[..<19]) + opaque + transparentRed + shortControl + comment
             + Array(still[imageStart...]))
         #expect(ImageInspector.inspect(gif, policy: ImagePolicy()) == .image(ImageInfo(format: "gif", width: 48, height: 32)))
         let info = try Resizer.makeVariant(source: gif, spec: try VariantSpec(size: "24x24"), destination: scratch.file("v"))

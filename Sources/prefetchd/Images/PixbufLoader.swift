@@ -58,7 +58,7 @@ final class PixbufLoader {
     }
 
     /// A part of what `feed` writes: a range of the file (to its end at most), or bytes of its own.
-    enum Piece: Equatable {
+    enum Piece {
         case file(Range<Int64>)
         case bytes([UInt8])
     }
