@@ -186,10 +186,8 @@ struct ImageTests {
     func thumbnailPassesLargeDecodes() throws {
         let daemon = try DaemonUnderTest()
         #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/small.png")).status == 0)
-        var lines = ""
-        for id in 1...3 { lines += Self.filledVariant("large\(id)", origin.url("/forty.jpg"), size: "799\(id)x4990") }
-        lines += "{\"id\":\"thumb\",\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\",\"size\":\"32x32\"}\n"
-        let order = try Self.replyOrder(of: lines, count: 4, on: daemon)
+        let thumbnail = "{\"id\":\"thumb\",\"op\":\"get\",\"url\":\"\(origin.url("/small.png"))\",\"size\":\"32x32\"}\n"
+        let order = try replyOrder(behindVariants: 3, size: { "799\($0)x4990" }, then: thumbnail, on: daemon)
         #expect(order.count == 4 && order.first == "thumb", "\(order)")
     }
 
@@ -198,10 +196,8 @@ struct ImageTests {
         let daemon = try DaemonUnderTest()
         #expect(daemon.ctl("get", origin.url("/forty.jpg")).status == 0)
         // Each decodes the original at half size (10 Mpx): all four fit the pixel budget, two run on the workers.
-        var lines = ""
-        for id in 1...4 { lines += Self.filledVariant("large\(id)", origin.url("/forty.jpg"), size: "200\(id)x1250") }
-        lines += "{\"id\":\"fetch\",\"op\":\"get\",\"url\":\"\(origin.url("/not-cached-yet.jpg"))\"}\n"
-        let order = try Self.replyOrder(of: lines, count: 5, on: daemon)
+        let fetch = "{\"id\":\"fetch\",\"op\":\"get\",\"url\":\"\(origin.url("/not-cached-yet.jpg"))\"}\n"
+        let order = try replyOrder(behindVariants: 4, size: { "200\($0)x1250" }, then: fetch, on: daemon)
         #expect(order.count == 5 && order.first == "fetch", "\(order)")
     }
 
@@ -226,6 +222,14 @@ struct ImageTests {
     /// A request line: `get` of the `size` variant of `url`, stretched to it (`fill`).
     static func filledVariant(_ id: String, _ url: String, size: String) -> String {
         "{\"id\":\"\(id)\",\"op\":\"get\",\"url\":\"\(url)\",\"size\":\"\(size)\",\"fit\":\"fill\"}\n"
+    }
+
+    /// The ids of the replies, in the order they came, to `count` filled variants of the cached /forty.jpg (ids
+    /// `large1`..., sizes from `size`) and then `last`, all sent at once on one connection.
+    func replyOrder(behindVariants count: Int, size: (Int) -> String, then last: String, on daemon: DaemonUnderTest)
+        throws -> [String] {
+        let variants = (1...count).map { Self.filledVariant("large\($0)", origin.url("/forty.jpg"), size: size($0)) }
+        return try Self.replyOrder(of: variants.joined() + last, count: count + 1, on: daemon)
     }
 
     /// Sends request `lines` on one connection and returns the ids of the first `count` replies, in the order they

@@ -12,7 +12,8 @@ final class Store {
     private let indexPath: String
     /// The index file opened: writes to one deleted (or replaced) behind the daemon's back are lost at the next start.
     private let indexIdentity: FileIdentity?
-    /// The write-ahead log SQLite has open, once it exists.
+    /// SQLite's write-ahead log beside the index, and the file SQLite has open there.
+    private let logPath: String
     private var logIdentity: FileIdentity?
     private var inTransaction = false
     /// Space held for the index, given up when the disk is full (`SpaceReserve`); taken again at most every 5 s.
@@ -133,7 +134,8 @@ final class Store {
         }
         indexPath = path
         indexIdentity = FileIdentity(path: path)
-        logIdentity = FileIdentity(path: path + "-wal")
+        logPath = path + "-wal"
+        logIdentity = FileIdentity(path: logPath)
         try readCounts()
         db.onDiskFull = { [unowned self] in self.giveUpReserve() }
         keepReserve()
@@ -151,7 +153,7 @@ final class Store {
     /// Whether the write-ahead log SQLite writes into is no longer the file its path names: deleted behind the
     /// daemon's back (a cleaner of old files, a person tidying the cache), SQLite goes on writing into it, and what it
     /// holds would be lost at a crash, acknowledged queue entries included.
-    var writeAheadLogWasDeleted: Bool { logIdentity?.isNamed(by: indexPath + "-wal") != true }
+    var writeAheadLogWasDeleted: Bool { logIdentity?.isNamed(by: logPath) != true }
 
     /// Writes what the write-ahead log holds into the index and starts a new log, after committing the turn's writes.
     /// Nothing changes when the checkpoint cannot write every frame (a full disk): leaving WAL mode then would drop
@@ -168,7 +170,7 @@ final class Store {
         }
         // Out of WAL mode and back in; the new log is made at once, so that its identity is taken.
         try db.execute("PRAGMA journal_mode=DELETE; PRAGMA journal_mode=WAL; BEGIN IMMEDIATE; ROLLBACK;")
-        logIdentity = FileIdentity(path: indexPath + "-wal")
+        logIdentity = FileIdentity(path: logPath)
     }
 
     /// Reads the counts and the resumable downloads from the index: at start, and after a rollback undid the writes

@@ -95,7 +95,9 @@ private final class WorkList: Sendable {
     private final class ThreadStart {
         let list: WorkList
         let name: String
-        init(list: WorkList, name: String) { (self.list, self.name) = (list, String(name.utf8.prefix(15))!) }
+        init(list: WorkList, name: String) {
+            (self.list, self.name) = (list, String(decoding: name.utf8.prefix(15), as: UTF8.self))
+        }
     }
 }
 
