@@ -82,6 +82,11 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(headers("Content-Type: image/png").endsWithTheConnection)
         #expect(!headers("Content-Length: 10").endsWithTheConnection)
         #expect(!headers("Transfer-Encoding: gzip, Chunked").endsWithTheConnection)
+        #expect(!headers("Transfer-Encoding: chunked, gzip").endsWithTheConnection, "curl decodes chunks")
+        #expect(!headers("Transfer-Encoding: gzip,\tchunked\u{0B}").endsWithTheConnection)
+        for other in ["xchunked", "chunked-ext", "gzip, chunk", "chun ked"] {
+            #expect(headers("Transfer-Encoding: \(other)").endsWithTheConnection, "\(other) is not chunked coding")
+        }
         var http2 = ResponseHeaders()
         http2.take("HTTP/2 200\r\n")
         #expect(!http2.endsWithTheConnection, "HTTP/2 marks the end of a stream")

@@ -79,6 +79,11 @@ struct ResponseHeaders: Equatable {
         while start < end, Self.isSpace(line[start]) { start += 1 }
         while end > start, Self.isSpace(line[end - 1]) { end -= 1 }
         let bytes = UnsafeBufferPointer(rebasing: line[start..<end])
+        if field == .transferEncoding {
+            // Read as curl reads it, control characters and all: what matters is whether curl decodes chunks.
+            chunked = chunked || Self.namesChunked(bytes)
+            return
+        }
         // RFC 9110 section 5.5: a control character (HTAB aside) has no place in a field value. Such a value is
         // not kept: it would be shown to people (a content type), sent back (an ETag) or parsed. A coding is kept
         // with `?` for each one: it names no coding curl decodes, so its refusal is the server's lasting fault.
@@ -104,13 +109,26 @@ struct ResponseHeaders: Equatable {
         case .age: age = Self.deltaSeconds(value)
         case .retryAfter: retryAfter = value
         case .vary: vary = joined(vary)
-        case .transferEncoding: chunked = chunked || value.lowercased().contains("chunked")
+        case .transferEncoding: break  // taken from its bytes above
         }
     }
 
     /// The body ends when the connection closes (RFC 9112 section 6.3: HTTP/1.x with neither `Content-Length` nor
     /// chunked coding), so a connection cut short looks like the body's end. HTTP/2 and chunked bodies mark their end.
     var endsWithTheConnection: Bool { http1 && contentLength == nil && !chunked }
+
+    /// Whether a `Transfer-Encoding` value has the coding `chunked` among its comma-separated codings, as curl reads
+    /// it: curl then decodes chunks, and sees a body cut short, whatever comes before or after (`chunked, gzip`);
+    /// `xchunked` is not that coding.
+    private static func namesChunked(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
+        value.split(separator: UInt8(ascii: ",")).contains { coding in
+            let name = coding.drop { isCurlSpace($0) }.reversed().drop { isCurlSpace($0) }
+            return name.count == 7 && zip(name.reversed(), "chunked".utf8).allSatisfy { $0 | 0x20 == $1 }
+        }
+    }
+
+    /// curl's `ISSPACE`: space, tab, line feed, vertical tab, form feed, carriage return.
+    private static func isCurlSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09...0x0D).contains(byte) }
 
     /// What a field value is trimmed of (the line's own CR LF included).
     private static func isSpace(_ byte: UInt8) -> Bool {
