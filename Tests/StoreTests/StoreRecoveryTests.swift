@@ -97,6 +97,29 @@ import Testing
         }
     }
 
+    @Test("recovery deletes directories someone made under tmp/ and files/ with what they hold (only files went: tmp/junk/deep/big stayed), never what a link in them points to")
+    func recoverSweepsDirectories() throws {
+        try withCacheDirectory { directory in
+            let elsewhere = directory + "/elsewhere"
+            mkdir(elsewhere, 0o700)
+            try writeFile(elsewhere + "/notes.txt", count: 10)
+            _ = try Store(directory: directory + "/cache")  // made, then closed
+            let cache = directory + "/cache"
+            let junk = ["tmp/junk", "tmp/junk/deep", "tmp/" + String(repeating: "cd", count: 32),
+                        "files/ab/cd", "files/ab/cd/junk"]
+            for made in junk { #expect(mkdir(cache + "/" + made, 0o700) == 0, "\(made)") }
+            try writeFile(cache + "/tmp/junk/deep/big", count: 100_000)
+            try writeFile(cache + "/files/ab/cd/junk/x", count: 10)
+            #expect(symlink(elsewhere, cache + "/tmp/link") == 0 && symlink(elsewhere, cache + "/files/ab/cd/link") == 0)
+
+            let store = try Store(directory: cache)
+            #expect(try store.recover() == (temporaries: 3, badRows: 0, orphans: 2))
+            #expect(names(in: cache + "/tmp").isEmpty)
+            #expect(names(in: cache + "/files/ab/cd").isEmpty)
+            #expect(exists(elsewhere + "/notes.txt"))
+        }
+    }
+
     /// The index as version 1 of the daemon wrote it (`user_version` 1).
     static let versionOneSchema = """
         CREATE TABLE entries(

@@ -127,15 +127,21 @@ struct CacheFiles {
                     + "until the next start")
     }
 
-    /// Deletes every temporary file but the resumable downloads named in `keeping`; returns how many went.
+    /// Deletes everything under `tmp/` but the resumable downloads named in `keeping`; returns how many entries went.
     func clearTemporaries(keeping: Set<String>) -> Int {
         var removed = 0
         forEachFile(in: temporaryDirectory) { path in
             guard !keeping.contains(path) else { return }
-            unlink(path)
+            deleteEntry(path)
             removed += 1
         }
         return removed
+    }
+
+    /// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk).
+    func deleteEntry(_ path: String) {
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { removeTree(path) } else { unlink(path) }
     }
 
     /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and

@@ -709,7 +709,7 @@ final class Store {
                 .bind(relative).step()) ?? true
             if !known { orphans.append(path) }
         }
-        for path in orphans { _ = path.withCString { unlink($0) } }
+        for path in orphans { files.deleteEntry(path) }
         try commit()
         return (temporaries, bad.count + badVariants.count, orphans.count)
     }
