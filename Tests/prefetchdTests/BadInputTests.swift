@@ -42,6 +42,15 @@ struct BadInputTests {
         #expect(result.stdout.contains("Operation too slow"), "\(result.stdout)")
     }
 
+    @Test("a body cut short says that the connection ended before it came, in curl's count (it said \"shorter than its Content-Length\", also for an HTTP/2 protocol error)")
+    func bodyCutShortSaysSo() throws {
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let result = daemon.ctl("get", "--json", "--timeout", "20", Self.origin.url("/cut-words.jpg?short=100&size=5000"))
+        #expect(errorCode(result.stdout) == "network", "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("the connection ended before the whole body came (transfer closed with 4900 bytes remaining to read)"),
+                "\(result.stdout)")
+    }
+
     @Test("an image cut short by a clean close, with no Content-Length to tell, is retried, not remembered as no image")
     func imageCutShortWithoutLengthIsRetried() throws {
         let daemon = try DaemonUnderTest()

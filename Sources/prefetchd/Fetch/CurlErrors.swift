@@ -69,8 +69,9 @@ enum CurlErrors {
             return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_PARTIAL_FILE:
-            // curl's detail tells a connection closed early from an HTTP/2 stream or protocol error.
-            return Failure(code: .network, message: "the body was shorter than its Content-Length"
+            // A connection closed early, or an HTTP/2 session that a protocol error (a window overflow, an oversized
+            // frame) ended: curl's detail says how many bytes were missing.
+            return Failure(code: .network, message: "the connection ended before the whole body came"
                            + (transfer.errorDetail.map { " (\($0))" } ?? ""), isTransient: true)
         default:
             return Failure(code: .network, message: transfer.errorDetail ?? text, isTransient: true,
