@@ -9,6 +9,8 @@ import QueueCore
 /// the turn's `queue` batch, its timers, whether it is shutting down.
 final class Daemon {
     var options: Options
+    /// The listening socket systemd passed, taken before the daemon opened a descriptor of its own.
+    let passedSocket: SocketActivation?
     private let loop: EventLoop
     let store: Store
     /// Carries out the scheduler's transfers and reports how each fetch ended.
@@ -60,16 +62,15 @@ final class Daemon {
 
     static let decoder = JSONDecoder()
 
-    init(options: Options) throws {
+    init(options: Options, passedSocket: SocketActivation?) throws {
         self.options = options
+        self.passedSocket = passedSocket
         Log.threshold = options.logLevel
         loop = try EventLoop()
         clients = Clients(loop: loop, options: options)
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         // Refused before the cache directory is made, so that a second daemon on a live socket leaves nothing behind.
-        if !SocketActivation.isOffered(environment: options.environment) {
-            try UnixSocket.refuseIfServed(options.socketPath)
-        }
+        if passedSocket == nil { try UnixSocket.refuseIfServed(options.socketPath) }
         store = try Store(directory: options.cacheDirectory)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)

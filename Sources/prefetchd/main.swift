@@ -4,6 +4,7 @@ import PrefetchProtocol
 import QueueCore
 
 SignalWatcher.blockHandledSignals()
+openClosedStandardDescriptors()
 let environment = ProcessInfo.processInfo.environment
 do {
     switch try Options.parse(Array(CommandLine.arguments.dropFirst()), environment: environment) {
@@ -20,7 +21,9 @@ do {
             writeStandardError("prefetchd: warning: \(warning)\n")
         }
     case .run(let options):
-        try Daemon(options: options).run()
+        // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
+        let passedSocket = try SocketActivation.receive(environment: options.environment)
+        try Daemon(options: options, passedSocket: passedSocket).run()
     }
 } catch {
     writeStandardError("prefetchd: \(error)\n")

@@ -94,6 +94,44 @@ struct SystemdTests {
         }
     }
 
+    @Test("LISTEN_FDS counting more descriptors than were passed fails the start with one clear line (the daemon took its own epoll descriptor for a passed one, closed it and trapped)", arguments: ["2", "5"])
+    func listenFDsBeyondThePassedSocket(count: String) throws {
+        let directory = try TemporaryDirectory()
+        // One listening socket at descriptor 3, as systemd passes it, but LISTEN_FDS says more.
+        let script = """
+            import os, socket, sys
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(sys.argv[1]); listener.listen()
+            if listener.fileno() != 3: os.dup2(listener.fileno(), 3)
+            os.set_inheritable(3, True)
+            os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS=sys.argv[2])
+            os.execv(sys.argv[3], [sys.argv[3], "--cache-dir", sys.argv[4]])
+            """
+        let result = run("/usr/bin/timeout", ["-s", "KILL", "20", "/usr/bin/python3", "-c", script, directory.path + "/ctl.sock",
+                                              count, Paths.prefetchd, directory.path + "/cache"])
+        #expect(result.status == 1, "LISTEN_FDS=\(count): exit \(result.status) \(result.stderr)")
+        #expect(result.stderr.contains("LISTEN_FDS=\(count) passes descriptors 3-\(2 + Int(count)!), but 4 is not open"),
+                "\(result.stderr)")
+    }
+
+    @Test("started with standard input and error closed, the daemon writes no log line into its lock file (they went there, over the pid)")
+    func closedStandardDescriptors() throws {
+        let directory = try TemporaryDirectory()
+        let socket = directory.path + "/ctl.sock"
+        let daemon = try ServiceDaemon(["--socket", socket], launcher: { _ in ["/bin/sh", "-c", "exec \"$@\" <&- 2>&-", "sh"] },
+                                       directory: directory)
+        #expect(daemon.ctl("get", "--timeout", "5", "http://127.0.0.1:1/refused.jpg").status == 1)
+        let pid = try #require(try daemon.status()["pid"] as? Int)
+        let lock = try String(contentsOfFile: daemon.cache + "/lock", encoding: .utf8)
+        #expect(lock.split(separator: "\n") == [Substring(String(pid))], "lock: \(lock.prefix(300))")
+        for fd in [0, 2] {
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)")
+            #expect(target == "/dev/null", "descriptor \(fd): \(target)")
+        }
+        daemon.signal(SIGTERM)
+        daemon.child.process.waitUntilExit()
+    }
+
     @Test("SIGHUP applies a new fast_width live; a bad file keeps the running configuration and logs the line")
     func reload() throws {
         let directory = try TemporaryDirectory()

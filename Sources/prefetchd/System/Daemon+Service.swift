@@ -6,7 +6,7 @@ import QueueCore
 extension Daemon {
     /// The socket passed by systemd, else one bound at `options.socketPath` with `options.socketMode`.
     func openListeningSocket() throws -> (fd: Int32, path: String, activated: SocketActivation?) {
-        if let activation = try SocketActivation.receive(environment: options.environment) {
+        if let activation = passedSocket {
             let path = activation.path ?? "the socket passed by systemd"
             if path != options.socketPath {
                 Log.info("serving the socket systemd passed (\(path)); the socket setting \(options.socketPath) is not used")

@@ -43,6 +43,19 @@ func writeStandardError(_ text: String) {
     _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
 }
 
+/// Puts `/dev/null` on descriptors 0, 1 and 2 that the launcher left closed, before anything else is opened: the
+/// cache's lock or index would take their numbers, and the log would be written into them.
+func openClosedStandardDescriptors() {
+    for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 {
+        // `open` takes the lowest free number: `fd` itself, the lower ones being open by now.
+        let null = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY)
+        if null >= 0, null != fd {
+            dup2(null, fd)
+            close(null)
+        }
+    }
+}
+
 private extension Log.Level {
     var name: String {
         switch self {

@@ -14,7 +14,7 @@ struct SocketActivation {
     let group: gid_t?
 
     /// Whether systemd passed this process sockets (before `receive` took them).
-    static func isOffered(environment: [String: String]) -> Bool {
+    private static func isOffered(environment: [String: String]) -> Bool {
         environment["LISTEN_PID"].flatMap { pid_t($0) } == getpid()
             && (environment["LISTEN_FDS"].flatMap { Int32($0) } ?? 0) > 0
     }
