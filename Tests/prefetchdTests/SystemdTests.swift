@@ -64,6 +64,17 @@ struct SystemdTests {
         #expect(!listener.received.contains { $0.text.contains("WATCHDOG=1") }, "pings are for WATCHDOG_PID only")
     }
 
+    @Test("a WATCHDOG_PID that is no pid means no pings, as sd_watchdog_enabled says (it was taken as this process's)",
+          arguments: ["abc", "", "99999999999999999999"])
+    func watchdogPidNotANumber(owner: String) throws {
+        let listener = try NotifyListener(path: nil)
+        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "200000",
+                                                     "WATCHDOG_PID": owner])
+        #expect(listener.waitFor { $0.fields["READY"] == "1" } != nil, "no READY=1: \(daemon.log)")
+        let later = listener.collect(for: 0.5)
+        #expect(!(listener.received + later).contains { $0.text.contains("WATCHDOG=1") }, "WATCHDOG_PID=\(owner)")
+    }
+
     @Test("started by systemd-socket-activate --fdname=ctl, the first client is served and the socket is not unlinked")
     func socketActivation() throws {
         let daemon = try ServiceDaemon(launcher: { ["/usr/bin/systemd-socket-activate", "-l", $0, "--fdname=ctl"] },

@@ -40,9 +40,9 @@ final class SystemdNotifier {
             }
         }
         self.fd = fd
-        let owner = environment["WATCHDOG_PID"].flatMap { pid_t($0) }
-        if fd >= 0, let usec = environment["WATCHDOG_USEC"].flatMap({ Int64($0) }), usec > 0,
-           owner == nil || owner == getpid() {
+        // As sd_watchdog_enabled(3): a WATCHDOG_PID that is not this process's pid (or no pid at all) means no pings.
+        let forThisProcess = environment["WATCHDOG_PID"].map { pid_t($0) == getpid() } ?? true
+        if fd >= 0, let usec = environment["WATCHDOG_USEC"].flatMap({ Int64($0) }), usec > 0, forThisProcess {
             watchdogInterval = max(1, usec / 2000)
         } else {
             watchdogInterval = nil
