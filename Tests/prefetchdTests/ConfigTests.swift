@@ -129,7 +129,7 @@ struct ConfigTests {
         try FileManager.default.createDirectory(atPath: directory.path + "/prefetchd", withIntermediateDirectories: true)
         try write("quiet_hours = 22:00-06:00\n", to: directory.path + "/prefetchd/prefetchd.conf")
         let daemon = directory.path + "/prefetchd-binary"
-        try FileManager.default.copyItem(atPath: Paths.prefetchd, toPath: daemon)
+        try copyExecutable(Paths.prefetchd, to: daemon)
         for path in [directory.path, directory.path + "/prefetchd", daemon] {
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
         }

@@ -231,11 +231,19 @@ func runAs(uid: UInt32, gid: UInt32, groups: [UInt32] = [], _ command: [String])
 func publicPrefetchctl(in directory: TemporaryDirectory) throws -> String {
     let copy = directory.path + "/prefetchctl"
     if !FileManager.default.fileExists(atPath: copy) {
-        try FileManager.default.copyItem(atPath: Paths.prefetchctl, toPath: copy)
+        try copyExecutable(Paths.prefetchctl, to: copy)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
     }
     return copy
+}
+
+/// Copies a program with `cp`, in a process of its own: a copy written by this process is open for writing while
+/// other tests start children, one of which may inherit that descriptor and make the copy's `exec` fail with
+/// ETXTBSY (exit 126; ConfigTests.usersOwnConfiguration failed so in 2 of 3 runs of its suite).
+func copyExecutable(_ source: String, to destination: String) throws {
+    let copied = run("/bin/cp", [source, destination])
+    guard copied.status == 0 else { throw HarnessError("cp \(source) \(destination): \(copied.stderr)") }
 }
 
 /// Writes `text` to `path`.
