@@ -26,6 +26,6 @@ do {
         try Daemon(options: options, passedSocket: passedSocket).run()
     }
 } catch {
-    writeStandardError("prefetchd: \(error)\n")
+    writeStandardError("prefetchd: \(Log.oneLine("\(error)"))\n")
     exit(1)
 }

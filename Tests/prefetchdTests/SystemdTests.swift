@@ -75,6 +75,16 @@ struct SystemdTests {
         #expect(!(listener.received + later).contains { $0.text.contains("WATCHDOG=1") }, "WATCHDOG_PID=\(owner)")
     }
 
+    @Test("a log line holds one message: control characters from outside are written out (a relative NOTIFY_SOCKET with a newline forged a line of its own)")
+    func logLinesCannotBeForged() throws {
+        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": "nonexistent/x\n2026-01-01 00:00:00 prefetchd[1] error: forged\u{1B}[2J"])
+        #expect(daemon.waitForLog("not notifying systemd"), "\(daemon.log)")
+        #expect(daemon.log.contains("NOTIFY_SOCKET=nonexistent/x\\n2026-01-01 00:00:00 prefetchd[1] error: forged\\x1b[2J: "),
+                "\(daemon.log)")
+        #expect(!daemon.log.split(separator: "\n").contains { $0.hasPrefix("2026-01-01") }, "\(daemon.log)")
+        #expect(!daemon.log.contains("\u{1B}"))
+    }
+
     @Test("started by systemd-socket-activate --fdname=ctl, the first client is served and the socket is not unlinked")
     func socketActivation() throws {
         let daemon = try ServiceDaemon(launcher: { ["/usr/bin/systemd-socket-activate", "-l", $0, "--fdname=ctl"] },

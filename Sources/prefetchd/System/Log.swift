@@ -21,6 +21,7 @@ enum Log {
 
     private static func write(_ level: Level, _ message: String) {
         guard level <= threshold else { return }
+        let message = oneLine(message)
         let line: String
         if journal {
             line = "<\(level.rawValue)>\(message)\n"
@@ -34,6 +35,32 @@ enum Log {
             line = "\(stamp) prefetchd[\(getpid())] \(level.name): \(message)\n"
         }
         writeStandardError(line)
+    }
+}
+
+extension Log {
+    /// `message` with its control characters written out (`\n`, `\x1b`): a line holds one message, so that text
+    /// from outside (a server's header, an environment variable) can neither forge a line of its own nor reach a
+    /// terminal as an escape sequence.
+    static func oneLine(_ message: String) -> String {
+        let isControl = { (byte: UInt8) in byte < 0x20 || byte == 0x7F }
+        guard message.utf8.contains(where: isControl) else { return message }
+        var escaped = ""
+        for scalar in message.unicodeScalars {
+            guard scalar.isASCII, isControl(UInt8(scalar.value)) else {
+                escaped.unicodeScalars.append(scalar)
+                continue
+            }
+            switch scalar {
+            case "\n": escaped += "\\n"
+            case "\r": escaped += "\\r"
+            case "\t": escaped += "\\t"
+            default:
+                let hex = String(scalar.value, radix: 16)
+                escaped += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+            }
+        }
+        return escaped
     }
 }
 
