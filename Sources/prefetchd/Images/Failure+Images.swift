@@ -21,10 +21,12 @@ extension Failure {
                        message: "\(width)x\(height) is \(count), over the limit of \(limit)", isTransient: false)
     }
 
-    /// An animation whose frames, each decoded onto a whole canvas, come to more than `limit` pixels.
+    /// An animation whose frames, each decoded onto a whole canvas of at least `Resizer.smallestFrameCost` pixels,
+    /// come to more than `limit` pixels.
     static func pixelLimit(frames: Int, width: Int, height: Int, limit: Int64) -> Failure {
         Failure(code: .pixelLimit, message: "the animation has \(frames) frames of \(width)x\(height), decoded "
-                + "one canvas each: over the limit of \(limit) pixels", isTransient: false)
+                + "one canvas each (counted as at least \(Resizer.smallestFrameCost) pixels): over the limit of "
+                + "\(limit) pixels", isTransient: false)
     }
 
     /// An I/O failure while reading a source or writing a variant: `disk_full` for ENOSPC/EDQUOT, else `internal`.

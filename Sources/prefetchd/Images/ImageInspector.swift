@@ -54,6 +54,11 @@ enum ImageInspector {
             // The header parser read the size: gdk-pixbuf's probe would open the file again and look up its MIME
             // type for the same answer. The structure check below still reads the whole file.
             probed = ImageInfo(format: sniffed, width: width, height: height)
+        } else if sniffed == "jpeg" {
+            guard let size = try ImageIntegrity.jpegFrameSize(path) else {
+                return .rejected(.notAnImage("the JPEG has no frame header before its first scan (corrupt or truncated)"))
+            }
+            probed = ImageInfo(format: sniffed, width: size.width, height: size.height)
         } else if Self.decodingProbes.contains(sniffed) {
             return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
         } else if let info = gdkFileInfo(path) {

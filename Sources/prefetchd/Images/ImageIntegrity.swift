@@ -31,7 +31,7 @@ enum ImageIntegrity {
     /// use.
     static let maximumJPEGScans = 256
 
-    private static func jpeg(_ reader: FileByteReader) throws(SystemError) -> String? {
+    private static func jpeg(_ reader: FileByteReader, stripping: JPEGStripping? = nil) throws(SystemError) -> String? {
         let truncated = "the JPEG ends before its end-of-image marker (truncated)"
         guard try reader.bytes(2) == [0xFF, 0xD8] else { return "the JPEG has no start-of-image marker" }
         var pending: UInt8?
@@ -47,12 +47,20 @@ enum ImageIntegrity {
             }
             switch marker {
             case 0xD9:
+                stripping?.end = reader.offset
                 return nil
             case 0x00, 0x01, 0xD0...0xD8:
                 continue
             default:
+                let segmentStart = reader.offset - 2
                 guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }) else { return truncated }
                 guard length >= 2 else { return "the JPEG has a segment of length \(length)" }
+                if let stripping, marker == 0xFE || (0xE0...0xEF).contains(marker) {
+                    guard let head = try reader.bytes(min(6, length - 2)),
+                          try reader.skip(Int64(length - 2 - head.count)) else { return truncated }
+                    stripping.saw(marker, head: head, segmentStart..<reader.offset)
+                    continue
+                }
                 guard try reader.skip(Int64(length - 2)) else { return truncated }
                 if marker == 0xDA {
                     scans += 1
@@ -71,9 +79,33 @@ enum ImageIntegrity {
         }
     }
 
+    /// The size in the first frame header (SOF) of the JPEG at `path`, wherever it lies, or nil when there is none
+    /// before the first scan: `ImageHeader` reads only the first 256 KB, and gdk-pixbuf's probe saves every comment
+    /// on the way to the frame header, in time that grows with the square of their number (140,000: 21 s).
+    static func jpegFrameSize(_ path: String) throws(SystemError) -> (width: Int, height: Int)? {
+        let reader = try FileByteReader(path)
+        guard try reader.bytes(2) == [0xFF, 0xD8] else { return nil }
+        while let marker = try reader.nextMarker() {
+            switch marker {
+            case 0x00, 0x01, 0xD0...0xD8:
+                continue
+            case 0xD9, 0xDA:
+                return nil
+            default:
+                guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }), length >= 2 else { return nil }
+                if (0xC0...0xCF).contains(marker), ![0xC4, 0xC8, 0xCC].contains(marker) {
+                    guard length >= 7, let frame = try reader.bytes(5) else { return nil }
+                    return (Int(frame.bigEndian16(at: 3)), Int(frame.bigEndian16(at: 1)))
+                }
+                guard try reader.skip(Int64(length - 2)) else { return nil }
+            }
+        }
+        return nil
+    }
+
     /// libpng, gdk-pixbuf's PNG reader, refuses the whole image when its header chunk is damaged or a side is over
     /// 1,000,000 pixels (its default limit), however small the pixel count.
-    private static func png(_ reader: FileByteReader) throws(SystemError) -> String? {
+    private static func png(_ reader: FileByteReader, criticalChunks: PieceList? = nil) throws(SystemError) -> String? {
         let truncated = "the PNG ends before its IEND chunk (truncated)"
         guard try reader.skip(8), let ihdr = try reader.bytes(25) else { return truncated }
         guard ihdr.bigEndian32(at: 0) == 13, ihdr[4...7].elementsEqual("IHDR".utf8) else {
@@ -86,12 +118,18 @@ enum ImageIntegrity {
         guard max(width, height) <= 1_000_000 else {
             return "the PNG is \(width)x\(height): libpng reads at most 1000000 pixels a side"
         }
+        criticalChunks?.keep(0..<reader.offset)
         while true {
+            let chunkStart = reader.offset
             guard let header = try reader.bytes(8) else { return truncated }
             let length = header.bigEndian32(at: 0)
             guard length <= 0x7FFF_FFFF else { return "the PNG has a chunk of length \(length)" }
             guard try reader.skip(Int64(length) + 4) else { return truncated }
-            if header[4...7].elementsEqual("IEND".utf8) { return nil }
+            let type = header[4...7]
+            if ["IDAT", "PLTE", "tRNS", "IEND"].contains(where: { type.elementsEqual($0.utf8) }) {
+                criticalChunks?.keep(chunkStart..<reader.offset)
+            }
+            if type.elementsEqual("IEND".utf8) { return nil }
         }
     }
 
@@ -105,18 +143,83 @@ enum ImageIntegrity {
         return ~crc
     }
 
+    /// What a loader is fed to decode the JPEG or PNG at `path` for a variant, or nil when it is not whole (or of
+    /// another format): the picture without the metadata a loader would keep. libjpeg saves each comment and APPn
+    /// segment by walking the list of those it saved, so 140,000 empty comments (560 KB) took a worker 21 s; libpng
+    /// inflates every zTXt chunk into an option of the picture, so 900 of them (6.9 MB) took 79 s and 13.9 GB.
+    /// A JPEG keeps its first JFIF, Exif and Adobe segments (the Exif one is where the header's orientation came
+    /// from, the Adobe one says how its colours are coded); a PNG keeps IHDR, PLTE, tRNS, IDAT and IEND.
+    static func variantPieces(_ path: String, format: String) throws(SystemError) -> [PixbufLoader.Piece]? {
+        let reader = try FileByteReader(path)
+        switch format {
+        case "jpeg":
+            let stripping = JPEGStripping()
+            guard try jpeg(reader, stripping: stripping) == nil else { return nil }
+            return stripping.kept.pieces
+        case "png":
+            let kept = PieceList()
+            guard try png(reader, criticalChunks: kept) == nil else { return nil }
+            return kept.pieces
+        default:
+            return nil
+        }
+    }
+
+    /// File ranges to feed, in order; a range that continues the last one extends it.
+    private final class PieceList {
+        private var ranges: [Range<Int64>] = []
+        var pieces: [PixbufLoader.Piece] { ranges.map { .file($0) } }
+
+        func keep(_ range: Range<Int64>) {
+            guard !range.isEmpty else { return }
+            if let last = ranges.last, last.upperBound == range.lowerBound {
+                ranges[ranges.count - 1] = last.lowerBound..<range.upperBound
+            } else {
+                ranges.append(range)
+            }
+        }
+    }
+
+    /// What a JPEG's walk keeps for a variant: every byte to the end-of-image marker but comments and APPn segments,
+    /// of which the first JFIF, Exif and Adobe ones stay.
+    private final class JPEGStripping {
+        let kept = PieceList()
+        /// Where the walk is: what lies between the last segment seen and it is kept.
+        private var keptTo: Int64 = 0
+        private var seen: Set<String> = []
+        var end: Int64 = 0 {
+            didSet { kept.keep(keptTo..<end) }
+        }
+
+        func saw(_ marker: UInt8, head: [UInt8], _ segment: Range<Int64>) {
+            let kind: String? = switch marker {
+            case 0xE0 where head.starts(with: "JFIF".utf8): "JFIF"
+            case 0xE1 where head.starts(with: "Exif\0\0".utf8): "Exif"
+            case 0xEE where head.starts(with: "Adobe".utf8): "Adobe"
+            default: nil
+            }
+            kept.keep(keptTo..<segment.lowerBound)
+            if let kind, seen.insert(kind).inserted { kept.keep(segment) }
+            keptTo = segment.upperBound
+        }
+    }
+
     /// What a loader is fed to decode the first frame of the GIF at `path`, or nil when it has no whole image: the
     /// header and global colour table, the last graphic control extension before the first image (rebuilt, so one
     /// with a short block is left out as browsers do), the image and a trailer. gdk-pixbuf's GIF loader keeps every
     /// frame it is given, in time that grows with the square of their number (100,000 frames of 8×8, 2.3 MB: 14 s
     /// of a worker), and every extension before the first image would be parsed too.
-    static func gifFirstFrame(_ path: String) throws(SystemError) -> [PixbufLoader.Piece]? {
+    /// The frame's own size comes too: gdk-pixbuf decodes a frame larger than the logical screen at its size (a
+    /// 23170×23170 frame on a 16×16 screen: 540 MB).
+    static func gifFirstFrame(_ path: String) throws(SystemError)
+        -> (pieces: [PixbufLoader.Piece], width: Int, height: Int)? {
         let reader = try FileByteReader(path)
         let frame = GIFFirstFrame()
         guard try gif(reader, firstFrame: frame) == nil, let image = frame.image else { return nil }
-        return [.file(0..<frame.screenEnd)]
+        let pieces: [PixbufLoader.Piece] = [.file(0..<frame.screenEnd)]
             + (frame.control.map { [.bytes([0x21, 0xF9, 0x04] + $0 + [0x00])] } ?? [])
             + [.file(image), .bytes([0x3B])]
+        return (pieces, frame.width, frame.height)
     }
 
     /// Where a GIF's first frame lies, as the walk finds it.
@@ -125,6 +228,7 @@ enum ImageIntegrity {
         /// The four bytes of the last graphic control extension seen before the first image.
         var control: [UInt8]?
         var image: Range<Int64>?
+        var width = 0, height = 0
     }
 
     /// Lenient where browsers are: a GIF that stops between blocks after an image, without the trailer, is whole.
@@ -171,6 +275,8 @@ enum ImageIntegrity {
                 images += 1
                 if let firstFrame {
                     firstFrame.image = blockStart..<reader.offset
+                    firstFrame.width = Int(descriptor[4]) | Int(descriptor[5]) << 8
+                    firstFrame.height = Int(descriptor[6]) | Int(descriptor[7]) << 8
                     return nil
                 }
             default:

@@ -40,7 +40,8 @@ enum Resizer {
         if sniffed == "webp", let width = header.width, let height = header.height {
             let frames: Int
             do throws(SystemError) { frames = try ImageIntegrity.webpFrames(source) } catch { throw .imageIO(error) }
-            if ImageInfo.pixels(width, height).saturatingMultiply(Int64(frames)) > maxPixels {
+            let perFrame = max(ImageInfo.pixels(width, height), smallestFrameCost)
+            if perFrame.saturatingMultiply(Int64(frames)) > maxPixels {
                 throw .pixelLimit(frames: frames, width: width, height: height, limit: maxPixels)
             }
         }
@@ -66,6 +67,10 @@ enum Resizer {
         return ImageInfo(format: outputFormat.rawValue, width: geometry.outputWidth, height: geometry.outputHeight)
     }
 
+    /// What a frame of an animated WebP costs at least, in pixels, however small its canvas: the loader's time per
+    /// frame grows with their number (80,000 frames of 1×1, 1 MB: 26 s of a worker; at this cost, 12,207 frames).
+    static let smallestFrameCost: Int64 = 64 * 64
+
     /// Formats whose loader decodes at a smaller size directly: libjpeg at 1/2, 1/4 or 1/8, librsvg at any size.
     /// Other loaders decode at full size and scale afterwards, so they are left at full size and `shape` scales
     /// once, from the upright picture.
@@ -90,10 +95,21 @@ enum Resizer {
             return geometry.decodeSize(storedWidth: width, storedHeight: height)
         }
         let format = sniffed ?? "unrecognised"
-        // Of a GIF, only what its first frame needs: the variant is of that frame.
+        // Of a GIF, only what its first frame needs: the variant is of that frame. Of a JPEG or PNG, the picture
+        // without its metadata.
         var pieces: [PixbufLoader.Piece]?
-        if sniffed == "gif" {
-            do throws(SystemError) { pieces = try ImageIntegrity.gifFirstFrame(source) } catch { throw .imageIO(error) }
+        var frame: (width: Int, height: Int)?
+        do throws(SystemError) {
+            if sniffed == "gif", let first = try ImageIntegrity.gifFirstFrame(source) {
+                (pieces, frame) = (first.pieces, (first.width, first.height))
+            } else if let sniffed {
+                pieces = try ImageIntegrity.variantPieces(source, format: sniffed)
+            }
+        } catch {
+            throw .imageIO(error)
+        }
+        if let frame, ImageInfo.pixels(frame.width, frame.height) > maxPixels {
+            throw .pixelLimit(width: frame.width, height: frame.height, limit: maxPixels)
         }
         var failure: Failure?
         do throws(ImageReadError) {
