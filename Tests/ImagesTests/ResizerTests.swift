@@ -221,6 +221,31 @@ import Testing
         #expect(looks(pixels.pixel(x: 24, y: 4), like: red) && looks(pixels.pixel(x: 24, y: 60), like: blue))
     }
 
+    @Test("a dropped JPEG segment goes with its fill bytes and the junk after it (a kept fill byte made a marker of the junk: extra scans the walk never counted)")
+    func jpegStrippingLeavesNoMarkerBehind() throws {
+        let stored = Bytes.read(try scratch.image("stored.jpg", width: 64, height: 48))
+        try #require(stored.suffix(2) == [0xFF, 0xD9])
+        // A fill byte, an empty comment and two junk bytes (decoders skip them): once after SOI, once between the
+        // scan's entropy data and EOI, where kept junk would be decoded as entropy data.
+        let smuggled: [UInt8] = [0xFF, 0xFF, 0xFE, 0x00, 0x02, 0xDA, 0x2A]
+        let jpeg = scratch.write("smuggled.jpg", Array(stored[0..<2]) + smuggled + Array(stored[2..<(stored.count - 2)])
+            + smuggled + [0xFF, 0xD9])
+        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy()) == .image(ImageInfo(format: "jpeg", width: 64, height: 48)))
+        let pieces = try #require(try ImageIntegrity.variantPieces(jpeg, format: "jpeg"))
+        #expect(fedBytes(jpeg, pieces) == stored)
+    }
+
+    @Test("the first Exif segment decides the orientation even when it has none usable: the header took a later one, the variant's decoder is fed the first", arguments: [
+        Bytes.exifSegment(orientation: 1), Bytes.exifSegment(orientation: 0), [0xFF, 0xE1, 0x00, 0x08] + Array("Exif\0\0".utf8)])
+    func firstExifDecides(first: [UInt8]) throws {
+        let stored = Bytes.read(try scratch.image("stored.jpg", width: 64, height: 48, bands: [(32, 0, 32, 48, 0x0000FFFF)]))
+        let jpeg = scratch.write("first-exif.jpg", Array(stored[0..<2]) + first + Bytes.exifSegment(orientation: 6)
+            + Array(stored[2...]))
+        #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy()) == .image(ImageInfo(format: "jpeg", width: 64, height: 48)))
+        let info = try Resizer.makeVariant(source: jpeg, spec: try VariantSpec(size: "1000x1000"), destination: scratch.file("v"))
+        #expect(info == ImageInfo(format: "jpeg", width: 64, height: 48))
+    }
+
     @Test("a PNG's variant is fed IHDR, PLTE, tRNS, IDAT and IEND only (libpng inflated each zTXt chunk: 900 of 7.9 MB took 79 s and 13.9 GB)")
     func pngVariantLeavesTextChunksOut() throws {
         let png = Bytes.read(try scratch.image("plain.png", width: 40, height: 20, type: "png",

@@ -125,9 +125,11 @@ struct ImageHeader: Equatable, Sendable {
     // MARK: - Formats
 
     /// JPEG: walks the markers up to the first scan, as libjpeg does: the size from the first SOF, the orientation
-    /// from an EXIF APP1 segment, before or after it.
+    /// from the first EXIF APP1 segment, before or after it (the one a variant's decoder is fed: `variantPieces`),
+    /// even when that one has no usable orientation.
     private static func jpeg(_ b: [UInt8]) -> ImageHeader {
         var header = ImageHeader(kind: .image("jpeg"))
+        var sawExif = false
         var offset = 2
         while offset + 4 <= b.count {
             guard b[offset] == 0xFF else { break }
@@ -144,8 +146,9 @@ struct ImageHeader: Equatable, Sendable {
                 header.height = Int(b.bigEndian16(at: body + 1))
                 header.width = Int(b.bigEndian16(at: body + 3))
             }
-            if marker == 0xE1, header.orientation == 1, body < end, let orientation = exifOrientation(b[body..<end]) {
-                header.orientation = orientation
+            if marker == 0xE1, !sawExif, body < end, b[body..<end].starts(with: "Exif\0\0".utf8) {
+                sawExif = true
+                header.orientation = exifOrientation(b[body..<end]) ?? 1
             }
             offset += 2 + length
         }
@@ -175,8 +178,8 @@ struct ImageHeader: Equatable, Sendable {
         for index in 0..<count {
             let entry = ifd + 2 + index * 12
             guard let tag = u16(entry) else { return nil }
-            // SHORT (3), count 1: the value sits in the first two bytes of the value field.
-            if tag == 0x0112, u16(entry + 2) == 3, let value = u16(entry + 8) {
+            // SHORT (3), count 1 (gdk-pixbuf takes no other): the value sits in the first two bytes of the value field.
+            if tag == 0x0112, u16(entry + 2) == 3, u32(entry + 4) == 1, let value = u16(entry + 8) {
                 return (1...8).contains(value) ? value : nil
             }
         }

@@ -47,12 +47,14 @@ enum ImageIntegrity {
             }
             switch marker {
             case 0xD9:
+                stripping?.reached(reader.markerStart)
                 stripping?.end = reader.offset
                 return nil
             case 0x00, 0x01, 0xD0...0xD8:
                 continue
             default:
-                let segmentStart = reader.offset - 2
+                let segmentStart = reader.markerStart
+                stripping?.reached(segmentStart)
                 guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }) else { return truncated }
                 guard length >= 2 else { return "the JPEG has a segment of length \(length)" }
                 if let stripping, marker == 0xFE || (0xE0...0xEF).contains(marker) {
@@ -181,16 +183,27 @@ enum ImageIntegrity {
     }
 
     /// What a JPEG's walk keeps for a variant: every byte to the end-of-image marker but comments and APPn segments,
-    /// of which the first JFIF, Exif and Adobe ones stay.
+    /// of which the first JFIF, Exif and Adobe ones stay. A segment goes with the fill bytes before it and what lies
+    /// between it and the next marker: such bytes, which decoders skip, would otherwise make a marker with a kept
+    /// fill byte (an empty comment hid each extra scan of a scan bomb from the walk), or be decoded as entropy data.
     private final class JPEGStripping {
         let kept = PieceList()
         /// Where the walk is: what lies between the last segment seen and it is kept.
         private var keptTo: Int64 = 0
+        /// The last segment seen was dropped: what follows it up to the next marker goes too.
+        private var afterDropped = false
         private var seen: Set<String> = []
         var end: Int64 = 0 {
             didSet { kept.keep(keptTo..<end) }
         }
 
+        /// The walk reached a marker whose fill bytes start at `markerStart`.
+        func reached(_ markerStart: Int64) {
+            if afterDropped { keptTo = markerStart }
+            afterDropped = false
+        }
+
+        /// A comment or APPn segment, from its first fill byte, and the first bytes of its body.
         func saw(_ marker: UInt8, head: [UInt8], _ segment: Range<Int64>) {
             let kind: String? = switch marker {
             case 0xE0 where head.starts(with: "JFIF".utf8): "JFIF"
@@ -199,7 +212,11 @@ enum ImageIntegrity {
             default: nil
             }
             kept.keep(keptTo..<segment.lowerBound)
-            if let kind, seen.insert(kind).inserted { kept.keep(segment) }
+            if let kind, seen.insert(kind).inserted {
+                kept.keep(segment)
+            } else {
+                afterDropped = true
+            }
             keptTo = segment.upperBound
         }
     }
@@ -405,6 +422,9 @@ private final class FileByteReader {
         return true
     }
 
+    /// The file offset of the first 0xFF before the marker `nextMarker` returned last.
+    private(set) var markerStart: Int64 = 0
+
     /// Reads up to and past the next 0xFF and any fill bytes after it, returning the byte that follows them; nil at
     /// the end of the file.
     func nextMarker() throws(SystemError) -> UInt8? {
@@ -414,6 +434,7 @@ private final class FileByteReader {
                 .map { UnsafeRawPointer(buffer.baseAddress!).distance(to: UnsafeRawPointer($0)) }
             if let index = found {
                 start = index + 1
+                markerStart = offset - 1
                 break
             }
             start = end
