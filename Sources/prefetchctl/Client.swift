@@ -18,6 +18,22 @@ final class Client {
     }()
     private let decoder = JSONDecoder()
 
+    /// Why `connect` to `socketPath` failed with `code`, and what to do: a socket this user may not use, or a path
+    /// that is no socket, is not a daemon to start.
+    static func unreachable(_ socketPath: String, errno code: Int32) -> String {
+        let reason = "cannot reach prefetchd at \(socketPath): \(String(cString: strerror(code)))"
+        var info = stat()
+        if code == EACCES || code == EPERM {
+            return reason + ". The socket or a directory above it does not let this user in: a shared daemon lets in "
+                + "the members of its socket's group (`socket_mode`), from their next login after being added"
+        }
+        if lstat(socketPath, &info) == 0, (info.st_mode & S_IFMT) != S_IFSOCK {
+            return "cannot reach prefetchd at \(socketPath): it is not a socket. Point --socket / PREFETCHD_SOCKET at "
+                + "the daemon's socket"
+        }
+        return reason + ". Is it running? (start it with `prefetchd`, or point --socket / PREFETCHD_SOCKET at it)"
+    }
+
     /// Connects and reads the greeting; failures are `CLIError.unreachable`.
     init(socketPath: String) throws(CLIError) {
         var address = sockaddr_un()
@@ -36,10 +52,9 @@ final class Client {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard result == 0 else {
-            let reason = String(cString: strerror(errno))
+            let code = errno
             close(fd)
-            throw .unreachable("cannot reach prefetchd at \(socketPath): \(reason). Is it running? (start it with `prefetchd`, "
-                               + "or point --socket / PREFETCHD_SOCKET at it)")
+            throw .unreachable(Self.unreachable(socketPath, errno: code))
         }
         guard let greeting = try readLine(deadline: monotonicNow() + 5000) else {
             throw .unreachable("\(socketPath) accepted the connection but sent no greeting within 5 s: is prefetchd "

@@ -294,6 +294,21 @@ struct SystemdTests {
 
     // MARK: Access control (root only: setpriv changes users)
 
+    @Test("prefetchctl says why it cannot connect: a socket this user may not enter, or a path that is no socket, is no daemon to start (both said \"Is it running?\")",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func unreachableSaysWhy() throws {
+        let daemon = try ServiceDaemon()
+        let ctl = try publicPrefetchctl(in: daemon.directory)
+        let denied = runAs(uid: 65534, gid: 65534, [ctl, "--socket", daemon.socket, "ping"])
+        #expect(denied.status == 3 && denied.stderr.contains("Permission denied")
+                && denied.stderr.contains("does not let this user in") && !denied.stderr.contains("Is it running"),
+                "\(denied.stderr)")
+        let file = daemon.directory.path + "/regular.sock"
+        try write("", to: file)
+        let notSocket = run(Paths.prefetchctl, ["--socket", file, "ping"])
+        #expect(notSocket.status == 3 && notSocket.stderr.contains("it is not a socket"), "\(notSocket.stderr)")
+    }
+
     @Test("a peer outside root, the daemon's user and the allowed users and groups gets unauthorized; members are served",
           .enabled(if: getuid() == 0, "setpriv needs root"))
     func accessControl() throws {
@@ -321,6 +336,7 @@ struct SystemdTests {
         let outsider = runAs(uid: 65534, gid: 65534, [ctl, "--socket", daemon.socket, "ping"])
         #expect(outsider.status == 4, "prefetchctl exits 4 (rejected): \(outsider.stderr)")
         #expect(outsider.stderr.contains("unauthorized"), "\(outsider.stderr)")
+        #expect(outsider.stderr.contains("only root, ") && !outsider.stderr.contains("root, root"), "each name once: \(outsider.stderr)")
 
         let member = runAs(uid: 65534, gid: 65534, groups: [4242], [ctl, "--socket", daemon.socket, "ping"])
         #expect(member.status == 0, "supplementary group 4242: \(member.stderr)")

@@ -80,8 +80,8 @@ struct AccessPolicy {
 
     /// The reason a peer is refused, for the log and the reply.
     func refusal(_ peer: Peer) -> String {
-        var allowed = ["root", Options.userName(ownUID)]
-        allowed += users.sorted().map(Options.userName)
+        var allowed = ["root"]
+        for name in ([ownUID] + users.sorted()).map(Options.userName) where !allowed.contains(name) { allowed.append(name) }
         allowed += groups.sorted().map { "group " + Options.groupName($0) }
         return "not authorized: only \(allowed.joined(separator: ", ")) may use this prefetchd"
     }
