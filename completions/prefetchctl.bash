@@ -26,17 +26,18 @@ _prefetchctl() {
             return ;;
     esac
 
+    # What every verb takes, then each verb's own (its --help names them).
     local flags="--socket --json --help --version"
     case $verb in
-        "") if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+        "") if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "$flags --timeout" -- "$cur"))
             else COMPREPLY=($(compgen -W "$verbs" -- "$cur")); fi
             return ;;
-        get) flags="--timeout --max-stale --offline -o --output --size --fit --format --quality --upscale --json --help" ;;
-        queue) flags="--now --wait --timeout --json --help" ;;
-        evict) flags="--all --json --help" ;;
-        list) flags="--limit --json --help" ;;
-        view) flags="--ahead --behind --size --fit --format --quality --upscale --json --help" ;;
-        *) flags="--json --help" ;;
+        get) flags+=" --timeout --max-stale --offline -o --output --size --fit --format --quality --upscale" ;;
+        queue) flags+=" --now --wait --timeout" ;;
+        evict) flags+=" --all" ;;
+        list) flags+=" --limit --timeout" ;;
+        info|status|formats|metrics|ping) flags+=" --timeout" ;;
+        view) flags+=" --ahead --behind --size --fit --format --quality --upscale" ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))

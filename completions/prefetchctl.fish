@@ -3,10 +3,10 @@
 set -l verbs get queue demote promote cancel evict info status list formats metrics watch view ping
 
 complete -c prefetchctl -f
-complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -l socket -r -F -d 'The daemon socket'
+complete -c prefetchctl -l socket -r -F -d 'The daemon socket'
 complete -c prefetchctl -l json -d 'Machine-readable output'
 complete -c prefetchctl -s h -l help -d 'Help'
-complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Print the version'
+complete -c prefetchctl -l version -d 'Print the version'
 
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a get -d 'Fetch urgently, wait, print the cached path'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a queue -d 'Fetch later, in the background lane'
@@ -23,7 +23,7 @@ complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a watch -d 
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a view -d 'A list someone scrolls: give it once, then visible ranges on stdin'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a ping -d 'Is the daemon there?'
 
-complete -c prefetchctl -n "__fish_seen_subcommand_from get queue" -l timeout -x -d 'Stop waiting after SEC seconds'
+complete -c prefetchctl -n "not __fish_seen_subcommand_from demote promote cancel evict watch view" -l timeout -x -d 'Stop waiting after SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l max-stale -x -d 'Answer from an entry stale by at most SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l offline -d 'Answer only from the cache'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -s o -l output -r -F -d 'Write the content to FILE, - for stdout'

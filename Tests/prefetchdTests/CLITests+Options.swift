@@ -43,7 +43,7 @@ extension CLITests {
         }
     }
 
-    @Test("the bash, fish and zsh completions offer each verb only options it takes")
+    @Test("the bash, fish and zsh completions offer each verb exactly the options it takes (they left out --timeout of info, status, list, formats, metrics, ping, and --socket and --version after a verb)")
     func completionsOfferOnlyWhatVerbsTake() throws {
         let bash = Paths.repository + "/completions/prefetchctl.bash"
         let fish = Paths.repository + "/completions/prefetchctl.fish"
@@ -58,12 +58,14 @@ extension CLITests {
                 let offered = all.filter { $0.hasPrefix("-") && $0 != "-" }
                 #expect(offered.contains("--json"), "\(shell) offers \(verb) \(offered.sorted())")
                 #expect(offered.isSubset(of: takes), "\(shell) offers \(verb) \(offered.subtracting(takes).sorted()), which it refuses")
+                let missing = takes.filter { $0.hasPrefix("--") }.subtracting(offered)
+                #expect(missing.isEmpty, "\(shell) does not offer \(verb) \(missing.sorted())")
             }
         }
     }
 
     /// The options `_prefetchctl` offers after each verb (`*` for the others): its `case $words[1]` branches, with the
-    /// `[description]`s dropped and `$common` read as --json, -h and --help.
+    /// `[description]`s dropped, `$common` read as --socket, --json, -h, --help and --version, `$timeout` as --timeout.
     static func zshOptions(_ script: String) -> [String: Set<String>] {
         guard let start = script.range(of: "case $words[1] in") else { return [:] }
         var options: [String: Set<String>] = [:]
@@ -72,7 +74,8 @@ extension CLITests {
             guard let close = text.firstIndex(of: ")") else { continue }
             let verbs = text[..<close].trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|").map(String.init)
             var offered = Set(text[close...].matches(of: /(?:^|[\s{,'])(--?[a-z][a-z-]*)/).map { String($0.output.1) })
-            if text.contains("$common") { offered.formUnion(["--json", "-h", "--help"]) }
+            if text.contains("$common") { offered.formUnion(["--socket", "--json", "-h", "--help", "--version"]) }
+            if text.contains("$timeout") { offered.insert("--timeout") }
             for verb in verbs { options[verb] = offered }
         }
         return options
