@@ -34,8 +34,13 @@ final class Client {
         return reason + ". Is it running? (start it with `prefetchd`, or point --socket / PREFETCHD_SOCKET at it)"
     }
 
-    /// Connects and reads the greeting; failures are `CLIError.unreachable`.
-    init(socketPath: String) throws(CLIError) {
+    /// The longest wait for the greeting (ms): a daemon that accepted the connection but does not greet is stopped
+    /// (SIGSTOP), hung, or no prefetchd.
+    static let greetingWait: Int64 = 5000
+
+    /// Connects and reads the greeting, waiting at most `greetingWithin` ms for it; failures are
+    /// `CLIError.unreachable`.
+    init(socketPath: String, greetingWithin: Int64 = Client.greetingWait) throws(CLIError) {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let path = Array(socketPath.utf8)
@@ -56,9 +61,10 @@ final class Client {
             close(fd)
             throw .unreachable(Self.unreachable(socketPath, errno: code))
         }
-        guard let greeting = try readLine(deadline: monotonicNow() + 5000) else {
-            throw .unreachable("\(socketPath) accepted the connection but sent no greeting within 5 s: is prefetchd "
-                               + "stopped (SIGSTOP), hung, or is something else listening there?")
+        guard let greeting = try readLine(deadline: monotonicNow() + greetingWithin) else {
+            let seconds = greetingWithin % 1000 == 0 ? "\(greetingWithin / 1000)" : "\(Double(greetingWithin) / 1000)"
+            throw .unreachable("\(socketPath) accepted the connection but sent no greeting within \(seconds) s: is "
+                               + "prefetchd stopped (SIGSTOP), hung, or is something else listening there?")
         }
         if let refusal = try? decoder.decode(Reply<Ignored>.self, from: Data(greeting)), let error = refusal.error {
             throw .failed(error)

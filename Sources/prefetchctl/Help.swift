@@ -27,7 +27,8 @@ enum Help {
                               service's /run/prefetchd/ctl.sock does, that one)
           --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
           --timeout SEC       info, status, list, formats, metrics, ping: wait at most SEC for the answer (default
-                              60; exit 5)
+                              60; exit 5); and at most SEC of the 5 s prefetchctl waits for the daemon's greeting
+                              (none: exit 3)
           -h, --help          this text, or `prefetchctl VERB --help`
           --version
 

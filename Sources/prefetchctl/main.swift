@@ -22,8 +22,11 @@ func runCommand() -> Int32 {
             print(Help.verb(verb.name) ?? Help.general)
             return ExitCode.ok
         }
-        let client = try Client(socketPath: arguments.socketPath)
-        if let timeout = arguments.timeout { client.answerWithin = Int64(timeout * 1000) }
+        // --timeout bounds the whole wait, the greeting's too.
+        let timeout = arguments.timeout.map { max(1, Int64($0 * 1000)) }
+        let client = try Client(socketPath: arguments.socketPath,
+                                greetingWithin: min(Client.greetingWait, timeout ?? Client.greetingWait))
+        if let timeout { client.answerWithin = timeout }
         return try verb.run(arguments, client)
     } catch {
         Output.message(error.message)

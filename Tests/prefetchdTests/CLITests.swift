@@ -230,6 +230,29 @@ struct CLITests {
         }
     }
 
+    @Test("--timeout also bounds the wait for the greeting: a socket that accepts and never greets is exit 3 after the --timeout when shorter than 5 s (it waited 5 s whatever --timeout said)")
+    func timeoutBoundsTheGreeting() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.path + "/silent.sock"
+        let silent = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(path.utf8))
+            raw[path.utf8.count] = 0
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(silent, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(silent, 8) == 0, "errno \(errno)")  // never accepted: connect succeeds, no greeting
+        for (timeout, said) in [("1", "within 1 s"), ("0.5", "within 0.5 s"), ("30", "within 5 s")] {
+            let result = run(Paths.prefetchctl, ["--socket", path, "status", "--timeout", timeout])
+            #expect(result.status == 3 && result.stderr.contains("accepted the connection but sent no greeting \(said)"),
+                    "--timeout \(timeout): \(result.stderr)")
+        }
+    }
+
     @Test("a wrong command line is exit 2 even when no daemon is running (checked before connecting), not 3")
     func usageBeforeConnecting() throws {
         let directory = try TemporaryDirectory()
