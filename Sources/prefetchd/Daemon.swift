@@ -512,7 +512,7 @@ final class Daemon {
     /// What the scheduler needs to know of a cached entry; a `no-store` entry is never reused.
     func cacheState(_ entry: IndexEntry?, now: Int64) -> CacheState {
         guard let entry, !entry.noStore else { return .missing }
-        return entry.freshUntil > now ? .fresh : .stale
+        return entry.isFresh(at: now) ? .fresh : .stale
     }
 
     /// Failures that let a stale copy be served instead (stale-if-error): the origin could not be reached or failed.

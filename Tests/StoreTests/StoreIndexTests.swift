@@ -5,6 +5,18 @@ import Testing
 
 /// The cache index and the files it describes, on a real directory and a real SQLite file.
 @Suite struct StoreIndexTests {
+    @Test("a copy fetched later than now (the wall clock stepped back since) is not fresh, however long its lifetime (with max-age=60 it stayed fresh for the whole step)")
+    func copyFetchedInTheFutureIsNotFresh() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            var entry = try cache("https://example.com/a.png", at: 10_000_000, in: store)
+            entry.freshUntil = 10_060_000  // max-age=60
+            #expect(entry.isFresh(at: 10_030_000) && !entry.isFresh(at: 10_070_000))
+            #expect(!entry.isFresh(at: 10_000_000 - 3_600_000), "an hour back: fetched in an hour, fresh for 61 minutes")
+            #expect(entry.isFresh(at: 10_000_000 - 500), "within the clock's small corrections")
+        }
+    }
+
     @Test("a cached file reads back after a restart: its row, its file under files/ab/<sha256 of the key>, its disk usage")
     func putReadsBack() throws {
         try withCacheDirectory { directory in

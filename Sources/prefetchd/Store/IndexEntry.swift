@@ -1,3 +1,5 @@
+import QueueCore
+
 /// One row of the cache index.
 struct IndexEntry: Equatable {
     var key: String
@@ -21,4 +23,14 @@ struct IndexEntry: Equatable {
     var mustRevalidate = false
     /// `no-store`: delivered once, never answered from the cache.
     var noStore = false
+
+    /// Whether the copy is fresh at `now` (Unix ms): within its lifetime, and not fetched later than `now`. One
+    /// fetched while the wall clock ran ahead (stepped back since, as NTP does) has no age to go by: with max-age=60
+    /// it stayed fresh for as long as the step, an hour or 73 years. It is revalidated instead.
+    func isFresh(at now: Int64) -> Bool {
+        freshUntil > now && fetchedAt <= now.saturatingAdd(Self.clockSlack)
+    }
+
+    /// How far in the future `fetchedAt` may lie and the copy still be fresh (ms): the wall clock's small corrections.
+    static let clockSlack: Int64 = 1000
 }
