@@ -177,7 +177,10 @@ struct Arguments {
             throw .usage("-o \(destination) is a directory: give the file to write")
         }
         let directory = destination.contains("/") ? String(destination[..<destination.lastIndex(of: "/")!]) : "."
-        if stat(directory.isEmpty ? "/" : directory, &info) != 0 || info.st_mode & S_IFMT != S_IFDIR {
+        if stat(directory.isEmpty ? "/" : directory, &info) != 0 {
+            throw .usage("-o \(destination): \(directory) does not exist")
+        }
+        if info.st_mode & S_IFMT != S_IFDIR {
             throw .usage("-o \(destination): \(directory) is not a directory")
         }
     }

@@ -115,7 +115,8 @@ enum Help {
               --size WxH      answer with resized variants (see `prefetchctl get --help` for --fit and the others)
               --json          the daemon's view_ready / view_failed events as they come (docs/protocol.md)
             Rows that fail are reported on stderr. When stdin ends, waits until the rows of the last range are
-            answered, then exits: 0, or 1 when a row failed. Closing (or Ctrl-C) turns the remaining work into
+            answered, then exits: 0, 1 when a row failed, or 4 when the daemon refused the list or a range (see
+            the message). Closing (or Ctrl-C) turns the remaining work into
             ordinary background work.
 
             Example:

@@ -383,7 +383,8 @@ struct CLITests {
         #expect(Date().timeIntervalSince(began) < 5, "it waited for ever")
         let empty = run(Paths.prefetchctl, ["--socket", "", "ping"])
         #expect(empty.status == 2 && empty.stderr.contains("--socket needs a path"), "\(empty.stderr)")
-        for (output, said) in [("/tmp", "/tmp is a directory"), ("/nonexistent-dir/x.jpg", "/nonexistent-dir is not a directory")] {
+        for (output, said) in [("/tmp", "/tmp is a directory"), ("/nonexistent-dir/x.jpg", "/nonexistent-dir does not exist"),
+                               ("/etc/hostname/x.jpg", "/etc/hostname is not a directory")] {
             let result = run(Paths.prefetchctl, ["--socket", daemon.socket, "get", "-o", output, "http://a/x.jpg"])
             #expect(result.status == 2 && result.stderr.contains(said), "\(output): \(result.status) \(result.stderr)")
         }
