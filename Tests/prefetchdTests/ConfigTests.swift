@@ -122,6 +122,22 @@ struct ConfigTests {
         }
     }
 
+    @Test("a cache directory the daemon's user cannot write is refused naming the directory and the user (it said only \"mkdir …/tmp: Permission denied\")",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func unwritableCacheDirectory() throws {
+        let directory = try TemporaryDirectory()
+        let cache = directory.path + "/cache"
+        try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: false)
+        for path in [directory.path, cache] { try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path) }
+        let daemon = directory.path + "/prefetchd-binary"
+        try copyExecutable(Paths.prefetchd, to: daemon)
+        let result = runAs(uid: 65534, gid: 65534, ["/usr/bin/env", "HOME=/nonexistent", daemon, "--cache-dir", cache,
+                                                    "--socket", directory.path + "/never.sock"])
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("cannot make the cache in \(cache): mkdir \(cache)/tmp: Permission denied")
+                && result.stderr.contains("writable by the daemon's user, uid 65534"), "\(result.stderr)")
+    }
+
     @Test("a user service read /etc, whose cache_dir and socket are the system service's: a user but root reads their own ~/.config/prefetchd/prefetchd.conf",
           .enabled(if: getuid() == 0, "setpriv needs root"))
     func usersOwnConfiguration() throws {

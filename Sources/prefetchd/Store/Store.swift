@@ -107,7 +107,13 @@ final class Store {
 
     init(directory: String) throws {
         files = CacheFiles(root: directory)
-        try files.prepare()
+        do {
+            try files.prepare()
+        } catch let error as SystemError where [EACCES, EPERM, EROFS].contains(error.errno) {
+            let user = "uid \(getuid()) (\(Options.userName(getuid())))"
+            throw DaemonError("cannot make the cache in \(directory): \(error). The cache directory must be writable by "
+                              + "the daemon's user, \(user): give it to that user, or choose another with --cache-dir")
+        }
         lock = try CacheLock(directory: directory)
         let path = directory + "/" + CacheFiles.indexName
         var info = stat()
