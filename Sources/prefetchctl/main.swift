@@ -25,7 +25,7 @@ func runCommand() -> Int32 {
         // --timeout bounds the whole wait, the greeting's too.
         let timeout = arguments.timeout.map { max(1, Int64($0 * 1000)) }
         let client = try Client(socketPath: arguments.socketPath,
-                                greetingWithin: min(Client.greetingWait, timeout ?? Client.greetingWait))
+                                greetingWithin: min(Client.greetingWait, timeout ?? .max))
         if let timeout { client.answerWithin = timeout }
         return try verb.run(arguments, client)
     } catch {

@@ -123,7 +123,7 @@ struct ResponseHeaders: Equatable {
     private static func namesChunked(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
         value.split(separator: UInt8(ascii: ",")).contains { coding in
             let name = coding.drop { isCurlSpace($0) }.reversed().drop { isCurlSpace($0) }
-            return name.count == 7 && zip(name.reversed(), "chunked".utf8).allSatisfy { $0 | 0x20 == $1 }
+            return name.count == 7 && zip(name.reversed(), "chunked".utf8).allSatisfy { lowercased($0) == $1 }
         }
     }
 
@@ -146,15 +146,15 @@ struct ResponseHeaders: Equatable {
         /// The field a name is, in any case; nil for a field not kept.
         init?(name: UnsafeBufferPointer<UInt8>) {
             guard let match = Self.names.first(where: { candidate in
-                candidate.name.count == name.count && zip(candidate.name, name).allSatisfy { $0 == Self.lowercased($1) }
+                candidate.name.count == name.count && zip(candidate.name, name).allSatisfy { $0 == ResponseHeaders.lowercased($1) }
             }) else { return nil }
             self = match.field
         }
+    }
 
-        /// An ASCII upper-case letter in lower case; any other byte as it is.
-        private static func lowercased(_ byte: UInt8) -> UInt8 {
-            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
-        }
+    /// An ASCII upper-case letter in lower case; any other byte as it is.
+    private static func lowercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
     }
 
     /// `Content-Length`, possibly a list or repeated: every value must be the same number.

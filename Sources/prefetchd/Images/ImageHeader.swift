@@ -141,8 +141,7 @@ struct ImageHeader: Equatable, Sendable {
             guard length >= 2 else { break }
             let body = offset + 4
             let end = min(offset + 2 + length, b.count)
-            let isSOF = (0xC0...0xCF).contains(marker) && marker != 0xC4 && marker != 0xC8 && marker != 0xCC
-            if isSOF, header.width == nil, body + 5 <= b.count {
+            if isStartOfFrame(marker), header.width == nil, body + 5 <= b.count {
                 header.height = Int(b.bigEndian16(at: body + 1))
                 header.width = Int(b.bigEndian16(at: body + 3))
             }
@@ -153,6 +152,11 @@ struct ImageHeader: Equatable, Sendable {
             offset += 2 + length
         }
         return header
+    }
+
+    /// Whether a JPEG marker starts a frame header (SOF0–SOF15, which share C4 DHT, C8 JPG and CC DAC's range).
+    static func isStartOfFrame(_ marker: UInt8) -> Bool {
+        (0xC0...0xCF).contains(marker) && ![0xC4, 0xC8, 0xCC].contains(marker)
     }
 
     /// The Orientation tag (0x0112) of IFD0 in an APP1 segment's body, when it is an EXIF segment that has one.

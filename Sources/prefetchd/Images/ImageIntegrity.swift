@@ -95,7 +95,7 @@ enum ImageIntegrity {
                 return nil
             default:
                 guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }), length >= 2 else { return nil }
-                if (0xC0...0xCF).contains(marker), ![0xC4, 0xC8, 0xCC].contains(marker) {
+                if ImageHeader.isStartOfFrame(marker) {
                     guard length >= 7, let frame = try reader.bytes(5) else { return nil }
                     return (Int(frame.bigEndian16(at: 3)), Int(frame.bigEndian16(at: 1)))
                 }
@@ -152,6 +152,7 @@ enum ImageIntegrity {
     /// A JPEG keeps its first JFIF, Exif and Adobe segments (the Exif one is where the header's orientation came
     /// from, the Adobe one says how its colours are coded); a PNG keeps IHDR, PLTE, tRNS, IDAT and IEND.
     static func variantPieces(_ path: String, format: String) throws(SystemError) -> [PixbufLoader.Piece]? {
+        guard format == "jpeg" || format == "png" else { return nil }
         let reader = try FileByteReader(path)
         switch format {
         case "jpeg":

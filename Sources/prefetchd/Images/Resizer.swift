@@ -100,8 +100,10 @@ enum Resizer {
         var pieces: [PixbufLoader.Piece]?
         var frame: (width: Int, height: Int)?
         do throws(SystemError) {
-            if sniffed == "gif", let first = try ImageIntegrity.gifFirstFrame(source) {
-                (pieces, frame) = (first.pieces, (first.width, first.height))
+            if sniffed == "gif" {
+                if let first = try ImageIntegrity.gifFirstFrame(source) {
+                    (pieces, frame) = (first.pieces, (first.width, first.height))
+                }
             } else if let sniffed {
                 pieces = try ImageIntegrity.variantPieces(source, format: sniffed)
             }
