@@ -24,6 +24,8 @@ static inline CURLcode pf_easy_setopt_opensocket_callback(CURL *h, curl_opensock
 
 static inline CURLcode pf_easy_setopt_sockopt_callback(CURL *h, curl_sockopt_callback v) { return curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, v); }
 
+static inline CURLcode pf_easy_setopt_closesocket_callback(CURL *h, curl_closesocket_callback v) { return curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, v); }
+
 static inline CURLcode pf_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode pf_easy_getinfo_off_t(CURL *h, CURLINFO i, curl_off_t *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode pf_easy_getinfo_string(CURL *h, CURLINFO i, char **v) { return curl_easy_getinfo(h, i, v); }

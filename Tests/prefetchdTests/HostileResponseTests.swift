@@ -242,4 +242,22 @@ struct HostileResponseTests {
         #expect(refused.stderr.contains("--host-start-rate") && refused.stderr.contains("0.001"), "\(refused.stderr)")
         #expect(run(Paths.prefetchd, ["--check-config", "--host-start-rate", "0.001"]).status == 0)
     }
+
+    @Test("a response nobody asked for, sent on an idle keep-alive connection, was cached as the next URL's image, and each later URL got the one before; now that connection is not used again (HTTP and HTTPS)", arguments: [false, true])
+    func responseNobodyAskedFor(tls: Bool) throws {
+        let ca = tls ? try TLSTests.PrivateCA() : nil
+        let origin = try Origin(tls: ca.map { ($0.certificate, $0.key) })
+        let plain = try Origin()  // serves the same bytes for a path, and urllib trusts it
+        let daemon = try DaemonUnderTest(ca.map { ["--ca-file", $0.caFile] } ?? [])
+        let asked = daemon.ctl("get", origin.url("/asked.jpg?unasked=0.2"))
+        #expect(asked.status == 0, "\(asked.stderr)")
+        usleep(700_000)  // the unasked response now waits on the idle connection
+        for n in 1...3 {
+            let path = "/after-\(n).jpg"
+            let got = daemon.ctl("get", origin.url(path))
+            let file = got.stdout.trimmingCharacters(in: .newlines)
+            #expect(FileManager.default.contents(atPath: file) == (try plain.body(path)), "\(path): \(daemon.log.suffix(400))")
+        }
+        #expect(daemon.log.contains("bytes nobody asked for on an idle connection"), "\(daemon.log.suffix(400))")
+    }
 }

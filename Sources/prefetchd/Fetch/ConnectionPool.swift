@@ -26,6 +26,8 @@ final class ConnectionPool {
     private var curlTimer: LoopTimer!
     private var idleTimer: LoopTimer!
     private(set) var isHeld = false
+    /// Its HTTP/1 connections between transfers, checked before each is used again.
+    let idleConnections = IdleConnections()
     /// The pool's sockets that transfers use now.
     var sockets: Dictionary<Int32, UInt32>.Keys { interest.keys }
     /// Called after curl ran, to collect the transfers that ended.
@@ -64,6 +66,7 @@ final class ConnectionPool {
     }
 
     func add(_ easy: UnsafeMutableRawPointer) -> CURLMcode {
+        idleConnections.watchClosing(easy)
         let added = curl_multi_add_handle(multi, easy)
         if added == CURLM_OK {
             attached += 1
@@ -74,6 +77,7 @@ final class ConnectionPool {
     }
 
     func remove(_ easy: UnsafeMutableRawPointer) {
+        idleConnections.transferEnded(easy)
         curl_multi_remove_handle(multi, easy)
         attached -= 1
         if attached == 0 {

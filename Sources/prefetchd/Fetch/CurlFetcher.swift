@@ -214,7 +214,8 @@ final class CurlFetcher {
         do {
             let slow = pending.request.lane == .slow
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
-                                        backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil)
+                                        backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil,
+                                        idleConnections: pool(pending.request.lane).idleConnections)
             transfer.onBodyStart = { [unowned self] transfer, validator in
                 self.onBodyStart(transfer.key, validator)
                 self.responding.append(transfer)

@@ -66,6 +66,8 @@ final class Transfer {
     private let backgroundBytes: ByteCounter?
     /// The windows of the background pool's connections, for a transfer of that pool.
     fileprivate let pathWindows: PathWindows?
+    /// The HTTP/1 connections its pool keeps between transfers, checked before a request goes out on one.
+    fileprivate let idleConnections: IdleConnections
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
     let startedAt = monotonicMilliseconds()
     /// Whether body bytes of the final response arrived.
@@ -88,7 +90,7 @@ final class Transfer {
 
     /// A transfer writing into `body`, which it owns from now on (and closes).
     init(_ request: TransferRequest, body: BodyFile, settings: FetchSettings,
-         backgroundBytes: ByteCounter?, pathWindows: PathWindows?) throws(SystemError) {
+         backgroundBytes: ByteCounter?, pathWindows: PathWindows?, idleConnections: IdleConnections) throws(SystemError) {
         guard let easy = curl_easy_init() else {
             close(body.descriptor)
             throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "")
@@ -96,6 +98,7 @@ final class Transfer {
         self.easy = easy
         self.backgroundBytes = backgroundBytes
         self.pathWindows = pathWindows
+        self.idleConnections = idleConnections
         key = request.key
         lane = request.lane
         pool = request.lane
@@ -495,11 +498,15 @@ private let transferResolverStart: pf_resolver_start_callback = { _, _, userdata
 }
 
 /// Refuses the same, judged on the address curl actually connected to (a proxy's included), so neither a redirect
-/// nor a DNS name gets around it.
-private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, _, _ in
+/// nor a DNS name gets around it; and ends a reused HTTP/1 connection its server sent bytes on while it was idle
+/// (`IdleConnections`), so that curl sends the request on a new one.
+private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, remotePort, localPort in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     transfer.noteConnectionStep()
-    guard transfer.allows(remote.map { String(cString: $0) } ?? "") else { return 1 }  // CURL_PREREQFUNC_ABORT
+    let address = remote.map { String(cString: $0) } ?? ""
+    guard transfer.allows(address) else { return 1 }  // CURL_PREREQFUNC_ABORT
+    transfer.idleConnections.beforeRequest(on: .init(localPort: Int(localPort), remoteAddress: address,
+                                                     remotePort: Int(remotePort)))
     transfer.requestSent = true
     return 0  // CURL_PREREQFUNC_OK
 }

@@ -73,6 +73,9 @@ Query parameters (combine freely):
                        bytes from A to the end
     auth=USER:PASS     401 unless the request carries Basic credentials
                        USER:PASS (the URL's userinfo)
+    unasked=S          S seconds after the response, a second whole 200
+                       response on the same connection, unasked (the JPEG
+                       of /unasked.jpg)
 
 Conditional / range requests: single ``Range: bytes=A-``, ``A-B`` or ``-N``
 -> 206 + Content-Range (unsatisfiable -> 416); If-Range (ETag or date) that
@@ -782,6 +785,16 @@ class Handler(BaseHTTPRequestHandler):
             self._reset_connection()
         elif short is not None and short < length:
             self.close_connection = True
+        elif "unasked" in q:
+            self._send_unasked(parse_float(q, "unasked"))
+
+    def _send_unasked(self, seconds):
+        """After `seconds`, a whole 200 response nobody asked for (the JPEG of /unasked.jpg), on this connection."""
+        time.sleep(seconds)
+        body = GeneratedBody("/unasked.jpg", DEFAULT_SIZE, True)
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n"
+                         b"Cache-Control: max-age=3600\r\n\r\n" % body.size)
+        self._write_body(body, 0, body.size, None, None)
 
     def _write_body(self, body, start, end, limit, bps):
         sent = 0
