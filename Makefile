@@ -4,7 +4,7 @@ SWIFT ?= swift
 # What building and running need, and what the tests need besides.
 BUILD_PACKAGES := libcurl4-openssl-dev libsqlite3-dev libgdk-pixbuf-2.0-dev libssl-dev pkg-config webp-pixbuf-loader libavif-gdk-pixbuf
 TEST_PACKAGES := python3 sqlite3 squid tmux imagemagick systemd util-linux iproute2 man-db groff-base zsh fish chafa openssl \
-	python3-dbusmock python3-h2 dbus-daemon dbus-bin
+	python3-dbusmock python3-h2 dbus-daemon dbus-bin faketime
 # Where `release` builds; `make check-systemd BUILD_DIR=/tmp/x` keeps a second build apart.
 BUILD_DIR ?= .build
 RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(BUILD_DIR)

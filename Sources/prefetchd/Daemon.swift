@@ -74,12 +74,16 @@ final class Daemon {
         store = try Store(directory: options.cacheDirectory)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
-        let now = wallClockMilliseconds()
+        // Saved on the scheduler's clock of an earlier run: a wall clock stepped since moves them, by at most how long
+        // they last.
+        let now = schedulerMilliseconds()
         for pause in try store.pausedHosts(now: now) {
-            scheduler.pause(host: pause.host, until: Moment(milliseconds: pause.until))
+            let until = min(pause.until, now + options.schedulerConfiguration.hostPause)
+            scheduler.pause(host: pause.host, until: Moment(milliseconds: until))
         }
         for failure in try store.failures(now: now) {
-            scheduler.remember(failure.key, failure.failure, until: Moment(milliseconds: failure.until))
+            let until = min(failure.until, now + options.retry.negativeTTL)
+            scheduler.remember(failure.key, failure.failure, until: Moment(milliseconds: until))
         }
         crashGuard = try CrashGuard(store: store, dieOn: options.environment["PREFETCHD_TEST_DIE_ON"])
         try quarantine(crashGuard.quarantine, now: now)
@@ -90,10 +94,10 @@ final class Daemon {
         fetches = try Fetches(loop: loop, store: store, crashGuard: crashGuard, options: options)
         fetches.onEnd = { [unowned self] key, lane, end in self.fetchEnded(key, lane, end) }
         fetches.onTail = { [unowned self] key in
-            self.apply(self.scheduler.tailReached(key, now: Moment(milliseconds: wallClockMilliseconds())))
+            self.apply(self.scheduler.tailReached(key, now: .now))
         }
         fetches.onResponseStart = { [unowned self] key in
-            self.apply(self.scheduler.responseStarted(key, now: Moment(milliseconds: wallClockMilliseconds())))
+            self.apply(self.scheduler.responseStarted(key, now: .now))
         }
         variants = Variants(store: store, workers: try WorkerPool(threads: options.workerThreads, name: "pf-resize", loop: loop),
                             crashGuard: crashGuard, options: options)
@@ -120,7 +124,7 @@ final class Daemon {
         }
         accessFlushTimer.schedule(at: 0)
         retryTimer = loop.makeTimer { [unowned self] in
-            apply(scheduler.advance(to: Moment(milliseconds: wallClockMilliseconds())))
+            apply(scheduler.advance(to: .now))
         }
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
@@ -188,9 +192,9 @@ final class Daemon {
         clients.flush()
         let workRanOut = memory.turnEnded(idle: scheduler.counts.tasks == 0)
         telemetry.summarizeActivity(workRanOut: workRanOut, queued: scheduler.counts.slowWaiting + Int(backlogOnly))
-        // The scheduler's clock is the wall clock; the loop's is monotonic.
+        // The loop's clock is monotonic; the scheduler's also counts a suspended machine's sleep.
         retryTimer.schedule(at: scheduler.nextDeadline.map {
-            monotonicMilliseconds() + max(0, $0.milliseconds - wallClockMilliseconds())
+            monotonicMilliseconds() + max(0, $0.milliseconds - schedulerMilliseconds())
         })
         notifier.turnEnded()
     }
@@ -390,13 +394,13 @@ final class Daemon {
            now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
             answer(entry, stale: true)
             taskCreated(url.key)
-            let (_, actions) = scheduler.queue(url, cache: .stale, now: Moment(milliseconds: now))
+            let (_, actions) = scheduler.queue(url, cache: .stale, now: .now)
             return apply(actions)
         }
         telemetry.cacheMiss()
         let waiter = connection.addWait(for: url.key, variant: variant, recipient: .request(id))
         if !scheduler.hasTask(url.key) { taskCreated(url.key) }
-        apply(scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now)))
+        apply(scheduler.get(url, waiter: waiter, cache: state, now: .now))
     }
 
     // MARK: Scheduler actions
@@ -414,7 +418,7 @@ final class Daemon {
             case .pauseHost(let host, let until):
                 // The transfers that ran when a host was paused fail one after another and make the pause longer:
                 // said once per pause.
-                let now = wallClockMilliseconds()
+                let now = schedulerMilliseconds()
                 if (pausesLogged[host] ?? 0) <= now {
                     pausesLogged = pausesLogged.filter { $0.value > now }
                     let seconds = max(0, until.milliseconds - now) / 1000
@@ -462,7 +466,7 @@ final class Daemon {
         if case .failed(let failure) = end, failure.code == .diskFull, scheduler.task(key)?.waiters.isEmpty == false {
             makeRoomOnFullDisk()
         }
-        apply(scheduler.finish(key, end.outcome, now: Moment(milliseconds: wallClockMilliseconds())))
+        apply(scheduler.finish(key, end.outcome, now: .now))
         justIndexed = nil
     }
 
@@ -595,10 +599,10 @@ final class Daemon {
             // A task exists (an urgent get's, a view's look-ahead): the acknowledged queue entry is still made durable,
             // and a view's tentative task is adopted, so that scrolling away no longer drops it.
             if try store.enqueue(key: url.key, now: now) { backlog.hold(url.key) }
-            _ = scheduler.queue(url, cache: .missing, now: Moment(milliseconds: now))
+            _ = scheduler.queue(url, cache: .missing, now: .now)
             return ItemResult(url: text, key: url.key, status: .already)
         }
-        if let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)) {
+        if let failure = scheduler.rememberedFailure(url.key, now: .now) {
             return ItemResult(url: text, key: url.key, status: .skipped,
                               error: WireError(failure))
         }
@@ -622,7 +626,7 @@ final class Daemon {
                     continue
                 }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
-                                                         now: Moment(milliseconds: now))
+                                                         now: .now)
                 switch outcome {
                 case .cached, .skipped: try store.dequeue(row.key)
                 case .queued:

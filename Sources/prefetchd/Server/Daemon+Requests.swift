@@ -36,7 +36,7 @@ extension Daemon {
     func info(_ text: String, _ id: RequestID?, _ connection: Connection, now: Int64) {
         do {
             let url = try CanonicalURL(text)
-            let failure = scheduler.rememberedFailure(url.key, now: Moment(milliseconds: now)).map(WireError.init)
+            let failure = scheduler.rememberedFailure(url.key, now: .now).map(WireError.init)
             var task = scheduler.task(url.key).map(summary)
             if task == nil, try store.isQueued(url.key) {
                 task = TaskSummary(url: url.key, lane: Lane.slow.rawValue, state: .backlog, attempts: 0, waiters: 0)
@@ -64,7 +64,7 @@ extension Daemon {
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
     func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> ItemStatus {
-        let moment = Moment(milliseconds: now)
+        let moment = Moment.now
         let task = scheduler.task(url.key)
         switch op {
         case .demote:
@@ -151,8 +151,8 @@ extension Daemon {
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
                          hits: lookups.hits, misses: lookups.misses, directory: options.cacheDirectory),
             connections: clients.count, fetched: fetched.ok, failed: fetched.failed,
-            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.milliseconds / 1000) },
-            waitingForDisk: scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }, background: backgroundState)
+            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.wallClockMilliseconds / 1000) },
+            waitingForDisk: scheduler.waitingForDiskUntil.map { $0.wallClockMilliseconds / 1000 }, background: backgroundState)
     }
 
     /// A request line that did not decode, in words: which field (`urls[2]`), and what was wrong with it.

@@ -75,7 +75,7 @@ extension Daemon {
     /// while the batch changes it); only then does anything start.
     private func apply(_ plan: Viewport.Plan, to view: View, of connection: Connection, now: Int64) {
         guard !plan.isEmpty else { return }
-        let moment = Moment(milliseconds: now)
+        let moment = Moment.now
         var cached: [(row: Int, entry: IndexEntry)] = []
         let actions = scheduler.batch(now: moment) { scheduler in
             let hidden = plan.hide.compactMap { view.rowHidden($0) }
@@ -141,7 +141,7 @@ extension Daemon {
             let waiter = connection.addWait(for: url.key, variant: view.variant, recipient: recipient)
             view.rowWaits(row, as: waiter)
             if !scheduler.hasTask(url.key) { taskCreated(url.key) }
-            return scheduler.get(url, waiter: waiter, cache: state, now: Moment(milliseconds: now), tentative: true)
+            return scheduler.get(url, waiter: waiter, cache: state, now: .now, tentative: true)
         }
     }
 }

@@ -27,7 +27,7 @@ extension Daemon {
         var event = Event(event: "snapshot", time: wallClockMilliseconds())
         (event.fast, event.slow) = lanes
         event.slowSuspended = counts.slowSuspended
-        event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.milliseconds / 1000 }
+        event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.wallClockMilliseconds / 1000 }
         event.background = backgroundState
         event.backlog = backlogOnly
         let running = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }

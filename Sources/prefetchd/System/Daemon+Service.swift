@@ -58,7 +58,7 @@ extension Daemon {
         fetches.reconfigure(options)
         do { try enforceCacheLimit() } catch { Log.error("SIGHUP: cannot evict to stay under max_cache_bytes: \(error)") }
         variants.reconfigure(options)
-        apply(scheduler.reconfigure(options.schedulerConfiguration, now: Moment(milliseconds: wallClockMilliseconds())))
+        apply(scheduler.reconfigure(options.schedulerConfiguration, now: .now))
         conditions.update(policy: options.background)
         fetches.limitBackgroundRate(backgroundRateLimit)
         if options.metricsTextfile != nil { metricsTicker.arm(intervalMilliseconds: 5000) }
@@ -72,7 +72,7 @@ extension Daemon {
     /// The background lane follows the conditions (metered network, battery, power saver, quiet hours, no network):
     /// paused, capped or free. Each change is logged once.
     func backgroundConditionsChanged() {
-        apply(scheduler.pauseBackground(conditions.mode == .pause, now: Moment(milliseconds: wallClockMilliseconds())))
+        apply(scheduler.pauseBackground(conditions.mode == .pause, now: .now))
         fetches.limitBackgroundRate(backgroundRateLimit)
         Log.info("background lane: " + backgroundState.summary)
     }

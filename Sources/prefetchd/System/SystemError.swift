@@ -26,20 +26,6 @@ func syscall<T: BinaryInteger>(_ call: String, _ detail: @autoclosure () -> Stri
     }
 }
 
-/// Wall-clock time in milliseconds since the Unix epoch.
-func wallClockMilliseconds() -> Int64 {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-}
-
-/// Monotonic time in milliseconds.
-func monotonicMilliseconds() -> Int64 {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-}
-
 /// Creates `path` and its missing parents with `mode`.
 func makeDirectories(_ path: String, mode: mode_t) throws(SystemError) {
     var prefix = ""
