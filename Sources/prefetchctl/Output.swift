@@ -50,19 +50,15 @@ enum Output {
 }
 
 extension String {
-    /// The text with what a terminal would act on written out as `\uXXXX`: C0 and C1 controls, DEL, and the bidi
-    /// overrides and isolates that reorder what follows. Text from the daemon carries what servers sent (a
-    /// content type, an error's detail), and nothing a server sends may move the cursor, retitle the window or
-    /// disguise a URL. `keepingNewlines` leaves `\n` alone (multi-line text such as metrics).
+    /// The text with what a terminal would act on (`actsOnTerminal`) written out as `\uXXXX`: text from the daemon
+    /// carries what servers sent (a content type, an error's detail). `keepingNewlines` leaves `\n` alone (multi-line
+    /// text such as metrics).
     func forTerminal(keepingNewlines: Bool) -> String {
-        guard utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == 0xC2 || $0 == 0xE2 }) else { return self }
+        guard mayActOnTerminal else { return self }
         var result = ""
         for scalar in unicodeScalars {
-            let value = scalar.value
-            let acts = value < 0x20 || (0x7F...0x9F).contains(value) || (0x202A...0x202E).contains(value)
-                || (0x2066...0x2069).contains(value)
-            if acts && !(keepingNewlines && value == 0x0A) {
-                let hex = String(value, radix: 16)
+            if scalar.actsOnTerminal && !(keepingNewlines && scalar == "\n") {
+                let hex = String(scalar.value, radix: 16)
                 result += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
             } else {
                 result.unicodeScalars.append(scalar)

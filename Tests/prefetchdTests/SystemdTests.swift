@@ -75,14 +75,14 @@ struct SystemdTests {
         #expect(!(listener.received + later).contains { $0.text.contains("WATCHDOG=1") }, "WATCHDOG_PID=\(owner)")
     }
 
-    @Test("a log line holds one message: control characters from outside are written out (a relative NOTIFY_SOCKET with a newline forged a line of its own)")
+    @Test("a log line holds one message: control characters from outside are written out (a relative NOTIFY_SOCKET with a newline forged a line of its own; a C1 CSI reached the terminal, and a right-to-left override reordered the line)")
     func logLinesCannotBeForged() throws {
-        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": "nonexistent/x\n2026-01-01 00:00:00 prefetchd[1] error: forged\u{1B}[2J"])
+        let daemon = try ServiceDaemon(environment: ["NOTIFY_SOCKET": "nonexistent/x\n2026-01-01 00:00:00 prefetchd[1] error: forged\u{1B}[2J\u{9B}2J\u{202E}gpj.exe"])
         #expect(daemon.waitForLog("not notifying systemd"), "\(daemon.log)")
-        #expect(daemon.log.contains("NOTIFY_SOCKET=nonexistent/x\\n2026-01-01 00:00:00 prefetchd[1] error: forged\\x1b[2J: "),
+        #expect(daemon.log.contains("NOTIFY_SOCKET=nonexistent/x\\n2026-01-01 00:00:00 prefetchd[1] error: forged\\x1b[2J\\x9b2J\\u202egpj.exe: "),
                 "\(daemon.log)")
         #expect(!daemon.log.split(separator: "\n").contains { $0.hasPrefix("2026-01-01") }, "\(daemon.log)")
-        #expect(!daemon.log.contains("\u{1B}"))
+        #expect(!daemon.log.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\u{9B}" || $0 == "\u{202E}" })
     }
 
     @Test("started by systemd-socket-activate --fdname=ctl, the first client is served and the socket is not unlinked")

@@ -1,4 +1,5 @@
 import Glibc
+import PrefetchProtocol
 import QueueCore
 
 /// Lines on stderr: with a syslog priority prefix under journald (`JOURNAL_STREAM`), else timestamped.
@@ -39,15 +40,14 @@ enum Log {
 }
 
 extension Log {
-    /// `message` with its control characters written out (`\n`, `\x1b`): a line holds one message, so that text
-    /// from outside (a server's header, an environment variable) can neither forge a line of its own nor reach a
-    /// terminal as an escape sequence.
+    /// `message` with what a terminal would act on written out (`\n`, `\x1b`, `\u202e`: `actsOnTerminal`): a line
+    /// holds one message, so that text from outside (a server's header, an environment variable) can neither forge
+    /// a line of its own, reach a terminal as an escape sequence, nor reorder what the line shows.
     static func oneLine(_ message: String) -> String {
-        let isControl = { (byte: UInt8) in byte < 0x20 || byte == 0x7F }
-        guard message.utf8.contains(where: isControl) else { return message }
+        guard message.mayActOnTerminal else { return message }
         var escaped = ""
         for scalar in message.unicodeScalars {
-            guard scalar.isASCII, isControl(UInt8(scalar.value)) else {
+            guard scalar.actsOnTerminal else {
                 escaped.unicodeScalars.append(scalar)
                 continue
             }
@@ -57,7 +57,8 @@ extension Log {
             case "\t": escaped += "\\t"
             default:
                 let hex = String(scalar.value, radix: 16)
-                escaped += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+                let (prefix, width) = scalar.value < 0x100 ? ("\\x", 2) : ("\\u", 4)
+                escaped += prefix + String(repeating: "0", count: width - hex.count) + hex
             }
         }
         return escaped
