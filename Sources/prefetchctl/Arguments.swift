@@ -88,14 +88,18 @@ struct Arguments {
                 name = String(word[..<equals])
                 inline = String(word[word.index(after: equals)...])
             }
-            guard let option = Option(word: name) else { throw .usage("unknown option '\(word)' (see prefetchctl --help)") }
+            guard let option = Option(word: name) else {
+                throw .usage("unknown option '\(word)'\(didYouMean(name, Option.allCases.map(\.rawValue))) (see prefetchctl --help)")
+            }
             guard option.takesValue || inline == nil else { throw .usage("\(name) takes no value") }
             parsed.given.append(Given(option: option, spelled: name, value: option.takesValue ? inline ?? rest.popFirst() : nil))
         }
         parsed.version = parsed.given.contains { $0.option == .version }
         parsed.help = parsed.given.contains { $0.option == .help }
         guard !parsed.version, let verbName else { return parsed }
-        guard let verb = Verb.named(verbName) else { throw .usage("unknown verb '\(verbName)' (see prefetchctl --help)") }
+        guard let verb = Verb.named(verbName) else {
+            throw .usage("unknown verb '\(verbName)'\(didYouMean(verbName, Verb.all.map(\.name))) (see prefetchctl --help)")
+        }
         parsed.verb = verb
         if parsed.help { return parsed }
         try verb.refuseOptions(parsed.given)

@@ -113,6 +113,22 @@ struct CLITests {
         #expect(!daemon.ctl("info", url).stdout.contains("task:"), "the daemon holds no task for it")
     }
 
+    @Test("a mistyped verb, option or setting is named with the one meant (exit 2 and 1, before connecting or starting)")
+    func didYouMean() throws {
+        let verb = run(Paths.prefetchctl, ["--socket", "/nonexistent/ctl.sock", "gte", "http://example.com/a.jpg"])
+        #expect(verb.status == 2 && verb.stderr == "prefetchctl: unknown verb 'gte'; did you mean 'get'? (see prefetchctl --help)\n",
+                "\(verb.stderr)")
+        let option = run(Paths.prefetchctl, ["--socket", "/nonexistent/ctl.sock", "get", "--tiemout=3", "http://example.com/a.jpg"])
+        #expect(option.status == 2 && option.stderr.contains("unknown option '--tiemout=3'; did you mean '--timeout'?"),
+                "\(option.stderr)")
+        let unlike = run(Paths.prefetchctl, ["--socket", "/nonexistent/ctl.sock", "fetch", "http://example.com/a.jpg"])
+        #expect(unlike.status == 2 && unlike.stderr == "prefetchctl: unknown verb 'fetch' (see prefetchctl --help)\n",
+                "\(unlike.stderr)")
+        let flag = run(Paths.prefetchd, ["--check-config", "--cache-dri", "/tmp/x"])
+        #expect(flag.status == 1 && flag.stderr.contains("unknown option '--cache-dri'; did you mean '--cache-dir'?"),
+                "\(flag.stderr)")
+    }
+
     @Test("an option the verb does not take is a usage error (exit 2), not silently ignored")
     func optionsTheVerbDoesNotTake() throws {
         let daemon = try DaemonUnderTest()

@@ -46,7 +46,7 @@ struct ConfigTests {
     }
 
     @Test("--check-config on a bad file fails with the file and line", arguments: [
-        ("fast_width = 4\nfast_widht = 5\n", ":2: unknown key 'fast_widht'"),
+        ("fast_width = 4\nfast_widht = 5\n", ":2: unknown key 'fast_widht'; did you mean 'fast_width'?"),
         ("\n\nfast_width = 0\n", ":3: fast_width: '0' is not a number in 1...1024"),
         ("max_cache_bytes = lots\n", ":1: max_cache_bytes: 'lots' is not a size"),
         ("log_level = loud\n", ":1: log_level: 'loud' is not one of error, warning, info, debug"),

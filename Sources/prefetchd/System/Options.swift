@@ -359,7 +359,8 @@ struct Options {
                     continue
                 }
                 guard let setting = setting(flag: flag) else {
-                    throw DaemonError("unknown option '\(argument)' (see prefetchd --help)")
+                    let flags = settings.map(\.flag) + ["--help", "--version", "--check-config", "--config"]
+                    throw DaemonError("unknown option '\(argument)'\(didYouMean(flag, flags)) (see prefetchd --help)")
                 }
                 flags.append((flag, setting, try value()))
             }
@@ -377,7 +378,8 @@ struct Options {
                     continue
                 }
                 guard let setting = setting(key: entry.key) else {
-                    throw DaemonError("\(location): unknown key '\(entry.key)' (see prefetchd.conf(5))")
+                    throw DaemonError("\(location): unknown key '\(entry.key)'\(didYouMean(entry.key, settings.map(\.key))) "
+                                      + "(see prefetchd.conf(5))")
                 }
                 do {
                     try setting.read(&options, entry.value)
