@@ -32,6 +32,34 @@ import Testing
         #expect(ImageInspector.inspect(sosOnly, policy: policy).code == .notAnImage)
     }
 
+    /// A progressive grayscale JPEG of `scans` scans, each one end-of-band run of 32,767 blocks (as the fixture
+    /// scans.jpg): a decoder goes over the whole picture for each.
+    func progressiveJPEG(width: Int, height: Int, scans: Int) -> [UInt8] {
+        func segment(_ marker: UInt8, _ data: [UInt8]) -> [UInt8] {
+            [0xFF, marker, UInt8((data.count + 2) >> 8), UInt8((data.count + 2) & 0xFF)] + data
+        }
+        let frame = [8, UInt8(height >> 8), UInt8(height & 0xFF), UInt8(width >> 8), UInt8(width & 0xFF), 1, 1, 0x11, 0]
+        var jpeg: [UInt8] = [0xFF, 0xD8] + segment(0xDB, [0] + [UInt8](repeating: 1, count: 64)) + segment(0xC2, frame)
+        jpeg += segment(0xC4, [0x10, 1] + [UInt8](repeating: 0, count: 15) + [0xE0])
+        let scan = segment(0xDA, [1, 1, 0, 1, 63, 0]) + [0x7F, 0xFF, 0]
+        return jpeg + (0..<scans).flatMap { _ in scan } + [0xFF, 0xD9]
+    }
+
+    @Test("a large JPEG may have fewer scans than a small one: 250 scans of 7000x7000 took 12 s of a worker per variant; now at most 42 at 50 megapixels, 256 at any size")
+    func scansBoundedByPixels() throws {
+        let problem = { (width: Int, height: Int, scans: Int) throws -> String? in
+            try ImageIntegrity.problem(self.scratch.write("scans.jpg", self.progressiveJPEG(width: width, height: height, scans: scans)),
+                                       format: "jpeg")
+        }
+        #expect(try problem(7000, 7000, 43) == nil)
+        #expect(try problem(7000, 7000, 44) == "the JPEG has more than 43 scans (7000x7000): each is decoded over the whole picture, which would take too long")
+        #expect(try problem(8000, 6000, 44) == nil)
+        #expect(try problem(65535, 65535, 1) == nil)
+        #expect(try problem(65535, 65535, 2)?.hasPrefix("the JPEG has more than 1 scans") == true)
+        #expect(try problem(64, 64, 256) == nil)
+        #expect(try problem(64, 64, 257)?.hasPrefix("the JPEG has more than 256 scans (64x64)") == true)
+    }
+
     @Test func truncatedJPEGIsNotAnImage() throws {
         let whole = Bytes.read(try scratch.image("whole.jpg", width: 400, height: 300,
                                                   bands: [(0, 0, 200, 300, 0x00FF00FF)]))
