@@ -74,8 +74,8 @@ final class Daemon {
         store = try Store(directory: options.cacheDirectory)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
-        // Saved on the scheduler's clock of an earlier run: a wall clock stepped since moves them, by at most how long
-        // they last.
+        // Saved on the wall clock, where the scheduler's starts: one set back since makes what is left at most as long
+        // as a pause or a remembered failure lasts.
         let now = schedulerMilliseconds()
         for pause in try store.pausedHosts(now: now) {
             let until = min(pause.until, now + options.schedulerConfiguration.hostPause)
@@ -419,13 +419,17 @@ final class Daemon {
                 // The transfers that ran when a host was paused fail one after another and make the pause longer:
                 // said once per pause.
                 let now = schedulerMilliseconds()
-                if (pausesLogged[host] ?? 0) <= now {
+                if (pausesLogged[host] ?? .min) <= now {
                     pausesLogged = pausesLogged.filter { $0.value > now }
                     let seconds = max(0, until.milliseconds - now) / 1000
                     Log.warning("pausing \(host) for \(seconds) s: it failed too often in a row")
                 }
                 pausesLogged[host] = until.milliseconds
-                do { try store.savePause(host: host, until: until.milliseconds) } catch { Log.error("cannot persist the pause of \(host): \(error)") }
+                do {
+                    try store.savePause(host: host, until: until.wallClockMilliseconds)
+                } catch {
+                    Log.error("cannot persist the pause of \(host): \(error)")
+                }
             case .abort(let key):
                 fetches.abort(key)
             case .answer(let waiter, let answer):
@@ -443,7 +447,7 @@ final class Daemon {
                 }
             case .remember(let key, let failure, let until):
                 do {
-                    try store.saveFailure(key, failure, until: until.milliseconds)
+                    try store.saveFailure(key, failure, until: until.wallClockMilliseconds)
                 } catch {
                     Log.error("cannot remember the failure of \(key): \(error)")
                 }

@@ -114,6 +114,18 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(headers("Retry-After: soon").retryAfterMilliseconds(now: now) == nil)
     }
 
+    @Test("a Retry-After date counts from the response's Date, on the server's clock (a client clock an hour behind waited an hour more, an hour ahead not at all); without a Date, from now")
+    func retryAfterDateFromTheServersDate() {
+        let serverTime = "Date: Sat, 05 Dec 2026 06:00:00 GMT"
+        let retryDate = "Retry-After: Sat, 05 Dec 2026 06:00:08 GMT"
+        let serverNow: Int64 = 1_796_450_400_000  // 2026-12-05 06:00:00 UTC
+        for clientNow in [serverNow, serverNow - 3_600_000, serverNow + 3_600_000] {
+            #expect(headers(serverTime, retryDate).retryAfterMilliseconds(now: clientNow) == 8_000, "\(clientNow - serverNow)")
+        }
+        #expect(headers(retryDate).retryAfterMilliseconds(now: serverNow - 2_000) == 10_000)
+        #expect(headers(serverTime, "Retry-After: 8").retryAfterMilliseconds(now: serverNow - 3_600_000) == 8_000)
+    }
+
     @Test("Vary: * was reused from the cache; now it is stale at once and not kept for later hits")
     func varyStar() {
         for vary in ["*", "Accept, *", " * "] {

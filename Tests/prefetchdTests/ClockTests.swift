@@ -27,7 +27,7 @@ struct ClockTests {
         }
 
         func step(seconds: Int) throws {
-            try "\(seconds)\n".write(toFile: offsetFile, atomically: true, encoding: .utf8)
+            try "\(seconds < 0 ? "" : "+")\(seconds)\n".write(toFile: offsetFile, atomically: true, encoding: .utf8)
         }
     }
 
@@ -60,6 +60,29 @@ struct ClockTests {
         let until = try #require(try pausedUntil(daemon, port: port), "\(daemon.log.suffix(400))")
         let daemonNow = Int(Date().timeIntervalSince1970) - 3600
         #expect((daemonNow...daemonNow + 61).contains(until), "paused until \(until - daemonNow) s after the daemon's now")
+    }
+
+    @Test("a failure remembered while the clock was an hour behind came back for its whole TTL at a restart after it had ended; one remembered while the clock was an hour ahead was forgotten at a restart at once. Saved on the wall clock now, neither")
+    func rememberedFailureAcrossRestart() throws {
+        let origin = try Origin()
+        let behind = try SteppedDaemon("negative_ttl = 2\n")
+        try behind.step(seconds: -3600)
+        let gone = origin.url("/gone.jpg?status=404")
+        #expect(behind.daemon.ctl("get", gone).status == 1)
+        usleep(2_500_000)  // its 2 s are over
+        behind.daemon.child?.stop()
+        try behind.daemon.start()
+        #expect(behind.daemon.ctl("get", gone).status == 1)
+        #expect(try origin.count("/gone.jpg") == 2, "the failure had ended: asked again")
+
+        let ahead = try SteppedDaemon("negative_ttl = 300\n")
+        try ahead.step(seconds: 3600)
+        let missing = origin.url("/missing.jpg?status=404")
+        #expect(ahead.daemon.ctl("get", missing).status == 1)
+        ahead.daemon.child?.stop()
+        try ahead.daemon.start()
+        #expect(ahead.daemon.ctl("get", missing).status == 1)
+        #expect(try origin.count("/missing.jpg") == 1, "remembered for 300 s: not asked again")
     }
 
     /// When `status` says the host on `port` is paused until (Unix seconds), if it is.

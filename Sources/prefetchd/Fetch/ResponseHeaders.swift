@@ -171,12 +171,15 @@ struct ResponseHeaders: Equatable {
         }
     }
 
-    /// `Retry-After` in milliseconds from `now` (Unix ms), from seconds or an HTTP date, at most `maximumSpan`.
+    /// `Retry-After` in milliseconds, from seconds or an HTTP date, at most `maximumSpan`. A date counts from the
+    /// response's `Date`, on the server's own clock, else from `now` (Unix ms): a client clock an hour off would wait
+    /// an hour more, or not at all.
     func retryAfterMilliseconds(now: Int64) -> Int64? {
         guard let retryAfter else { return nil }
         if let seconds = Self.deltaSeconds(retryAfter) { return seconds * 1000 }
-        guard let date = Self.parseDate(retryAfter) else { return nil }
-        return min(max(0, date.saturatingSubtract(now)), Self.maximumSpan)
+        guard let retryDate = Self.parseDate(retryAfter) else { return nil }
+        let sent = date.flatMap(Self.parseDate) ?? now
+        return min(max(0, retryDate.saturatingSubtract(sent)), Self.maximumSpan)
     }
 
     /// The `max-age` directive in seconds (at most 2^31), if present; one that is not a number gives 0, so the
