@@ -260,4 +260,30 @@ struct HostileResponseTests {
         }
         #expect(daemon.log.contains("bytes nobody asked for on an idle connection"), "\(daemon.log.suffix(400))")
     }
+
+    @Test("eight idle connections of one server with bytes nobody asked for: a get with max_attempts 1 failed ('Failed sending data to the peer') once curl's five retries each met one of them; now all eight are ended at the first")
+    func manyIdleConnectionsWithBytesNobodyAskedFor() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        let busy = (0..<8).map { origin.url("/busy-\($0).jpg?delay=0.3&unasked=0.3") }
+        #expect(daemon.ctl(arguments: ["get"] + busy).status == 0)
+        usleep(800_000)  // each of the eight connections now holds a response nobody asked for
+        let got = daemon.ctl("get", origin.url("/after.jpg"))
+        #expect(got.status == 0, "\(got.stderr) \(daemon.log.suffix(600))")
+        #expect(FileManager.default.contents(atPath: got.stdout.trimmingCharacters(in: .newlines)) == (try origin.body("/after.jpg")))
+        #expect(daemon.log.contains("(and on 7 more)"), "\(daemon.log.suffix(600))")
+    }
+
+    @Test("a server ending an idle connection (a 408, then the end of it, at its keep-alive timeout), or a body with an empty line more, was warned about as bytes nobody asked for; neither is a response: the next get goes out on another connection, without a warning")
+    func idleConnectionClosedByTheServer() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for (first, next) in [("/kept.jpg?idle_408=0.2", "/next.jpg"), ("/crlf.jpg?crlf_after=1", "/after-crlf.jpg")] {
+            #expect(daemon.ctl("get", origin.url(first)).status == 0)
+            usleep(600_000)
+            let got = daemon.ctl("get", origin.url(next))
+            #expect(FileManager.default.contents(atPath: got.stdout.trimmingCharacters(in: .newlines)) == (try origin.body(next)))
+        }
+        #expect(!daemon.log.contains("nobody asked for"), "\(daemon.log.suffix(400))")
+    }
 }

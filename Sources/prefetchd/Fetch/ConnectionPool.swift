@@ -77,7 +77,6 @@ final class ConnectionPool {
     }
 
     func remove(_ easy: UnsafeMutableRawPointer) {
-        idleConnections.transferEnded(easy)
         curl_multi_remove_handle(multi, easy)
         attached -= 1
         if attached == 0 {

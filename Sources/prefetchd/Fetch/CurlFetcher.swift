@@ -391,6 +391,7 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
+            pool.idleConnections.transferEnded(easy)
             pool.remove(easy)
             // A lookup that failed at once is asked again (NXDOMAIN?). One that took a second or more met a resolver
             // that did not answer (glibc's shortest timeout is 1 s): transient, as curl reported it.

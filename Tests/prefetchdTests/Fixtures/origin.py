@@ -73,6 +73,9 @@ Query parameters (combine freely):
                        bytes from A to the end
     auth=USER:PASS     401 unless the request carries Basic credentials
                        USER:PASS (the URL's userinfo)
+    crlf_after=1       50 ms after the response, an empty line more (CRLF)
+    idle_408=S         without a next request within S seconds of the
+                       response, a 408 and the end of the connection
     unasked=S          S seconds after the response, a second whole 200
                        response on the same connection, unasked (the JPEG
                        of /unasked.jpg)
@@ -94,6 +97,7 @@ import hashlib
 import io
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -787,6 +791,22 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif "unasked" in q:
             self._send_unasked(parse_float(q, "unasked"))
+        elif "idle_408" in q:
+            self._close_idle(parse_float(q, "idle_408"))
+        elif truthy(q, "crlf_after"):
+            self.wfile.flush()
+            time.sleep(0.05)
+            self.wfile.write(b"\r\n")
+
+    def _close_idle(self, seconds):
+        """Without a next request within `seconds`, a 408 and the end of the connection, as servers do at their
+        keep-alive timeout."""
+        self.wfile.flush()
+        if select.select([self.connection], [], [], seconds)[0]:
+            return
+        self.wfile.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        self.wfile.flush()
+        self.close_connection = True
 
     def _send_unasked(self, seconds):
         """After `seconds`, a whole 200 response nobody asked for (the JPEG of /unasked.jpg), on this connection."""
