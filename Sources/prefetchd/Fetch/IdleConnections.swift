@@ -84,7 +84,7 @@ final class IdleConnections {
         guard count > (connection.overTLS ? 31 : 0), !peerClosed(connection.socket) else { return nil }
         guard !connection.overTLS, count <= 16 else { return count }
         var head = [UInt8](repeating: 0, count: count)
-        let emptyLines = recv(connection.socket, &head, count, Int32(MSG_PEEK | MSG_DONTWAIT)) == count
+        let emptyLines = recv(connection.socket, &head, count, Int32(MSG_PEEK)) == count
             && head.allSatisfy { $0 == 0x0D || $0 == 0x0A }
         return emptyLines ? nil : count
     }
@@ -103,14 +103,15 @@ final class IdleConnections {
     }
 
     /// Shuts the connection down and reads away what waits on it: curl then finds it closed when it looks for a
-    /// connection to use (a socket with bytes to read would pass for alive).
+    /// connection to use (a socket with bytes to read would pass for alive). No read blocks: after the shutdown an
+    /// empty socket reads as its end.
     private func end(_ endpoint: Endpoint) {
         guard let connection = served.removeValue(forKey: endpoint) else { return }
         shutdown(connection.socket, Int32(SHUT_RDWR))
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         var drained = 0
         while drained < 1 << 20 {
-            let count = recv(connection.socket, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            let count = recv(connection.socket, &buffer, buffer.count, 0)
             guard count > 0 else { break }
             drained += count
         }
