@@ -12,7 +12,9 @@ func suggestion(for word: String, among names: some Sequence<String>) -> String?
     var best: (name: String, distance: Int)?
     var tied = false
     for name in names {
-        let distance = editDistance(typed, Array(name.unicodeScalars))
+        let candidate = Array(name.unicodeScalars)
+        guard abs(candidate.count - typed.count) <= limit else { continue }
+        let distance = editDistance(typed, candidate)
         guard distance <= limit else { continue }
         if let current = best, distance >= current.distance {
             if distance == current.distance, name != current.name { tied = true }

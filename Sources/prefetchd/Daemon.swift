@@ -74,19 +74,20 @@ final class Daemon {
         store = try Store(directory: options.cacheDirectory)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
-        // Saved on the wall clock, where the scheduler's starts: one set back since makes what is left at most as long
-        // as a pause or a remembered failure lasts.
-        let now = schedulerMilliseconds()
-        for pause in try store.pausedHosts(now: now) {
-            let until = min(pause.until, now + options.schedulerConfiguration.hostPause)
-            scheduler.pause(host: pause.host, until: Moment(milliseconds: until))
+        // Saved with their end on the wall clock: a clock set back since makes what is left at most as long as a pause
+        // or a remembered failure lasts.
+        let wallNow = wallClockMilliseconds()
+        let now = Moment.now
+        for pause in try store.pausedHosts(now: wallNow) {
+            let left = min(pause.until.saturatingSubtract(wallNow), options.schedulerConfiguration.hostPause)
+            scheduler.pause(host: pause.host, until: now + left)
         }
-        for failure in try store.failures(now: now) {
-            let until = min(failure.until, now + options.retry.negativeTTL)
-            scheduler.remember(failure.key, failure.failure, until: Moment(milliseconds: until))
+        for failure in try store.failures(now: wallNow) {
+            let left = min(failure.until.saturatingSubtract(wallNow), options.retry.negativeTTL)
+            scheduler.remember(failure.key, failure.failure, until: now + left)
         }
         crashGuard = try CrashGuard(store: store, dieOn: options.environment["PREFETCHD_TEST_DIE_ON"])
-        try quarantine(crashGuard.quarantine, now: now)
+        try quarantine(crashGuard.quarantine)
         let swept = try store.recover()
         if swept.temporaries + swept.badRows + swept.orphans > 0 {
             Log.info("recovery: removed \(swept.temporaries) temporary files, \(swept.badRows) rows without their file, \(swept.orphans) orphan files")
@@ -192,7 +193,8 @@ final class Daemon {
         clients.flush()
         let workRanOut = memory.turnEnded(idle: scheduler.counts.tasks == 0)
         telemetry.summarizeActivity(workRanOut: workRanOut, queued: scheduler.counts.slowWaiting + Int(backlogOnly))
-        // The loop's clock is monotonic; the scheduler's also counts a suspended machine's sleep.
+        // The loop's clock is monotonic and stops in a suspend, the scheduler's counts the sleep: the timer is aimed
+        // again at every turn, at least every 5 s (`accessFlushTimer`).
         retryTimer.schedule(at: scheduler.nextDeadline.map {
             monotonicMilliseconds() + max(0, $0.milliseconds - schedulerMilliseconds())
         })
@@ -321,7 +323,7 @@ final class Daemon {
         case .evictAll: evictAll(id, connection)
         case .view(let change): view(change, id: id, connection: connection, now: now)
         case .change(let op, let urls, let summary): change(op, urls, summary: summary, id, connection, now: now)
-        case .info(let text): info(text, id, connection, now: now)
+        case .info(let text): info(text, id, connection)
         case .status: reply(connection, id, status())
         case .watch:
             reply(connection, id, Watching())

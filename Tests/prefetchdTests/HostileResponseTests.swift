@@ -258,7 +258,7 @@ struct HostileResponseTests {
             let file = got.stdout.trimmingCharacters(in: .newlines)
             #expect(FileManager.default.contents(atPath: file) == (try plain.body(path)), "\(path): \(daemon.log.suffix(400))")
         }
-        #expect(daemon.log.contains("bytes nobody asked for on an idle connection"), "\(daemon.log.suffix(400))")
+        #expect(daemon.log.contains("bytes nobody asked for"), "\(daemon.log.suffix(400))")
     }
 
     @Test("eight idle connections of one server with bytes nobody asked for: a get with max_attempts 1 failed ('Failed sending data to the peer') once curl's five retries each met one of them; now all eight are ended at the first")

@@ -5,14 +5,14 @@ import QueueCore
 extension Daemon {
     /// Sets aside, at start-up, the URLs that were being handled when the daemon died twice in a row (`CrashGuard`):
     /// remembered as a `quarantined` failure for the negative TTL, out of the durable queue and the cache.
-    func quarantine(_ keys: [String], now: Int64) throws {
+    func quarantine(_ keys: [String]) throws {
         for key in keys {
             let seconds = options.retry.negativeTTL / 1000
             let failure = Failure(code: .quarantined, message: "set aside for \(seconds) s: the daemon died twice in a row "
                                   + "while handling this URL's response", isTransient: false)
-            let until = now + options.retry.negativeTTL
-            scheduler.remember(key, failure, until: Moment(milliseconds: until))
-            try store.saveFailure(key, failure, until: until)
+            let until = Moment.now + options.retry.negativeTTL
+            scheduler.remember(key, failure, until: until)
+            try store.saveFailure(key, failure, until: until.wallClockMilliseconds)
             try store.dequeue(key)
             try store.removePartial(key)
             try store.remove(key)

@@ -9,7 +9,8 @@ import Glibc
 /// one before. curl 7.88 reuses such a connection. So bytes waiting on a connection when a response on it has ended
 /// (`transferEnded`), or when a request is about to go out on it (`beforeRequest`), end it: it is shut down, and a
 /// request about to go out fails to, so that curl sends it again on another connection, as it does when a reused
-/// connection died. Bytes that come after the next request went out are taken as its answer: the shift then lasts
+/// connection died. A connection a request went out on is in use until its response ends: what comes in then is
+/// never looked at. Bytes that come after the next request went out are taken as its answer: the shift then lasts
 /// until the connection is found with bytes waiting (docs/transport.md).
 final class IdleConnections {
     /// A connection as the pre-request callback names it.
@@ -19,17 +20,33 @@ final class IdleConnections {
         var remotePort: Int
     }
 
-    private struct Connection {
+    struct Connection {
         var socket: Int32
         var overTLS: Bool
     }
 
-    /// The connections that served a whole HTTP/1 response, until curl closes them.
-    private var served: [Endpoint: Connection] = [:]
+    /// What waits on a connection between a response and the next request.
+    enum Waiting: Equatable {
+        case nothing
+        /// Bytes that may be a response.
+        case unasked(Int)
+        /// The server's end of the connection (a 408 or a TLS alert before it), or over TLS a record too short to be
+        /// a response (31 bytes at most: an alert).
+        case closing
+        /// Only CR and LF: some servers end a body with one empty line more.
+        case emptyLines(Int)
+    }
 
-    /// After `easy` ended, before it leaves its multi handle: notes its connection when curl keeps it and it spoke
-    /// HTTP/1, or shuts it down when bytes nobody asked for already wait there.
+    /// The connections between a whole HTTP/1 response and the next request on them; one in use is not here.
+    private var idle: [Endpoint: Connection] = [:]
+    /// The transfer (easy handle) whose request went out last on each connection in use. curl may give a connection
+    /// to the next transfer in the same call that ended the one before, whose end then finds it taken.
+    private var users: [Endpoint: UnsafeMutableRawPointer] = [:]
+
+    /// After `easy` ended, before it leaves its multi handle: its connection, when curl keeps it, it spoke HTTP/1 and
+    /// no other transfer took it since.
     func transferEnded(_ easy: UnsafeMutableRawPointer) {
+        defer { users = users.filter { $0.value != easy } }  // the connections of its redirects too
         var version = 0
         var socket: curl_socket_t = -1
         guard pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK,
@@ -46,67 +63,72 @@ final class IdleConnections {
         guard let remote else { return }
         let endpoint = Endpoint(localPort: localPort, remoteAddress: String(cString: remote), remotePort: remotePort)
         let overTLS = scheme.map { String(cString: $0).lowercased() == "https" } ?? false
-        let connection = Connection(socket: socket, overTLS: overTLS)
-        served[endpoint] = connection
-        guard let waiting = unasked(connection) else { return }
-        end(endpoint)
-        Log.warning("\(Self.server(endpoint)) sent \(waiting) bytes nobody asked for after a response; that connection "
-                    + "is not used again")
+        responseEnded(by: easy, on: endpoint, Connection(socket: socket, overTLS: overTLS))
     }
 
-    /// Before a request goes out on `connection`: when it served a response and bytes arrived on it since, it is
-    /// shut down, and so are the other connections to that server with bytes waiting (curl would try them next).
-    func beforeRequest(on connection: Endpoint) {
-        guard let known = served[connection] else { return }
-        if let waiting = unasked(known) {
-            var more = 0
-            for (other, idle) in served where other != connection && other.remoteAddress == connection.remoteAddress
-                && other.remotePort == connection.remotePort && unasked(idle) != nil {
-                end(other)
-                more += 1
-            }
+    /// `easy`'s whole response ended on `connection`: it is idle now, or ended; unless a request of another transfer
+    /// went out on it since.
+    func responseEnded(by easy: UnsafeMutableRawPointer, on endpoint: Endpoint, _ connection: Connection) {
+        guard users[endpoint] == easy else { return }
+        users.removeValue(forKey: endpoint)
+        switch waiting(on: connection) {
+        case .nothing, .emptyLines:
+            idle[endpoint] = connection
+        case .closing:
             end(connection)
-            Log.warning("\(Self.server(connection)) sent \(waiting) bytes nobody asked for on an idle connection"
-                        + (more > 0 ? " (and on \(more) more)" : "") + "; the request goes out on another one")
-        } else if waiting(known.socket) > 0 {
-            // The server closed it (a TLS alert, a 408, then the end), or ended a body with an empty line more.
+        case .unasked(let count):
             end(connection)
-            Log.debug("\(Self.server(connection)) closed an idle connection, or sent an empty line on it; the request "
-                      + "goes out on another one")
+            Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for after a response; that "
+                        + "connection is not used again")
         }
     }
 
-    /// The bytes waiting on `connection` when they may be a response: nil when none wait, when the server sent its
-    /// end after them, when they are empty lines (some servers end a body with one more CRLF), or on TLS when they fit
-    /// in an alert record (31 bytes at most; a response takes more).
-    private func unasked(_ connection: Connection) -> Int? {
-        let count = waiting(connection.socket)
-        guard count > (connection.overTLS ? 31 : 0), !peerClosed(connection.socket) else { return nil }
-        guard !connection.overTLS, count <= 16 else { return count }
-        var head = [UInt8](repeating: 0, count: count)
-        let emptyLines = recv(connection.socket, &head, count, Int32(MSG_PEEK)) == count
-            && head.allSatisfy { $0 == 0x0D || $0 == 0x0A }
-        return emptyLines ? nil : count
+    /// Before `easy`'s request goes out on the connection at `endpoint`, which is in use from now on: when it was
+    /// idle and bytes that may be a response arrived on it since, it is ended, and so are the server's other idle
+    /// connections with such bytes (curl would try them next).
+    func beforeRequest(on endpoint: Endpoint, by easy: UnsafeMutableRawPointer) {
+        users[endpoint] = easy
+        guard let connection = idle.removeValue(forKey: endpoint) else { return }
+        switch waiting(on: connection) {
+        case .nothing:
+            break
+        case .emptyLines(let count):
+            var lines = [UInt8](repeating: 0, count: count)
+            _ = recv(connection.socket, &lines, count, 0)
+        case .closing:
+            end(connection)
+            Log.debug("\(Self.server(endpoint)) closed an idle connection; the request goes out on another one")
+        case .unasked(let count):
+            let others = idle.filter { other, idle in
+                other.remoteAddress == endpoint.remoteAddress && other.remotePort == endpoint.remotePort
+                    && waiting(on: idle) != .nothing
+            }
+            for (other, connection) in others {
+                idle.removeValue(forKey: other)
+                end(connection)
+            }
+            end(connection)
+            Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection"
+                        + (others.isEmpty ? "" : " (and on \(others.count) more)") + "; the request goes out on another one")
+        }
     }
 
-    private func waiting(_ socket: Int32) -> Int {
+    private func waiting(on connection: Connection) -> Waiting {
         var count: Int32 = 0
-        return ioctl(socket, UInt(FIONREAD), &count) == 0 ? Int(count) : 0
-    }
-
-    /// Whether the peer ended its side (the connection is in CLOSE_WAIT).
-    private func peerClosed(_ socket: Int32) -> Bool {
-        var info = tcp_info()
-        var length = socklen_t(MemoryLayout<tcp_info>.size)
-        let closeWait: UInt8 = 8  // TCP_CLOSE_WAIT
-        return getsockopt(socket, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 && info.tcpi_state == closeWait
+        guard ioctl(connection.socket, UInt(FIONREAD), &count) == 0, count > 0 else { return .nothing }
+        if PathWindows.info(connection.socket)?.state == UInt8(TCP_CLOSE_WAIT) { return .closing }
+        if connection.overTLS { return count <= 31 ? .closing : .unasked(Int(count)) }
+        guard count <= 16 else { return .unasked(Int(count)) }
+        var head = [UInt8](repeating: 0, count: Int(count))
+        let emptyLines = recv(connection.socket, &head, head.count, Int32(MSG_PEEK)) == head.count
+            && head.allSatisfy { $0 == 0x0D || $0 == 0x0A }
+        return emptyLines ? .emptyLines(Int(count)) : .unasked(Int(count))
     }
 
     /// Shuts the connection down and reads away what waits on it: curl then finds it closed when it looks for a
     /// connection to use (a socket with bytes to read would pass for alive). No read blocks: after the shutdown an
     /// empty socket reads as its end.
-    private func end(_ endpoint: Endpoint) {
-        guard let connection = served.removeValue(forKey: endpoint) else { return }
+    private func end(_ connection: Connection) {
         shutdown(connection.socket, Int32(SHUT_RDWR))
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         var drained = 0
@@ -120,9 +142,9 @@ final class IdleConnections {
     private static func server(_ endpoint: Endpoint) -> String { "\(endpoint.remoteAddress) port \(endpoint.remotePort)" }
 
     /// curl closes one of its sockets.
-    fileprivate func close(_ socket: Int32) {
-        if let endpoint = served.first(where: { $0.value.socket == socket })?.key { served.removeValue(forKey: endpoint) }
-        Glibc.close(socket)
+    fileprivate func curlClosed(_ socket: Int32) {
+        if let endpoint = idle.first(where: { $0.value.socket == socket })?.key { idle.removeValue(forKey: endpoint) }
+        close(socket)
     }
 
     /// Makes curl tell this about the sockets it closes, for connections `easy` opens.
@@ -135,6 +157,6 @@ final class IdleConnections {
 /// A connection keeps the close callback of the transfer that opened it, which may have ended long before: the data
 /// is `IdleConnections`, which lives as long as the pools.
 private let idleConnectionsClose: curl_closesocket_callback = { userdata, socket in
-    Unmanaged<IdleConnections>.fromOpaque(userdata!).takeUnretainedValue().close(socket)
+    Unmanaged<IdleConnections>.fromOpaque(userdata!).takeUnretainedValue().curlClosed(socket)
     return 0
 }

@@ -171,7 +171,8 @@ final class PathWindows {
         return true
     }
 
-    private static func info(_ fd: Int32) -> pf_tcp_info? {
+    /// What the kernel knows of a TCP socket (`TCP_INFO`), if it says.
+    static func info(_ fd: Int32) -> pf_tcp_info? {
         var info = pf_tcp_info()
         var length = socklen_t(MemoryLayout<pf_tcp_info>.size)
         guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0,

@@ -506,7 +506,7 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, remo
     let address = remote.map { String(cString: $0) } ?? ""
     guard transfer.allows(address) else { return 1 }  // CURL_PREREQFUNC_ABORT
     transfer.idleConnections.beforeRequest(on: .init(localPort: Int(localPort), remoteAddress: address,
-                                                     remotePort: Int(remotePort)))
+                                                     remotePort: Int(remotePort)), by: transfer.easy)
     transfer.requestSent = true
     return 0  // CURL_PREREQFUNC_OK
 }

@@ -40,7 +40,7 @@ enum ImageIntegrity {
         guard try reader.bytes(2) == [0xFF, 0xD8] else { return "the JPEG has no start-of-image marker" }
         var pending: UInt8?
         var scans = 0
-        var frame: (width: Int64, height: Int64)?
+        var frame: (width: Int, height: Int)?
         while true {
             let marker: UInt8
             if let next = pending {
@@ -71,13 +71,13 @@ enum ImageIntegrity {
                 var read = 2
                 if ImageHeader.isStartOfFrame(marker), frame == nil, length >= 7 {
                     guard let head = try reader.bytes(5) else { return truncated }
-                    frame = (Int64(head.bigEndian16(at: 3)), Int64(head.bigEndian16(at: 1)))
+                    frame = frameSize(head)
                     read = 7
                 }
                 guard try reader.skip(Int64(length - read)) else { return truncated }
                 if marker == 0xDA {
                     scans += 1
-                    let pixels = frame.map { max(1, $0.width * $0.height) } ?? 1
+                    let pixels = frame.map { Int64(max(1, $0.width * $0.height)) } ?? 1
                     let allowed = Int(min(Int64(maximumJPEGScans), max(1, jpegScanPixels / pixels)))
                     guard scans <= allowed else {
                         let size = frame.map { " (\($0.width)x\($0.height))" } ?? ""
@@ -111,13 +111,18 @@ enum ImageIntegrity {
             default:
                 guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }), length >= 2 else { return nil }
                 if ImageHeader.isStartOfFrame(marker) {
-                    guard length >= 7, let frame = try reader.bytes(5) else { return nil }
-                    return (Int(frame.bigEndian16(at: 3)), Int(frame.bigEndian16(at: 1)))
+                    guard length >= 7, let head = try reader.bytes(5) else { return nil }
+                    return frameSize(head)
                 }
                 guard try reader.skip(Int64(length - 2)) else { return nil }
             }
         }
         return nil
+    }
+
+    /// The size in the first five bytes of a frame header (SOF): precision, height, width.
+    private static func frameSize(_ head: [UInt8]) -> (width: Int, height: Int) {
+        (Int(head.bigEndian16(at: 3)), Int(head.bigEndian16(at: 1)))
     }
 
     /// libpng, gdk-pixbuf's PNG reader, refuses the whole image when its header chunk is damaged or a side is over

@@ -33,7 +33,7 @@ extension Daemon {
         reply(connection, id, Self.batchResult(results, summary: summary))
     }
 
-    func info(_ text: String, _ id: RequestID?, _ connection: Connection, now: Int64) {
+    func info(_ text: String, _ id: RequestID?, _ connection: Connection) {
         do {
             let url = try CanonicalURL(text)
             let failure = scheduler.rememberedFailure(url.key, now: .now).map(WireError.init)

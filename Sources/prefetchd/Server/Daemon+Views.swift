@@ -103,7 +103,7 @@ extension Daemon {
                 }
             }
             for row in plan.show {
-                actions += show(row, of: view, on: connection, scheduler: &scheduler, now: now, cached: &cached)
+                actions += show(row, of: view, on: connection, scheduler: &scheduler, now: now, moment: moment, cached: &cached)
             }
             return actions
         }
@@ -116,7 +116,7 @@ extension Daemon {
     /// A row became visible: answered from the cache (`cached`, once the batch is over), or made urgent work with a
     /// waiter.
     private func show(_ row: Int, of view: View, on connection: Connection, scheduler: inout Scheduler, now: Int64,
-                      cached: inout [(row: Int, entry: IndexEntry)]) -> [Action] {
+                      moment: Moment, cached: inout [(row: Int, entry: IndexEntry)]) -> [Action] {
         switch view[row] {
         case .rejected(let text, let error):
             send(connection, viewEvent(row: row, url: text, .failure(error)))
@@ -141,7 +141,7 @@ extension Daemon {
             let waiter = connection.addWait(for: url.key, variant: view.variant, recipient: recipient)
             view.rowWaits(row, as: waiter)
             if !scheduler.hasTask(url.key) { taskCreated(url.key) }
-            return scheduler.get(url, waiter: waiter, cache: state, now: .now, tentative: true)
+            return scheduler.get(url, waiter: waiter, cache: state, now: moment, tentative: true)
         }
     }
 }

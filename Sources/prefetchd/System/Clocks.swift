@@ -26,5 +26,7 @@ extension Moment {
     static var now: Moment { Moment(milliseconds: schedulerMilliseconds()) }
 
     /// This moment on the wall clock, for people and clients (a pause's end in `status`).
-    var wallClockMilliseconds: Int64 { milliseconds - schedulerMilliseconds() + prefetchd.wallClockMilliseconds() }
+    var wallClockMilliseconds: Int64 {
+        milliseconds.saturatingSubtract(schedulerMilliseconds()).saturatingAdd(prefetchd.wallClockMilliseconds())
+    }
 }

@@ -359,8 +359,8 @@ struct Options {
                     continue
                 }
                 guard let setting = setting(flag: flag) else {
-                    let flags = settings.map(\.flag) + ["--help", "--version", "--check-config", "--config"]
-                    throw DaemonError("unknown option '\(argument)'\(didYouMean(flag, flags)) (see prefetchd --help)")
+                    let known = settings.map(\.flag) + ["--help", "--version", "--check-config", "--config"]
+                    throw DaemonError("unknown option '\(argument)'\(didYouMean(flag, known)) (see prefetchd --help)")
                 }
                 flags.append((flag, setting, try value()))
             }
