@@ -129,6 +129,13 @@ struct CLITests {
                 "\(flag.stderr)")
     }
 
+    @Test("info of a URL the daemon refuses names the URL, as get does (it said only 'invalid_url: …')")
+    func infoNamesTheURL() throws {
+        let daemon = try DaemonUnderTest()
+        let result = daemon.ctl("info", "example.com/a.jpg")
+        #expect(result.status == 4 && result.stderr.hasPrefix("prefetchctl: example.com/a.jpg: invalid_url: "), "\(result.stderr)")
+    }
+
     @Test("an option the verb does not take is a usage error (exit 2), not silently ignored")
     func optionsTheVerbDoesNotTake() throws {
         let daemon = try DaemonUnderTest()

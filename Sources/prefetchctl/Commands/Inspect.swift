@@ -3,8 +3,16 @@ import PrefetchProtocol
 /// `info`, `status`, `list`, `ping`.
 enum InspectCommand {
     static func info(_ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
-        let info = try client.call(Request(id: nil, op: .info, url: arguments.operands[0]), URLInfo.self)
-        if info.cached == nil, info.task == nil, info.failure == nil, Output.hidesPassword(arguments.operands[0]) {
+        let url = arguments.operands[0]
+        let info: URLInfo
+        do {
+            info = try client.call(Request(id: nil, op: .info, url: url), URLInfo.self)
+        } catch .failed(let error) where !arguments.json {
+            // Named as `get` names a URL it could not fetch.
+            Output.message("\(Output.shown(url)): \(error.code): \(error.message)")
+            return ExitCode.of(error, sent: url)
+        }
+        if info.cached == nil, info.task == nil, info.failure == nil, Output.hidesPassword(url) {
             Output.message(Output.hiddenPasswordHint)
         }
         if arguments.json { Output.json(info); return ExitCode.ok }

@@ -499,7 +499,7 @@ private let transferResolverStart: pf_resolver_start_callback = { _, _, userdata
 
 /// Refuses the same, judged on the address curl actually connected to (a proxy's included), so neither a redirect
 /// nor a DNS name gets around it; and ends a reused HTTP/1 connection its server sent bytes on while it was idle
-/// (`IdleConnections`), so that curl sends the request on a new one.
+/// (`IdleConnections`), so that curl sends the request on another one.
 private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, remotePort, localPort in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     transfer.noteConnectionStep()
