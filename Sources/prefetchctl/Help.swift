@@ -90,7 +90,7 @@ enum Help {
             Follows the daemon. On a terminal: a live view redrawn in place — lane counts (running/width, waiting,
             whether the slow lane is suspended, the backlog), one line per running transfer with a progress bar (a
             spinner when the size is unknown), bytes, rate, lane and URL, and the last finished and failed fetches.
-            `q` or Ctrl-C quits. Colour only on a terminal and when NO_COLOR is unset.
+            `q` or Ctrl-C quits. Colour only on a terminal (TERM not dumb) and when NO_COLOR is unset.
             Otherwise one line per event: `HH:MM:SS started LANE URL`, `HH:MM:SS finished LANE URL N bytes in S s`,
             `HH:MM:SS failed URL CODE: MESSAGE`, and `HH:MM:SS lanes …` when the lane counts change.
               --json          the raw event lines as the daemon sends them (docs/protocol.md, "watch events")

@@ -3,7 +3,12 @@ import Synchronization
 
 /// The terminal prefetchctl may draw on: whether a descriptor is one, its size, colour, glyphs, whole writes.
 enum Terminal {
-    static func isTerminal(_ fd: Int32) -> Bool { isatty(fd) == 1 }
+    /// Whether `fd` is a terminal that takes escape sequences: not one whose `TERM` is `dumb` (an editor's shell
+    /// buffer, where bars, colour and a full screen would print as text).
+    static func isTerminal(_ fd: Int32) -> Bool {
+        guard isatty(fd) == 1 else { return false }
+        return getenv("TERM").map { String(cString: $0) != "dumb" } ?? true
+    }
 
     /// Columns and rows of the terminal on `fd` (TIOCGWINSZ), read afresh on every call; nil when it is not one.
     static func size(_ fd: Int32) -> (columns: Int, rows: Int)? {

@@ -207,6 +207,23 @@ struct WatchTests {
     }
 }
 
+extension WatchTests {
+    @Test("TERM=dumb (an editor's shell buffer) is no terminal: get drew its bar there with escape sequences; now it writes none")
+    func dumbTerminal() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        /// What `get` writes on a terminal (script(1)'s recording of its pty), with `TERM` set to `term`.
+        func onTerminal(_ term: String, _ path: String) -> String {
+            let get = "env TERM=\(term) '\(Paths.prefetchctl)' --socket '\(daemon.socket)' get '\(origin.url(path))' >/dev/null"
+            return run("/usr/bin/script", ["-qfec", get, "/dev/null"]).stdout
+        }
+        let dumb = onTerminal("dumb", "/dumb.jpg?drip=400000&size=800000")
+        #expect(!dumb.contains("\u{1B}"), "\(dumb.debugDescription)")
+        let xterm = onTerminal("xterm", "/xterm.jpg?drip=400000&size=800000")
+        #expect(xterm.contains("\u{1B}[K"), "a terminal that takes them gets the bar: \(xterm.debugDescription)")
+    }
+}
+
 /// A program in a detached tmux session of a fixed size, on a private tmux server (its socket in a temporary
 /// directory), killed by name at the end.
 final class Tmux {
