@@ -46,7 +46,9 @@ final class IdleConnections {
     /// After `easy` ended, before it leaves its multi handle: its connection, when curl keeps it, it spoke HTTP/1 and
     /// no other transfer took it since.
     func transferEnded(_ easy: UnsafeMutableRawPointer) {
-        defer { users = users.filter { $0.value != easy } }  // the connections of its redirects too
+        defer {  // the connections of its redirects too, without a new dictionary at every end
+            for (endpoint, user) in users where user == easy { users.removeValue(forKey: endpoint) }
+        }
         var version = 0
         var socket: curl_socket_t = -1
         guard pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK,
