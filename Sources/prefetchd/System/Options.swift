@@ -515,13 +515,27 @@ struct Options {
 
     // MARK: Values
 
-    /// `123`, `64K`, `50M`, `1G` (powers of 1024).
+    /// `123`, `64K`, `1.5G`, `500 MB`, `2GiB`: bytes, or K, M, G, T (powers of 1024, with or without `B` or `iB`);
+    /// a fraction of a unit is rounded down to whole bytes.
     static func parseSize(_ text: String) -> Int64? {
-        let multipliers: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
-        if let last = text.last?.uppercased().first, let multiplier = multipliers[last] {
-            return Int64(text.dropLast()).flatMap { $0.multipliedReportingOverflow(by: multiplier).overflow ? nil : $0 * multiplier }
+        let multipliers: [String: Int64] = ["": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40]
+        let lower = text.lowercased()
+        var unit = lower.drop { $0.isASCII && ($0.isNumber || $0 == ".") }
+        let number = lower[..<unit.startIndex]
+        unit = unit.drop { $0 == " " }
+        if unit.hasSuffix("ib") { unit = unit.dropLast(2); guard !unit.isEmpty else { return nil } }
+        else if unit.hasSuffix("b") { unit = unit.dropLast() }
+        guard let multiplier = multipliers[String(unit)] else { return nil }
+        let parts = number.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let wholeText = parts.first, let whole = Int64(wholeText) else { return nil }
+        var fraction: Int64 = 0
+        if parts.count == 2 {
+            guard !parts[1].isEmpty, let digits = Double("0." + parts[1]) else { return nil }
+            fraction = Int64(digits * Double(multiplier))
         }
-        return Int64(text)
+        let (scaled, overflow) = whole.multipliedReportingOverflow(by: multiplier)
+        let (total, overflowToo) = scaled.addingReportingOverflow(fraction)
+        return overflow || overflowToo ? nil : total
     }
 
     private static func mode(_ text: String) throws(BadValue) -> BackgroundMode {
@@ -552,7 +566,7 @@ struct Options {
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {
         guard let n = parseSize(text), n >= 1 else {
-            throw BadValue("'\(text)' is not a size (a positive number of bytes, or with K, M, G or T)")
+            throw BadValue("'\(text)' is not a size (a positive number of bytes, or with K, M, G or T: 64K, 1.5G)")
         }
         return n
     }
