@@ -129,8 +129,13 @@ enum Help {
             \(["demote": "Moves urgent work to the background lane; running transfers keep their bytes.",
                "promote": "Moves background work to the urgent lane.",
                "cancel": "Drops the URLs' tasks (and queued entries); waiting `get`s receive `cancelled`.",
-               "evict": "Deletes the URLs' cached files."][verb]!)
-            Prints `URL STATUS` per URL.
+               "evict": "Deletes the URLs' cached files (and their variants)."][verb]!)
+            Prints `URL STATUS` per URL.\(verb == "evict" ? """
+
+
+              --all   delete every cached entry (but those a waiting `get` or a variant being made needs) and print
+                      `evicted N entries`; takes no URLs
+            """ : "")
 
             Example:
               prefetchctl \(verb) https://example.com/a.jpg
@@ -151,7 +156,8 @@ enum Help {
         case "list": return """
             Usage: prefetchctl list [--limit N] [--timeout SEC] [--json]
 
-            Lists the tasks held in memory, running ones first.
+            Lists the tasks held in memory, running ones first, and how many URLs wait only in the durable queue.
+              --limit N   list at most N tasks (default 1000)
             """
         case "formats": return """
             Usage: prefetchctl formats [--timeout SEC] [--json]

@@ -43,6 +43,21 @@ extension CLITests {
         }
     }
 
+    @Test("each option a verb's usage line names is explained in its help, or in the help it points to (evict --all and list --limit were named only)")
+    func verbsExplainTheirOptions() {
+        for (verb, _) in Self.taken() {
+            let text = run(Paths.prefetchctl, [verb, "--help"]).stdout
+            let parts = text.components(separatedBy: "\n\n")
+            let usage = parts.first ?? "", body = parts.dropFirst().joined(separator: "\n")
+            let pointedTo = ["get", "view"].filter { body.contains("prefetchctl \($0) --help") }
+            let explained = pointedTo.reduce(body) { $0 + run(Paths.prefetchctl, [$1, "--help"]).stdout }
+            let named = usage.split(whereSeparator: { " []|".contains($0) }).filter { $0.hasPrefix("--") }
+            for option in Set(named.map(String.init)).subtracting(Self.everyVerbTakes).subtracting(["--timeout"]) {
+                #expect(explained.contains(option), "prefetchctl \(verb) --help names \(option) without saying what it does")
+            }
+        }
+    }
+
     @Test("the bash, fish and zsh completions offer each verb exactly the options it takes (they left out --timeout of info, status, list, formats, metrics, ping, and --socket and --version after a verb)")
     func completionsOfferOnlyWhatVerbsTake() throws {
         let bash = Paths.repository + "/completions/prefetchctl.bash"
