@@ -41,6 +41,30 @@ import Testing
         }
     }
 
+    @Test("an index, log or shared-memory file that is a directory or a FIFO is named as such (it said only SQLite's \"unable to open database file\" or \"disk I/O error\")",
+          arguments: ["", "-wal", "-shm"])
+    func indexFileThatIsNoFile(suffix: String) throws {
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory + "/cache")
+                #expect(try store.enqueue(key: "https://example.com/a.png", now: 0))
+                try store.commit()
+            }
+            let path = directory + "/cache/" + CacheFiles.indexName + suffix
+            unlink(path)
+            #expect(mkdir(path, 0o700) == 0)
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
+            #expect(error.map { "\($0)" } == "the index's file \(path) is a directory, which SQLite cannot use: move it away, "
+                    + "or choose another --cache-dir")
+            #expect(rmdir(path) == 0 && mkfifo(path, 0o600) == 0)
+            let fifo = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
+            #expect(fifo.map { "\($0)" }?.contains("\(path) is not a regular file") == true)
+            unlink(path)
+            if suffix == "" { return }
+            #expect(try Store(directory: directory + "/cache").backlogCount == 1, "the queue is whole once the file is moved away")
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

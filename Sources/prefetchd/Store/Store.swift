@@ -207,6 +207,14 @@ final class Store {
     /// Opens the index, migrates it and reads it through once (`quick_check`), so that a damaged file is found here;
     /// its tables are checked against `schema`. An error that is not damage names the index.
     private static func openIndex(_ path: String) throws -> Database {
+        for file in [path, path + "-wal", path + "-shm"] {
+            var info = stat()
+            if stat(file, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
+                throw DaemonError("the index's file \(file) is \(kind), which SQLite cannot use: move it away, or choose "
+                                  + "another --cache-dir")
+            }
+        }
         let db = try Database(path: path)
         guard !db.isReadOnly else {
             throw DaemonError("the index \(path) cannot be written (read-only for this user): the cache directory and "
