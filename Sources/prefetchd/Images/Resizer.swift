@@ -99,16 +99,16 @@ enum Resizer {
         // without its metadata.
         var pieces: [PixbufLoader.Piece]?
         var frame: (width: Int, height: Int)?
-        do throws(SystemError) {
-            if sniffed == "gif" {
+        if sniffed == "gif" {
+            do throws(SystemError) {
                 if let first = try ImageIntegrity.gifFirstFrame(source) {
                     (pieces, frame) = (first.pieces, (first.width, first.height))
                 }
-            } else if let sniffed {
-                pieces = try ImageIntegrity.variantPieces(source, format: sniffed)
+            } catch {
+                throw .imageIO(error)
             }
-        } catch {
-            throw .imageIO(error)
+        } else if let sniffed {
+            pieces = try ImageIntegrity.variantPieces(source, format: sniffed)
         }
         if let frame, ImageInfo.pixels(frame.width, frame.height) > maxPixels {
             throw .pixelLimit(width: frame.width, height: frame.height, limit: maxPixels)
