@@ -94,6 +94,7 @@ final class Daemon {
         }
         fetches = try Fetches(loop: loop, store: store, crashGuard: crashGuard, options: options)
         fetches.onEnd = { [unowned self] key, lane, end in self.fetchEnded(key, lane, end) }
+        fetches.onDistrust = { [unowned self] keys in self.evictDistrusted(keys) }
         fetches.onTail = { [unowned self] key in
             self.apply(self.scheduler.tailReached(key, now: .now))
         }

@@ -76,7 +76,7 @@ struct IdleConnectionsTests {
         let (stray, inUse, quiet) = (server.connect(), server.connect(), server.connect())
         for (n, connection) in [stray, inUse, quiet].enumerated() {
             connections.beforeRequest(on: connection.endpoint, by: transfer(n + 1))
-            connections.responseEnded(by: transfer(n + 1), on: connection.endpoint, .init(socket: connection.client, overTLS: false))
+            connections.responseEnded(by: transfer(n + 1), key: "k\(n + 1)", on: connection.endpoint, .init(socket: connection.client, overTLS: false))
         }
         connections.beforeRequest(on: inUse.endpoint, by: transfer(4))  // its response starts coming in
         let response = "HTTP/1.1 200 OK\r\nContent-Length: 4000\r\n\r\n"
@@ -98,6 +98,48 @@ struct IdleConnectionsTests {
         #expect(send("GET / HTTP/1.1\r\n\r\n", on: quiet.client) > 0, "an idle connection without bytes stays")
     }
 
+    @Test("a shift goes unseen until bytes wait on the connection: then every answer it carried (the last 256) is distrusted, once, and no other connection's")
+    func answersCarriedAreDistrusted() {
+        let server = Server()
+        let connections = IdleConnections()
+        let (shifted, other) = (server.connect(), server.connect())
+        for n in 1...300 {
+            connections.beforeRequest(on: shifted.endpoint, by: transfer(n))
+            connections.responseEnded(by: transfer(n), key: "k\(n)", on: shifted.endpoint, .init(socket: shifted.client, overTLS: false))
+        }
+        connections.beforeRequest(on: other.endpoint, by: transfer(1000))
+        connections.responseEnded(by: transfer(1000), key: "elsewhere", on: other.endpoint, .init(socket: other.client, overTLS: false))
+        #expect(connections.takeDistrusted().isEmpty, "nothing waits yet: nothing is distrusted")
+        let late = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"  // the answer to the last request, come late
+        _ = send(late, on: shifted.server)
+        waitForBytes(shifted.client, count: late.utf8.count)
+
+        connections.beforeRequest(on: shifted.endpoint, by: transfer(301))
+
+        #expect(connections.takeDistrusted() == (45...300).map { "k\($0)" })
+        #expect(connections.takeDistrusted().isEmpty, "taken once")
+        connections.beforeRequest(on: other.endpoint, by: transfer(1001))
+        #expect(connections.takeDistrusted().isEmpty, "the other connection had nothing waiting")
+    }
+
+    @Test("bytes waiting when a response ends distrust that answer too, and the ones before it on the connection")
+    func bytesAfterAResponseDistrustIt() {
+        let server = Server()
+        let connections = IdleConnections()
+        let connection = server.connect()
+        connections.beforeRequest(on: connection.endpoint, by: transfer(1))
+        connections.responseEnded(by: transfer(1), key: "first", on: connection.endpoint, .init(socket: connection.client, overTLS: false))
+        connections.beforeRequest(on: connection.endpoint, by: transfer(2))
+        let more = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+        _ = send(more, on: connection.server)
+        waitForBytes(connection.client, count: more.utf8.count)
+
+        connections.responseEnded(by: transfer(2), key: "second", on: connection.endpoint, .init(socket: connection.client, overTLS: false))
+
+        #expect(connections.takeDistrusted() == ["first", "second"])
+        #expect(send("GET / HTTP/1.1\r\n\r\n", on: connection.client) == -1, "and the connection is ended")
+    }
+
     @Test("curl may give a connection to the next transfer in the call that ended the one before: the next one's response coming in was taken for bytes nobody asked for after a response, and the connection ended under it")
     func connectionTakenBeforeTheEndWasSeen() {
         let server = Server()
@@ -109,7 +151,7 @@ struct IdleConnectionsTests {
         _ = send(response, on: taken.server)
         waitForBytes(taken.client, count: response.utf8.count)
 
-        connections.responseEnded(by: transfer(1), on: taken.endpoint, .init(socket: taken.client, overTLS: false))
+        connections.responseEnded(by: transfer(1), key: "k1", on: taken.endpoint, .init(socket: taken.client, overTLS: false))
 
         var head = [UInt8](repeating: 0, count: response.utf8.count)
         #expect(recv(taken.client, &head, head.count, 0) == head.count, "transfer 2's response is still there")
@@ -123,7 +165,7 @@ struct IdleConnectionsTests {
         let (closed, alert, crlf) = (server.connect(), server.connect(), server.connect())
         for (n, (connection, overTLS)) in [(closed, false), (alert, true), (crlf, false)].enumerated() {
             connections.beforeRequest(on: connection.endpoint, by: transfer(n + 1))
-            connections.responseEnded(by: transfer(n + 1), on: connection.endpoint, .init(socket: connection.client, overTLS: overTLS))
+            connections.responseEnded(by: transfer(n + 1), key: "k\(n + 1)", on: connection.endpoint, .init(socket: connection.client, overTLS: overTLS))
         }
         _ = send("HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n", on: closed.server)
         shutdown(closed.server, Int32(SHUT_WR))

@@ -261,6 +261,27 @@ struct HostileResponseTests {
         #expect(daemon.log.contains("bytes nobody asked for"), "\(daemon.log.suffix(400))")
     }
 
+    @Test("a response nobody asked for that comes after the next request went out is taken as its answer, and each later answer on that connection as the next one's: once the connection is found with bytes waiting, the answers it carried are evicted, and fetched again when asked for (3 of 3 stayed wrong, fresh for an hour)")
+    func shiftedAnswersAreEvicted() throws {
+        let origin = try Origin()
+        let plain = try Origin()  // serves the same bytes for a path, counted apart
+        let daemon = try DaemonUnderTest()
+        // A's stray comes 0.3 s after A's answer; each of B, C and D is asked for before the answer before it came.
+        #expect(daemon.ctl("get", origin.url("/a.jpg?unasked=0.3")).status == 0)
+        let shifted = ["/b.jpg", "/c.jpg", "/d.jpg"]
+        for path in shifted { #expect(daemon.ctl("get", origin.url(path + "?delay=0.3")).status == 0) }
+        usleep(600_000)  // D's own answer now waits on the idle connection
+        let after = daemon.ctl("get", origin.url("/after.jpg"))
+        #expect(FileManager.default.contents(atPath: after.stdout.trimmingCharacters(in: .newlines)) == (try plain.body("/after.jpg")))
+        #expect(daemon.log.contains("the 4 answers it carried are not kept"), "\(daemon.log.suffix(600))")
+        for path in shifted {
+            let got = daemon.ctl("get", origin.url(path + "?delay=0.3"))
+            #expect(FileManager.default.contents(atPath: got.stdout.trimmingCharacters(in: .newlines))
+                    == (try plain.body(path)), "\(path): \(daemon.log.suffix(600))")
+        }
+        #expect(try origin.count("/b.jpg") == 2, "fetched again")
+    }
+
     @Test("eight idle connections of one server with bytes nobody asked for: a get with max_attempts 1 failed ('Failed sending data to the peer') once curl's five retries each met one of them; now all eight are ended at the first")
     func manyIdleConnectionsWithBytesNobodyAskedFor() throws {
         let origin = try Origin()

@@ -66,6 +66,9 @@ final class CurlFetcher {
     static let longestReleaseGrace: Int64 = 1_000
     /// Called on the loop thread for every transfer that ends (not for aborted or parked ones).
     var onFinish: (FetchResult) -> Void = { _ in }
+    /// Called with the keys whose answers came on an HTTP/1 connection since found with bytes nobody asked for: any
+    /// of them may be another URL's (`IdleConnections`). Their transfers ended; some of them may still be concluding.
+    var onDistrust: ([String]) -> Void = { _ in }
     /// Called just before finished transfers' responses are interpreted, with their keys.
     var onConcluding: ([String]) -> Void = { _ in }
     /// How many finished transfers' responses may be interpreted now; the others wait for `concludeHeld()`.
@@ -391,7 +394,7 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
-            pool.idleConnections.transferEnded(easy)
+            pool.idleConnections.transferEnded(easy, key: transfer.key)
             pool.remove(easy)
             // A lookup that failed at once is asked again (NXDOMAIN?). One that took a second or more met a resolver
             // that did not answer (glibc's shortest timeout is 1 s): transient, as curl reported it.
@@ -406,6 +409,8 @@ final class CurlFetcher {
         }
         if ended { updateHold() }
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
+        let distrusted = pool.idleConnections.takeDistrusted()
+        if !distrusted.isEmpty { onDistrust(distrusted) }
         return collected
     }
 

@@ -20,6 +20,22 @@ extension Daemon {
         }
     }
 
+    /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted,
+    /// but those a waiting request or a variant being made needs, as `evict` spares them.
+    func evictDistrusted(_ keys: Set<String>) {
+        let inUse = keysInUse
+        var evicted = 0
+        do {
+            for key in keys where !inUse.contains(key) {
+                if try store.remove(key) { evicted += 1 }
+            }
+        } catch {
+            Log.error("cannot evict answers that may be other URLs': \(error)")
+        }
+        telemetry.evicted(evicted)
+        if evicted > 0 { Log.info("evicted \(evicted) cached answers of that connection: any may be another URL's") }
+    }
+
     /// At shutdown: the running transfers stop, keeping only the partial bodies of URLs in the durable backlog.
     func stopTransfersForShutdown() {
         fetches.stopForShutdown(scheduler.allTasks.map { ($0.key, $0.state == .running) }) { key in

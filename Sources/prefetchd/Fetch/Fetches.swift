@@ -35,12 +35,16 @@ final class Fetches {
     private var guarded: Set<String> = []
     /// Keys whose body is being inspected and moved into place: their end is on its way to `onEnd`.
     private var ending: Set<String> = []
+    /// Keys whose ending transfer's answer may be another URL's (`CurlFetcher.onDistrust`): that end is a failure.
+    private var distrusted: Set<String> = []
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
     /// Called on the loop thread for every fetch that ends, also for one that could not start, with the lane its
     /// transfer ended in (a task cancelled while its body was checked has no lane in the scheduler any more).
     var onEnd: (_ key: String, _ lane: Lane, _ end: FetchEnd) -> Void = { _, _, _ in }
+    /// Called with cached keys whose answers may be other URLs' (`CurlFetcher.onDistrust`), to be evicted.
+    var onDistrust: (_ keys: Set<String>) -> Void = { _ in }
     /// Called when a transfer's response begins (`CurlFetcher.onResponseStart`).
     var onResponseStart: (_ key: String) -> Void {
         get { fetcher.onResponseStart }
@@ -62,6 +66,7 @@ final class Fetches {
         images = options.images
         defaultTTL = options.defaultTTL
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
+        fetcher.onDistrust = { [unowned self] keys in self.distrust(keys) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
         fetcher.onResumeWorthRecording = { [unowned self] key in self.recordPartial(key) }
         fetcher.onConcluding = { [unowned self] keys in
@@ -191,8 +196,27 @@ final class Fetches {
         do { try store.removePartial(key) } catch { Log.error("cannot forget the download of \(key): \(error)") }
     }
 
+    /// Answers that may be other URLs': an end on its way fails (and the fetch goes again), a cached copy goes.
+    private func distrust(_ keys: [String]) {
+        var cached: Set<String> = []
+        for key in keys {
+            if isEnding(key) { distrusted.insert(key) } else { cached.insert(key) }
+        }
+        if !cached.isEmpty { onDistrust(cached) }
+    }
+
+    /// Why a distrusted answer is not kept.
+    static let shiftedAnswer = Failure(code: .network, message: "the server sent a response nobody asked for on the "
+                                       + "connection this answer came on, so it may be another URL's; fetching again",
+                                       isTransient: true)
+
     private func finished(_ result: FetchResult) {
         let key = result.key
+        if distrusted.remove(key) != nil, case .success = result.outcome {
+            forgetPartial(key)  // and the body with it
+            endGuardedStep(key)
+            return onEnd(key, result.lane, .failed(Self.shiftedAnswer))
+        }
         switch result.outcome {
         case .failure(let failure):
             endGuardedStep(key)
@@ -241,6 +265,13 @@ final class Fetches {
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)
+                if self.distrusted.remove(key) != nil {
+                    // The file is named by the body: a cached copy of the same bytes has it too.
+                    if case .success(let (relative, _)) = judged, (try? self.store.entry(key))??.file != relative {
+                        self.store.files.remove(relative)
+                    }
+                    return self.onEnd(key, result.lane, .failed(Self.shiftedAnswer))
+                }
                 switch judged {
                 case .success(let (relative, info)):
                     self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)

@@ -11,7 +11,8 @@ import Glibc
 /// request about to go out fails to, so that curl sends it again on another connection, as it does when a reused
 /// connection died. A connection a request went out on is in use until its response ends: what comes in then is
 /// never looked at. Bytes that come after the next request went out are taken as its answer: the shift then lasts
-/// until the connection is found with bytes waiting (docs/transport.md).
+/// until the connection is found with bytes waiting, and so the answers a connection carried are distrusted when it
+/// is (the last `mostCarried`): the fetcher takes their keys (`takeDistrusted`) to fetch them again (docs/transport.md).
 final class IdleConnections {
     /// A connection as the pre-request callback names it.
     struct Endpoint: Hashable {
@@ -42,10 +43,17 @@ final class IdleConnections {
     /// The transfer (easy handle) whose request went out last on each connection in use. curl may give a connection
     /// to the next transfer in the same call that ended the one before, whose end then finds it taken.
     private var users: [Endpoint: UnsafeMutableRawPointer] = [:]
+    /// The keys whose whole responses each open connection carried, oldest first.
+    private var carried: [Endpoint: (socket: Int32, keys: [String])] = [:]
+    /// The most keys kept per connection: a shift goes back no further than the connection's last turn of keeping up
+    /// with its requests, and a burst of hundreds on one connection without a pause is rare.
+    static let mostCarried = 256
+    /// Keys whose answers came on a connection since found with bytes nobody asked for.
+    private var distrusted: [String] = []
 
-    /// After `easy` ended, before it leaves its multi handle: its connection, when curl keeps it, it spoke HTTP/1 and
-    /// no other transfer took it since.
-    func transferEnded(_ easy: UnsafeMutableRawPointer) {
+    /// After `easy`, fetching `key`, ended, before it leaves its multi handle: its connection, when curl keeps it, it
+    /// spoke HTTP/1 and no other transfer took it since.
+    func transferEnded(_ easy: UnsafeMutableRawPointer, key: String) {
         defer {  // the connections of its redirects too, without a new dictionary at every end
             for (endpoint, user) in users where user == easy { users.removeValue(forKey: endpoint) }
         }
@@ -65,23 +73,27 @@ final class IdleConnections {
         guard let remote else { return }
         let endpoint = Endpoint(localPort: localPort, remoteAddress: String(cString: remote), remotePort: remotePort)
         let overTLS = scheme.map { String(cString: $0).lowercased() == "https" } ?? false
-        responseEnded(by: easy, on: endpoint, Connection(socket: socket, overTLS: overTLS))
+        responseEnded(by: easy, key: key, on: endpoint, Connection(socket: socket, overTLS: overTLS))
     }
 
-    /// `easy`'s whole response ended on `connection`: it is idle now, or ended; unless a request of another transfer
-    /// went out on it since.
-    func responseEnded(by easy: UnsafeMutableRawPointer, on endpoint: Endpoint, _ connection: Connection) {
+    /// `easy`'s whole response for `key` ended on `connection`: it is idle now, or ended; unless a request of another
+    /// transfer went out on it since.
+    func responseEnded(by easy: UnsafeMutableRawPointer, key: String, on endpoint: Endpoint, _ connection: Connection) {
+        if carried[endpoint]?.socket != connection.socket { carried[endpoint] = (connection.socket, []) }
+        carried[endpoint]!.keys.append(key)
+        if carried[endpoint]!.keys.count > Self.mostCarried { carried[endpoint]!.keys.removeFirst() }
         guard users[endpoint] == easy else { return }
         users.removeValue(forKey: endpoint)
         switch waiting(on: connection) {
         case .nothing, .emptyLines:
             idle[endpoint] = connection
         case .closing:
-            end(connection)
+            end(connection, at: endpoint)
         case .unasked(let count):
-            end(connection)
+            let answers = distrust(endpoint)
+            end(connection, at: endpoint)
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for after a response; that "
-                        + "connection is not used again")
+                        + "connection is not used again, and the \(answers) answers it carried are not kept")
         }
     }
 
@@ -98,21 +110,38 @@ final class IdleConnections {
             var lines = [UInt8](repeating: 0, count: count)
             _ = recv(connection.socket, &lines, count, 0)
         case .closing:
-            end(connection)
+            end(connection, at: endpoint)
             Log.debug("\(Self.server(endpoint)) closed an idle connection; the request goes out on another one")
         case .unasked(let count):
             let others = idle.filter { other, idle in
                 other.remoteAddress == endpoint.remoteAddress && other.remotePort == endpoint.remotePort
                     && waiting(on: idle) != .nothing
             }
+            var answers = distrust(endpoint)
             for (other, connection) in others {
                 idle.removeValue(forKey: other)
-                end(connection)
+                answers += distrust(other)
+                end(connection, at: other)
             }
-            end(connection)
+            end(connection, at: endpoint)
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection"
-                        + (others.isEmpty ? "" : " (and on \(others.count) more)") + "; the request goes out on another one")
+                        + (others.isEmpty ? "" : " (and on \(others.count) more)") + "; the request goes out on another "
+                        + "one, and the \(answers) answers \(others.isEmpty ? "it" : "they") carried are not kept")
         }
+    }
+
+    /// The answers the connection at `endpoint` carried may each be another URL's: their keys are distrusted.
+    /// Returns how many.
+    private func distrust(_ endpoint: Endpoint) -> Int {
+        let keys = carried[endpoint]?.keys ?? []
+        distrusted += keys
+        return keys.count
+    }
+
+    /// The keys distrusted since the last call.
+    func takeDistrusted() -> [String] {
+        defer { distrusted = [] }
+        return distrusted
     }
 
     private func waiting(on connection: Connection) -> Waiting {
@@ -130,7 +159,8 @@ final class IdleConnections {
     /// Shuts the connection down and reads away what waits on it: curl then finds it closed when it looks for a
     /// connection to use (a socket with bytes to read would pass for alive). No read blocks: after the shutdown an
     /// empty socket reads as its end.
-    private func end(_ connection: Connection) {
+    private func end(_ connection: Connection, at endpoint: Endpoint) {
+        carried.removeValue(forKey: endpoint)
         shutdown(connection.socket, Int32(SHUT_RDWR))
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         var drained = 0
@@ -146,6 +176,7 @@ final class IdleConnections {
     /// curl closes one of its sockets.
     fileprivate func curlClosed(_ socket: Int32) {
         if let endpoint = idle.first(where: { $0.value.socket == socket })?.key { idle.removeValue(forKey: endpoint) }
+        if let endpoint = carried.first(where: { $0.value.socket == socket })?.key { carried.removeValue(forKey: endpoint) }
         close(socket)
     }
 
