@@ -78,6 +78,8 @@ final class CurlFetcher {
     /// Due once transfers ended: they are concluded together after the turn's events, so that the crash guard
     /// records a turn's worth in one commit.
     private var concludeTimer: LoopTimer!
+    /// Due a second after the last transfer ended: the idle connections are looked at for bytes nobody asked for.
+    private var sweepTimer: LoopTimer!
     /// Keys whose transfer ended and whose `onFinish` has not been called yet (concluded after the turn's events, held
     /// by the crash guard, or a failed lookup being asked again).
     private var ending: Set<String> = []
@@ -173,6 +175,12 @@ final class CurlFetcher {
             self.pathWindows.setUrgentRecent(false, live: self.slowPool.sockets)
         }
         concludeTimer = loop.makeTimer { [unowned self] in self.concludeHeld() }
+        sweepTimer = loop.makeTimer { [unowned self] in
+            for pool in [self.fastPool, self.slowPool] {
+                pool.idleConnections.sweep()
+                self.reportDistrusted(pool)
+            }
+        }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
             self.chargeBackgroundRate()
@@ -407,11 +415,18 @@ final class CurlFetcher {
             }
             ended = true
         }
-        if ended { updateHold() }
+        if ended {
+            updateHold()
+            sweepTimer.schedule(at: monotonicMilliseconds() + 1000)
+        }
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
+        reportDistrusted(pool)
+        return collected
+    }
+
+    private func reportDistrusted(_ pool: ConnectionPool) {
         let distrusted = pool.idleConnections.takeDistrusted()
         if !distrusted.isEmpty { onDistrust(distrusted) }
-        return collected
     }
 
     /// Reports the responses that began in curl's last callbacks, of transfers that still run.

@@ -11,7 +11,7 @@ import Glibc
 /// request about to go out fails to, so that curl sends it again on another connection, as it does when a reused
 /// connection died. A connection a request went out on is in use until its response ends: what comes in then is
 /// never looked at. Bytes that come after the next request went out are taken as its answer: the shift then lasts
-/// until the connection is found with bytes waiting, and so the answers a connection carried are distrusted when it
+/// until the connection is found with bytes waiting (also by a `sweep` after the last response), and so the answers a connection carried are distrusted when it
 /// is (the last `mostCarried`): the fetcher takes their keys (`takeDistrusted`) to fetch them again (docs/transport.md).
 final class IdleConnections {
     /// A connection as the pre-request callback names it.
@@ -127,6 +127,19 @@ final class IdleConnections {
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection"
                         + (others.isEmpty ? "" : " (and on \(others.count) more)") + "; the request goes out on another "
                         + "one, and the \(answers) answers \(others.isEmpty ? "it" : "they") carried are not kept")
+        }
+    }
+
+    /// Ends the idle connections found with bytes nobody asked for without a request going out on them: a burst
+    /// whose answers were shifted leaves the last real one waiting, with no request after it to find it.
+    func sweep() {
+        for (endpoint, connection) in idle {
+            guard case .unasked(let count) = waiting(on: connection) else { continue }
+            idle.removeValue(forKey: endpoint)
+            let answers = distrust(endpoint)
+            end(connection, at: endpoint)
+            Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection; that "
+                        + "connection is not used again, and the \(answers) answers it carried are not kept")
         }
     }
 
