@@ -51,6 +51,19 @@ struct HTTP2Tests {
         #expect(after.status == 0, "the host is not paused: \(after.stderr)")
     }
 
+    @Test("an image without content-length cut by RST_STREAM(NO_ERROR) looks whole to curl 7.88: it was not_an_image, permanent, and the server was never asked again; now it is a transient network failure, and the retry gets the image")
+    func imageCutByAResetWithNoError() throws {
+        let ca = try TLSTests.PrivateCA()
+        let origin = try H2Origin(ca)
+        let plain = try Origin()  // the same bytes for a path
+        let daemon = try DaemonUnderTest(["--ca-file", ca.caFile])
+        let got = daemon.ctl("get", origin.url("/cut.jpg?size=20000&reset=8000"))
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect(FileManager.default.contents(atPath: got.stdout.trimmingCharacters(in: .newlines))
+                == (try plain.body("/cut.jpg?size=20000")))
+        #expect(try origin.requests().map(\.path) == ["/cut.jpg", "/cut.jpg"], "asked again once")
+    }
+
     @Test("a TLS failure is told in its own words, not in those of another server's broken HTTP/2 connection, which curl checks first (the cause was remembered wrong for 5 minutes)")
     func tlsFailureIsNotToldInAnotherConnectionsWords() throws {
         let ca = try TLSTests.PrivateCA()

@@ -260,7 +260,7 @@ final class Fetches {
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            let endKnown = !result.headers.endsWithTheConnection
+            let endKnown = !result.headers.endUnsure
             checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy, endKnown: endKnown) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)

@@ -113,9 +113,11 @@ struct ResponseHeaders: Equatable {
         }
     }
 
-    /// The body ends when the connection closes (RFC 9112 section 6.3: HTTP/1.x with neither `Content-Length` nor
-    /// chunked coding), so a connection cut short looks like the body's end. HTTP/2 and chunked bodies mark their end.
-    var endsWithTheConnection: Bool { http1 && contentLength == nil && !chunked }
+    /// A body cut short looks like its end: HTTP/1.x with neither `Content-Length` nor chunked coding ends when the
+    /// connection closes (RFC 9112 section 6.3), and curl 7.88 takes an HTTP/2 stream reset with `NO_ERROR` for the end
+    /// of a body (`http2.c`: only a reset with an error code fails the transfer), so one without `Content-Length` cut
+    /// by such a reset looks whole too. Chunked bodies mark their end.
+    var endUnsure: Bool { contentLength == nil && !(http1 && chunked) }
 
     /// Whether a `Transfer-Encoding` value has the coding `chunked` among its comma-separated codings, as curl reads
     /// it: curl then decodes chunks, and sees a body cut short, whatever comes before or after (`chunked, gzip`);

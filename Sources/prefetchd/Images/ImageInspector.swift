@@ -16,8 +16,8 @@ enum ImageInspector {
     /// - `.rejected` with `not_an_image` (no image: HTML, an empty or garbage body, an image whose header
     ///   gdk-pixbuf cannot read, a truncated image), `format_not_allowed` (an image in another format, named in
     ///   the message, even when non-images are allowed), `pixel_limit`, or a transient `internal` when the file
-    ///   cannot be read. When `endKnown` is false (a body that ended with its connection, so a connection cut short
-    ///   looked like its end), an image that ends early is a transient `network` failure instead.
+    ///   cannot be read. When `endKnown` is false (a body whose cut looks like its end: `ResponseHeaders.endUnsure`),
+    ///   an image that ends early, also before its JPEG frame header, is a transient `network` failure instead.
     static func inspect(_ path: String, policy: ImagePolicy, endKnown: Bool = true) -> ImageVerdict {
         do {
             return try judge(path, policy: policy, endKnown: endKnown)
@@ -56,6 +56,10 @@ enum ImageInspector {
             probed = ImageInfo(format: sniffed, width: width, height: height)
         } else if sniffed == "jpeg" {
             guard let size = try ImageIntegrity.jpegFrameSize(path) else {
+                // Metadata before the frame header can be large (an Exif thumbnail, an ICC profile): a cut there.
+                if !endKnown, let problem = try ImageIntegrity.problem(path, format: "jpeg"), ImageIntegrity.endsEarly(problem) {
+                    return .rejected(cutShort(problem))
+                }
                 return .rejected(.notAnImage("the JPEG has no frame header before its first scan (corrupt or truncated)"))
             }
             probed = ImageInfo(format: sniffed, width: size.width, height: size.height)
@@ -74,17 +78,20 @@ enum ImageInspector {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
         }
         if let problem = try ImageIntegrity.problem(path, format: probed.format) {
-            guard endKnown || !ImageIntegrity.endsEarly(problem) else {
-                return .rejected(Failure(code: .network, message: "the body ended inside the image when its connection "
-                                         + "closed, and HTTP/1 without a Content-Length cannot tell a cut from the end "
-                                         + "(\(problem))", isTransient: true))
-            }
+            guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }
             return .rejected(.notAnImage(problem))
         }
         let upright = header.swapsAxes
             ? ImageInfo(format: probed.format, width: probed.height, height: probed.width)
             : probed
         return .image(upright)
+    }
+
+    /// An image that ends early in a body whose end cannot be told from a cut: transient, fetched again.
+    private static func cutShort(_ problem: String) -> Failure {
+        Failure(code: .network, message: "the body ended inside the image, and without a Content-Length a cut cannot "
+                + "be told from the end (a closed HTTP/1 connection, an HTTP/2 stream reset with NO_ERROR) (\(problem))",
+                isTransient: true)
     }
 
     /// Formats whose gdk-pixbuf loader decodes the whole image before it reports the size (libavif's loader takes

@@ -11,6 +11,8 @@ Binds 127.0.0.1, prints one line ``PORT <n>``, serves until SIGTERM. Each reques
 answers a JPEG of N bytes (origin.py's generated body for that path) at BPS bytes a second (no limit without
 drip). With drop=B the first request for the path has its whole connection closed after B bytes of its body: a
 TCP close without GOAWAY, so every stream on that connection ends unfinished. Later requests for it are answered.
+With reset=B the answer has no content-length, and the first request for the path gets B bytes of its body and
+then RST_STREAM with NO_ERROR, which RFC 9113 allows only after a whole response: a cut that looks like the end.
 With flood=N the answer is a HEADERS frame followed by N empty CONTINUATION frames, more than nghttp2 accepts (the
 client's session fails), and 0.3 s later one more; the connection is left open.
 """
@@ -127,6 +129,7 @@ class Connection:
         size = int(query.get("size", 2048))
         rate = float(query.get("drip", 0))
         drop = int(query["drop"]) if "drop" in query and self.log.first_drop(target.path) else None
+        reset = int(query["reset"]) if "reset" in query and self.log.first_drop("reset " + target.path) else None
         if "flood" in query:
             def frame(kind, stream_id, payload=b""):
                 return len(payload).to_bytes(3, "big") + bytes([kind, 0]) + stream_id.to_bytes(4, "big") + payload
@@ -140,14 +143,19 @@ class Connection:
         with self.lock:
             if self.closed:
                 return
-            self.h2.send_headers(stream, [(":status", "200"), ("content-type", "image/jpeg"),
-                                          ("content-length", str(len(body)))])
+            self.h2.send_headers(stream, [(":status", "200"), ("content-type", "image/jpeg")]
+                                 + ([] if "reset" in query else [("content-length", str(len(body)))]))
         started = time.monotonic()
         sent = 0
         while sent < len(body):
             if drop is not None and sent >= drop:
                 with self.lock:
                     self.dropping = True
+                return
+            if reset is not None and sent >= reset:
+                time.sleep(0.1)  # the body first, the reset in a later read (in the same one curl sees the cut)
+                with self.lock:
+                    self.h2.reset_stream(stream, error_code=0)
                 return
             piece = body[sent:sent + CHUNK]
             if not self.send(stream, piece, end=sent + len(piece) == len(body)):
