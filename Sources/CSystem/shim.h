@@ -35,6 +35,11 @@ extern int accept4(int fd, struct sockaddr *address, uint32_t *length, int flags
    of the Glibc module). */
 static const int pf_eai_nodata = -5;
 
+/* linux/filter.h's struct sock_filter and sock_fprog, for SO_ATTACH_FILTER (the kernel header is left out, so that
+   none of its definitions joins this module). */
+struct pf_sock_filter { uint16_t code; uint8_t jt, jf; uint32_t k; };
+struct pf_sock_fprog { unsigned short len; struct pf_sock_filter *filter; };
+
 /* glibc's pthread_setname_np (declared under _GNU_SOURCE only, as accept4): names a thread, at most 15 bytes. */
 extern int pthread_setname_np(unsigned long thread, const char *name);
 #endif

@@ -64,6 +64,23 @@ struct HTTP2Tests {
         #expect(try origin.requests().map(\.path) == ["/cut.jpg", "/cut.jpg"], "asked again once")
     }
 
+    @Test("a server sending empty DATA frames without a pause held the daemon's loop for as long as it sent them (status took 19 s of a 20 s flood): the connection is ended after 250 ms of CPU in one call, and the daemon answers meanwhile")
+    func frameFloodDoesNotHoldTheLoop() throws {
+        let ca = try TLSTests.PrivateCA()
+        let origin = try H2Origin(ca)
+        let healthy = try Origin()
+        let daemon = try DaemonUnderTest(["--ca-file", ca.caFile])
+        let flood = origin.url("/flood.jpg?empty=8")
+        #expect(daemon.ctl("queue", flood).status == 0)
+        usleep(500_000)  // the flood is on
+        let status = daemon.ctl("status", "--timeout", "3")
+        #expect(status.status == 0, "\(status.stderr)")
+        let got = daemon.ctl("get", "--timeout", "3", healthy.url("/meanwhile.jpg"))
+        #expect(got.status == 0, "\(got.stderr)")
+        let info = daemon.ctl("info", "--timeout", "3", flood)
+        #expect(info.stdout.contains("kept the daemon busy reading its connection"), "\(info.stdout) \(daemon.log.suffix(500))")
+    }
+
     @Test("a TLS failure is told in its own words, not in those of another server's broken HTTP/2 connection, which curl checks first (the cause was remembered wrong for 5 minutes)")
     func tlsFailureIsNotToldInAnotherConnectionsWords() throws {
         let ca = try TLSTests.PrivateCA()

@@ -26,6 +26,8 @@ final class ConnectionPool {
     private var curlTimer: LoopTimer!
     private var idleTimer: LoopTimer!
     private(set) var isHeld = false
+    /// Watches the calls into curl, shared by the pools.
+    private let watchdog: CallWatchdog
     /// Its HTTP/1 connections between transfers, checked before each is used again.
     let idleConnections = IdleConnections()
     /// The pool's sockets that transfers use now.
@@ -35,9 +37,10 @@ final class ConnectionPool {
     /// Called after curl read a socket that had data.
     var afterRead: (Int32) -> Void = { _ in }
 
-    init(loop: EventLoop) {
+    init(loop: EventLoop, watchdog: CallWatchdog) {
         multi = curl_multi_init()
         self.loop = loop
+        self.watchdog = watchdog
         curlTimer = loop.makeTimer { [unowned self] in self.curlTimerFired() }
         idleTimer = loop.makeTimer { [unowned self] in self.closeIdleConnections() }
         configure()
@@ -118,7 +121,7 @@ final class ConnectionPool {
     private func curlTimerFired() {
         curlDue = nil
         var running: Int32 = 0
-        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
+        watchdog.watch { curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running) }
         afterAction()
     }
 
@@ -126,7 +129,10 @@ final class ConnectionPool {
     private func closeIdleConnections() {
         precondition(attached == 0, "closing the connections of running transfers")
         idleSince = nil
-        for fd in interest.keys where loop.isRegistered(fd) { loop.remove(fd) }
+        for fd in interest.keys {
+            watchdog.polls(fd, false)
+            if loop.isRegistered(fd) { loop.remove(fd) }
+        }
         interest = [:]
         curl_multi_cleanup(multi)
         multi = curl_multi_init()
@@ -139,6 +145,7 @@ final class ConnectionPool {
     fileprivate func socketChanged(_ fd: Int32, what: Int32, easy: UnsafeMutableRawPointer?) {
         if what == CURL_POLL_REMOVE {
             interest.removeValue(forKey: fd)
+            watchdog.polls(fd, false)
             loop.remove(fd)
             return
         }
@@ -149,7 +156,7 @@ final class ConnectionPool {
         var events: UInt32 = 0
         if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events |= UInt32(EPOLLIN.rawValue) }
         if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { events |= UInt32(EPOLLOUT.rawValue) }
-        interest[fd] = events
+        if interest.updateValue(events, forKey: fd) == nil { watchdog.polls(fd, true) }
         if !isHeld { watch(fd, events) }
     }
 
@@ -173,7 +180,7 @@ final class ConnectionPool {
         if events & UInt32(EPOLLOUT.rawValue) != 0 { mask |= CURL_CSELECT_OUT }
         if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
         var running: Int32 = 0
-        curl_multi_socket_action(multi, fd, mask, &running)
+        watchdog.watch { curl_multi_socket_action(multi, fd, mask, &running) }
         if mask & CURL_CSELECT_IN != 0 { afterRead(fd) }
         afterAction()
     }

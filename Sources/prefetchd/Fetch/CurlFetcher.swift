@@ -23,6 +23,8 @@ struct FetchResult {
 /// shares a connection with background work that is held back. Holding the background lane stops reading its pool
 /// (no rate limit, no pause: curl is simply not called), and a transfer promoted in place keeps its connection.
 final class CurlFetcher {
+    /// Stops a connection that keeps a call into curl busy (`CallWatchdog`).
+    private let watchdog: CallWatchdog
     private let fastPool: ConnectionPool
     private let slowPool: ConnectionPool
     /// Asks again whether a host that curl could not resolve exists at all.
@@ -148,14 +150,17 @@ final class CurlFetcher {
         self.bodyFiles = bodyFiles
         // The scheduler bounds each lane (its width, `per_host`); the pools add no connection limit of their own, so
         // on HTTP/1.1 each running transfer has a connection, as with `curl -Z --parallel-max`.
-        fastPool = ConnectionPool(loop: loop)
-        slowPool = ConnectionPool(loop: loop)
+        watchdog = try CallWatchdog()
+        fastPool = ConnectionPool(loop: loop, watchdog: watchdog)
+        slowPool = ConnectionPool(loop: loop, watchdog: watchdog)
         fastPool.afterAction = { [unowned self] in
+            self.endStoppedConnections()
             self.collectFinished(from: self.fastPool)
             self.reportResponses()
         }
         slowPool.afterRead = { [unowned self] fd in self.pathWindows.read(fd) }
         slowPool.afterAction = { [unowned self] in
+            self.endStoppedConnections()
             self.chargeBackgroundRate()
             let ended = self.collectFinished(from: self.slowPool)
             self.reportResponses()
@@ -422,6 +427,21 @@ final class CurlFetcher {
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
         reportDistrusted(pool)
         return collected
+    }
+
+    /// The connections the watchdog stopped end, and the transfers on them fail saying why: curl finds each closed
+    /// when it next reads it.
+    private func endStoppedConnections() {
+        for socket in watchdog.takeStopped() {
+            shutdown(socket, Int32(SHUT_RDWR))
+            let stopped = transfers.values.filter { $0.socket == socket }
+            let server = stopped.first?.effectiveHost.map { "\($0) " } ?? ""
+            let failure = Failure(code: .network, message: "the server \(server)kept the daemon busy reading its "
+                                  + "connection for over \(CallWatchdog.longestCall) ms of CPU without a break (a flood of "
+                                  + "frames with nothing in them?): the connection was ended", isTransient: false)
+            for transfer in stopped { transfer.connectionEnded(failure) }
+            Log.warning(failure.message + " (\(stopped.count) transfers on it)")
+        }
     }
 
     private func reportDistrusted(_ pool: ConnectionPool) {

@@ -404,7 +404,10 @@ final class Transfer {
     private var window: Int64 { Int64(pathWindows?.buffer(of: socket) ?? backgroundWindow) }
 
     /// The connection's socket, as curl reported it for polling (`ConnectionPool`).
-    private var socket: Int32 = -1
+    private(set) var socket: Int32 = -1
+
+    /// Its connection was ended for `failure`, which the transfer's end reports.
+    func connectionEnded(_ failure: Failure) { stopReason = failure }
 
     func polls(_ socket: Int32) { self.socket = socket }
 

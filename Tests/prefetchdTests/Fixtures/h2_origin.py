@@ -13,6 +13,8 @@ drip). With drop=B the first request for the path has its whole connection close
 TCP close without GOAWAY, so every stream on that connection ends unfinished. Later requests for it are answered.
 With reset=B the answer has no content-length, and the first request for the path gets B bytes of its body and
 then RST_STREAM with NO_ERROR, which RFC 9113 allows only after a whole response: a cut that looks like the end.
+With empty=S the answer's first 100 bytes are followed by empty DATA frames, without a pause, for S seconds, then
+the rest of the body.
 With flood=N the answer is a HEADERS frame followed by N empty CONTINUATION frames, more than nghttp2 accepts (the
 client's session fails), and 0.3 s later one more; the connection is left open.
 """
@@ -78,7 +80,9 @@ class Connection:
                     pending = self.h2.data_to_send() + self.raw
                     self.raw = b""
                 if pending:
+                    self.sock.settimeout(10)
                     self.sock.sendall(pending)
+                self.sock.settimeout(0.0001 if self.raw else 0.005)  # a flood waits on nothing
                 try:
                     data = self.sock.recv(65536)
                 except (socket.timeout, ssl.SSLWantReadError):
@@ -147,6 +151,18 @@ class Connection:
                                  + ([] if "reset" in query else [("content-length", str(len(body)))]))
         started = time.monotonic()
         sent = 0
+        if "empty" in query:
+            self.send(stream, body[:100], end=False)
+            sent = 100
+            empty = (0).to_bytes(3, "big") + bytes([0x0, 0]) + stream.to_bytes(4, "big")
+            while time.monotonic() - started < float(query["empty"]):
+                with self.lock:
+                    if self.closed:
+                        return
+                    if len(self.raw) < 4 << 20:
+                        self.raw += empty * 10000
+                        continue
+                time.sleep(0.0005)
         while sent < len(body):
             if drop is not None and sent >= drop:
                 with self.lock:
