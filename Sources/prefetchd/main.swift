@@ -23,7 +23,12 @@ do {
     case .run(let options):
         // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
         let passedSocket = try SocketActivation.receive(environment: options.environment)
-        try Daemon(options: options, passedSocket: passedSocket).run()
+        do {
+            try Daemon(options: options, passedSocket: passedSocket).run()
+        } catch let error as DatabaseError where error.isDiskFull {
+            throw DaemonError("the disk of \(options.cacheDirectory) is full: the index cannot be written (\(error.message)); "
+                              + "what is queued stays queued: free some space, or choose another --cache-dir")
+        }
     }
 } catch {
     writeStandardError("prefetchd: \(Log.oneLine("\(error)"))\n")

@@ -1,3 +1,4 @@
+import CSQLite
 import Glibc
 import Testing
 @testable import prefetchd
@@ -76,6 +77,56 @@ import Testing
             try queueAll()
             #expect(store.backlogCount == 51)
         }
+    }
+
+    @Test("a disk that stayed full after the reserve was given up: the start failed at its first write (\"database or disk is full\", exit 1, until space was freed by hand); now the oldest cached files make room, and what is queued stays")
+    func startsOnADiskThatStayedFull() throws {
+        try withSmallDisk(megabytes: 8) { disk, directory in
+            let keys = (0..<10).map { "https://example.com/\($0).png" }
+            do {
+                let store = try Store(directory: directory)
+                for (n, key) in keys.enumerated() {
+                    let entry = try cache(key, count: 500_000, at: Int64(1000 + n), in: store)
+                    // Written a minute apart (the kernel's file times are coarser than the loop's pace).
+                    var times = [timespec(tv_sec: 1_700_000_000 + 60 * n, tv_nsec: 0), timespec(tv_sec: 1_700_000_000 + 60 * n, tv_nsec: 0)]
+                    #expect(utimensat(AT_FDCWD, store.files.absolute(entry.file), &times, 0) == 0)
+                }
+                #expect(try store.enqueue(key: "https://example.com/queued", now: 1))
+                try store.commit()
+            }
+            unlink(directory + "/index.sqlite-reserve")  // given up in the full disk's first episode
+            try fill(disk + "/ballast")
+            #expect(freeBytes(disk) < 64 * 1024)
+
+            let store = try Store(directory: directory)
+            let swept = try store.recover()
+            #expect(swept.badRows >= 8, "the oldest went: \(swept)")
+            #expect(try store.entry(keys[9]) != nil, "the newest stayed")
+            #expect(try store.enqueue(key: "https://example.com/after", now: 2))
+            try store.commit()
+            #expect(store.backlogCount == 2, "the queue is whole")
+        }
+    }
+
+    @Test("a full disk with nothing to delete is named as such at start (it said \"disk I/O error; the cache directory must be writable\")")
+    func fullDiskWithNothingToDeleteIsNamed() throws {
+        try withSmallDisk(megabytes: 4) { disk, directory in
+            do { _ = try Store(directory: directory) }
+            unlink(directory + "/index.sqlite-reserve")
+            try fill(disk + "/ballast")
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory) }
+            #expect(error.map { "\($0)" }?.contains("the disk is full") == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test("an I/O error that is no full disk (a log made immutable, a failing disk) is not taken for one: the daemon evicted cached files for it")
+    func ioErrorIsNoFullDisk() {
+        let writeFailed = SQLITE_IOERR | (3 << 8)  // SQLITE_IOERR_WRITE, a macro Swift does not import
+        #expect(DatabaseError(call: "exec", code: SQLITE_FULL, message: "full").isDiskFull)
+        #expect(DatabaseError(call: "exec", code: writeFailed, message: "io", systemErrno: EDQUOT).isDiskFull)
+        #expect(DatabaseError(call: "exec", code: writeFailed, message: "io", systemErrno: ENOSPC).isDiskFull)
+        #expect(!DatabaseError(call: "exec", code: writeFailed, message: "io", systemErrno: EPERM).isDiskFull)
+        #expect(!DatabaseError(call: "exec", code: writeFailed, message: "io", systemErrno: EIO).isDiskFull)
     }
 
     @Test("the reserve is taken again once the disk has twice its size free")

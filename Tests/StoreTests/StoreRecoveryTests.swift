@@ -54,8 +54,9 @@ import Testing
             unlink(path)
             #expect(mkdir(path, 0o700) == 0)
             let error = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
-            #expect(error.map { "\($0)" } == "the index's file \(path) is a directory, which SQLite cannot use: move it away, "
-                    + "or choose another --cache-dir")
+            let index = directory + "/cache/" + CacheFiles.indexName
+            #expect(error.map { "\($0)" } == "cannot open the index \(index): \(path) is a directory, which SQLite cannot use: "
+                    + "move it away, or choose another --cache-dir")
             #expect(rmdir(path) == 0 && mkfifo(path, 0o600) == 0)
             let fifo = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
             #expect(fifo.map { "\($0)" }?.contains("\(path) is not a regular file") == true)
@@ -343,7 +344,7 @@ import Testing
             #expect {
                 _ = try Store(directory: directory)
             } throws: { error in
-                (error as? DatabaseError).map { $0.description.hasPrefix("sqlite open \(path): ") } ?? false
+                "\(error)".hasPrefix("cannot open the index \(path): \(path) is a directory")
             }
             // Nothing was set aside or changed: the directory is still there, and the lock is free again.
             #expect(names(in: directory).filter { $0.hasPrefix("index.sqlite") } == ["index.sqlite"])

@@ -1,13 +1,19 @@
 import CSQLite
+import Glibc
 
 /// A failed SQLite call, with SQLite's own message.
 struct DatabaseError: Error, CustomStringConvertible {
     let call: String
     let code: Int32
     let message: String
+    /// The system's errno of the call that failed, when SQLite read or wrote a file (0 otherwise).
+    var systemErrno: Int32 = 0
     var description: String { "sqlite \(call): \(message) (code \(code))" }
-    /// The disk or its quota is full.
-    var isDiskFull: Bool { code & 0xFF == SQLITE_FULL || code & 0xFF == SQLITE_IOERR }
+    /// The disk or its quota is full: SQLite says `SQLITE_FULL` for `ENOSPC`, and an I/O error for `EDQUOT`. Any
+    /// other I/O error is not (a log made immutable, a failing disk): making room would not help, and would delete.
+    var isDiskFull: Bool {
+        code & 0xFF == SQLITE_FULL || (code & 0xFF == SQLITE_IOERR && [ENOSPC, EDQUOT].contains(systemErrno))
+    }
     /// The file is not an SQLite database, or a damaged one.
     var isCorrupt: Bool { code & 0xFF == SQLITE_CORRUPT || code & 0xFF == SQLITE_NOTADB }
 }
@@ -18,7 +24,7 @@ final class Database {
     /// Prepared statements by the address of their SQL text: each is a literal, so the address names it, and finding
     /// one hashes a word, not the text.
     private var statements: [UInt: Statement] = [:]
-    /// Called when a call failed because the disk or its quota is full (`SQLITE_FULL`).
+    /// Called when a call failed because the disk or its quota is full (`DatabaseError.isDiskFull`).
     var onDiskFull: () -> Void = {}
     /// SQLite's process-wide settings, made before the first connection opens (which fixes them).
     private static let configured: Void = { _ = pf_sqlite3_disable_memstatus() }()
@@ -59,8 +65,9 @@ final class Database {
         guard rc == SQLITE_OK else {
             let message = error.map { String(cString: $0) } ?? "error"
             sqlite3_free(error)
-            if rc & 0xFF == SQLITE_FULL { onDiskFull() }
-            throw DatabaseError(call: "exec", code: rc, message: message)
+            let error = DatabaseError(call: "exec", code: rc, message: message, systemErrno: sqlite3_system_errno(handle))
+            if error.isDiskFull { onDiskFull() }
+            throw error
         }
     }
 
@@ -86,8 +93,10 @@ final class Database {
     var changes: Int { Int(sqlite3_changes(handle)) }
 
     fileprivate func error(_ call: String, _ code: Int32) -> DatabaseError {
-        if code & 0xFF == SQLITE_FULL { onDiskFull() }
-        return DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)))
+        let error = DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)),
+                                  systemErrno: sqlite3_system_errno(handle))
+        if error.isDiskFull { onDiskFull() }
+        return error
     }
 }
 

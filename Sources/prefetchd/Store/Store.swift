@@ -128,6 +128,7 @@ final class Store {
             Log.warning("the disk of \(directory) is full: gave up the index's reserve (\(SpaceReserve.bytes / 1024) KiB) "
                         + "so that the index can be written")
         }
+        if !reserve.hasRoom { Self.makeRoomToStart(files: CacheFiles(root: directory)) }
         do {
             db = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
@@ -211,8 +212,8 @@ final class Store {
             var info = stat()
             if stat(file, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
                 let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
-                throw DaemonError("the index's file \(file) is \(kind), which SQLite cannot use: move it away, or choose "
-                                  + "another --cache-dir")
+                throw DaemonError("cannot open the index \(path): \(file) is \(kind), which SQLite cannot use: move it "
+                                  + "away, or choose another --cache-dir")
             }
         }
         let db = try Database(path: path)
@@ -243,6 +244,9 @@ final class Store {
             }
             // The daemon writes at once: a log or shared-memory file it cannot use is found here, with the index named.
             try db.execute("BEGIN IMMEDIATE; ROLLBACK;")
+        } catch let error as DatabaseError where error.isDiskFull {
+            throw DaemonError("cannot open the index \(path): the disk is full (\(error.message)); what is queued stays "
+                              + "queued: free some space, or choose another --cache-dir")
         } catch let error as DatabaseError where !error.isCorrupt {
             throw DaemonError("cannot open the index \(path): \(error.message); the cache directory and the index in it "
                               + "must be writable by the user prefetchd runs as")
@@ -299,6 +303,33 @@ final class Store {
         inTransaction = false
         try? readCounts()
         onRollback()
+    }
+
+    /// What the start may write to the index before it takes its reserve again (crash records, recovery's changes).
+    static let roomToStart: Int64 = 4 << 20
+
+    /// The disk is still full with no reserve left to give up (a full disk earlier took it, and stayed full): opening
+    /// the index (its shared-memory file) and the start's writes would fail. The oldest cached files go, by the time
+    /// they were written, until `roomToStart` is free: the index cannot say which were used last without being opened
+    /// (what a crash left in its write-ahead log is only read through the shared memory). Recovery drops their rows,
+    /// whose files are missing. Nothing queued is touched.
+    private static func makeRoomToStart(files: CacheFiles) {
+        var cached: [(path: String, written: Int, allocated: Int64)] = []  // written: ns since the epoch
+        files.forEachCachedFile { _, path in
+            var info = stat()
+            guard lstat(path, &info) == 0 else { return }
+            cached.append((path, info.st_mtim.tv_sec &* 1_000_000_000 &+ info.st_mtim.tv_nsec, Int64(info.st_blocks) * 512))
+        }
+        var freed: Int64 = 0
+        var deleted = 0
+        for file in cached.sorted(by: { $0.written < $1.written }) where freed < roomToStart {
+            guard unlink(file.path) == 0 else { continue }
+            freed += file.allocated
+            deleted += 1
+        }
+        guard deleted > 0 else { return }
+        Log.warning("the disk of \(files.root) is full: deleted the \(deleted) oldest cached files (\(freed / 1024) KiB) "
+                    + "so that the index can be opened and written; recovery drops their entries")
     }
 
     /// Ends the turn's transaction, if one is open, and the reads left open by statements.
