@@ -213,8 +213,7 @@ final class Daemon {
 
     /// Stops admitting, answers every waiter `shutting_down`, stops the transfers keeping only the partial bodies the
     /// next start resumes (queued URLs with a validator; acknowledged queue entries stay in the index), records that
-    /// nothing was being handled (`CrashGuard`), commits (and says the stop was clean: `Store.markStoppedCleanly`) and
-    /// leaves the loop.
+    /// nothing was being handled (`CrashGuard`), commits and leaves the loop.
     private func shutdown(reason: String) {
         guard !shuttingDown else { return }
         shuttingDown = true
@@ -231,9 +230,7 @@ final class Daemon {
         commitQueueBatch(now: wallClockMilliseconds())
         try? store.flushAccesses()
         try? store.stopWorking()
-        if (try? store.commit()) != nil, fetches.endingKeys.isEmpty, variants.originalsInUse.isEmpty {
-            store.markStoppedCleanly()
-        }
+        try? store.commit()
         clients.flushAllOnce()
         loop.stop()
     }

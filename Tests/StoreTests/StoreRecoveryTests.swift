@@ -66,28 +66,6 @@ import Testing
         }
     }
 
-    @Test("after a clean stop the start does not compare every row with its file (200,000 entries took 3 s); the marker goes at the start, so a crash after it gets the whole sweep")
-    func cleanStopSkipsTheSweep() throws {
-        try withCacheDirectory { directory in
-            do {
-                let store = try Store(directory: directory)
-                _ = try cache("https://example.com/a.png", in: store)
-                try store.commit()
-                store.markStoppedCleanly()
-            }
-            try writeFile(directory + "/files/aa/" + String(repeating: "a", count: 64), count: 10)  // no row names it
-            do {
-                let store = try Store(directory: directory)
-                #expect(store.stoppedCleanly)
-                #expect(try store.recover() == (0, 0, 0), "not swept")
-            }
-            let store = try Store(directory: directory)  // after a start that did not stop cleanly
-            #expect(!store.stoppedCleanly)
-            #expect(try store.recover() == (0, 0, 1))
-            #expect(try store.entry("https://example.com/a.png") != nil)
-        }
-    }
-
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

@@ -20,12 +20,6 @@ final class Store {
     private let reserve: SpaceReserve
     private var reserveHeld = false
     private var nextReserveAttempt: Int64 = 0
-    /// Left beside the index by a stop that committed everything with no file on its way into place
-    /// (`markStoppedCleanly`), and taken away at the next start: that start need not compare every row with its file
-    /// (`recover`), which takes seconds for a large cache.
-    private let stopMarker: String
-    /// Whether the marker was there at this start.
-    let stoppedCleanly: Bool
     /// Called after the turn's writes were abandoned (a failed commit, or `rollback()`): rows the turn deleted, such
     /// as queue entries whose fetch ended, are back in the index.
     var onRollback: () -> Void = {}
@@ -122,8 +116,6 @@ final class Store {
         }
         lock = try CacheLock(directory: directory)
         let path = directory + "/" + CacheFiles.indexName
-        stopMarker = path + "-stopped"
-        stoppedCleanly = unlink(stopMarker) == 0
         var info = stat()
         if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size == 0 {
             Log.warning("the index \(path) is empty (0 bytes: cut short by a crash, or by someone?): starting with an "
@@ -678,12 +670,6 @@ final class Store {
         try db.statement("DELETE FROM working WHERE key = ?1").bind(key).run()
     }
 
-    /// After a stop's last commit, when no file is on its way into place: the next start may skip the sweep.
-    func markStoppedCleanly() {
-        let descriptor = open(stopMarker, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        if descriptor >= 0 { close(descriptor) }
-    }
-
     /// At a clean stop: what was being handled did not kill the daemon.
     func stopWorking() throws(DatabaseError) {
         try write()
@@ -710,8 +696,7 @@ final class Store {
     // MARK: Recovery
 
     /// Start-up sweep: drops temporary files (but resumable downloads), rows whose file is missing or the wrong size,
-    /// and files no row names. After a clean stop (`stoppedCleanly`) only the first: the index and the files agree,
-    /// and a file gone since is found when it is looked up (`liveEntry`).
+    /// and files no row names.
     func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
         try write()
         try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
@@ -724,10 +709,6 @@ final class Store {
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
         let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
-        if stoppedCleanly {
-            try commit()
-            return (temporaries, 0, 0)
-        }
         // Rows whose file is missing or of the wrong size go; the others get their disk usage measured again (rows
         // from before it was recorded, or a file system that allocates differently).
         var bad: [String] = []
