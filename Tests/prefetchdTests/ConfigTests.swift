@@ -68,7 +68,7 @@ struct ConfigTests {
 
     @Test("sizes are written as people write them: 1.5G, 500 MB, 2GiB were refused as 'not a size'", arguments: [
         ("1.5G", "1536M"), ("1GB", "1G"), ("500 MB", "500M"), ("2GiB", "2G"), ("64k", "64K"), ("100B", "100"),
-        ("0.5K", "512"), ("1.3K", "1331"), ("1073741824", "1G"),
+        ("0.5K", "512"), ("1.3K", "1331"), ("1073741824", "1G"), ("1.99999999999999999999K", "2047"),
     ])
     func sizesAsPeopleWriteThem(text: String, shown: String) {
         let (result, settings) = check(["--max-cache-bytes", text])
@@ -78,7 +78,7 @@ struct ConfigTests {
 
     @Test("what is not a size is refused by name", arguments: [
         "1.5.G", "G", ".5G", "5.G", "-1G", "1e3", "1,5G", "1 iB", "1GBB", "1XB", "0.1", "0", "99999999999999999999",
-        "9000000T", "١٢",
+        "9000000T", "١٢", "1\u{212A}", "nan", "1e3K", "0x10", "+5",
     ])
     func notASize(text: String) {
         let (result, _) = check(["--max-cache-bytes", text])

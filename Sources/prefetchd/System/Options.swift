@@ -519,8 +519,9 @@ struct Options {
     /// a fraction of a unit is rounded down to whole bytes.
     static func parseSize(_ text: String) -> Int64? {
         let multipliers: [String: Int64] = ["": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40]
+        guard text.allSatisfy(\.isASCII) else { return nil }
         let lower = text.lowercased()
-        var unit = lower.drop { $0.isASCII && ($0.isNumber || $0 == ".") }
+        var unit = lower.drop { $0.isNumber || $0 == "." }
         let number = lower[..<unit.startIndex]
         unit = unit.drop { $0 == " " }
         if unit.hasSuffix("ib") { unit = unit.dropLast(2); guard !unit.isEmpty else { return nil } }
@@ -530,8 +531,11 @@ struct Options {
         guard let wholeText = parts.first, let whole = Int64(wholeText) else { return nil }
         var fraction: Int64 = 0
         if parts.count == 2 {
-            guard !parts[1].isEmpty, let digits = Double("0." + parts[1]) else { return nil }
-            fraction = Int64(digits * Double(multiplier))
+            // Digits past the 18th only make the fraction larger, and it is rounded down anyway.
+            let digits = parts[1].prefix(18)
+            guard let numerator = Int64(digits) else { return nil }
+            let denominator = (0..<digits.count).reduce(Int64(1)) { power, _ in power * 10 }
+            fraction = denominator.dividingFullWidth(numerator.multipliedFullWidth(by: multiplier)).quotient
         }
         let (scaled, overflow) = whole.multipliedReportingOverflow(by: multiplier)
         let (total, overflowToo) = scaled.addingReportingOverflow(fraction)
