@@ -17,6 +17,20 @@ import Testing
         }
     }
 
+    @Test("a distrusted answer (its connection was caught with bytes nobody asked for, while a request waited on it) is stale at once, without its validators, and not to be served stale; its file stays")
+    func distrustedAnswerIsStale() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let entry = try cache("https://example.com/a.png", at: 1000, in: store)
+            try store.distrust(entry.key)
+            try store.commit()
+            let distrusted = try #require(try store.liveEntry(entry.key))
+            #expect(distrusted.freshUntil == 0 && distrusted.etag == nil && distrusted.lastModified == nil)
+            #expect(distrusted.mustRevalidate && !distrusted.isFresh(at: 1001))
+            #expect(distrusted.file == entry.file && distrusted.sha256 == entry.sha256)
+        }
+    }
+
     @Test("a cached file reads back after a restart: its row, its file under files/ab/<sha256 of the key>, its disk usage")
     func putReadsBack() throws {
         try withCacheDirectory { directory in

@@ -121,7 +121,7 @@ final class ConnectionPool {
     private func curlTimerFired() {
         curlDue = nil
         var running: Int32 = 0
-        watchdog.watch { curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running) }
+        watchdog.watch(-1) { curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running) }
         afterAction()
     }
 
@@ -180,7 +180,7 @@ final class ConnectionPool {
         if events & UInt32(EPOLLOUT.rawValue) != 0 { mask |= CURL_CSELECT_OUT }
         if events & UInt32(EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { mask |= CURL_CSELECT_ERR }
         var running: Int32 = 0
-        watchdog.watch { curl_multi_socket_action(multi, fd, mask, &running) }
+        watchdog.watch(fd) { curl_multi_socket_action(multi, fd, mask, &running) }
         if mask & CURL_CSELECT_IN != 0 { afterRead(fd) }
         afterAction()
     }

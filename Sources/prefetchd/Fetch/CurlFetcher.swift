@@ -80,8 +80,11 @@ final class CurlFetcher {
     /// Due once transfers ended: they are concluded together after the turn's events, so that the crash guard
     /// records a turn's worth in one commit.
     private var concludeTimer: LoopTimer!
-    /// Due a second after the last transfer ended: the idle connections are looked at for bytes nobody asked for.
+    /// Due a second after a transfer ended, and again a second after the last end it did not see (steady traffic
+    /// does not put it off): the idle connections are looked at for bytes nobody asked for.
     private var sweepTimer: LoopTimer!
+    /// When the last transfer ended (monotonic ms).
+    private var lastEnd: Int64 = 0
     /// Keys whose transfer ended and whose `onFinish` has not been called yet (concluded after the turn's events, held
     /// by the crash guard, or a failed lookup being asked again).
     private var ending: Set<String> = []
@@ -185,6 +188,7 @@ final class CurlFetcher {
                 pool.idleConnections.sweep()
                 self.reportDistrusted(pool)
             }
+            if self.lastEnd + 1000 > monotonicMilliseconds() { self.sweepTimer.schedule(at: self.lastEnd + 1000) }
         }
         rateTimer = loop.makeTimer { [unowned self] in
             // The debt is paid: charge what arrived meanwhile, which may hold the pool again.
@@ -422,7 +426,8 @@ final class CurlFetcher {
         }
         if ended {
             updateHold()
-            sweepTimer.schedule(at: monotonicMilliseconds() + 1000)
+            lastEnd = monotonicMilliseconds()
+            if sweepTimer.due == nil { sweepTimer.schedule(at: lastEnd + 1000) }
         }
         if !finished.isEmpty { concludeTimer.schedule(at: 0) }
         reportDistrusted(pool)
@@ -438,7 +443,7 @@ final class CurlFetcher {
             let server = stopped.first?.effectiveHost.map { "\($0) " } ?? ""
             let failure = Failure(code: .network, message: "the server \(server)kept the daemon busy reading its "
                                   + "connection for over \(CallWatchdog.longestCall) ms of CPU without a break (a flood of "
-                                  + "frames with nothing in them?): the connection was ended", isTransient: false)
+                                  + "frames with nothing in them?): the connection was ended", isTransient: true)
             for transfer in stopped { transfer.connectionEnded(failure) }
             Log.warning(failure.message + " (\(stopped.count) transfers on it)")
         }

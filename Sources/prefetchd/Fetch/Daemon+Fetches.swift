@@ -20,20 +20,22 @@ extension Daemon {
         }
     }
 
-    /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted,
-    /// but those a waiting request or a variant being made needs, as `evict` spares them.
+    /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted;
+    /// those a waiting request or a variant being made needs, which `evict` spares, are made stale instead, so that
+    /// the next request fetches them anew.
     func evictDistrusted(_ keys: Set<String>) {
         let inUse = keysInUse
         var evicted = 0
         do {
-            for key in keys where !inUse.contains(key) {
-                if try store.remove(key) { evicted += 1 }
+            for key in keys {
+                if inUse.contains(key) { try store.distrust(key) } else if try store.remove(key) { evicted += 1 }
             }
         } catch {
             Log.error("cannot evict answers that may be other URLs': \(error)")
         }
+        guard evicted > 0 else { return }
         telemetry.evicted(evicted)
-        if evicted > 0 { Log.info("evicted \(evicted) cached answers of that connection: any may be another URL's") }
+        Log.info("evicted \(evicted) cached answers of that connection: any may be another URL's")
     }
 
     /// At shutdown: the running transfers stop, keeping only the partial bodies of URLs in the durable backlog.

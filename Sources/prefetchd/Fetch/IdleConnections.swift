@@ -11,8 +11,9 @@ import Glibc
 /// request about to go out fails to, so that curl sends it again on another connection, as it does when a reused
 /// connection died. A connection a request went out on is in use until its response ends: what comes in then is
 /// never looked at. Bytes that come after the next request went out are taken as its answer: the shift then lasts
-/// until the connection is found with bytes waiting (also by a `sweep` after the last response), and so the answers a connection carried are distrusted when it
-/// is (the last `mostCarried`): the fetcher takes their keys (`takeDistrusted`) to fetch them again (docs/transport.md).
+/// until the connection is found with bytes waiting (also by a `sweep` a second after a response), so the answers a
+/// connection carried (the last `mostCarried`) are distrusted when it is: the fetcher takes their keys
+/// (`takeDistrusted`) and does not keep those answers (docs/transport.md).
 final class IdleConnections {
     /// A connection as the pre-request callback names it.
     struct Endpoint: Hashable {

@@ -422,6 +422,15 @@ final class Store {
     }
 
     /// A 304 confirmed the cached copy: new freshness and validators.
+    /// The cached answer may be another URL's: stale at once, without the validators that came with it and not to
+    /// be served stale, so that the next request for it fetches it anew.
+    func distrust(_ key: String) throws(DatabaseError) {
+        try write()
+        try db.statement("""
+            UPDATE entries SET fresh_until = 0, etag = NULL, last_modified = NULL, must_revalidate = 1 WHERE key = ?1
+            """).bind(key).run()
+    }
+
     func refresh(_ key: String, freshUntil: Int64, etag: String?, lastModified: String?, mustRevalidate: Bool,
                  now: Int64) throws(DatabaseError) {
         try write()
