@@ -213,7 +213,8 @@ final class Daemon {
 
     /// Stops admitting, answers every waiter `shutting_down`, stops the transfers keeping only the partial bodies the
     /// next start resumes (queued URLs with a validator; acknowledged queue entries stay in the index), records that
-    /// nothing was being handled (`CrashGuard`), commits and leaves the loop.
+    /// nothing was being handled (`CrashGuard`) and, with no file on its way into place, that the index and the files
+    /// agree (`Store.markStoppedCleanly`), commits and leaves the loop.
     private func shutdown(reason: String) {
         guard !shuttingDown else { return }
         shuttingDown = true
@@ -230,6 +231,7 @@ final class Daemon {
         commitQueueBatch(now: wallClockMilliseconds())
         try? store.flushAccesses()
         try? store.stopWorking()
+        if fetches.endingKeys.isEmpty, variants.originalsInUse.isEmpty { try? store.markStoppedCleanly() }
         try? store.commit()
         clients.flushAllOnce()
         loop.stop()

@@ -66,6 +66,45 @@ import Testing
         }
     }
 
+    @Test("after a clean stop the start does not compare every row with its file (100,000 entries took 3.5 s); the mark is in the index, so a start after a crash, after an undone turn or with an index made anew sweeps")
+    func cleanStopSkipsTheSweep() throws {
+        try withCacheDirectory { directory in
+            let orphan = directory + "/files/aa/" + String(repeating: "a", count: 64)
+            do {
+                let store = try Store(directory: directory)
+                _ = try cache("https://example.com/a.png", in: store)
+                try store.markStoppedCleanly()
+                try store.commit()
+            }
+            try writeFile(orphan, count: 10)  // no row names it
+            do {
+                let store = try Store(directory: directory)
+                #expect(store.stoppedCleanly)
+                #expect(try store.recover() == (0, 0, 0), "not swept")
+            }
+            do {  // the start before ended without a clean stop
+                let store = try Store(directory: directory)
+                #expect(!store.stoppedCleanly)
+                #expect(try store.recover() == (0, 0, 1))
+                #expect(try store.enqueue(key: "https://example.com/queued", now: 1))
+                store.rollback()
+                try store.markStoppedCleanly()
+                try store.commit()
+            }
+            do {
+                let store = try Store(directory: directory)
+                #expect(!store.stoppedCleanly, "a turn was undone before that stop")
+                _ = try store.recover()
+                try store.markStoppedCleanly()
+                try store.commit()
+            }
+            for suffix in ["", "-wal", "-shm"] { unlink(directory + "/" + CacheFiles.indexName + suffix) }
+            let store = try Store(directory: directory)
+            #expect(!store.stoppedCleanly, "an index made anew")
+            #expect(try store.recover().orphans == 1, "the file of the lost index's row")
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

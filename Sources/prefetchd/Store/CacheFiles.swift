@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The cache directory's files: `files/ab/<sha256(key)>` for bodies, in 256 directories made once at start-up, and
 /// `tmp/<sha256(key)>` for downloads in progress (kept across restarts when the index records a validator to resume
@@ -119,13 +120,17 @@ struct CacheFiles {
     }
 
     /// Deletes a cache file. One that cannot be deleted (its directory made read-only behind the daemon's back) is
-    /// logged: its bytes stay on the disk, uncounted, until the next start's recovery takes it.
+    /// logged: its bytes stay on the disk, uncounted, until the next start's recovery takes it (`leftBehind`).
     func remove(_ relative: String) {
         let path = absolute(relative)
         guard unlink(path) != 0, errno != ENOENT else { return }
+        Self.leftBehind.store(true, ordering: .relaxed)
         Log.warning("\(SystemError(call: "unlink", errno: errno, detail: path)): its bytes stay on the disk, uncounted, "
                     + "until the next start")
     }
+
+    /// A file that could not be deleted was left in the cache since the process started: the next start must sweep.
+    static let leftBehind = Atomic<Bool>(false)
 
     /// Deletes everything under `tmp/` but the resumable downloads named in `keeping`; returns how many entries went.
     func clearTemporaries(keeping: Set<String>) -> Int {

@@ -20,6 +20,11 @@ final class Store {
     private let reserve: SpaceReserve
     private var reserveHeld = false
     private var nextReserveAttempt: Int64 = 0
+    /// Whether the last stop left the index and the files agreeing (`markStoppedCleanly`): then the start need not
+    /// compare every row with its file (`recover`), seconds for a large cache. An index made anew has no mark.
+    private(set) var stoppedCleanly = false
+    /// A turn was undone since the start: files it moved into place may be named by no row.
+    private var rolledBack = false
     /// Called after the turn's writes were abandoned (a failed commit, or `rollback()`): rows the turn deleted, such
     /// as queue entries whose fetch ended, are back in the index.
     var onRollback: () -> Void = {}
@@ -90,6 +95,11 @@ final class Store {
         DROP TABLE queue;
         ALTER TABLE queue_v6 RENAME TO queue;
         """,
+        // A row while the index and the files agree: written by a clean stop in its last transaction, deleted by the
+        // start's first (`stoppedCleanly`).
+        """
+        CREATE TABLE clean_stop(at INTEGER NOT NULL);
+        """,
     ]
 
     /// The tables and columns this version reads and writes. An index whose `user_version` is this version's but that
@@ -103,6 +113,7 @@ final class Store {
         ("hosts", "host, paused_until, failures"),
         ("variants", "key, spec, file, bytes, sha256, format, width, height, allocated"),
         ("working", "key, deaths, active"),
+        ("clean_stop", "at"),
     ]
 
     init(directory: String) throws {
@@ -128,7 +139,7 @@ final class Store {
             Log.warning("the disk of \(directory) is full: gave up the index's reserve (\(SpaceReserve.bytes / 1024) KiB) "
                         + "so that the index can be written")
         }
-        if !reserve.hasRoom { Self.makeRoomToStart(files: CacheFiles(root: directory)) }
+        let madeRoom = !reserve.hasRoom && Self.makeRoomToStart(files: CacheFiles(root: directory))
         do {
             db = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
@@ -143,6 +154,9 @@ final class Store {
         indexIdentity = FileIdentity(path: path)
         logPath = path + "-wal"
         logIdentity = FileIdentity(path: logPath)
+        // Files deleted to make room are still named by rows: the sweep drops them.
+        stoppedCleanly = !madeRoom && (try? db.statement("SELECT 1 FROM clean_stop").step()) == true
+        db.resetStatements()
         try readCounts()
         db.onDiskFull = { [unowned self] in self.giveUpReserve() }
         keepReserve()
@@ -301,6 +315,7 @@ final class Store {
         guard inTransaction else { return }
         try? db.execute("ROLLBACK")
         inTransaction = false
+        rolledBack = true
         try? readCounts()
         onRollback()
     }
@@ -313,7 +328,8 @@ final class Store {
     /// they were written, until `roomToStart` is free: the index cannot say which were used last without being opened
     /// (what a crash left in its write-ahead log is only read through the shared memory). Recovery drops their rows,
     /// whose files are missing. Nothing queued is touched.
-    private static func makeRoomToStart(files: CacheFiles) {
+    /// Returns whether it deleted any.
+    private static func makeRoomToStart(files: CacheFiles) -> Bool {
         var cached: [(path: String, written: Int, allocated: Int64)] = []  // written: ns since the epoch
         files.forEachCachedFile { _, path in
             var info = stat()
@@ -327,9 +343,10 @@ final class Store {
             freed += file.allocated
             deleted += 1
         }
-        guard deleted > 0 else { return }
+        guard deleted > 0 else { return false }
         Log.warning("the disk of \(files.root) is full: deleted the \(deleted) oldest cached files (\(freed / 1024) KiB) "
                     + "so that the index can be opened and written; recovery drops their entries")
+        return true
     }
 
     /// Ends the turn's transaction, if one is open, and the reads left open by statements.
@@ -679,6 +696,14 @@ final class Store {
         try db.statement("DELETE FROM working WHERE key = ?1").bind(key).run()
     }
 
+    /// At a clean stop, in its last transaction, when no file is on its way into place: the index and the files
+    /// agree, unless a turn was undone since the start.
+    func markStoppedCleanly() throws(DatabaseError) {
+        guard !rolledBack, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
+        try write()
+        try db.execute("DELETE FROM clean_stop; INSERT INTO clean_stop(at) VALUES (CAST(strftime('%s', 'now') AS INTEGER));")
+    }
+
     /// At a clean stop: what was being handled did not kill the daemon.
     func stopWorking() throws(DatabaseError) {
         try write()
@@ -705,9 +730,12 @@ final class Store {
     // MARK: Recovery
 
     /// Start-up sweep: drops temporary files (but resumable downloads), rows whose file is missing or the wrong size,
-    /// and files no row names.
+    /// and files no row names. After a clean stop (`stoppedCleanly`) only the first: the index and the files agree,
+    /// and a file gone since is found when it is asked for (`liveEntry`). The clean stop's mark goes in any case: this
+    /// run may end in a crash.
     func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
         try write()
+        try db.execute("DELETE FROM clean_stop")
         try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
         var resumable: [String: String] = [:]
         let kept = try db.statement("SELECT key, validator FROM partials")
@@ -718,6 +746,10 @@ final class Store {
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
         let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
+        if stoppedCleanly {
+            try commit()
+            return (temporaries, 0, 0)
+        }
         // Rows whose file is missing or of the wrong size go; the others get their disk usage measured again (rows
         // from before it was recorded, or a file system that allocates differently).
         var bad: [String] = []
