@@ -44,21 +44,12 @@ final class CallWatchdog: Sendable {
         let status = pthread_getcpuclockid(pthread_self(), &clock)
         guard status == 0 else { throw SystemError(call: "pthread_getcpuclockid", errno: status, detail: "the loop thread") }
         loopClock = clock
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let started = pthread_create(&thread, nil, { context in
-            let watchdog = Unmanaged<CallWatchdog>.fromOpaque(context!).takeRetainedValue()
-            _ = pthread_setname_np(pthread_self(), "pf-watchdog")
+        try startDetachedThread(named: "pf-watchdog") { [self] in
             while true {
-                if watchdog.state.withLock({ $0.sockets.isEmpty }) { watchdog.polling.wait() } else { usleep(50_000) }
-                watchdog.look()
+                if state.withLock({ $0.sockets.isEmpty }) { polling.wait() } else { usleep(50_000) }
+                look()
             }
-        }, context)
-        guard started == 0 else {
-            Unmanaged<CallWatchdog>.fromOpaque(context).release()
-            throw SystemError(call: "pthread_create", errno: started, detail: "pf-watchdog")
         }
-        pthread_detach(thread)
     }
 
     /// Runs a call into curl made for `socket` (-1: curl's timer) under watch.

@@ -68,19 +68,7 @@ private final class WorkList: Sendable {
 
     /// Starts a detached thread that runs jobs as they come; it holds this list until it ends.
     func startThread(named name: String) throws(SystemError) {
-        let context = Unmanaged.passRetained(ThreadStart(list: self, name: name)).toOpaque()
-        var thread = pthread_t()
-        let status = pthread_create(&thread, nil, { context in
-            let thread = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
-            _ = pthread_setname_np(pthread_self(), thread.name)
-            thread.list.serve()
-            return nil
-        }, context)
-        guard status == 0 else {
-            Unmanaged<ThreadStart>.fromOpaque(context).release()
-            throw SystemError(call: "pthread_create", errno: status, detail: name)
-        }
-        pthread_detach(thread)
+        try startDetachedThread(named: name) { self.serve() }
     }
 
     private func serve() {
@@ -91,13 +79,31 @@ private final class WorkList: Sendable {
         }
     }
 
-    /// What a new thread is given.
-    private final class ThreadStart {
-        let list: WorkList
-        let name: String
-        init(list: WorkList, name: String) {
-            (self.list, self.name) = (list, String(decoding: name.utf8.prefix(15), as: UTF8.self))
-        }
+}
+
+/// Starts a detached thread named `name` (`top -H`, `/proc/PID/task/*/comm`: at most 15 bytes) that runs `body`.
+func startDetachedThread(named name: String, _ body: @escaping @Sendable () -> Void) throws(SystemError) {
+    let context = Unmanaged.passRetained(ThreadStart(name: name, body: body)).toOpaque()
+    var thread = pthread_t()
+    let status = pthread_create(&thread, nil, { context in
+        let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
+        _ = pthread_setname_np(pthread_self(), start.name)
+        start.body()
+        return nil
+    }, context)
+    guard status == 0 else {
+        Unmanaged<ThreadStart>.fromOpaque(context).release()
+        throw SystemError(call: "pthread_create", errno: status, detail: name)
+    }
+    pthread_detach(thread)
+}
+
+/// What a new thread is given.
+private final class ThreadStart {
+    let name: String
+    let body: @Sendable () -> Void
+    init(name: String, body: @escaping @Sendable () -> Void) {
+        (self.name, self.body) = (String(decoding: name.utf8.prefix(15), as: UTF8.self), body)
     }
 }
 
