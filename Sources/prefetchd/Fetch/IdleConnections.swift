@@ -91,8 +91,7 @@ final class IdleConnections {
         case .closing:
             end(connection, at: endpoint)
         case .unasked(let count):
-            let answers = distrust(endpoint)
-            end(connection, at: endpoint)
+            let answers = endStray(connection, at: endpoint)
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for after a response; that "
                         + "connection is not used again, and the \(answers) answers it carried are not kept")
         }
@@ -118,13 +117,11 @@ final class IdleConnections {
                 other.remoteAddress == endpoint.remoteAddress && other.remotePort == endpoint.remotePort
                     && waiting(on: idle) != .nothing
             }
-            var answers = distrust(endpoint)
+            var answers = endStray(connection, at: endpoint)
             for (other, connection) in others {
                 idle.removeValue(forKey: other)
-                answers += distrust(other)
-                end(connection, at: other)
+                answers += endStray(connection, at: other)
             }
-            end(connection, at: endpoint)
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection"
                         + (others.isEmpty ? "" : " (and on \(others.count) more)") + "; the request goes out on another "
                         + "one, and the \(answers) answers \(others.isEmpty ? "it" : "they") carried are not kept")
@@ -137,18 +134,18 @@ final class IdleConnections {
         for (endpoint, connection) in idle {
             guard case .unasked(let count) = waiting(on: connection) else { continue }
             idle.removeValue(forKey: endpoint)
-            let answers = distrust(endpoint)
-            end(connection, at: endpoint)
+            let answers = endStray(connection, at: endpoint)
             Log.warning("\(Self.server(endpoint)) sent \(count) bytes nobody asked for on an idle connection; that "
                         + "connection is not used again, and the \(answers) answers it carried are not kept")
         }
     }
 
-    /// The answers the connection at `endpoint` carried may each be another URL's: their keys are distrusted.
-    /// Returns how many.
-    private func distrust(_ endpoint: Endpoint) -> Int {
+    /// Ends a connection found with bytes nobody asked for: each answer it carried may be another URL's, and their
+    /// keys are distrusted. Returns how many.
+    private func endStray(_ connection: Connection, at endpoint: Endpoint) -> Int {
         let keys = carried[endpoint]?.keys ?? []
         distrusted += keys
+        end(connection, at: endpoint)
         return keys.count
     }
 
