@@ -105,6 +105,67 @@ import Testing
         }
     }
 
+    @Test("after a crash the sweep runs in slices while the daemon serves (100,000 entries held the start for 1.6 s warm, 3.5 s cold): what this run moves into place meanwhile (a body before its row, a variant's temporary) is no orphan, and no clean stop is marked before the sweep ends")
+    func sweepInSlices() throws {
+        try withCacheDirectory { directory in
+            var entries: [IndexEntry] = []
+            do {
+                let store = try Store(directory: directory)
+                for index in 0..<20 { entries.append(try cache("https://example.com/\(index).png", in: store)) }
+                _ = try makeVariant(of: entries[0].key, spec: "10x10", in: store)
+                try store.commit()
+            }  // and no clean stop
+            let missing = entries.removeLast()
+            unlink(directory + "/" + missing.file)
+            let orphans = (0..<5).map { "files/0\($0)/" + String(repeating: "\($0)", count: 64) }
+            for orphan in orphans { try writeFile(directory + "/" + orphan, count: 10) }
+            let body = CacheFiles.relativePath(forName: CacheFiles.name(forKey: "https://example.com/new.png", body: "b"))
+            let variantName = CacheFiles.name(forKey: entries[1].key + "#20x20")
+            let variant = CacheFiles.relativePath(forName: variantName)
+            let encoding = "files/" + variantName.prefix(2) + "/." + variantName + ".Ab12Cd"
+            do {
+                let store = try Store(directory: directory)
+                #expect(try store.beginRecovery() == 0)
+                #expect(store.sweeping)
+                #expect(try store.sweepStep(limit: 3) == nil)
+                // Between two slices: a body moved into place whose row comes at the end of its turn, and a variant
+                // being encoded beside where it goes.
+                let temporary = store.files.downloadPath(forName: "new")
+                try writeFile(temporary, count: 10)
+                try store.files.install(temporary: temporary, as: body)
+                store.files.willPlace(store.files.absolute(variant))
+                try writeFile(directory + "/" + encoding, count: 10)
+                try store.markStoppedCleanly()  // a stop now: the sweep is not done
+                var slices = 1
+                var swept: (badRows: Int, orphans: Int)?
+                while swept == nil {
+                    swept = try store.sweepStep(limit: 3)
+                    slices += 1
+                }
+                #expect(swept.map { $0 == (1, 5) } == true, "\(String(describing: swept))")
+                #expect(slices > 10, "in slices of 3")
+                #expect(!store.sweeping)
+                for orphan in orphans { #expect(!exists(directory + "/" + orphan), "\(orphan)") }
+                #expect(exists(directory + "/" + body) && exists(directory + "/" + encoding))
+                #expect(try store.entry(missing.key) == nil)
+                for entry in entries { #expect(try store.liveEntry(entry.key) == entry) }
+                #expect(store.entryCount == 19)
+                try store.commit()
+            }
+            do {
+                let store = try Store(directory: directory)
+                #expect(!store.stoppedCleanly, "stopped before the sweep ended")
+                _ = try store.recover()
+                try store.markStoppedCleanly()
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(store.stoppedCleanly)
+            #expect(try store.beginRecovery() == 0)
+            #expect(!store.sweeping)
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

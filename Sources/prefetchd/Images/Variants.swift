@@ -68,6 +68,7 @@ final class Variants {
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: job.key + "#" + job.spec))
         let source = store.files.absolute(original.file)
         let destination = store.files.absolute(relative)
+        store.files.willPlace(destination)
         let maxPixels = maxPixels
         let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
             do {

@@ -82,6 +82,7 @@ struct CacheFiles {
     /// when someone deleted it, or a directory someone made at its path removed first (the name is the cache's).
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
+        willPlace(target)
         if rename(temporary, target) == 0 { return }
         switch errno {
         case ENOENT where access(temporary, F_OK) == 0:
@@ -132,6 +133,12 @@ struct CacheFiles {
     /// A file that could not be deleted was left in the cache since the process started: the next start must sweep.
     static let leftBehind = Atomic<Bool>(false)
 
+    /// What this run moves into `files/` while the start-up sweep looks for files no row names.
+    let placed = PlacedDuringSweep()
+
+    /// Called before a file is written or moved to `path` under `files/`, from any thread.
+    func willPlace(_ path: String) { placed.note(path) }
+
     /// Deletes everything under `tmp/` but the resumable downloads named in `keeping`; returns how many entries went.
     func clearTemporaries(keeping: Set<String>) -> Int {
         var removed = 0
@@ -152,9 +159,20 @@ struct CacheFiles {
     /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and
     /// `ab/cd/<name>` of caches written before).
     func forEachCachedFile(_ body: (_ name: String, _ path: String) -> Void) {
-        forEachFile(in: filesDirectory, depth: 2) { path in
-            body(String(path[path.index(after: path.lastIndex(of: "/")!)...]), path)
-        }
+        for entry in filesDirectoryEntries() { forEachCachedFile(under: entry, body) }
+    }
+
+    /// What `files/` holds: its 256 directories, and whatever someone else put there.
+    func filesDirectoryEntries() -> [(path: String, type: UInt8)] {
+        entries(of: filesDirectory).map { (filesDirectory + "/" + $0.name, $0.type) }
+    }
+
+    /// `forEachCachedFile` for one entry of `files/` (`filesDirectoryEntries`): the files under it, or itself when it
+    /// is no directory.
+    func forEachCachedFile(under entry: (path: String, type: UInt8), _ body: (_ name: String, _ path: String) -> Void) {
+        func name(_ path: String) -> String { String(path[path.index(after: path.lastIndex(of: "/")!)...]) }
+        guard isDirectory(entry.type, entry.path) else { return body(name(entry.path), entry.path) }
+        forEachFile(in: entry.path, depth: 1) { path in body(name(path), path) }
     }
 
     /// Calls `body` with every entry that is not a directory, going `depth` directories down.
@@ -167,6 +185,30 @@ struct CacheFiles {
                 body(path)
             }
         }
+    }
+}
+
+/// The names of the files a run moves into `files/` while the start-up sweep runs (`Store.sweepStep`): a body or a
+/// variant is in place a moment before its row is, and the sweep must not take it, nor a variant's temporary
+/// `.<name>.XXXXXX` beside it, for a crash's leftover.
+final class PlacedDuringSweep: Sendable {
+    /// nil while no sweep runs.
+    private let names = Mutex<Set<String>?>(nil)
+
+    func begin() { names.withLock { $0 = [] } }
+    func end() { names.withLock { $0 = nil } }
+
+    func note(_ path: String) {
+        let name = String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...])
+        names.withLock { _ = $0?.insert(name) }
+    }
+
+    /// Whether this run placed the file `name` of `files/`, or it is a variant's temporary of one this run places.
+    func contains(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        let placed = bytes.count == 72 && bytes[0] == UInt8(ascii: ".") && bytes[65] == UInt8(ascii: ".")
+            ? String(decoding: bytes[1...64], as: UTF8.self) : name
+        return names.withLock { $0?.contains(placed) ?? false }
     }
 }
 

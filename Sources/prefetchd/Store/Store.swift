@@ -697,9 +697,9 @@ final class Store {
     }
 
     /// At a clean stop, in its last transaction, when no file is on its way into place: the index and the files
-    /// agree, unless a turn was undone since the start.
+    /// agree, unless a turn was undone since the start or the start-up sweep did not finish.
     func markStoppedCleanly() throws(DatabaseError) {
-        guard !rolledBack, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
+        guard !rolledBack, !sweeping, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
         try write()
         try db.execute("DELETE FROM clean_stop; INSERT INTO clean_stop(at) VALUES (CAST(strftime('%s', 'now') AS INTEGER));")
     }
@@ -729,11 +729,11 @@ final class Store {
 
     // MARK: Recovery
 
-    /// Start-up sweep: drops temporary files (but resumable downloads), rows whose file is missing or the wrong size,
-    /// and files no row names. After a clean stop (`stoppedCleanly`) only the first: the index and the files agree,
-    /// and a file gone since is found when it is asked for (`liveEntry`). The clean stop's mark goes in any case: this
-    /// run may end in a crash.
-    func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
+    /// Start-up: drops temporary files (but resumable downloads) and returns how many went. Unless the last stop was
+    /// clean (`stoppedCleanly`: the index and the files agreed, and a file gone since is found when it is asked for,
+    /// `liveEntry`), it begins the sweep that compares them (`sweepStep`). The clean stop's mark goes in any case:
+    /// this run may end in a crash.
+    func beginRecovery() throws -> Int {
         try write()
         try db.execute("DELETE FROM clean_stop")
         try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
@@ -746,57 +746,127 @@ final class Store {
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }
         let temporaries = files.clearTemporaries(keeping: Set(resumable.keys))
-        if stoppedCleanly {
-            try commit()
-            return (temporaries, 0, 0)
-        }
-        // Rows whose file is missing or of the wrong size go; the others get their disk usage measured again (rows
-        // from before it was recorded, or a file system that allocates differently).
-        var bad: [String] = []
-        var remeasured: [(key: String, allocated: Int64)] = []
-        let rows = try db.statement("SELECT key, file, bytes, allocated FROM entries")
-        while try rows.step() {
-            guard let usage = files.usage(of: rows.text(1)), usage.size == rows.int(2) else {
-                bad.append(rows.text(0))
-                continue
-            }
-            if usage.allocated != rows.int(3) { remeasured.append((rows.text(0), usage.allocated)) }
-        }
-        for key in bad { try remove(key) }
-        for (key, allocated) in remeasured {
-            counts.bytes += allocated - (try self.allocated(key))
-            try db.statement("UPDATE entries SET allocated = ?2 WHERE key = ?1").bind(key, allocated).run()
-        }
-        var badVariants: [(key: String, spec: String)] = []
-        var remeasuredVariants: [(key: String, spec: String, allocated: Int64, was: Int64)] = []
-        let variantRows = try db.statement("SELECT key, spec, file, bytes, allocated FROM variants")
-        while try variantRows.step() {
-            let key = variantRows.text(0), spec = variantRows.text(1), was = variantRows.int(4)
-            if let usage = files.usage(of: variantRows.text(2)), usage.size == variantRows.int(3) {
-                if usage.allocated != was { remeasuredVariants.append((key, spec, usage.allocated, was)) }
-            } else {
-                badVariants.append((key, spec))
-                counts.bytes -= was
-            }
-        }
-        for (key, spec) in badVariants {
-            try db.statement("DELETE FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec).run()
-        }
-        for (key, spec, allocated, was) in remeasuredVariants {
-            try db.statement("UPDATE variants SET allocated = ?3 WHERE key = ?1 AND spec = ?2").bind(key, spec, allocated).run()
-            counts.bytes += allocated - was
-        }
-        var orphans: [String] = []
-        files.forEachCachedFile { name, path in
-            guard name.utf8.count == 64 else { return orphans.append(path) }
-            // The index names each file by its path (either layout: files/ab/<name>, or files/ab/cd/<name> before).
-            let relative = String(path.dropFirst(files.root.count + 1))
-            let known = (try? db.statement("SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1")
-                .bind(relative).step()) ?? true
-            if !known { orphans.append(path) }
-        }
-        for path in orphans { files.deleteEntry(path) }
         try commit()
-        return (temporaries, bad.count + badVariants.count, orphans.count)
+        if !stoppedCleanly {
+            sweep = Sweep()
+            files.placed.begin()
+        }
+        return temporaries
+    }
+
+    /// The whole recovery at once: what `beginRecovery` and every `sweepStep` removed.
+    func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
+        let temporaries = try beginRecovery()
+        var swept = sweeping ? nil : (badRows: 0, orphans: 0)
+        while swept == nil { swept = try sweepStep(limit: 1000) }
+        try commit()
+        return (temporaries, swept!.badRows, swept!.orphans)
+    }
+
+    /// Where the start-up sweep is: rows after a key, variants after a key and spec, then the entries of `files/`.
+    private var sweep: Sweep?
+    private struct Sweep {
+        enum Phase {
+            case entries(after: String)
+            case variants(after: String, spec: String)
+            case files
+        }
+        var phase = Phase.entries(after: "")
+        /// The entries of `files/` not yet listed, and the files listed and not yet compared.
+        var directories: [(path: String, type: UInt8)] = []
+        var found: [(name: String, path: String)] = []
+        var badRows = 0
+        var orphans = 0
+    }
+
+    /// Whether the start-up sweep has more to compare; a clean stop is not marked before it is done.
+    var sweeping: Bool { sweep != nil }
+
+    /// Compares up to `limit` more rows or files of the start-up sweep, in the turn's transaction: rows whose file is
+    /// missing or of the wrong size go, the others get their disk usage measured again (rows from before it was
+    /// recorded, or a file system that allocates differently); files no row names go, but those this run placed
+    /// (`CacheFiles.placed`). Returns what it removed in all once the sweep is done, nil while it goes on.
+    /// The daemon runs it in slices after it serves: 100,000 entries take seconds from a cold disk.
+    func sweepStep(limit: Int) throws(DatabaseError) -> (badRows: Int, orphans: Int)? {
+        guard var sweep else { return nil }
+        self.sweep = nil  // its lists change in place
+        var done = false
+        defer { if !done { self.sweep = sweep } }
+        try write()
+        switch sweep.phase {
+        case .entries(let after):
+            var bad: [String] = [], remeasured: [(key: String, allocated: Int64)] = [], last: String?
+            let rows = try db.statement("SELECT key, file, bytes, allocated FROM entries WHERE key > ?1 ORDER BY key LIMIT ?2")
+                .bind(after, limit)
+            while try rows.step() {
+                last = rows.text(0)
+                guard let usage = files.usage(of: rows.text(1)), usage.size == rows.int(2) else {
+                    bad.append(rows.text(0))
+                    continue
+                }
+                if usage.allocated != rows.int(3) { remeasured.append((rows.text(0), usage.allocated)) }
+            }
+            for key in bad { try remove(key) }
+            for (key, allocated) in remeasured {
+                counts.bytes += allocated - (try self.allocated(key))
+                try db.statement("UPDATE entries SET allocated = ?2 WHERE key = ?1").bind(key, allocated).run()
+            }
+            sweep.badRows += bad.count
+            sweep.phase = last.map { .entries(after: $0) } ?? .variants(after: "", spec: "")
+        case .variants(let afterKey, let afterSpec):
+            var bad: [(key: String, spec: String)] = []
+            var remeasured: [(key: String, spec: String, allocated: Int64, was: Int64)] = []
+            var last: (key: String, spec: String)?
+            let rows = try db.statement("""
+                SELECT key, spec, file, bytes, allocated FROM variants WHERE (key, spec) > (?1, ?2)
+                ORDER BY key, spec LIMIT ?3
+                """).bind(afterKey, afterSpec, limit)
+            while try rows.step() {
+                let key = rows.text(0), spec = rows.text(1), was = rows.int(4)
+                last = (key, spec)
+                if let usage = files.usage(of: rows.text(2)), usage.size == rows.int(3) {
+                    if usage.allocated != was { remeasured.append((key, spec, usage.allocated, was)) }
+                } else {
+                    bad.append((key, spec))
+                    counts.bytes -= was
+                }
+            }
+            for (key, spec) in bad {
+                try db.statement("DELETE FROM variants WHERE key = ?1 AND spec = ?2").bind(key, spec).run()
+            }
+            for (key, spec, allocated, was) in remeasured {
+                try db.statement("UPDATE variants SET allocated = ?3 WHERE key = ?1 AND spec = ?2").bind(key, spec, allocated).run()
+                counts.bytes += allocated - was
+            }
+            sweep.badRows += bad.count
+            if let last {
+                sweep.phase = .variants(after: last.key, spec: last.spec)
+            } else {
+                sweep.phase = .files
+                sweep.directories = files.filesDirectoryEntries()
+            }
+        case .files:
+            while sweep.found.isEmpty, let directory = sweep.directories.popLast() {
+                files.forEachCachedFile(under: directory) { name, path in sweep.found.append((name, path)) }
+            }
+            for (name, path) in sweep.found.suffix(limit) {
+                // The index names each file by its path (either layout: files/ab/<name>, or files/ab/cd/<name> before).
+                let relative = String(path.dropFirst(files.root.count + 1))
+                let known = name.utf8.count == 64 && ((try? db.statement("""
+                    SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1
+                    """).bind(relative).step()) ?? true)
+                if !known, !files.placed.contains(name) {
+                    files.deleteEntry(path)
+                    sweep.orphans += 1
+                }
+            }
+            sweep.found.removeLast(min(limit, sweep.found.count))
+            if sweep.found.isEmpty, sweep.directories.isEmpty {
+                done = true
+                files.placed.end()
+                return (sweep.badRows, sweep.orphans)
+            }
+        }
+        return nil
     }
 }
