@@ -24,7 +24,16 @@ do {
         // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
         let passedSocket = try SocketActivation.receive(environment: options.environment)
         do {
-            try Daemon(options: options, passedSocket: passedSocket).run()
+            let daemon: Daemon
+            do {
+                daemon = try Daemon(options: options, passedSocket: passedSocket)
+            } catch let error as DatabaseError where error.isCorrupt {
+                // Damage the start met outside what it checks after a clean stop (`Store.openIndex`): started again,
+                // it reads the index through and moves it aside.
+                Log.error("the index is damaged (\(error.message)): starting again")
+                daemon = try Daemon(options: options, passedSocket: passedSocket)
+            }
+            try daemon.run()
         } catch let error as DatabaseError where error.isDiskFull {
             throw DaemonError("the disk of \(options.cacheDirectory) is full: the index cannot be written (\(error.message)); "
                               + "what is queued stays queued: free some space, or choose another --cache-dir")

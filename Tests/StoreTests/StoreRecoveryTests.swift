@@ -166,6 +166,54 @@ import Testing
         }
     }
 
+    @Test("after a clean stop the index is not read through at open (0.85 s for 100,000 entries from a cold disk): damage where the start counts is set aside there, damage elsewhere shows when it is read, and then no clean stop is marked, so the next start reads it through and sets it aside")
+    func cleanStopSkipsTheCheck() throws {
+        func damage(_ table: String, in directory: String) throws {
+            let path = directory + "/index.sqlite"
+            let db = try Database(path: path)
+            try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let page = try db.integer("SELECT pageno FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf' LIMIT 1")
+            let fd = try syscall("open", path) { open(path, O_WRONLY | O_CLOEXEC) }
+            let junk = [UInt8](repeating: 0xA5, count: 4096)
+            #expect(pwrite(fd, junk, junk.count, off_t(page - 1) * 4096) == junk.count)
+            close(fd)
+        }
+        func stopCleanly(_ fill: (Store) throws -> Void, in directory: String) throws {
+            let store = try Store(directory: directory)
+            _ = try store.recover()
+            try fill(store)
+            try store.markStoppedCleanly()
+            try store.commit()
+        }
+        let set = { (directory: String) in names(in: directory).filter { $0.hasPrefix("index.sqlite.corrupt-") }.count }
+        try withCacheDirectory { directory in
+            let keys = (0..<300).map { "https://example.com/\($0).png" }
+            try stopCleanly({ store in
+                for key in keys { try cache(key, count: 10, in: store) }
+            }, in: directory)
+            try damage("sqlite_autoindex_entries_1", in: directory)  // the keys' index: no count reads it
+            do {
+                let store = try Store(directory: directory)
+                #expect(store.stoppedCleanly && set(directory) == 0, "not read through")
+                #expect(store.entryCount == 300)
+                #expect(keys.contains { (try? store.entry($0)) == nil }, "a lookup found the damage")
+                try store.markStoppedCleanly()
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            #expect(!store.stoppedCleanly, "damage was seen before that stop")
+            #expect(set(directory) == 1 && store.entryCount == 0, "read through and set aside")
+        }
+        try withCacheDirectory { directory in
+            try stopCleanly({ store in
+                for index in 0..<300 { try cache("https://example.com/\(index).png", count: 10, in: store) }
+            }, in: directory)
+            try damage("entries", in: directory)
+            let store = try Store(directory: directory)
+            #expect(set(directory) == 1 && store.entryCount == 0, "the counts found it")
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

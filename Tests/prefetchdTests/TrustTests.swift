@@ -41,6 +41,32 @@ struct TrustTests {
         #expect(daemon.ctl("get", origin.url("/a.jpg")).status == 0, "the index works again")
     }
 
+    @Test("after a clean stop the start reads only what it counts; damage it meets beyond (the remembered failures) makes it start again, read the index through and move it aside, and it serves")
+    func damageBeyondTheCountsAfterACleanStop() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/missing.jpg?status=404")).status == 1)
+        daemon.child!.stop()
+        let index = daemon.cache + "/index.sqlite"
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            assert db.execute("SELECT count(*) FROM failures").fetchone()[0] == 1
+            assert db.execute("SELECT count(*) FROM clean_stop").fetchone()[0] == 1
+            page = db.execute("SELECT pageno FROM dbstat WHERE name = 'failures'").fetchone()[0]
+            db.close()
+            with open(sys.argv[1], "r+b") as f:
+                f.seek((page - 1) * 4096); f.write(b"\\xa5" * 4096)
+            """
+        let damaged = run("/usr/bin/env", ["python3", "-c", script, index])
+        try #require(damaged.status == 0, "\(damaged.stderr)")
+        try daemon.start()
+        #expect(daemon.log.contains("the index is damaged"), "\(daemon.log)")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: daemon.cache).filter { $0.hasPrefix("index.sqlite.corrupt-") }
+        #expect(aside.count == 1)
+        #expect(daemon.ctl("get", origin.url("/a.jpg")).status == 0, "it serves")
+    }
+
     @Test("a cached file deleted behind the daemon's back is fetched again instead of handing out a missing path")
     func deletedFileRefetched() throws {
         let origin = try Origin()

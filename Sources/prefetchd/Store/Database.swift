@@ -26,6 +26,8 @@ final class Database {
     private var statements: [UInt: Statement] = [:]
     /// Called when a call failed because the disk or its quota is full (`DatabaseError.isDiskFull`).
     var onDiskFull: () -> Void = {}
+    /// A call found the file damaged (`DatabaseError.isCorrupt`).
+    private(set) var damaged = false
     /// SQLite's process-wide settings, made before the first connection opens (which fixes them).
     private static let configured: Void = { _ = pf_sqlite3_disable_memstatus() }()
 
@@ -65,9 +67,7 @@ final class Database {
         guard rc == SQLITE_OK else {
             let message = error.map { String(cString: $0) } ?? "error"
             sqlite3_free(error)
-            let error = DatabaseError(call: "exec", code: rc, message: message, systemErrno: sqlite3_system_errno(handle))
-            if error.isDiskFull { onDiskFull() }
-            throw error
+            throw noted(DatabaseError(call: "exec", code: rc, message: message, systemErrno: sqlite3_system_errno(handle)))
         }
     }
 
@@ -93,9 +93,13 @@ final class Database {
     var changes: Int { Int(sqlite3_changes(handle)) }
 
     fileprivate func error(_ call: String, _ code: Int32) -> DatabaseError {
-        let error = DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)),
-                                  systemErrno: sqlite3_system_errno(handle))
+        noted(DatabaseError(call: call, code: code, message: String(cString: sqlite3_errmsg(handle)),
+                            systemErrno: sqlite3_system_errno(handle)))
+    }
+
+    private func noted(_ error: DatabaseError) -> DatabaseError {
         if error.isDiskFull { onDiskFull() }
+        if error.isCorrupt { damaged = true }
         return error
     }
 }
