@@ -727,7 +727,9 @@ final class Store {
     /// agree, unless a turn was undone since the start or the start-up sweep did not finish; and the index is sound,
     /// unless a call found it damaged.
     func markStoppedCleanly() throws(DatabaseError) {
-        if db.damaged { Log.error("the index \(indexPath) was found damaged: the next start reads it through, and sets it aside if need be") }
+        if db.damaged {
+            Log.error("the index \(indexPath) was found damaged: the next start reads it through, and moves it aside if need be")
+        }
         guard !rolledBack, !sweeping, !db.damaged, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
         try write()
         try db.execute("DELETE FROM clean_stop; INSERT INTO clean_stop(at) VALUES (CAST(strftime('%s', 'now') AS INTEGER));")
