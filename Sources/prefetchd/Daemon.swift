@@ -160,15 +160,17 @@ final class Daemon {
 
     /// About 2 ms of the start-up sweep, then the turn goes on: the daemon serves while a large cache is compared
     /// with its index (100,000 entries: 0.7-1.4 s warm, 1.7 s from a cold disk). What it has not reached yet is
-    /// checked when asked for (`Store.liveEntry`).
+    /// checked when asked for (`Store.liveEntry`); the cache's size limit is kept once it ends.
     private func sweepSlice() {
         let deadline = monotonicMilliseconds() + 2
         do {
             repeat {
                 if let swept = try store.sweepStep(limit: 16) {
                     let took = monotonicMilliseconds() - sweepStarted
-                    return Log.info("recovery: compared the index with the files in \(took) ms: removed \(swept.badRows) "
-                                    + "rows without their file, \(swept.orphans) orphan files")
+                    Log.info("recovery: compared the index with the files in \(took) ms: removed \(swept.badRows) rows "
+                             + "without their file, \(swept.orphans) orphan files")
+                    do { try enforceCacheLimit() } catch { Log.error("cannot evict to stay under max_cache_bytes: \(error)") }
+                    return
                 }
             } while monotonicMilliseconds() < deadline
             sweepTimer.schedule(at: 0)

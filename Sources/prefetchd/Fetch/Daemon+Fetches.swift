@@ -66,7 +66,9 @@ extension Daemon {
     /// Keeps the cache under `max_cache_bytes` at write time, at start and when a reload lowers it: LRU down to 90 %,
     /// sparing what is waited for or being processed, and `key`.
     func enforceCacheLimit(sparing key: String? = nil) throws(DatabaseError) {
-        guard store.totalBytes > options.maxCacheBytes else { return }
+        // Until the start-up sweep has dropped the rows whose file is gone and measured the files again, the total
+        // may be far off either way: the limit is kept once it ends.
+        guard !store.sweeping, store.totalBytes > options.maxCacheBytes else { return }
         let evicted = try store.evict(downTo: options.maxCacheBytes / 10 * 9,
                                       protecting: key.map { protectedKeys.union([$0]) } ?? protectedKeys)
         telemetry.evicted(evicted)

@@ -14,9 +14,10 @@ enum Resizer {
     /// truncated; `pixel_limit` when its stored size is over `maxPixels` (checked from the header and again when
     /// the loader reports the size, before it allocates), or an animated WebP's frames are together; `disk_full` or
     /// `internal` (both transient) when a file cannot be read or written. Nothing is left at `destination` or beside
-    /// it on failure.
+    /// it on failure. The temporary file is noted in `placed` while a start-up sweep runs.
     static func makeVariant(source: String, spec: VariantSpec, destination: String,
-                            maxPixels: Int64 = ImagePolicy.defaultMaxPixels) throws(Failure) -> ImageInfo {
+                            maxPixels: Int64 = ImagePolicy.defaultMaxPixels,
+                            placed: PlacedDuringSweep? = nil) throws(Failure) -> ImageInfo {
         let header: ImageHeader
         do throws(SystemError) { header = try ImageHeader.read(source) } catch { throw .imageIO(error) }
         let sniffed: String?
@@ -63,7 +64,7 @@ enum Resizer {
         } catch {
             throw .imageIO("cannot resize \(source): \(error)")
         }
-        try write(image, format: outputFormat, quality: spec.quality, to: destination)
+        try write(image, format: outputFormat, quality: spec.quality, to: destination, placed: placed)
         return ImageInfo(format: outputFormat.rawValue, width: geometry.outputWidth, height: geometry.outputHeight)
     }
 
@@ -153,7 +154,7 @@ enum Resizer {
 
     /// Encodes to a temporary file beside `destination`, then renames it into place.
     private static func write(_ image: Pixbuf, format: VariantSpec.Format, quality: Int,
-                              to destination: String) throws(Failure) {
+                              to destination: String, placed: PlacedDuringSweep?) throws(Failure) {
         let slash = destination.lastIndex(of: "/")
         let directory = slash.map { String(destination[..<$0]) } ?? "."
         let name = slash.map { String(destination[destination.index(after: $0)...]) } ?? destination
@@ -166,6 +167,7 @@ enum Resizer {
             fchmod(fd, CacheFiles.fileMode)
             close(fd)
             temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            placed?.note(temporary)  // deleted by a sweep before this, it is made again by the encoder
         } catch {
             throw .imageIO(error)
         }

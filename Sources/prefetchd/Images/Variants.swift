@@ -69,11 +69,12 @@ final class Variants {
         let source = store.files.absolute(original.file)
         let destination = store.files.absolute(relative)
         store.files.willPlace(destination)
-        let maxPixels = maxPixels
+        let (maxPixels, placed) = (maxPixels, store.files.placed)
         let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
             do {
                 try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
-                let info = try Resizer.makeVariant(source: source, spec: spec, destination: destination, maxPixels: maxPixels)
+                let info = try Resizer.makeVariant(source: source, spec: spec, destination: destination, maxPixels: maxPixels,
+                                                   placed: placed)
                 guard let sha256 = SHA256.hex(ofFile: destination) else {
                     return .failure(Failure(code: .internal, message: "cannot read the variant back", isTransient: true))
                 }

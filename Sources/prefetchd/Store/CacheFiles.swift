@@ -151,32 +151,23 @@ struct CacheFiles {
     }
 
     /// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk).
-    func deleteEntry(_ path: String) {
+    /// Returns whether there was anything.
+    @discardableResult
+    func deleteEntry(_ path: String) -> Bool {
         var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { removeTree(path) } else { unlink(path) }
+        guard lstat(path, &info) == 0 else { return false }
+        if (info.st_mode & S_IFMT) == S_IFDIR { removeTree(path) } else { unlink(path) }
+        return true
     }
 
     /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and
     /// `ab/cd/<name>` of caches written before).
     func forEachCachedFile(_ body: (_ name: String, _ path: String) -> Void) {
-        for entry in filesDirectoryEntries() { forEachCachedFile(under: entry, body) }
-    }
-
-    /// What `files/` holds: its 256 directories, and whatever someone else put there.
-    func filesDirectoryEntries() -> [(path: String, type: UInt8)] {
-        entries(of: filesDirectory).map { (filesDirectory + "/" + $0.name, $0.type) }
-    }
-
-    /// `forEachCachedFile` for one entry of `files/` (`filesDirectoryEntries`): the files under it, or itself when it
-    /// is no directory.
-    func forEachCachedFile(under entry: (path: String, type: UInt8), _ body: (_ name: String, _ path: String) -> Void) {
-        func name(_ path: String) -> String { String(path[path.index(after: path.lastIndex(of: "/")!)...]) }
-        guard isDirectory(entry.type, entry.path) else { return body(name(entry.path), entry.path) }
-        forEachFile(in: entry.path, depth: 1) { path in body(name(path), path) }
+        forEachFile(in: filesDirectory, depth: 2) { path in body(lastComponent(path), path) }
     }
 
     /// Calls `body` with every entry that is not a directory, going `depth` directories down.
-    private func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
+    fileprivate func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
         for (name, type) in entries(of: directory) {
             let path = directory + "/" + name
             if depth > 0, isDirectory(type, path) {
@@ -189,8 +180,8 @@ struct CacheFiles {
 }
 
 /// The names of the files a run moves into `files/` while the start-up sweep runs (`Store.sweepStep`): a body or a
-/// variant is in place a moment before its row is, and the sweep must not take it, nor a variant's temporary
-/// `.<name>.XXXXXX` beside it, for a crash's leftover.
+/// variant is in place a moment before its row is, and a variant is encoded into a temporary `.<name>.XXXXXX` beside
+/// it; the sweep must not take them for a crash's leftovers.
 final class PlacedDuringSweep: Sendable {
     /// nil while no sweep runs.
     private let names = Mutex<Set<String>?>(nil)
@@ -199,16 +190,58 @@ final class PlacedDuringSweep: Sendable {
     func end() { names.withLock { $0 = nil } }
 
     func note(_ path: String) {
-        let name = String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...])
+        let name = lastComponent(path)
         names.withLock { _ = $0?.insert(name) }
     }
 
-    /// Whether this run placed the file `name` of `files/`, or it is a variant's temporary of one this run places.
-    func contains(_ name: String) -> Bool {
-        let bytes = Array(name.utf8)
-        let placed = bytes.count == 72 && bytes[0] == UInt8(ascii: ".") && bytes[65] == UInt8(ascii: ".")
-            ? String(decoding: bytes[1...64], as: UTF8.self) : name
-        return names.withLock { $0?.contains(placed) ?? false }
+    func contains(_ name: String) -> Bool { names.withLock { $0?.contains(name) ?? false } }
+}
+
+/// The files under `files/`, in either layout, read a few at a time (`next`), so that a sweep does not hold the loop
+/// on a directory of a million entries. Each directory is read once, as it is then; a file placed or deleted while it
+/// is read may be seen or not.
+final class CachedFilesWalk {
+    private let files: CacheFiles
+    /// The entries of `files/` not reached yet, and the one being read.
+    private var pending: [(path: String, type: UInt8)]
+    private var reading: (path: String, directory: OpaquePointer)?
+
+    init(_ files: CacheFiles) {
+        self.files = files
+        pending = entries(of: files.filesDirectory).map { (files.filesDirectory + "/" + $0.name, $0.type) }
+    }
+
+    deinit { if let reading { closedir(reading.directory) } }
+
+    /// About `limit` more files, with their names (all a directory below a fan-out one holds: the layout of caches
+    /// written before, or someone's junk); none once the walk is done.
+    func next(_ limit: Int) -> [(name: String, path: String)] {
+        var found: [(name: String, path: String)] = []
+        while found.count < limit {
+            guard let (directory, stream) = reading else {
+                guard let entry = pending.popLast() else { break }
+                if !isDirectory(entry.type, entry.path) {
+                    found.append((lastComponent(entry.path), entry.path))
+                } else if let stream = opendir(entry.path) {
+                    reading = (entry.path, stream)
+                }
+                continue
+            }
+            guard let entry = readdir(stream) else {
+                closedir(stream)
+                reading = nil
+                continue
+            }
+            let name = entryName(entry)
+            guard name != ".", name != ".." else { continue }
+            let path = directory + "/" + name
+            if isDirectory(entry.pointee.d_type, path) {
+                files.forEachFile(in: path) { found.append((lastComponent($0), $0)) }
+            } else {
+                found.append((name, path))
+            }
+        }
+        return found
     }
 }
 
@@ -218,12 +251,20 @@ private func entries(of directory: String) -> [(name: String, type: UInt8)] {
     defer { closedir(dir) }
     var entries: [(name: String, type: UInt8)] = []
     while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-            String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
-        }
+        let name = entryName(entry)
         if name != ".", name != ".." { entries.append((name, entry.pointee.d_type)) }
     }
     return entries
+}
+
+private func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {
+    withUnsafeBytes(of: entry.pointee.d_name) { raw in String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+}
+
+/// What follows the last `/` of a path.
+private func lastComponent(_ path: String) -> String {
+    guard let slash = path.lastIndex(of: "/") else { return path }
+    return String(path[path.index(after: slash)...])
 }
 
 private func names(in directory: String) -> [String] { entries(of: directory).map(\.name) }

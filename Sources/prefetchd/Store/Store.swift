@@ -801,9 +801,7 @@ final class Store {
             case files
         }
         var phase = Phase.entries(after: "")
-        /// The entries of `files/` not yet listed, and the files listed and not yet compared.
-        var directories: [(path: String, type: UInt8)] = []
-        var found: [(name: String, path: String)] = []
+        var walk: CachedFilesWalk?
         var badRows = 0
         var orphans = 0
     }
@@ -818,9 +816,6 @@ final class Store {
     /// The daemon runs it in slices after it serves: 100,000 entries take seconds from a cold disk.
     func sweepStep(limit: Int) throws(DatabaseError) -> (badRows: Int, orphans: Int)? {
         guard var sweep else { return nil }
-        self.sweep = nil  // its lists change in place
-        var done = false
-        defer { if !done { self.sweep = sweep } }
         try write()
         switch sweep.phase {
         case .entries(let after):
@@ -872,30 +867,25 @@ final class Store {
                 sweep.phase = .variants(after: last.key, spec: last.spec)
             } else {
                 sweep.phase = .files
-                sweep.directories = files.filesDirectoryEntries()
+                sweep.walk = CachedFilesWalk(files)
             }
         case .files:
-            while sweep.found.isEmpty, let directory = sweep.directories.popLast() {
-                files.forEachCachedFile(under: directory) { name, path in sweep.found.append((name, path)) }
-            }
-            for (name, path) in sweep.found.suffix(limit) {
+            let found = sweep.walk?.next(limit) ?? []
+            for (name, path) in found {
                 // The index names each file by its path (either layout: files/ab/<name>, or files/ab/cd/<name> before).
                 let relative = String(path.dropFirst(files.root.count + 1))
                 let known = name.utf8.count == 64 && ((try? db.statement("""
                     SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1
                     """).bind(relative).step()) ?? true)
-                if !known, !files.placed.contains(name) {
-                    files.deleteEntry(path)
-                    sweep.orphans += 1
-                }
+                if !known, !files.placed.contains(name), files.deleteEntry(path) { sweep.orphans += 1 }
             }
-            sweep.found.removeLast(min(limit, sweep.found.count))
-            if sweep.found.isEmpty, sweep.directories.isEmpty {
-                done = true
+            if found.isEmpty {
+                self.sweep = nil
                 files.placed.end()
                 return (sweep.badRows, sweep.orphans)
             }
         }
+        self.sweep = sweep
         return nil
     }
 }
