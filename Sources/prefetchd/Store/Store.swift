@@ -798,10 +798,9 @@ final class Store {
         enum Phase {
             case entries(after: String)
             case variants(after: String, spec: String)
-            case files
+            case files(CachedFilesWalk)
         }
         var phase = Phase.entries(after: "")
-        var walk: CachedFilesWalk?
         var badRows = 0
         var orphans = 0
     }
@@ -863,14 +862,9 @@ final class Store {
                 counts.bytes += allocated - was
             }
             sweep.badRows += bad.count
-            if let last {
-                sweep.phase = .variants(after: last.key, spec: last.spec)
-            } else {
-                sweep.phase = .files
-                sweep.walk = CachedFilesWalk(files)
-            }
-        case .files:
-            let found = sweep.walk?.next(limit) ?? []
+            sweep.phase = last.map { .variants(after: $0.key, spec: $0.spec) } ?? .files(CachedFilesWalk(files))
+        case .files(let walk):
+            let found = walk.next(limit)
             for (name, path) in found {
                 // The index names each file by its path (either layout: files/ab/<name>, or files/ab/cd/<name> before).
                 let relative = String(path.dropFirst(files.root.count + 1))
