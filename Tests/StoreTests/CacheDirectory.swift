@@ -75,3 +75,14 @@ func makeVariant(of key: String, spec: String, count: Int = 3000, in store: Stor
     try store.putVariant(key, spec: spec, variant)
     return variant
 }
+
+extension Store {
+    /// The whole recovery at once, as a start and its sweep do it: what `beginRecovery` and every `sweepStep` removed.
+    func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
+        let temporaries = try beginRecovery()
+        var swept = sweeping ? nil : (badRows: 0, orphans: 0)
+        while swept == nil { swept = try sweepStep(limit: 1000) }
+        try commit()
+        return (temporaries, swept!.badRows, swept!.orphans)
+    }
+}

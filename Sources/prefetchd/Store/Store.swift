@@ -783,15 +783,6 @@ final class Store {
         return temporaries
     }
 
-    /// The whole recovery at once: what `beginRecovery` and every `sweepStep` removed.
-    func recover() throws -> (temporaries: Int, badRows: Int, orphans: Int) {
-        let temporaries = try beginRecovery()
-        var swept = sweeping ? nil : (badRows: 0, orphans: 0)
-        while swept == nil { swept = try sweepStep(limit: 1000) }
-        try commit()
-        return (temporaries, swept!.badRows, swept!.orphans)
-    }
-
     /// Where the start-up sweep is: rows after a key, variants after a key and spec, then the entries of `files/`.
     private var sweep: Sweep?
     private struct Sweep {

@@ -78,7 +78,6 @@ private final class WorkList: Sendable {
             job()
         }
     }
-
 }
 
 /// Starts a detached thread named `name` (`top -H`, `/proc/PID/task/*/comm`: at most 15 bytes) that runs `body`.
