@@ -25,6 +25,25 @@ func writeFile(_ path: String, count: Int = 0, text: String? = nil) throws {
 
 func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
+/// Whether `path` is a directory itself (not a symbolic link to one).
+func isDirectory(_ path: String) -> Bool {
+    var info = stat()
+    return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+}
+
+/// Creates an empty file at a path given as bytes; returns whether it could.
+func createFile(_ path: [CChar]) -> Bool {
+    let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return false }
+    close(fd)
+    return true
+}
+
+/// `prefix` followed by `name`, bytes that need not be UTF-8, as the NUL-terminated path a system call takes.
+func rawPath(_ prefix: String, _ name: [UInt8]) -> [CChar] {
+    (Array(prefix.utf8) + name + [0]).map { CChar(bitPattern: $0) }
+}
+
 /// A file's bytes, or nil when it cannot be read.
 func contents(of path: String) -> [UInt8]? { FileManager.default.contents(atPath: path).map(Array.init) }
 

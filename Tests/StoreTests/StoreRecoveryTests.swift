@@ -317,6 +317,54 @@ import Testing
         }
     }
 
+    @Test("entries whose names are not UTF-8 under tmp/ and files/ are deleted, directories with what they hold (they were kept for good: the path a String makes of such a name names nothing), and the directories the sweep emptied go")
+    func namesThatAreNotUTF8() throws {
+        try withCacheDirectory { directory in
+            _ = try Store(directory: directory)  // made, then closed without a clean stop
+            for made in ["files/ab/cd", "files/ab/junk", "files/junk", "files/junk/deeper"] {
+                #expect(mkdir(directory + "/" + made, 0o700) == 0)
+            }
+            try writeFile(directory + "/files/junk/deeper/x", count: 10)
+            let odd: [UInt8] = [0x6A, 0xFF, 0xFE, 0x80]  // "j" and bytes no UTF-8 has
+            let files = ["tmp/", "files/", "files/ab/", "files/ab/cd/"].map { rawPath(directory + "/" + $0, odd) }
+            for file in files { #expect(createFile(file)) }
+            let oddDirectory = rawPath(directory + "/files/00/", odd)
+            #expect(mkdir(oddDirectory, 0o700) == 0)
+            #expect(createFile(rawPath(directory + "/files/00/", odd + [UInt8(ascii: "/")] + odd)))
+
+            let store = try Store(directory: directory)
+            #expect(try store.recover() == (temporaries: 1, badRows: 0, orphans: 5))
+            for file in files + [oddDirectory] { #expect(access(file, F_OK) != 0, "\(String(cString: file))") }
+            #expect(names(in: directory + "/tmp").isEmpty)
+            #expect(names(in: directory + "/files/00").isEmpty && names(in: directory + "/files/ab").isEmpty)
+            #expect(names(in: directory + "/files").count == 256, "files/junk went, and the emptied files/ab/cd")
+        }
+    }
+
+    @Test("a file or a symbolic link where one of the 256 directories should be is replaced by the directory, at start and when a body is moved into place (every body whose name began as its did failed for good), never touching what the link points to")
+    func fanOutDirectoryReplaced() throws {
+        try withCacheDirectory { directory in
+            let elsewhere = directory + "/elsewhere"
+            mkdir(elsewhere, 0o700)
+            let cache = directory + "/cache"
+            _ = try Store(directory: cache)
+            #expect(rmdir(cache + "/files/ee") == 0 && symlink(elsewhere, cache + "/files/ee") == 0)
+            #expect(rmdir(cache + "/files/ef") == 0)
+            try writeFile(cache + "/files/ef", count: 10)
+            let store = try Store(directory: cache)
+            for shard in ["ee", "ef"] { #expect(isDirectory(cache + "/files/" + shard), "\(shard)") }
+            // Put back behind the running daemon's back.
+            #expect(rmdir(cache + "/files/ef") == 0)
+            try writeFile(cache + "/files/ef", count: 10)
+            let temporary = store.files.downloadPath(forName: "body")
+            try writeFile(temporary, count: 100)
+            let relative = "files/ef/" + String(repeating: "ef", count: 32)
+            try store.files.install(temporary: temporary, as: relative)
+            #expect(contents(of: cache + "/" + relative)?.count == 100)
+            #expect(names(in: elsewhere).isEmpty)
+        }
+    }
+
     /// The index as version 1 of the daemon wrote it (`user_version` 1).
     static let versionOneSchema = """
         CREATE TABLE entries(
@@ -365,6 +413,7 @@ import Testing
                         == [Failure(code: .httpStatus, message: "HTTP 404", isTransient: false, httpStatus: 404)])
                 // That version did not record disk usage: recovery measures it, and finds the file where it is.
                 #expect(try store.recover() == (0, 0, 0))
+                #expect(exists(directory + "/" + file), "its directory is not taken for one the sweep emptied")
                 #expect(store.totalBytes == allocatedOnDisk(directory + "/" + file))
                 #expect(try store.entry(url) != nil)
                 #expect(try store.enqueue(key: "https://example.com/next", now: 6))

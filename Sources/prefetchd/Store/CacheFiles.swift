@@ -31,6 +31,11 @@ struct CacheFiles {
     /// The 256 directories `files/00` … `files/ff`.
     private static let fanOut = (0..<256).map { "files/" + (($0 < 16 ? "0" : "") + String($0, radix: 16)) }
 
+    /// Whether `name` is `length` lowercase hexadecimal digits: a file's name (64), or one of the 256 directories' (2).
+    static func isHex(_ name: String, _ length: Int) -> Bool {
+        name.utf8.count == length && name.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+    }
+
     func absolute(_ relative: String) -> String { root + "/" + relative }
 
     /// The index's file name in the root (with SQLite's `-wal` and `-shm` beside it, and `SpaceReserve`'s `-reserve`).
@@ -50,9 +55,19 @@ struct CacheFiles {
                                   + "downloads from tmp/ into files/ on one file system; remove it and start again")
             }
         }
-        for directory in Self.fanOut where mkdir(absolute(directory), Self.directoryMode) != 0 && errno != EEXIST {
-            throw SystemError(call: "mkdir", errno: errno, detail: absolute(directory))
+        for directory in Self.fanOut.map(absolute) where mkdir(directory, Self.directoryMode) != 0 {
+            guard errno == EEXIST else { throw SystemError(call: "mkdir", errno: errno, detail: directory) }
+            try makeDirectory(replacing: directory)
         }
+    }
+
+    /// Makes `directory` where something else is (a file or a symbolic link someone put there: every body whose
+    /// name begins as its does would fail to be moved into place, or go where the link points).
+    private func makeDirectory(replacing directory: String) throws(SystemError) {
+        var info = stat()
+        guard lstat(directory, &info) != 0 || (info.st_mode & S_IFMT) != S_IFDIR else { return }
+        deleteEntry(directory)
+        try makeDirectories(directory, mode: Self.directoryMode)
     }
 
     /// Refuses a directory that holds files of someone else's and no index: the start-up sweep deletes what under
@@ -62,12 +77,9 @@ struct CacheFiles {
     private func refuseForeign() throws {
         let top = names(in: root)
         guard !top.contains(where: { $0.hasPrefix(Self.indexName) }) else { return }
-        func isHex(_ name: String, _ length: Int) -> Bool {
-            name.utf8.count == length && name.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
-        }
         let foreign = top.filter { !["tmp", "files", "lock"].contains($0) }
-            + names(in: temporaryDirectory).filter { !isHex($0, 64) }.map { "tmp/" + $0 }
-            + names(in: filesDirectory).filter { !isHex($0, 2) }.map { "files/" + $0 }
+            + names(in: temporaryDirectory).filter { !Self.isHex($0, 64) }.map { "tmp/" + $0 }
+            + names(in: filesDirectory).filter { !Self.isHex($0, 2) }.map { "files/" + $0 }
         guard !foreign.isEmpty else { return }
         let shown = foreign.sorted().prefix(3).joined(separator: ", ") + (foreign.count > 3 ? ", …" : "")
         throw DaemonError("the cache directory \(root) holds other files (\(shown)) and no prefetchd index: "
@@ -79,32 +91,24 @@ struct CacheFiles {
     func downloadPath(forName name: String) -> String { temporaryDirectory + "/" + name }
 
     /// Moves a finished download into place under `relative`: one `rename`, and its directory made again first only
-    /// when someone deleted it, or a directory someone made at its path removed first (the name is the cache's).
+    /// when someone deleted it or put a file in its place, or a directory someone made at its path removed first (the
+    /// name is the cache's).
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
         willPlace(target)
         if rename(temporary, target) == 0 { return }
+        let directory = String(target[..<target.lastIndex(of: "/")!])
         switch errno {
         case ENOENT where access(temporary, F_OK) == 0:
-            try makeDirectories(String(target[..<target.lastIndex(of: "/")!]), mode: Self.directoryMode)
+            try makeDirectories(directory, mode: Self.directoryMode)
+        case ENOTDIR:
+            try makeDirectory(replacing: directory)
         case EISDIR, ENOTEMPTY, EEXIST:
-            removeTree(target)
+            deleteEntry(target)
         default:
             throw SystemError(call: "rename", errno: errno, detail: "\(temporary) to \(target)")
         }
         try syscall("rename", "\(temporary) to \(target)") { rename(temporary, target) }
-    }
-
-    /// Deletes a directory and what it holds, never following a symbolic link out of it.
-    private func removeTree(_ directory: String) {
-        for (name, type) in entries(of: directory) {
-            let path = directory + "/" + name
-            var info = stat()
-            let isDirectory = type == UInt8(DT_UNKNOWN) ? lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-                : type == UInt8(DT_DIR)
-            if isDirectory { removeTree(path) } else { unlink(path) }
-        }
-        rmdir(directory)
     }
 
     /// The size of a file, or nil when it does not exist.
@@ -142,7 +146,7 @@ struct CacheFiles {
     /// Deletes everything under `tmp/` but the resumable downloads named in `keeping`; returns how many entries went.
     func clearTemporaries(keeping: Set<String>) -> Int {
         var removed = 0
-        forEachFile(in: temporaryDirectory) { path in
+        removed += forEachFile(in: temporaryDirectory) { path in
             guard !keeping.contains(path) else { return }
             deleteEntry(path)
             removed += 1
@@ -150,13 +154,16 @@ struct CacheFiles {
         return removed
     }
 
-    /// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk).
-    /// Returns whether there was anything.
+    /// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk), never
+    /// what a link in it points to. Returns whether there was anything.
     @discardableResult
     func deleteEntry(_ path: String) -> Bool {
         var info = stat()
         guard lstat(path, &info) == 0 else { return false }
-        if (info.st_mode & S_IFMT) == S_IFDIR { removeTree(path) } else { unlink(path) }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return unlink(path) == 0 }
+        let directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if directory >= 0 { removeContents(ofDirectory: directory) }
+        rmdir(path)
         return true
     }
 
@@ -166,16 +173,20 @@ struct CacheFiles {
         forEachFile(in: filesDirectory, depth: 2) { path in body(lastComponent(path), path) }
     }
 
-    /// Calls `body` with every entry that is not a directory, going `depth` directories down.
-    fileprivate func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) {
-        for (name, type) in entries(of: directory) {
+    /// Calls `body` with every entry that is not a directory, going `depth` directories down; returns how many
+    /// entries whose name no path can spell it deleted on the way (`entries(of:junk:)`).
+    @discardableResult
+    fileprivate func forEachFile(in directory: String, depth: Int = 0, _ body: (String) -> Void) -> Int {
+        var junk = 0
+        for (name, type) in entries(of: directory, junk: &junk) {
             let path = directory + "/" + name
             if depth > 0, isDirectory(type, path) {
-                forEachFile(in: path, depth: depth - 1, body)
+                junk += forEachFile(in: path, depth: depth - 1, body)
             } else {
                 body(path)
             }
         }
+        return junk
     }
 }
 
@@ -205,10 +216,15 @@ final class CachedFilesWalk {
     /// The entries of `files/` not reached yet, and the one being read.
     private var pending: [(path: String, type: UInt8)]
     private var reading: (path: String, directory: OpaquePointer)?
+    /// Entries whose name is not UTF-8 deleted on the way: none of the cache's, and no path String can spell them.
+    private(set) var junk = 0
+    /// The directories read that are not one of the 256 (the layout of caches written before, or someone's junk):
+    /// `removeEmptied` takes those the sweep left empty.
+    private var others: [String] = []
 
     init(_ files: CacheFiles) {
         self.files = files
-        pending = entries(of: files.filesDirectory).map { (files.filesDirectory + "/" + $0.name, $0.type) }
+        pending = entries(of: files.filesDirectory, junk: &junk).map { (files.filesDirectory + "/" + $0.name, $0.type) }
     }
 
     deinit { if let reading { closedir(reading.directory) } }
@@ -224,6 +240,7 @@ final class CachedFilesWalk {
                     found.append((lastComponent(entry.path), entry.path))
                 } else if let stream = opendir(entry.path) {
                     reading = (entry.path, stream)
+                    if !CacheFiles.isHex(lastComponent(entry.path), 2) { others.append(entry.path) }
                 }
                 continue
             }
@@ -232,33 +249,80 @@ final class CachedFilesWalk {
                 reading = nil
                 continue
             }
-            let name = entryName(entry)
+            guard let name = entryName(entry) else {
+                removeEntry(entry, in: dirfd(stream))
+                junk += 1
+                continue
+            }
             guard name != ".", name != ".." else { continue }
             let path = directory + "/" + name
             if isDirectory(entry.pointee.d_type, path) {
-                files.forEachFile(in: path) { found.append((lastComponent($0), $0)) }
+                junk += files.forEachFile(in: path) { found.append((lastComponent($0), $0)) }
+                others.append(path)
             } else {
                 found.append((name, path))
             }
         }
         return found
     }
+
+    /// Deletes the directories read that the sweep emptied, deepest first; those still holding a file stay.
+    func removeEmptied() {
+        for directory in others.reversed() { rmdir(directory) }
+    }
 }
 
-/// The names and types of a directory's entries but `.` and `..`; none when it cannot be read.
-private func entries(of directory: String) -> [(name: String, type: UInt8)] {
+/// The names and types of the entries of one of the cache's own directories but `.` and `..`; none when it cannot be
+/// read. An entry whose name is not UTF-8 is none of the cache's and no path String can spell it: it is deleted here,
+/// through the open directory, and counted in `junk`.
+private func entries(of directory: String, junk: inout Int) -> [(name: String, type: UInt8)] {
     guard let dir = opendir(directory) else { return [] }
     defer { closedir(dir) }
     var entries: [(name: String, type: UInt8)] = []
     while let entry = readdir(dir) {
-        let name = entryName(entry)
+        guard let name = entryName(entry) else {
+            removeEntry(entry, in: dirfd(dir))
+            junk += 1
+            continue
+        }
         if name != ".", name != ".." { entries.append((name, entry.pointee.d_type)) }
     }
     return entries
 }
 
-private func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {
-    withUnsafeBytes(of: entry.pointee.d_name) { raw in String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+/// An entry's name, or nil when it is not UTF-8.
+private func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String? {
+    withUnsafeBytes(of: entry.pointee.d_name) { String(validatingCString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+}
+
+/// Deletes a directory entry just read through the directory open at `parent`: a file or a link, or a directory with
+/// what it holds.
+private func removeEntry(_ entry: UnsafeMutablePointer<dirent>, in parent: Int32) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }.map(CChar.init(bitPattern:))) + [0] }
+    removeEntry(named: name, in: parent)
+}
+
+/// Deletes `name` (NUL-terminated) in the directory open at `parent`, never following a symbolic link.
+private func removeEntry(named name: [CChar], in parent: Int32) {
+    guard unlinkat(parent, name, 0) != 0, errno == EISDIR else { return }
+    let directory = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    if directory >= 0 { removeContents(ofDirectory: directory) }
+    unlinkat(parent, name, AT_REMOVEDIR)
+}
+
+/// Deletes what the directory open at `fd` holds, by name as it is on disk (UTF-8 or not), and closes `fd`.
+private func removeContents(ofDirectory fd: Int32) {
+    guard let dir = fdopendir(fd) else {
+        close(fd)
+        return
+    }
+    defer { closedir(dir) }
+    var names: [[CChar]] = []
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }.map(CChar.init(bitPattern:))) }
+        if name != [46], name != [46, 46] { names.append(name + [0]) }
+    }
+    for name in names { removeEntry(named: name, in: dirfd(dir)) }
 }
 
 /// What follows the last `/` of a path.
@@ -267,7 +331,17 @@ private func lastComponent(_ path: String) -> String {
     return String(path[path.index(after: slash)...])
 }
 
-private func names(in directory: String) -> [String] { entries(of: directory).map(\.name) }
+/// The names in a directory, also those that are not UTF-8 (repaired, to be shown); none when it cannot be read.
+private func names(in directory: String) -> [String] {
+    guard let dir = opendir(directory) else { return [] }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        if name != ".", name != ".." { names.append(name) }
+    }
+    return names
+}
 
 /// Whether a directory entry is a directory: its type, or `stat` where the file system does not say (DT_UNKNOWN).
 private func isDirectory(_ type: UInt8, _ path: String) -> Bool {

@@ -865,9 +865,10 @@ final class Store {
                 if !known, !files.placed.contains(name), files.deleteEntry(path) { sweep.orphans += 1 }
             }
             if found.isEmpty {
+                walk.removeEmptied()
                 self.sweep = nil
                 files.placed.end()
-                return (sweep.badRows, sweep.orphans)
+                return (sweep.badRows, sweep.orphans + walk.junk)
             }
         }
         self.sweep = sweep
