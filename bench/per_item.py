@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import CLK_TCK, REPO, Daemon, JournaledExt4, Nginx, PROCS, install_signal_handlers, timed  # noqa: E402
+import corpus  # noqa: E402
 
 
 def threads(pid):
@@ -69,6 +70,7 @@ def measure(args, work):
         builds["base"] = args.base
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    corpus.generate(os.path.join(REPO, "bench", "corpus"))
     nginx = Nginx(os.path.join(REPO, "bench", "corpus"), os.path.join(work, "nginx"))
     try:
         urls = os.path.join(work, "urls.txt")
@@ -90,6 +92,8 @@ def measure(args, work):
                         after = threads(daemon.pid)
                     finally:
                         daemon.stop()
+                    if r["rc"] != 0:
+                        sys.exit("per_item: prefetchctl get failed (exit %d): %s" % (r["rc"], r["stderr"].strip()))
                     parts, total = [], 0.0
                     for kind in sorted(after):
                         user = after[kind][0] - before.get(kind, [0, 0])[0]
@@ -104,7 +108,9 @@ def measure(args, work):
                     out = os.path.join(directory, "out")
                     os.makedirs(out)
                     r = timed(["curl", "--parallel", "--parallel-max", "16", "-s", "--remote-name-all",
-                               "--output-dir", out, "-K", config], cwd=out)
+                               "--fail", "--output-dir", out, "-K", config], cwd=out)
+                    if r["rc"] != 0:
+                        sys.exit("per_item: curl failed (exit %d): %s" % (r["rc"], r["stderr"].strip()))
                     print("round %d %-9s %5.0f files/s, %4.0f µs/file" % (round_, "curl", n / r["wall"],
                                                                           r["cpu"] * 1e6 / n), flush=True)
                 if not args.keep:
