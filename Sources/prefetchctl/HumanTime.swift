@@ -19,8 +19,11 @@ enum HumanTime {
     }
 
     /// `fresh for 23 h` while `now` is before `until`, else `stale since 2 h`.
-    static func freshness(until: Int64, now: Int64) -> String {
-        let until = clamped(until), now = clamped(now)
+    /// A copy fetched later than `now` (by more than the second the daemon allows) is stale whatever its lifetime,
+    /// as the daemon judges it: the clock was set back since.
+    static func freshness(fetched: Int64, until: Int64, now: Int64) -> String {
+        let fetched = clamped(fetched), until = clamped(until), now = clamped(now)
+        if fetched > now + 1 { return "stale: fetched later than now (the clock was set back since); revalidated when asked for" }
         return until > now ? "fresh for " + span(until - now) : "stale since " + span(now - until)
     }
 

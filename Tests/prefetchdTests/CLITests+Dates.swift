@@ -75,7 +75,7 @@ extension CLITests {
         #expect(line.hasSuffix("): failed too often in a row"), "\(line)")
     }
 
-    @Test("from the daemon's numbers: 12 min ago, fresh for 23 h, 3 d 3 h ago, stale since 2 h 30 min, up 1 h 5 min, in 2 d 3 h; numbers out of any range print, not trap")
+    @Test("from the daemon's numbers: 12 min ago, fresh for 23 h, 3 d 3 h ago, stale since 2 h 30 min, a copy fetched in the future stale, up 1 h 5 min, in 2 d 3 h; numbers out of any range print, not trap")
     func spansAndDates() throws {
         let now = Self.now()
         func entry(fetched: Int64, freshUntil: Int64) -> String {
@@ -91,6 +91,9 @@ extension CLITests {
             (now - 3 * 86_400 - 3 * 3600 - 1800, now - 2 * 3600 - 1830, "(3 d 3 h ago), stale since 2 h 30 min"),
             (now - 3930, now + 50 * 86_400 + 30, "(1 h 5 min ago), fresh for 50 d"),
             (now - 30 * 86_400 - 1800, now + 5 * 3600 + 1830, "(30 d ago), fresh for 5 h 30 min"),
+            // As the daemon judges it (it said "fresh for 2 h 31 min" and the daemon revalidated the copy).
+            (now + 2 * 3600 + 1830, now + 5 * 3600 + 1830,
+             "(in 2 h 30 min), stale: fetched later than now (the clock was set back since); revalidated when asked for"),
         ]
         for (fetched, freshUntil, expected) in cases {
             let info = try Self.answered(["info", "http://a/1.jpg"], result: entry(fetched: fetched, freshUntil: freshUntil))

@@ -24,7 +24,7 @@ enum InspectCommand {
             if let type = entry.contentType { Output.line("  content-type: \(type)") }
             let now = HumanTime.now()
             Output.line("  fetched: \(HumanTime.instant(entry.fetchedAt, now: now)), "
-                        + HumanTime.freshness(until: entry.freshUntil, now: now))
+                        + HumanTime.freshness(fetched: entry.fetchedAt, until: entry.freshUntil, now: now))
         } else {
             Output.line("cached: no")
         }
