@@ -192,16 +192,7 @@ import Testing
 
     @Test("after a clean stop the index is not read through at open (0.85 s for 100,000 entries from a cold disk): damage where the start counts is set aside there, damage elsewhere shows when it is read, and then no clean stop is marked, so the next start reads it through and sets it aside")
     func cleanStopSkipsTheCheck() throws {
-        func damage(_ table: String, in directory: String) throws {
-            let path = directory + "/index.sqlite"
-            let db = try Database(path: path)
-            try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            let page = try db.integer("SELECT pageno FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf' LIMIT 1")
-            let fd = try syscall("open", path) { open(path, O_WRONLY | O_CLOEXEC) }
-            let junk = [UInt8](repeating: 0xA5, count: 4096)
-            #expect(pwrite(fd, junk, junk.count, off_t(page - 1) * 4096) == junk.count)
-            close(fd)
-        }
+        func damage(_ table: String, in directory: String) throws { try damageLeaf(of: table, in: directory) }
         func stopCleanly(_ fill: (Store) throws -> Void, in directory: String) throws {
             let store = try Store(directory: directory)
             _ = try store.recover()
@@ -235,6 +226,36 @@ import Testing
             try damage("entries", in: directory)
             let store = try Store(directory: directory)
             #expect(set(directory) == 1 && store.entryCount == 0, "the counts found it")
+        }
+    }
+
+    @Test("a damaged index keeps what of its queue can be read (every acknowledged URL was lost with it): damage elsewhere loses none, a damaged page in the middle of the queue only the rows on it, in their order")
+    func damagedIndexKeepsItsQueue() throws {
+        let queued = (0..<3000).map { "https://example.com/queued/\($0).png" }
+        for table in ["entries", "queue"] {
+            try withCacheDirectory { directory in
+                do {
+                    let store = try Store(directory: directory)
+                    for (index, key) in queued.enumerated() { #expect(try store.enqueue(key: key, now: Int64(index))) }
+                    for index in 0..<300 { try cache("https://example.com/cached/\(index).png", count: 10, in: store) }
+                    try store.commit()
+                }
+                try damageLeaf(of: table, in: directory, middle: true)
+                let store = try Store(directory: directory)
+                #expect(names(in: directory).contains { $0.hasPrefix("index.sqlite.corrupt-") }, "\(table)")
+                #expect(store.entryCount == 0)
+                let kept = try store.backlog(after: 0, limit: 10_000).map(\.key)
+                #expect(store.backlogCount == Int64(kept.count))
+                if table == "entries" {
+                    #expect(kept == queued)
+                } else {
+                    #expect(kept.count >= queued.count - 150 && kept.count < queued.count, "\(kept.count) kept")
+                    #expect(kept.first == queued.first && kept.last == queued.last, "both ends")
+                    #expect(kept == queued.filter(Set(kept).contains), "in their order")
+                }
+                #expect(try store.enqueue(key: "https://example.com/after.png", now: 5000))
+                #expect(try store.backlog(after: 0, limit: 10_000).last?.key == "https://example.com/after.png")
+            }
         }
     }
 
@@ -363,6 +384,24 @@ import Testing
             #expect(contents(of: cache + "/" + relative)?.count == 100)
             #expect(names(in: elsewhere).isEmpty)
         }
+    }
+
+    /// Overwrites a leaf page of `table` in the index (the first, or one in the middle) with junk, after the log is
+    /// folded in.
+    private func damageLeaf(of table: String, in directory: String, middle: Bool = false) throws {
+        let path = directory + "/index.sqlite"
+        let db = try Database(path: path)
+        try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        let leaves = try db.integer("SELECT count(*) FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf'")
+        let page = try db.integer("""
+            SELECT pageno FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf' ORDER BY pageno
+            LIMIT 1 OFFSET \(middle ? leaves / 2 : 0)
+            """)
+        #expect(page > 1)
+        let fd = try syscall("open", path) { open(path, O_WRONLY | O_CLOEXEC) }
+        let junk = [UInt8](repeating: 0xA5, count: 4096)
+        #expect(pwrite(fd, junk, junk.count, off_t(page - 1) * 4096) == junk.count)
+        close(fd)
     }
 
     /// The index as version 1 of the daemon wrote it (`user_version` 1).

@@ -146,11 +146,15 @@ final class Store {
             opened = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
             // The index is a cache: set the broken one aside for inspection and start empty (recovery then sweeps
-            // the files no row names).
+            // the files no row names), but for the queue, whose every URL was acknowledged: what of it can be read
+            // is kept.
             let aside = path + ".corrupt-" + String(wallClockMilliseconds() / 1000)
             for suffix in ["", "-wal", "-shm"] { rename(path + suffix, aside + suffix) }
-            Log.error("the index \(path) is corrupt (\(error.message)); moved it to \(aside) and starting with an empty index")
             opened = try Self.openIndex(path)
+            let kept = try Self.salvageQueue(from: aside, into: opened.db)
+            if kept > 0 { opened.totals = try Self.totals(in: opened.db) }
+            Log.error("the index \(path) is corrupt (\(error.message)); moved it to \(aside) and starting with an empty index"
+                      + (kept > 0 ? ", keeping the \(kept) queued URLs read from it" : ""))
         }
         db = opened.db
         indexPath = path
@@ -292,6 +296,38 @@ final class Store {
             throw DaemonError("cannot open the index \(path): \(error.message); the cache directory and the index in it "
                               + "must be writable by the user prefetchd runs as")
         }
+    }
+
+    /// Copies what of a damaged index's queue can be read into `db`, in its order: from the front until the damage,
+    /// then from the back until it (a damaged page in the middle of a million rows costs those on it, not the rest).
+    /// A row whose key is not a URL as this version writes it (read from a damaged page) is dropped. Returns how many
+    /// URLs it kept.
+    private static func salvageQueue(from path: String, into db: Database) throws(DatabaseError) -> Int {
+        guard let damaged = try? Database(path: path) else { return 0 }
+        var kept = 0
+        try db.execute("BEGIN IMMEDIATE")
+        let directions: [StaticString] = ["SELECT seq, key, queued_at FROM queue ORDER BY seq",
+                                          "SELECT seq, key, queued_at FROM queue ORDER BY seq DESC"]
+        for direction in directions {
+            guard let rows = try? damaged.statement(direction) else { break }
+            var complete = false
+            while true {
+                guard let more = try? rows.step() else { break }
+                guard more else {
+                    complete = true
+                    break
+                }
+                let key = rows.text(1)
+                guard (try? CanonicalURL(key).key) == key else { continue }
+                try db.statement("INSERT OR IGNORE INTO queue(seq, key, queued_at) VALUES (?1, ?2, ?3)")
+                    .bind(rows.int(0), key, rows.int(2)).run()
+                kept += db.changes
+            }
+            if complete { break }  // read to the end: nothing is behind damage
+        }
+        try db.execute("COMMIT")
+        db.resetStatements()
+        return kept
     }
 
     /// Brings the index to this version's schema. One written by a newer version is left as it is: this version
