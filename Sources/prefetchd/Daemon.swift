@@ -61,12 +61,16 @@ final class Daemon {
     var shuttingDown = false
     /// Why the daemon stopped itself, if it did: `run` throws it (exit status 1).
     private var fatal: String?
+    /// The damage a call found in the index while serving, once the daemon stopped for it: `run` returns it, and the
+    /// program starts again with it (`StartAgain`).
+    private var damageFound: DatabaseError?
     /// When a full disk last made the cache evict (monotonic ms): `makeRoomOnFullDisk`.
     var diskFullEvictionAt: Int64?
 
     static let decoder = JSONDecoder()
 
-    init(options: Options, passedSocket: SocketActivation?) throws {
+    /// `damage`: what the run before this start found damaged in the index (`StartAgain`); the index is set aside.
+    init(options: Options, passedSocket: SocketActivation?, damage: DatabaseError? = nil) throws {
         self.options = options
         self.passedSocket = passedSocket
         Log.threshold = options.logLevel
@@ -75,7 +79,7 @@ final class Daemon {
         notifier = SystemdNotifier(environment: options.environment, loop: loop)
         // Refused before the cache directory is made, so that a second daemon on a live socket leaves nothing behind.
         if passedSocket == nil { try UnixSocket.refuseIfServed(options.socketPath) }
-        store = try Store(directory: options.cacheDirectory)
+        store = try Store(directory: options.cacheDirectory, damage: damage)
         let seed = UInt64.random(in: .min ... .max)
         scheduler = Scheduler(configuration: options.schedulerConfiguration, seed: seed)
         // Saved with their end on the wall clock: a clock set back since makes what is left at most as long as a pause
@@ -136,8 +140,9 @@ final class Daemon {
         clients.onAbandoned = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
     }
 
-    /// Binds the socket and serves until SIGTERM or SIGINT.
-    func run() throws {
+    /// Binds the socket and serves until SIGTERM or SIGINT, or until a call finds the index damaged: then it returns
+    /// that damage, to start again with (`StartAgain`).
+    func run() throws -> DatabaseError? {
         let descriptorLimit = Self.raiseDescriptorLimit()
         let (fd, path, activation) = try openListeningSocket()
         clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
@@ -156,6 +161,7 @@ final class Daemon {
         loop.run()
         Log.info("stopped")
         if let fatal { throw DaemonError(fatal) }
+        return damageFound
     }
 
     /// About 2 ms of the start-up sweep, then the turn goes on: the daemon serves while a large cache is compared
@@ -220,6 +226,7 @@ final class Daemon {
         } catch {
             Log.error("cannot commit the index: \(error)")
         }
+        if let damage = store.damage, !shuttingDown { stopForDamagedIndex(damage) }
         clients.flush()
         let workRanOut = memory.turnEnded(idle: scheduler.counts.tasks == 0)
         telemetry.summarizeActivity(workRanOut: workRanOut, queued: scheduler.counts.slowWaiting + Int(backlogOnly))
@@ -248,7 +255,7 @@ final class Daemon {
         guard !shuttingDown else { return }
         shuttingDown = true
         Log.info("\(reason): shutting down")
-        notifier.stopping(reason: reason)
+        if damageFound != nil { notifier.reloading(status: "starting again: \(reason)") } else { notifier.stopping(reason: reason) }
         clients.stopListening()
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")
@@ -290,6 +297,17 @@ final class Daemon {
             + "stopped, so that a restart makes a new one"
         Log.error(fatal!)
         shutdown(reason: "\(gone) was deleted")
+    }
+
+    /// A call found the index damaged while serving: each query that meets the damage fails (a backlog stuck at a
+    /// damaged page of the queue failed every turn) until the index is set aside. The daemon stops as on SIGTERM,
+    /// marking no clean stop, and the program starts again (`StartAgain`): the new start sets the index aside, keeping
+    /// what of the queue can be read, and serves on the same socket.
+    private func stopForDamagedIndex(_ damage: DatabaseError) {
+        damageFound = damage
+        Log.error("the index \(options.cacheDirectory)/\(CacheFiles.indexName) was found damaged while serving "
+                  + "(\(damage.message)): starting again, setting it aside and keeping what of the queue can be read")
+        shutdown(reason: "the index is damaged")
     }
 
     // MARK: Clients

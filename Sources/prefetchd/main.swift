@@ -23,17 +23,11 @@ do {
     case .run(let options):
         // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
         let passedSocket = try SocketActivation.receive(environment: options.environment)
+        let before = StartAgain.takeDamage(environment: options.environment)
         do {
-            let daemon: Daemon
-            do {
-                daemon = try Daemon(options: options, passedSocket: passedSocket)
-            } catch let error as DatabaseError where error.isCorrupt {
-                // Damage the start met outside what it checks after a clean stop (`Store.openIndex`): started again,
-                // it reads the index through and moves it aside.
-                Log.error("the index is damaged (\(error.message)): starting again")
-                daemon = try Daemon(options: options, passedSocket: passedSocket)
+            if let damage = try serve(options, passedSocket: passedSocket, settingAside: before?.damage) {
+                try StartAgain.exec(after: damage, starts: before?.starts ?? 0, passedSocket: passedSocket)
             }
-            try daemon.run()
         } catch let error as DatabaseError where error.isDiskFull {
             throw DaemonError("the disk of \(options.cacheDirectory) is full: the index cannot be written (\(error.message)); "
                               + "what is queued stays queued: free some space, or choose another --cache-dir")
@@ -42,4 +36,18 @@ do {
 } catch {
     writeStandardError("prefetchd: \(Log.oneLine("\(error)"))\n")
     exit(1)
+}
+
+/// Makes the daemon and serves until it stops; returns the damage it found in the index while serving, if that
+/// stopped it. `damage`: found by the run before (`StartAgain`); the daemon sets the index aside.
+func serve(_ options: Options, passedSocket: SocketActivation?, settingAside damage: DatabaseError?) throws -> DatabaseError? {
+    let daemon: Daemon
+    do {
+        daemon = try Daemon(options: options, passedSocket: passedSocket, damage: damage)
+    } catch let error as DatabaseError where error.isCorrupt && damage == nil {
+        // Met by the start outside what it checks after a clean stop (`Store.openIndex`).
+        Log.error("the index is damaged (\(error.message)): starting again")
+        daemon = try Daemon(options: options, passedSocket: passedSocket, damage: error)
+    }
+    return try daemon.run()
 }

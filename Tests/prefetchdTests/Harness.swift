@@ -264,7 +264,8 @@ final class Origin: @unchecked Sendable {
 /// A prefetchd started in its own temporary directory.
 final class DaemonUnderTest: @unchecked Sendable {
     let directory: TemporaryDirectory
-    let arguments: [String]
+    /// The daemon's arguments beyond the socket and the cache directory, at the next `start`.
+    var arguments: [String]
     let environment: [String: String]?
     /// A command that runs the daemon (it is appended, with its arguments), such as `unshare --net`; it must exec it.
     let launcher: [String]

@@ -67,6 +67,44 @@ struct TrustTests {
         #expect(daemon.ctl("get", origin.url("/a.jpg")).status == 0, "it serves")
     }
 
+    @Test("damage met while serving (a page of the queue, after a clean stop: the backlog failed at it every turn, for good) starts the daemon again in the same process on the same socket: the index is set aside, the queue but that page kept and drained")
+    func damageMetWhileServing() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--quiet-hours", "00:00-23:59"])  // nothing drains before the damage
+        let urls = (0..<3000).map { origin.url("/queued/\($0).jpg") }
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n")).status == 0)
+        daemon.child!.stop()
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            assert db.execute("SELECT count(*) FROM clean_stop").fetchone()[0] == 1
+            leaves = db.execute("SELECT pageno FROM dbstat WHERE name = 'queue' AND pagetype = 'leaf' ORDER BY pageno").fetchall()
+            db.close()
+            with open(sys.argv[1], "r+b") as f:
+                f.seek((leaves[len(leaves) // 2][0] - 1) * 4096); f.write(b"\\xa5" * 4096)
+            """
+        let damaged = run("/usr/bin/env", ["python3", "-c", script, daemon.cache + "/index.sqlite"])
+        try #require(damaged.status == 0, "\(damaged.stderr)")
+        let before = try FileManager.default.contentsOfDirectory(atPath: daemon.cache)
+        #expect(!before.contains { $0.hasPrefix("index.sqlite.corrupt-") })
+        daemon.arguments = ["--slow-width", "8"]
+        try daemon.start()
+        let pid = try #require(daemon.child?.pid)
+        #expect(waitUntil(seconds: 60) { daemon.log.contains("queued URLs read from it") })
+        #expect(daemon.log.contains("was found damaged while serving"), "\(daemon.log)")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: daemon.cache).filter { $0.hasPrefix("index.sqlite.corrupt-") }
+        #expect(aside.count == 1)
+        #expect(waitUntil(seconds: 120) {
+            guard let status = try? object(daemon.ctl("status", "--json")), let slow = status["slow"] as? [String: Any]
+            else { return false }
+            return status["backlog"] as? Int == 0 && slow["waiting"] as? Int == 0 && slow["running"] as? Int == 0
+        })
+        let fetched = try origin.stats().counts.filter { $0.key.hasPrefix("/queued/") }
+        #expect(fetched.count >= 2900 && fetched.count < 3000, "all but the rows of one page: \(fetched.count)")
+        #expect(daemon.child?.pid == pid && daemon.child?.process.isRunning == true, "the same process")
+        #expect(daemon.ctl("get", origin.url("/after.jpg")).status == 0, "it serves on the same socket")
+    }
+
     @Test("a cached file deleted behind the daemon's back is fetched again instead of handing out a missing path")
     func deletedFileRefetched() throws {
         let origin = try Origin()

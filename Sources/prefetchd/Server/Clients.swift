@@ -104,13 +104,16 @@ final class Clients {
         try loop.add(fd, events: UInt32(EPOLLIN.rawValue)) { [unowned self] _ in self.acceptClients() }
     }
 
-    /// Admits no one from now on; the socket is closed, and removed when the daemon bound it.
+    /// Admits no one from now on. A socket the daemon bound is closed and removed; one systemd passed stays open
+    /// (systemd holds it too) for a daemon made again in this process (`Daemon.run`).
     func stopListening() {
         guard listenFD >= 0 else { return }
         loop.remove(listenFD)
-        Glibc.close(listenFD)
+        if let bound {
+            Glibc.close(listenFD)
+            if bound.file?.isNamed(by: bound.path) == true { unlink(bound.path) }
+        }
         listenFD = -1
-        if let bound, bound.file?.isNamed(by: bound.path) == true { unlink(bound.path) }
     }
 
     // MARK: The connections

@@ -26,8 +26,8 @@ final class Database {
     private var statements: [UInt: Statement] = [:]
     /// Called when a call failed because the disk or its quota is full (`DatabaseError.isDiskFull`).
     var onDiskFull: () -> Void = {}
-    /// A call found the file damaged (`DatabaseError.isCorrupt`).
-    private(set) var damaged = false
+    /// The first error by which a call found the file damaged (`DatabaseError.isCorrupt`).
+    private(set) var damage: DatabaseError?
     /// SQLite's process-wide settings, made before the first connection opens (which fixes them).
     private static let configured: Void = { _ = pf_sqlite3_disable_memstatus() }()
 
@@ -99,7 +99,7 @@ final class Database {
 
     private func noted(_ error: DatabaseError) -> DatabaseError {
         if error.isDiskFull { onDiskFull() }
-        if error.isCorrupt { damaged = true }
+        if error.isCorrupt, damage == nil { damage = error }
         return error
     }
 }

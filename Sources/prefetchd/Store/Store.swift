@@ -117,7 +117,9 @@ final class Store {
         ("clean_stop", "at"),
     ]
 
-    init(directory: String) throws {
+    /// `damage`: what a query found damaged in this index while the daemon served before (`StartAgain`); the index is
+    /// then set aside as if the start had found it.
+    init(directory: String, damage: DatabaseError? = nil) throws {
         files = CacheFiles(root: directory)
         do {
             try files.prepare()
@@ -143,6 +145,8 @@ final class Store {
         let madeRoom = !reserve.hasRoom && Self.makeRoomToStart(files: CacheFiles(root: directory))
         var opened: (db: Database, cleanStop: Bool, totals: Totals)
         do {
+            // Damage met by a query may lie where the start's check does not look (an index's content).
+            if let damage { throw damage }
             opened = try Self.openIndex(path)
         } catch let error as DatabaseError where error.isCorrupt {
             // The index is a cache: set the broken one aside for inspection and start empty (recovery then sweeps
@@ -177,6 +181,9 @@ final class Store {
         if !lock.isInPlace { return "the lock \(lock.path)" }
         return nil
     }
+
+    /// The first error by which a call found the index damaged since it was opened, if any.
+    var damage: DatabaseError? { db.damage }
 
     /// Whether the write-ahead log SQLite writes into is no longer the file its path names: deleted behind the
     /// daemon's back (a cleaner of old files, a person tidying the cache), SQLite goes on writing into it, and what it
@@ -243,7 +250,7 @@ final class Store {
     /// Opens the index, migrates it, checks its tables against `schema` and counts what it holds. Unless the last stop
     /// was clean, it reads the file through once (`quick_check`: 0.85 s for 100,000 entries from a cold disk) so that
     /// damage is found here; after a clean stop damage shows where it is read (the counts read the largest tables),
-    /// and a stop after damage was seen marks no clean stop (`Database.damaged`). The clean stop's mark is taken away
+    /// and a stop after damage was seen marks no clean stop (`Database.damage`). The clean stop's mark is taken away
     /// here, so that a start that fails on damage is followed by one that checks. An error that is not damage names
     /// the index.
     private static func openIndex(_ path: String) throws -> (db: Database, cleanStop: Bool, totals: Totals) {
@@ -761,12 +768,9 @@ final class Store {
 
     /// At a clean stop, in its last transaction, when no file is on its way into place: the index and the files
     /// agree, unless a turn was undone since the start or the start-up sweep did not finish; and the index is sound,
-    /// unless a call found it damaged.
+    /// unless a call found it damaged (`damage`).
     func markStoppedCleanly() throws(DatabaseError) {
-        if db.damaged {
-            Log.error("the index \(indexPath) was found damaged: the next start reads it through, and moves it aside if need be")
-        }
-        guard !rolledBack, !sweeping, !db.damaged, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
+        guard !rolledBack, !sweeping, damage == nil, !CacheFiles.leftBehind.load(ordering: .relaxed) else { return }
         try write()
         try db.execute("DELETE FROM clean_stop; INSERT INTO clean_stop(at) VALUES (CAST(strftime('%s', 'now') AS INTEGER));")
     }

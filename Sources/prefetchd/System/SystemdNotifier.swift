@@ -98,11 +98,11 @@ final class SystemdNotifier {
     }
 
     /// `RELOADING=1`, stamped with the monotonic clock as systemd 253 and later expect; `ready` ends the reload.
-    func reloading() {
+    func reloading(status: String = "reloading the configuration") {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         notify("RELOADING=1\nMONOTONIC_USEC=\(Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000)\n"
-               + "STATUS=reloading the configuration")
+               + "STATUS=\(status)")
     }
 
     /// `STOPPING=1`; no more watchdog pings.
