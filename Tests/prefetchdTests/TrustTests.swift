@@ -105,6 +105,56 @@ struct TrustTests {
         #expect(daemon.ctl("get", origin.url("/after.jpg")).status == 0, "it serves on the same socket")
     }
 
+    @Test("a download's file in tmp/ replaced behind the daemon's back (another file of the same size, a symbolic link out of the cache, a FIFO, a directory) is not kept: that get fails, no thread waits on the FIFO, and the next get caches the origin's bytes (the same-size file was installed and served with the origin's SHA-256; the link was moved into files/; the FIFO held a checking thread for good)",
+          arguments: ["file", "link", "fifo", "directory"])
+    func downloadReplacedInTmp(kind: String) throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let outside = daemon.directory.path + "/outside.jpg"
+        let url = origin.url("/swapped.jpg?size=300000&drip=300000")
+        let expected = daemon.ctl("get", "-o", "-", origin.url("/swapped.jpg?size=300000")).stdoutData  // the same bytes
+        #expect(expected.count == 300_000)
+        try Data(repeating: 0x41, count: expected.count).write(to: URL(fileURLWithPath: outside))
+        let get = Mutex<CommandResult?>(nil)
+        let thread = Thread { get.withLock { $0 = daemon.ctl("get", "--json", url) } }
+        thread.start()
+        let tmp = daemon.cache + "/tmp"
+        #expect(waitUntil(seconds: 5) { ((try? FileManager.default.contentsOfDirectory(atPath: tmp)) ?? []).count == 1 })
+        let path = tmp + "/" + (try FileManager.default.contentsOfDirectory(atPath: tmp)).first!
+        #expect(unlink(path) == 0)
+        switch kind {
+        case "file": try Data(repeating: 0x41, count: expected.count).write(to: URL(fileURLWithPath: path))
+        case "link": #expect(symlink(outside, path) == 0)
+        case "fifo": #expect(mkfifo(path, 0o600) == 0)
+        default: #expect(mkdir(path, 0o700) == 0)
+        }
+        #expect(waitUntil(seconds: 20) { get.withLock { $0 != nil } }, "the get is answered")
+        let first = try #require(get.withLock { $0 })
+        #expect(first.status == 1 && first.stdout.contains("replaced behind the daemon's back"), "\(first.stdout)")
+        let again = try object(daemon.ctl("get", "--json", url))
+        let file = try #require(again["path"] as? String)
+        #expect(file.hasPrefix(daemon.cache + "/files/"))
+        #expect(FileManager.default.contents(atPath: file) == expected)
+        #expect(FileManager.default.contents(atPath: outside) == Data(repeating: 0x41, count: expected.count))
+    }
+
+    @Test("the directories under files/ replaced by files behind the daemon's back: a variant is still made (mkstemp failed: Not a directory), and a new body placed")
+    func fanOutReplacedWhileServing() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let original = daemon.ctl("get", origin.url("/photo.jpg")).stdout.trimmingCharacters(in: .newlines)
+        let kept = URL(fileURLWithPath: original).deletingLastPathComponent().lastPathComponent
+        let files = daemon.cache + "/files"
+        for shard in try FileManager.default.contentsOfDirectory(atPath: files) where shard != kept {
+            #expect(rmdir(files + "/" + shard) == 0)
+            try Data("junk".utf8).write(to: URL(fileURLWithPath: files + "/" + shard))
+        }
+        let variant = daemon.ctl("get", "--size", "16x16", origin.url("/photo.jpg"))
+        #expect(variant.status == 0, "\(variant.stderr)")
+        let other = daemon.ctl("get", origin.url("/other.jpg"))
+        #expect(other.status == 0, "\(other.stderr)")
+    }
+
     @Test("a cached file deleted behind the daemon's back is fetched again instead of handing out a missing path")
     func deletedFileRefetched() throws {
         let origin = try Origin()

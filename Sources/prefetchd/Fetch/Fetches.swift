@@ -205,6 +205,11 @@ final class Fetches {
         if !cached.isEmpty { onDistrust(cached) }
     }
 
+    /// Why a body whose file was replaced behind the daemon's back is not kept.
+    static let replacedBody = Failure(code: .internal, message: "the downloaded body's file in tmp/ was replaced "
+                                      + "behind the daemon's back before it was moved into place: not kept",
+                                      isTransient: true)
+
     /// Why a distrusted answer is not kept.
     static let shiftedAnswer = Failure(code: .network, message: "the server sent a response nobody asked for on the "
                                        + "connection this answer came on, so it may be another URL's; fetching again",
@@ -256,12 +261,13 @@ final class Fetches {
             }
             endGuardedStep(key)
             onEnd(key, result.lane, .revalidated)
-        case .success(.downloaded(let temporary, let bytes, let sha256)):
+        case .success(.downloaded(let temporary, let file, let bytes, let sha256)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
             let endKnown = !result.headers.endUnsure
-            checks.run({ Self.judge(temporary, sha256: sha256, key: key, files: files, policy: policy, endKnown: endKnown) },
+            checks.run({ Self.judge(temporary, file: file, sha256: sha256, key: key, files: files, policy: policy,
+                                    endKnown: endKnown) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)
@@ -282,9 +288,14 @@ final class Fetches {
     }
 
     /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
-    /// Where it went and what it is, if an image, come back to be indexed.
-    private static func judge(_ temporary: String, sha256: String, key: String, files: CacheFiles,
+    /// Where it went and what it is, if an image, come back to be indexed. Only the file the body was written into
+    /// (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a FIFO) is not.
+    private static func judge(_ temporary: String, file: FileIdentity?, sha256: String, key: String, files: CacheFiles,
                               policy: ImagePolicy, endKnown: Bool) -> Result<(relative: String, info: ImageInfo?), Failure> {
+        guard let file, file.isEntry(temporary) else {
+            deleteEntry(temporary)
+            return .failure(replacedBody)
+        }
         let info: ImageInfo?
         switch ImageInspector.inspect(temporary, policy: policy, endKnown: endKnown) {
         case .image(let image): info = image
@@ -296,6 +307,10 @@ final class Fetches {
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key, body: sha256))
         do {
             try files.install(temporary: temporary, as: relative)
+            guard file.isEntry(files.absolute(relative)) else {
+                files.remove(relative)
+                return .failure(replacedBody)
+            }
             return .success((relative, info))
         } catch {
             unlink(temporary)

@@ -254,6 +254,9 @@ final class Transfer {
     /// byte says whether the server sent the range), else what the server announced.
     var expectedBodyBytes: Int64? { expectedTotal ?? (resumedFrom > 0 ? nil : expectedBytes) }
 
+    /// The file the body is written into, while it is open.
+    var bodyFile: FileIdentity? { fd >= 0 ? FileIdentity(descriptor: fd) : nil }
+
     /// Closes the file and returns the body's SHA-256.
     func finishBody() -> String {
         closeFile()

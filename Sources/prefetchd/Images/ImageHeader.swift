@@ -45,7 +45,7 @@ struct ImageHeader: Equatable, Sendable {
 
     /// Reads the first `prefixLength` bytes of `path` and parses them.
     static func read(_ path: String) throws(SystemError) -> ImageHeader {
-        let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+        let fd = try openRegularFile(path)
         defer { close(fd) }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: prefixLength, alignment: 1)
         defer { buffer.deallocate() }

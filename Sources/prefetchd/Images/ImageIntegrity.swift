@@ -395,7 +395,7 @@ private final class FileByteReader {
 
     init(_ path: String) throws(SystemError) {
         self.path = path
-        let descriptor = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+        let descriptor = try openRegularFile(path)
         var info = stat()
         do throws(SystemError) {
             try syscall("fstat", path) { fstat(descriptor, &info) }

@@ -68,7 +68,7 @@ final class PixbufLoader {
     func feed(path: String, pieces: [Piece] = [.file(0 ..< .max)], stop: () -> Bool = { false }) throws(ImageReadError) {
         let fd: Int32
         do throws(SystemError) {
-            fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC) }
+            fd = try openRegularFile(path)
         } catch {
             throw .io(error)
         }

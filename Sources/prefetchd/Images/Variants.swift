@@ -72,7 +72,7 @@ final class Variants {
         let (maxPixels, placed) = (maxPixels, store.files.placed)
         let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
             do {
-                try makeDirectories(String(destination[..<destination.lastIndex(of: "/")!]), mode: CacheFiles.directoryMode)
+                try CacheFiles.makeDirectory(replacing: String(destination[..<destination.lastIndex(of: "/")!]))
                 let info = try Resizer.makeVariant(source: source, spec: spec, destination: destination, maxPixels: maxPixels,
                                                    placed: placed)
                 guard let sha256 = SHA256.hex(ofFile: destination) else {

@@ -57,13 +57,14 @@ struct CacheFiles {
         }
         for directory in Self.fanOut.map(absolute) where mkdir(directory, Self.directoryMode) != 0 {
             guard errno == EEXIST else { throw SystemError(call: "mkdir", errno: errno, detail: directory) }
-            try makeDirectory(replacing: directory)
+            try Self.makeDirectory(replacing: directory)
         }
     }
 
-    /// Makes `directory` where something else is (a file or a symbolic link someone put there: every body whose
-    /// name begins as its does would fail to be moved into place, or go where the link points).
-    private func makeDirectory(replacing directory: String) throws(SystemError) {
+    /// Makes `directory` where it is missing or something else is (a file or a symbolic link someone put there:
+    /// every body or variant whose name begins as its does would fail to be moved into place, or go where the link
+    /// points).
+    static func makeDirectory(replacing directory: String) throws(SystemError) {
         var info = stat()
         guard lstat(directory, &info) != 0 || (info.st_mode & S_IFMT) != S_IFDIR else { return }
         deleteEntry(directory)
@@ -102,7 +103,7 @@ struct CacheFiles {
         case ENOENT where access(temporary, F_OK) == 0:
             try makeDirectories(directory, mode: Self.directoryMode)
         case ENOTDIR:
-            try makeDirectory(replacing: directory)
+            try Self.makeDirectory(replacing: directory)
         case EISDIR, ENOTEMPTY, EEXIST:
             deleteEntry(target)
         default:
@@ -154,18 +155,6 @@ struct CacheFiles {
         return removed
     }
 
-    /// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk), never
-    /// what a link in it points to. Returns whether there was anything.
-    @discardableResult
-    func deleteEntry(_ path: String) -> Bool {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return false }
-        guard (info.st_mode & S_IFMT) == S_IFDIR else { return unlink(path) == 0 }
-        let directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if directory >= 0 { removeContents(ofDirectory: directory) }
-        rmdir(path)
-        return true
-    }
 
     /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and
     /// `ab/cd/<name>` of caches written before).
@@ -270,6 +259,19 @@ final class CachedFilesWalk {
     func removeEmptied() {
         for directory in others.reversed() { rmdir(directory) }
     }
+}
+
+/// Deletes what is at `path`: a file or a link, or a directory with what it holds (someone else's junk in the cache),
+/// never what a link in it points to. Returns whether there was anything.
+@discardableResult
+func deleteEntry(_ path: String) -> Bool {
+    var info = stat()
+    guard lstat(path, &info) == 0 else { return false }
+    guard (info.st_mode & S_IFMT) == S_IFDIR else { return unlink(path) == 0 }
+    let directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    if directory >= 0 { removeContents(ofDirectory: directory) }
+    rmdir(path)
+    return true
 }
 
 /// The names and types of the entries of one of the cache's own directories but `.` and `..`; none when it cannot be

@@ -902,7 +902,7 @@ final class Store {
                 let known = name.utf8.count == 64 && ((try? db.statement("""
                     SELECT 1 FROM entries WHERE file = ?1 UNION ALL SELECT 1 FROM variants WHERE file = ?1
                     """).bind(relative).step()) ?? true)
-                if !known, !files.placed.contains(name), files.deleteEntry(path) { sweep.orphans += 1 }
+                if !known, !files.placed.contains(name), deleteEntry(path) { sweep.orphans += 1 }
             }
             if found.isEmpty {
                 walk.removeEmptied()

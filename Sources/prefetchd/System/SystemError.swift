@@ -26,6 +26,18 @@ func syscall<T: BinaryInteger>(_ call: String, _ detail: @autoclosure () -> Stri
     }
 }
 
+/// Opens the regular file at `path` for reading. Anything else there (a symbolic link, a FIFO, a directory: put in
+/// place of a cache file behind the daemon's back) is refused at once, never followed nor waited on.
+func openRegularFile(_ path: String) throws(SystemError) -> Int32 {
+    let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) }
+    var info = stat()
+    guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+        close(fd)
+        throw SystemError(call: "open", errno: EINVAL, detail: "\(path), which is not a regular file")
+    }
+    return fd
+}
+
 /// Creates `path` and its missing parents with `mode`.
 func makeDirectories(_ path: String, mode: mode_t) throws(SystemError) {
     var prefix = ""
