@@ -392,6 +392,10 @@ final class Daemon {
 
     /// The command a request line asks for, or why it is refused.
     private func parse(_ line: [UInt8]) throws(RefusedLine) -> (id: RequestID?, command: Command) {
+        guard !Nesting.exceedsLimit(line) else {
+            throw RefusedLine(id: nil, error: WireError(.badRequest, "the line nests arrays or objects deeper than "
+                                                        + "\(Nesting.limit) levels; a request needs two"))
+        }
         let request: Request
         do {
             request = try Self.decoder.decode(Request.self, from: Data(line))

@@ -71,6 +71,21 @@ struct BadInputTests {
         #expect(try Self.origin.count("/gone.jpg") == 1)
     }
 
+    @Test("a line that ends right after its 513th opening bracket is refused, not decoded (the decoder trapped: the daemon died, every waiting client with it)",
+          arguments: [String(repeating: "[", count: 513), "{\"op\":\"ping\",\"id\":1,\"x\":" + String(repeating: "[", count: 512),
+                      String(repeating: "[", count: 33) + String(repeating: "]", count: 33)])
+    func deepNesting(line: String) throws {
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        #expect(connection.receive()?["hello"] as? String == "prefetchd")
+        connection.send(line + "\n")
+        let error = connection.receive()?["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "bad_request")
+        #expect((error?["message"] as? String)?.contains("deeper than 32 levels") == true, "\(String(describing: error))")
+        connection.send("{\"id\":2,\"op\":\"ping\"}\n")
+        #expect(connection.receive()?["id"] as? Int == 2, "it still serves")
+    }
+
     @Test("protocol abuse: not JSON, unknown op, missing field, a negative list limit, a 1 MiB line without newline")
     func protocolAbuse() throws {
         let daemon = try DaemonUnderTest()
