@@ -19,6 +19,28 @@ struct BoundsTests {
         Set((try? FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")) ?? [])
     }
 
+    @Test("a new watcher's first snapshot goes to it alone: 300 clients subscribing sent every watcher one each (3,000 held every client for seconds)")
+    func newWatcherGetsItsOwnSnapshot() throws {
+        let daemon = try DaemonUnderTest()
+        let first = try RawConnection(socket: daemon.socket)
+        _ = first.receive()  // the greeting
+        first.send("{\"id\":1,\"op\":\"watch\"}\n")
+        #expect(waitUntil(seconds: 5) { first.receive()?["event"] as? String == "snapshot" })
+        var others: [RawConnection] = []
+        for _ in 0..<300 {
+            let other = try RawConnection(socket: daemon.socket)
+            other.send("{\"id\":1,\"op\":\"watch\"}\n")
+            others.append(other)
+        }
+        #expect(daemon.ctl("ping").status == 0, "all 300 subscribed")
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(first.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var snapshots = 0
+        let end = Date().addingTimeInterval(1.2)
+        while Date() < end, let event = first.receive() { if event["event"] as? String == "snapshot" { snapshots += 1 } }
+        #expect(snapshots <= 4, "two a second, not one per new watcher: \(snapshots)")
+    }
+
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
     func releasedRowsAreParked() throws {
         let origin = try Origin()
