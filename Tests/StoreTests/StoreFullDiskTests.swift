@@ -108,6 +108,27 @@ import Testing
         }
     }
 
+    @Test("a disk that stayed full, filled by partial downloads: the start deletes those, and no cached file (it deleted the cached files first and the partials filling the disk after)")
+    func partialsGoBeforeCachedFiles() throws {
+        try withSmallDisk(megabytes: 8) { disk, directory in
+            let keys = (0..<4).map { "https://example.com/\($0).png" }
+            do {
+                let store = try Store(directory: directory)
+                for key in keys { try cache(key, count: 300_000, in: store) }
+                try store.commit()
+            }
+            for index in 0..<2 { try writeFile(directory + "/tmp/" + String(repeating: "\(index)", count: 64), count: 2_200_000) }
+            unlink(directory + "/index.sqlite-reserve")
+            try fill(disk + "/ballast")
+            #expect(freeBytes(disk) < 64 * 1024)
+
+            let store = try Store(directory: directory)
+            #expect(names(in: directory + "/tmp").isEmpty)
+            #expect(try store.recover().badRows == 0, "no cached file went")
+            for key in keys { #expect(try store.entry(key) != nil, "\(key)") }
+        }
+    }
+
     @Test("a full disk with nothing to delete is named as such at start (it said \"disk I/O error; the cache directory must be writable\")")
     func fullDiskWithNothingToDeleteIsNamed() throws {
         try withSmallDisk(megabytes: 4) { disk, directory in

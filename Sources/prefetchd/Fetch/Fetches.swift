@@ -233,8 +233,8 @@ final class Fetches {
                 Log.info("\(key): the server refused to resume (HTTP 416); fetching it again in full")
                 return start(key, lane: result.lane, revalidate: false, retry: false)
             }
-            // A transient failure keeps what a resume can continue from.
-            let resumable = failure.isTransient && store.partialValidator(key) != nil
+            // A transient failure keeps what a resume can continue from, but on a full disk, which it would keep full.
+            let resumable = failure.isTransient && failure.code != .diskFull && store.partialValidator(key) != nil
             if resumable { recordPartial(key) } else { forgetPartial(key) }
             onEnd(key, result.lane, .failed(failure))
         case .success(.notModified):

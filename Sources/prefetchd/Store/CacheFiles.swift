@@ -156,6 +156,9 @@ struct CacheFiles {
     }
 
 
+    /// Calls `body` with the path of every entry of `tmp/`.
+    func forEachTemporary(_ body: (String) -> Void) { forEachFile(in: temporaryDirectory, body) }
+
     /// Calls `body` with the name and path of every file under `files/`, in either layout (`ab/<name>`, and
     /// `ab/cd/<name>` of caches written before).
     func forEachCachedFile(_ body: (_ name: String, _ path: String) -> Void) {

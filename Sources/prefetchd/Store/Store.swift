@@ -394,27 +394,38 @@ final class Store {
     static let roomToStart: Int64 = 4 << 20
 
     /// The disk is still full with no reserve left to give up (a full disk earlier took it, and stayed full): opening
-    /// the index (its shared-memory file) and the start's writes would fail. The oldest cached files go, by the time
-    /// they were written, until `roomToStart` is free: the index cannot say which were used last without being opened
-    /// (what a crash left in its write-ahead log is only read through the shared memory). Recovery drops their rows,
-    /// whose files are missing. Nothing queued is touched.
-    /// Returns whether it deleted any.
+    /// the index (its shared-memory file) and the start's writes would fail. Partial downloads in `tmp/` go first,
+    /// then the oldest cached files, by the time they were written, until `roomToStart` is free: the index cannot say
+    /// which were used last without being opened (what a crash left in its write-ahead log is only read through the
+    /// shared memory). Recovery drops their rows, whose files are missing. Nothing queued is touched.
+    /// Returns whether it deleted any cached file.
     private static func makeRoomToStart(files: CacheFiles) -> Bool {
+        var freed: Int64 = 0, partials = 0
+        files.forEachTemporary { path in
+            var info = stat()
+            guard freed < roomToStart, lstat(path, &info) == 0, deleteEntry(path) else { return }
+            freed += Int64(info.st_blocks) * 512
+            partials += 1
+        }
+        if partials > 0 {
+            Log.warning("the disk of \(files.root) is full: deleted \(partials) partial downloads (\(freed / 1024) KiB) "
+                        + "so that the index can be opened and written")
+        }
+        guard freed < roomToStart else { return false }
         var cached: [(path: String, written: Int, allocated: Int64)] = []  // written: ns since the epoch
         files.forEachCachedFile { _, path in
             var info = stat()
             guard lstat(path, &info) == 0 else { return }
             cached.append((path, info.st_mtim.tv_sec &* 1_000_000_000 &+ info.st_mtim.tv_nsec, Int64(info.st_blocks) * 512))
         }
-        var freed: Int64 = 0
-        var deleted = 0
-        for file in cached.sorted(by: { $0.written < $1.written }) where freed < roomToStart {
+        var deleted = 0, freedCached: Int64 = 0
+        for file in cached.sorted(by: { $0.written < $1.written }) where freed + freedCached < roomToStart {
             guard unlink(file.path) == 0 else { continue }
-            freed += file.allocated
+            freedCached += file.allocated
             deleted += 1
         }
         guard deleted > 0 else { return false }
-        Log.warning("the disk of \(files.root) is full: deleted the \(deleted) oldest cached files (\(freed / 1024) KiB) "
+        Log.warning("the disk of \(files.root) is full: deleted the \(deleted) oldest cached files (\(freedCached / 1024) KiB) "
                     + "so that the index can be opened and written; recovery drops their entries")
         return true
     }
