@@ -127,6 +127,7 @@ final class Daemon {
         accessFlushTimer = loop.makeTimer { [unowned self] in
             if let gone = store.removedBehindOurBack() { return stopForLostCache(gone) }
             writeAheadLogCheckDue = true
+            do { try store.checkpointWhenQuiet() } catch { Log.error("cannot checkpoint the index: \(error)") }
             do { try store.flushAccesses() } catch { Log.error("cannot record access times: \(error)") }
             accessFlushTimer.schedule(at: monotonicMilliseconds() + 5000)
         }

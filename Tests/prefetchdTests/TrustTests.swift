@@ -185,6 +185,21 @@ struct TrustTests {
         #expect(daemon.ctl("queue", origin.url("/after-restart.jpg?delay=30")).status == 0)
     }
 
+    @Test("the index's write-ahead log deleted a while after a queue was acknowledged, then a crash before the next check: the queue is kept (the log held every write since the last checkpoint, and they were lost)")
+    func writeAheadLogDeletedAfterAQuietSpell() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--quiet-hours", "00:00-23:59"])
+        let urls = (0..<3).map { origin.url("/kept/\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        Thread.sleep(forTimeInterval: 7)  // a second of quiet, and the next 5-second tick
+        #expect(unlink(daemon.cache + "/index.sqlite-wal") == 0)
+        #expect(daemon.ctl("ping").status == 0)
+        daemon.kill9()
+        try daemon.start()
+        let listed = daemon.ctl("list")
+        for url in urls { #expect(listed.stdout.contains(url), "\(listed.stdout)") }
+    }
+
     @Test("the lock deleted while the daemon runs (a cleared cache directory): the daemon stops within seconds, exit 1, rather than let a second one sweep its files")
     func lockDeleted() throws {
         let daemon = try DaemonUnderTest()

@@ -441,7 +441,24 @@ final class Store {
             throw error
         }
         inTransaction = false
+        uncheckpointed = true
+        lastCommit = monotonicMilliseconds()
         keepReserve()
+    }
+
+    /// Commits since the last checkpoint, and when the last one was (monotonic ms).
+    private var uncheckpointed = false
+    private var lastCommit: Int64 = 0
+
+    /// Once writes have paused for a second, writes what the write-ahead log holds into the index itself: the log
+    /// deleted behind the daemon's back (a cleaner of old files) and a crash before the next check of it (every
+    /// 5 s) lost every write since the last checkpoint, acknowledged queue entries included. While writes go on,
+    /// SQLite's own checkpoint every 4 MiB of log does it.
+    func checkpointWhenQuiet() throws(DatabaseError) {
+        guard uncheckpointed, !inTransaction, monotonicMilliseconds() - lastCommit >= 1000 else { return }
+        _ = try db.statement("PRAGMA wal_checkpoint(PASSIVE)").step()
+        db.resetStatements()
+        uncheckpointed = false
     }
 
     /// The index found the disk full: the reserve makes room for its next writes.
