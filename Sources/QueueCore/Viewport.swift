@@ -65,11 +65,16 @@ public struct Viewport: Equatable, Sendable {
     }
 
     /// The view ends (its connection closed, or its list is replaced): visible rows are hidden and every held row is
-    /// let go of without dropping its work, which goes on as ordinary background work.
+    /// let go of without dropping its work, which goes on as ordinary background work; nearest to the visible rows
+    /// first (after, on a tie), so that a daemon short of room keeps the work most likely wanted next.
     public mutating func close() -> Plan {
         var plan = Plan()
         if let visible { plan.hide = Array(visible) }
-        plan.release = held.sorted()
+        let (first, last) = range.map { ($0.first, $0.last) } ?? (0, 0)
+        func order(_ row: Int) -> (distance: Int, before: Int, row: Int) {
+            row < first ? (first.saturatingSubtract(row), 1, row) : (max(0, row.saturatingSubtract(last)), 0, row)
+        }
+        plan.release = held.sorted { order($0) < order($1) }
         self = Viewport()
         return plan
     }

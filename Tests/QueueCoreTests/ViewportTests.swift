@@ -92,14 +92,14 @@ struct ViewportTests {
         #expect(view.append(rows: 0).isEmpty)
     }
 
-    @Test("closing hides the visible rows and releases every held row without dropping")
+    @Test("closing hides the visible rows and releases every held row without dropping, nearest to the visible rows first (after, on a tie)")
     func close() {
         var view = Viewport()
         _ = view.append(rows: 100)
         _ = view.show(range(10, 11, ahead: 2, behind: 1))
         let plan = view.close()
         #expect(plan.hide == [10, 11])
-        #expect(plan.release == [9, 10, 11, 12, 13])
+        #expect(plan.release == [10, 11, 12, 9, 13])
         #expect(plan.drop.isEmpty && plan.show.isEmpty && plan.prefetch.isEmpty)
         #expect(view == Viewport())
     }

@@ -19,6 +19,30 @@ struct BoundsTests {
         Set((try? FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")) ?? [])
     }
 
+    @Test("a closed view's rows go on as background work only as far as the slow lane's room in memory (1,024 tasks), the farthest let go of: 100 closed views of an unreachable host held 102,000 tasks, RSS 25 to 120 MB")
+    func closedViewKeepsWithinTheSlowLanesRoom() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--quiet-hours", "00:00-23:59"])  // background work waits
+        func slowWaiting() -> Int? {
+            let status = try? JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+            return (status?["slow"] as? [String: Any])?["waiting"] as? Int
+        }
+        do {
+            let connection = try RawConnection(socket: daemon.socket)
+            _ = connection.receive()  // the greeting
+            for part in 0..<3 {
+                let urls = (0..<1000).map { "\"" + origin.url("/row/\(part * 1000 + $0).jpg") + "\"" }.joined(separator: ",")
+                connection.send("{\"id\":\(part),\"op\":\"view\",\"append\":\(part > 0),\"urls\":[\(urls)]}\n")
+                #expect(connection.receive()?["ok"] as? Bool == true)
+            }
+            connection.send("{\"id\":9,\"op\":\"view\",\"first\":1500,\"last\":1509,\"ahead\":1000,\"behind\":1000}\n")
+            #expect(waitUntil(seconds: 10) { slowWaiting() ?? 0 >= 1900 }, "the window waits as background work")
+        }  // the client goes
+        #expect(waitUntil(seconds: 10) { slowWaiting() ?? .max <= 1024 }, "\(daemon.ctl("status", "--json").stdout)")
+        let left = slowWaiting() ?? 0
+        #expect(left >= 1000, "the nearest rows go on: \(left)")
+    }
+
     @Test("a new watcher's first snapshot goes to it alone: 300 clients subscribing sent every watcher one each (3,000 held every client for seconds)")
     func newWatcherGetsItsOwnSnapshot() throws {
         let daemon = try DaemonUnderTest()
