@@ -171,6 +171,21 @@ import Testing
     }
 }
 
+extension StoreFullDiskTests {
+    @Test("a sparse reserve (a backup restored sparse-aware) is not taken for one: its blocks are allocated at start (on a full disk, giving it up freed nothing and no queue was acknowledged)")
+    func sparseReserveIsAllocated() throws {
+        try withCacheDirectory { directory in
+            do { _ = try Store(directory: directory) }
+            let reserve = directory + "/index.sqlite-reserve"
+            #expect(truncate(reserve, 0) == 0 && truncate(reserve, off_t(SpaceReserve.bytes)) == 0)
+            #expect((allocatedOnDisk(reserve) ?? -1) < SpaceReserve.bytes, "sparse")
+            let store = try Store(directory: directory)
+            try store.commit()
+            #expect((allocatedOnDisk(reserve) ?? 0) >= SpaceReserve.bytes)
+        }
+    }
+}
+
 private func fileSize(_ path: String) -> Int64 {
     var info = stat()
     return stat(path, &info) == 0 ? Int64(info.st_size) : -1

@@ -10,9 +10,11 @@ struct SpaceReserve {
 
     init(indexPath: String) { path = indexPath + "-reserve" }
 
+    /// Whether the file holds its blocks: a sparse one (a backup restored sparse-aware, a copy made with
+    /// `cp --sparse`) has the size and none of the space, and giving it up freed nothing.
     var isHeld: Bool {
         var info = stat()
-        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) >= Self.bytes
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_blocks) * 512 >= Self.bytes
     }
 
     /// Gives the space back to the file system; returns whether a reserve was there.

@@ -503,7 +503,7 @@ final class Store {
         let size = files.size(of: entry.file)
         if size == entry.bytes { return entry }
         Log.warning("the cached file of \(key) is " + (size.map { "\($0) bytes, not \(entry.bytes)" } ?? "gone")
-                    + " (\(files.absolute(entry.file))); fetching it again")
+                    + " (\(files.absolute(entry.file))): its entry is dropped, and the URL is fetched again when asked for")
         try remove(key)
         return nil
     }
