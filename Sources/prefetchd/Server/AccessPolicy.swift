@@ -69,13 +69,14 @@ struct AccessPolicy {
         return []
     }
 
-    /// Tells a refused peer why in one line (no greeting) and logs it; the caller closes `fd`.
-    static func refuse(fd: Int32, peer: Peer?, error: WireError) {
+    /// Tells a refused peer why in one line (no greeting) and returns the line for the log; the caller closes `fd`.
+    static func refuse(fd: Int32, peer: Peer?, error: WireError) -> String {
         let who = peer.map { "uid \($0.uid) (\(Options.userName($0.uid))), gid \($0.gid), pid \($0.pid)" } ?? "an unknown peer"
-        Log.warning("refused a connection from \(who): \(error.message)")
-        guard var line = try? Array(Clients.encoder.encode(Reply<Ignored>(id: nil, error: error))) else { return }
+        let logged = "refused a connection from \(who): \(error.message)"
+        guard var line = try? Array(Clients.encoder.encode(Reply<Ignored>(id: nil, error: error))) else { return logged }
         line.append(0x0A)
         _ = line.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        return logged
     }
 
     /// The reason a peer is refused, for the log and the reply.
