@@ -198,7 +198,12 @@ public struct WireError: Codable, Equatable, Sendable, Error {
 }
 
 /// One reply line: `{"id":…,"ok":true,"result":{…}}` or `{"id":…,"ok":false,"error":{…}}`.
-public struct Reply<Result: Codable & Sendable>: Codable, Sendable {
+/// A reply, of whatever result: its id.
+public protocol AnyReply {
+    var id: RequestID? { get }
+}
+
+public struct Reply<Result: Codable & Sendable>: Codable, Sendable, AnyReply {
     public var id: RequestID?
     public var ok: Bool
     public var result: Result?

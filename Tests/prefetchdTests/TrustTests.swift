@@ -445,6 +445,17 @@ struct DescriptorBudgetTests {
 /// Output buffered for clients that do not read is bounded per client and in all.
 @Suite(.serialized)
 struct OutputBudgetTests {
+    @Test("a reply larger than output_budget is answered too_large (a list of 190 MB was cut off mid-line, the client disconnected)")
+    func replyOverTheBudget() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--output-budget", "100K", "--quiet-hours", "00:00-23:59"])
+        let urls = (0..<1100).map { origin.url("/listed/\($0).jpg") }.joined(separator: "\n")
+        #expect(daemon.ctl("queue", "-", stdin: urls).status == 0)
+        let listed = daemon.ctl("list")
+        #expect(listed.stderr.contains("too_large") && listed.stderr.contains("output_budget"), "\(listed.stderr)")
+        #expect(daemon.ctl("list", "--limit", "10").status == 0, "a smaller one is answered")
+    }
+
     @Test("clients that pipeline requests and never read are disconnected once all together pass output_budget; others are served")
     func nonReadingClientsShed() throws {
         let daemon = try DaemonUnderTest(["--output-budget", "2M"])

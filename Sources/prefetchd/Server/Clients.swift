@@ -164,7 +164,13 @@ final class Clients {
     /// written at the end of the turn (`flush`).
     func send<T: Encodable>(_ connection: Connection, _ message: T) {
         do {
-            let json = try (message as? any DirectJSON)?.json ?? Array(Self.encoder.encode(message))
+            var json = try (message as? any DirectJSON)?.json ?? Array(Self.encoder.encode(message))
+            if json.count > outputBudget, let reply = message as? any AnyReply {
+                // It could never be read whole: the client would be cut off in the middle of the line.
+                json = try Array(Self.encoder.encode(Reply<Ignored>(id: reply.id, error: WireError(.tooLarge,
+                    "the reply is \(json.count) bytes, more than all clients together may hold unread (output_budget, "
+                    + "\(outputBudget) bytes): ask for less (a lower limit), or raise output_budget"))))
+            }
             connection.send(CanonicalURL.redactingUserinfo(in: json))
         } catch {
             Log.error("cannot encode a reply: \(error)")
