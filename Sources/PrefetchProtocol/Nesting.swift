@@ -9,7 +9,13 @@ public enum Nesting {
         var depth = 0, inString = false, escaped = false
         for byte in line {
             if inString {
-                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
                 continue
             }
             switch byte {

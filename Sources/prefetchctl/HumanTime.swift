@@ -23,7 +23,9 @@ enum HumanTime {
     /// as the daemon judges it: the clock was set back since.
     static func freshness(fetched: Int64, until: Int64, now: Int64) -> String {
         let fetched = clamped(fetched), until = clamped(until), now = clamped(now)
-        if fetched > now + 1 { return "stale: fetched later than now (the clock was set back since); revalidated when asked for" }
+        if fetched > now + 1 {
+            return "stale: fetched later than now (the clock was set back since); revalidated when asked for"
+        }
         return until > now ? "fresh for " + span(until - now) : "stale since " + span(now - until)
     }
 

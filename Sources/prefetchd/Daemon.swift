@@ -256,7 +256,11 @@ final class Daemon {
         guard !shuttingDown else { return }
         shuttingDown = true
         Log.info("\(reason): shutting down")
-        if damageFound != nil { notifier.reloading(status: "starting again: \(reason)") } else { notifier.stopping(reason: reason) }
+        if damageFound != nil {
+            notifier.reloading(status: "starting again: \(reason)")
+        } else {
+            notifier.stopping(reason: reason)
+        }
         clients.stopListening()
         stopTransfersForShutdown()
         let error = WireError(.shuttingDown, "the daemon is shutting down")

@@ -13,8 +13,8 @@ struct BodyFile: @unchecked Sendable {
     let length: Int64
 
     /// Opens the body file at `path`: empty, made if needed, or, when `resuming`, with the bytes it holds hashed and
-    /// the file positioned after them. Whatever else is found at `path` (a symbolic link planted there, a FIFO, a directory) is
-    /// removed, never opened through, and the download starts over: nothing outside the cache is written.
+    /// the file positioned after them. Whatever else is found at `path` (a symbolic link planted there, a FIFO, a
+    /// directory) is removed, never opened through, and the download starts over: nothing outside the cache is written.
     static func open(_ path: String, resuming: Bool) throws(SystemError) -> BodyFile {
         var resuming = resuming
         var opened = try openRegular(path, truncating: !resuming)

@@ -112,7 +112,7 @@ final class Clients {
     }
 
     /// Admits no one from now on. A socket the daemon bound is closed and removed; one systemd passed stays open
-    /// (systemd holds it too) for a daemon made again in this process (`Daemon.run`).
+    /// (systemd holds it too), for the program started again in this process (`StartAgain`).
     func stopListening() {
         guard listenFD >= 0 else { return }
         loop.remove(listenFD)

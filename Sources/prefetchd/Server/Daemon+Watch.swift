@@ -6,8 +6,9 @@ import QueueCore
 
 /// Observability: `watch` event streams and `metrics`, routed between the clients and the telemetry.
 extension Daemon {
-    /// Turns `connection` into an event stream; its first snapshot follows at once (to it alone: sent to every
-    /// watcher, 3,000 clients subscribing one after the other cost 4.5 million snapshot sends and held every client for seconds).
+    /// Turns `connection` into an event stream; its first snapshot follows at once, to it alone (sent to every
+    /// watcher, 3,000 clients subscribing one after the other cost 4.5 million snapshot sends and held every client
+    /// for seconds).
     func startWatching(_ connection: Connection) {
         connection.startWatching()
         snapshotTicker.arm(intervalMilliseconds: 500)

@@ -100,9 +100,7 @@ struct CacheFiles {
         if rename(temporary, target) == 0 { return }
         let directory = String(target[..<target.lastIndex(of: "/")!])
         switch errno {
-        case ENOENT where access(temporary, F_OK) == 0:
-            try makeDirectories(directory, mode: Self.directoryMode)
-        case ENOTDIR:
+        case ENOENT where access(temporary, F_OK) == 0, ENOTDIR:
             try Self.makeDirectory(replacing: directory)
         case EISDIR, ENOTEMPTY, EEXIST:
             deleteEntry(target)
@@ -147,14 +145,13 @@ struct CacheFiles {
     /// Deletes everything under `tmp/` but the resumable downloads named in `keeping`; returns how many entries went.
     func clearTemporaries(keeping: Set<String>) -> Int {
         var removed = 0
-        removed += forEachFile(in: temporaryDirectory) { path in
+        let unspellable = forEachFile(in: temporaryDirectory) { path in
             guard !keeping.contains(path) else { return }
             deleteEntry(path)
             removed += 1
         }
-        return removed
+        return removed + unspellable
     }
-
 
     /// Calls `body` with the path of every entry of `tmp/`.
     func forEachTemporary(_ body: (String) -> Void) { forEachFile(in: temporaryDirectory, body) }
@@ -242,7 +239,7 @@ final class CachedFilesWalk {
                 continue
             }
             guard let name = entryName(entry) else {
-                removeEntry(entry, in: dirfd(stream))
+                removeEntry(named: rawName(entry), in: dirfd(stream))
                 junk += 1
                 continue
             }
@@ -286,7 +283,7 @@ private func entries(of directory: String, junk: inout Int) -> [(name: String, t
     var entries: [(name: String, type: UInt8)] = []
     while let entry = readdir(dir) {
         guard let name = entryName(entry) else {
-            removeEntry(entry, in: dirfd(dir))
+            removeEntry(named: rawName(entry), in: dirfd(dir))
             junk += 1
             continue
         }
@@ -300,14 +297,13 @@ private func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String? {
     withUnsafeBytes(of: entry.pointee.d_name) { String(validatingCString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
 }
 
-/// Deletes a directory entry just read through the directory open at `parent`: a file or a link, or a directory with
-/// what it holds.
-private func removeEntry(_ entry: UnsafeMutablePointer<dirent>, in parent: Int32) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }.map(CChar.init(bitPattern:))) + [0] }
-    removeEntry(named: name, in: parent)
+/// An entry's name as it is on disk (UTF-8 or not), NUL-terminated.
+private func rawName(_ entry: UnsafeMutablePointer<dirent>) -> [CChar] {
+    withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }.map(CChar.init(bitPattern:))) + [0] }
 }
 
-/// Deletes `name` (NUL-terminated) in the directory open at `parent`, never following a symbolic link.
+/// Deletes `name` (NUL-terminated) in the directory open at `parent`: a file or a link, or a directory with what it
+/// holds, never following a symbolic link.
 private func removeEntry(named name: [CChar], in parent: Int32) {
     guard unlinkat(parent, name, 0) != 0, errno == EISDIR else { return }
     let directory = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -324,8 +320,8 @@ private func removeContents(ofDirectory fd: Int32) {
     defer { closedir(dir) }
     var names: [[CChar]] = []
     while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }.map(CChar.init(bitPattern:))) }
-        if name != [46], name != [46, 46] { names.append(name + [0]) }
+        let name = rawName(entry)
+        if name != [46, 0], name != [46, 46, 0] { names.append(name) }
     }
     for name in names { removeEntry(named: name, in: dirfd(dir)) }
 }
