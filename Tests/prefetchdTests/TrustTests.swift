@@ -425,6 +425,8 @@ struct DescriptorBudgetTests {
         }
         #expect(!admitted.isEmpty && !refusals.isEmpty, "\(admitted.count) admitted")
         #expect(Set(refusals) == ["too_many_clients"])
+        let refused = run(Paths.prefetchctl, ["--socket", socket, "status"])
+        #expect(refused.status == 3 && refused.stderr.contains("too_many_clients"), "exit 3, as unreachable: \(refused)")
         admitted.removeLast()  // room for prefetchctl, once the daemon saw this one leave
         #expect(waitUntil(seconds: 5) { run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0 })
         let urls = (0..<16).map { origin.url("/fd\($0).jpg?delay=0.2") }
@@ -436,7 +438,7 @@ struct DescriptorBudgetTests {
             return log.components(separatedBy: "refused a connection").count - 1
                 + log.matches(of: #/refused (\d+) more connections/#).compactMap { Int($0.1) }.reduce(0, +)
         }
-        #expect(waitUntil(seconds: 3) { logged() == refusals.count }, "each refusal is counted in the log: \(logged())")
+        #expect(waitUntil(seconds: 3) { logged() == refusals.count + 1 }, "each refusal is counted in the log: \(logged())")
         let log = daemon.stderrText
         #expect(!log.contains("pausing"), "no host was paused")
     }
