@@ -17,7 +17,7 @@ final class RecordingDaemon: @unchecked Sendable {
          reply: @escaping @Sendable (String) -> String?) throws {
         directory = try TemporaryDirectory()
         socket = directory.path + "/ctl.sock"
-        listener = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        listener = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
@@ -257,7 +257,7 @@ struct CLITests {
     func timeoutBoundsTheGreeting() throws {
         let directory = try TemporaryDirectory()
         let path = directory.path + "/silent.sock"
-        let silent = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let silent = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { close(silent) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
