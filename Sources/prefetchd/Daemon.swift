@@ -162,6 +162,7 @@ final class Daemon {
         loop.run()
         Log.info("stopped")
         if let fatal { throw DaemonError(fatal) }
+        if damageFound != nil { store.handOverLock() }
         return damageFound
     }
 

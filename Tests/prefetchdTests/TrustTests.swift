@@ -90,7 +90,21 @@ struct TrustTests {
         daemon.arguments = ["--slow-width", "8"]
         try daemon.start()
         let pid = try #require(daemon.child?.pid)
+        // The lock is held throughout: no second daemon gets the directory while the program is executed again.
+        var lockInfo = stat()
+        try #require(stat(daemon.cache + "/lock", &lockInfo) == 0)
+        let lockInode = UInt64(lockInfo.st_ino)
+        let watching = Mutex(true), unlocked = Mutex(0)
+        let watcher = Thread {
+            while watching.withLock({ $0 }) {
+                if !flockedInodes().contains(lockInode) { unlocked.withLock { $0 += 1 } }
+                usleep(100)
+            }
+        }
+        watcher.start()
         #expect(waitUntil(seconds: 60) { daemon.log.contains("queued URLs read from it") })
+        watching.withLock { $0 = false }
+        #expect(unlocked.withLock { $0 } == 0, "the cache's lock was let go while starting again")
         #expect(daemon.log.contains("was found damaged while serving"), "\(daemon.log)")
         let aside = try FileManager.default.contentsOfDirectory(atPath: daemon.cache).filter { $0.hasPrefix("index.sqlite.corrupt-") }
         #expect(aside.count == 1)
@@ -476,4 +490,14 @@ struct OutputBudgetTests {
         let object = try #require(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
         #expect((object["connections"] as? Int ?? 99) < 4, "at least one hog was disconnected")
     }
+}
+
+/// The inodes of the files `flock`ed now, all processes (`/proc/locks`: `1: FLOCK ADVISORY WRITE pid 08:01:inode 0 EOF`).
+private func flockedInodes() -> Set<UInt64> {
+    guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+    return Set(text.split(separator: "\n").compactMap { line in
+        let fields = line.split(separator: " ")
+        guard fields.count > 5, fields[1] == "FLOCK" else { return nil }
+        return fields[5].split(separator: ":").last.flatMap { UInt64($0) }
+    })
 }

@@ -7,6 +7,9 @@ final class CacheLock {
     private let fd: Int32
     private let directoryFD: Int32
     let path: String
+    /// Descriptors left open for the program executed next (`StartAgain`), in `PREFETCHD_CACHE_LOCK`.
+    private static let handedOverVariable = "PREFETCHD_CACHE_LOCK"
+    private var handedOver = false
     /// The locked file: a lock file deleted (or replaced) no longer keeps a second daemon away.
     private let identity: FileIdentity?
 
@@ -23,6 +26,12 @@ final class CacheLock {
     init(directory: String) throws {
         let path = directory + "/lock"
         self.path = path
+        if let (fd, directoryFD) = Self.takeHandedOver(path: path, directory: directory) {
+            self.fd = fd
+            self.directoryFD = directoryFD
+            identity = FileIdentity(path: path)
+            return
+        }
         let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         if fd < 0 {
             let code = errno
@@ -60,8 +69,38 @@ final class CacheLock {
     var isInPlace: Bool { identity?.isNamed(by: path) == true }
 
     deinit {
+        guard !handedOver else { return }
         close(fd)
         close(directoryFD)
+    }
+
+    /// Keeps the lock held across `execv` (`StartAgain`): its descriptors stay open, named in the environment for
+    /// the next start to take over, so that no second daemon gets the directory between the two runs.
+    func handOver() {
+        guard fcntl(fd, F_SETFD, 0) == 0, fcntl(directoryFD, F_SETFD, 0) == 0 else { return }
+        handedOver = true
+        setenv(Self.handedOverVariable, "\(fd):\(directoryFD)", 1)
+    }
+
+    /// The lock the run before handed over, if its descriptors still hold this directory's lock file and the
+    /// directory itself; otherwise they are closed and the lock is taken anew.
+    private static func takeHandedOver(path: String, directory: String) -> (Int32, Int32)? {
+        guard let value = getenv(handedOverVariable).map({ String(cString: $0) }) else { return nil }
+        unsetenv(handedOverVariable)
+        let numbers = value.split(separator: ":").compactMap { Int32($0) }
+        guard numbers.count == 2, numbers.allSatisfy({ $0 > 2 && fcntl($0, F_GETFD) >= 0 }) else { return nil }
+        let (fd, directoryFD) = (numbers[0], numbers[1])
+        let held = FileIdentity(descriptor: fd).map { $0.isEntry(path) } == true
+            && FileIdentity(descriptor: directoryFD) == FileIdentity(path: directory)
+            && flock(fd, LOCK_EX | LOCK_NB) == 0 && flock(directoryFD, LOCK_EX | LOCK_NB) == 0
+        guard held else {
+            close(fd)
+            close(directoryFD)
+            return nil
+        }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(directoryFD, F_SETFD, FD_CLOEXEC)
+        return (fd, directoryFD)
     }
 
     /// Locks the directory itself; held by another daemon only when its lock file was deleted (it locks the file

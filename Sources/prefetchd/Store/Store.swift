@@ -173,6 +173,9 @@ final class Store {
         keepReserve()
     }
 
+    /// Keeps the cache's lock held into the start that follows (`StartAgain`).
+    func handOverLock() { lock.handOver() }
+
     /// What of the cache was deleted or replaced behind the daemon's back since it started, if anything: the index,
     /// whose writes a restart would not find, or the lock, without which a second daemon may start on the directory
     /// and sweep this one's files.
