@@ -138,7 +138,7 @@ final class Daemon {
         sweepTimer = loop.makeTimer { [unowned self] in self.sweepSlice() }
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
-        clients.onAbandoned = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
+        clients.settleRequests = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
     }
 
     /// Binds the socket and serves until SIGTERM or SIGINT, or until a call finds the index damaged: then it returns

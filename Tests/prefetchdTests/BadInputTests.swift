@@ -86,7 +86,7 @@ struct BadInputTests {
         #expect(connection.receive()?["id"] as? Int == 2, "it still serves")
     }
 
-    @Test("protocol abuse: not JSON, unknown op, missing field, a negative list limit, a 1 MiB line without newline")
+    @Test("protocol abuse: not JSON, unknown op, missing field, a negative list limit, a 1 MiB line without newline, answered after a queue sent before it in the same write (it came first)")
     func protocolAbuse() throws {
         let daemon = try DaemonUnderTest()
         let connection = try RawConnection(socket: daemon.socket)
@@ -141,7 +141,10 @@ struct BadInputTests {
 
         let flood = try RawConnection(socket: daemon.socket)
         _ = flood.receive()
-        flood.send(String(repeating: "x", count: 1 << 20))
+        // In one write behind a queue: the queue's reply comes first, as the requests came (it came after).
+        flood.send("{\"id\":9,\"op\":\"queue\",\"urls\":[\"http://127.0.0.1:9/q.jpg\"]}\n" + String(repeating: "x", count: 1 << 20))
+        let queued = flood.receive()
+        #expect(queued?["id"] as? Int == 9 && queued?["ok"] as? Bool == true, "\(String(describing: queued))")
         #expect((flood.receive()?["error"] as? [String: Any])?["code"] as? String == "line_too_long")
         #expect(flood.receive() == nil, "the daemon closes a connection it cannot resynchronise")
         #expect(daemon.ctl("ping").status == 0, "the daemon keeps serving")

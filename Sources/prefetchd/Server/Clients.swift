@@ -26,8 +26,10 @@ final class Clients {
     var onLine: (_ line: [UInt8], _ connection: Connection) -> Void = { _, _ in }
     /// A client is closed: what the daemon keeps for it goes.
     var onClose: (Connection) -> Void = { _ in }
-    /// A client that left without reading had its last requests carried out (its `queue`s are to be made durable).
-    var onAbandoned: () -> Void = {}
+    /// The requests read so far are to take effect and be answered now (the `queue`s waiting for the turn's commit):
+    /// a client that left without reading had its last requests carried out, or a reply that ends the connection
+    /// follows them.
+    var settleRequests: () -> Void = {}
 
     private var listenFD: Int32 = -1
     /// The group of a socket systemd passed, admitted like `allowed_groups`.
@@ -274,6 +276,7 @@ final class Clients {
                 if connection.closesAfterFlush || connections[connection.id] == nil { return }
                 continue
             case .tooLong?:
+                settleRequests()  // the replies to the lines before it come first
                 send(connection, Reply<Ignored>(id: nil, error: WireError(
                     .lineTooLong, "a request line exceeded \(maximumLineLength) bytes without a newline; closing")))
                 connection.closeAfterFlush()
@@ -315,7 +318,7 @@ final class Clients {
             budget -= count
         }
         close(connection)
-        onAbandoned()
+        settleRequests()
     }
 
     // MARK: Writing and closing
