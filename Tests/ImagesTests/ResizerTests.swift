@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import QueueCore
 import Synchronization
 import Testing
@@ -187,6 +188,33 @@ import Testing
             }
         }
         #expect(scratch.names() == before)
+    }
+
+    @Test("a variant that does not fit on a full disk fails disk_full, leaving nothing (the encoders report a failed write in their own words: it was internal)",
+          arguments: ["jpeg", "png"])
+    func fullDiskIsDiskFull(format: String) throws {
+        try #require(getuid() == 0, "mounting a tmpfs needs root")
+        let disk = scratch.file("disk")
+        try #require(mkdir(disk, 0o700) == 0 && mount("tmpfs", disk, "tmpfs", 0, "size=1m,mode=0700") == 0)
+        defer {
+            umount2(disk, Int32(MNT_DETACH))
+            rmdir(disk)
+        }
+        let ballast = open(disk + "/ballast", O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        let chunk = [UInt8](repeating: 1, count: 4096)
+        while write(ballast, chunk, chunk.count) > 0 {}
+        close(ballast)
+        let source = try photo()
+        #expect(throws: Failure.self) {
+            do {
+                _ = try Resizer.makeVariant(source: source, spec: try VariantSpec(size: "1000x1000", format: format),
+                                            destination: disk + "/variant")
+            } catch let failure as Failure {
+                #expect(failure.code == .diskFull && failure.isTransient, "\(failure)")
+                throw failure
+            }
+        }
+        #expect(scratch.names(in: "disk") == ["ballast"])
     }
 
     @Test func pixelLimitIsCheckedBeforeDecoding() throws {

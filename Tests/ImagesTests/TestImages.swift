@@ -20,9 +20,9 @@ final class Scratch {
 
     func file(_ name: String) -> String { path + "/" + name }
 
-    /// The names in the directory, hidden ones included, sorted.
-    func names() -> [String] {
-        guard let directory = opendir(path) else { return [] }
+    /// The names in the directory (or in `subdirectory` of it), hidden ones included, sorted.
+    func names(in subdirectory: String? = nil) -> [String] {
+        guard let directory = opendir(subdirectory.map(file) ?? path) else { return [] }
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {

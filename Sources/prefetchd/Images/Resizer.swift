@@ -175,8 +175,10 @@ enum Resizer {
             let options: [(key: String, value: String)] = format == .jpeg ? [("quality", String(quality))] : []
             try image.save(to: temporary, type: format.rawValue, options: options)
         } catch {
+            // An encoder says a failed write in its own words ("Output file write error --- out of disk space?").
+            let noSpace = error.isNoSpace || CacheFiles.isAboutFull(directory)
             unlink(temporary)
-            throw .imageIO("cannot write the variant: \(error)", noSpace: error.isNoSpace)
+            throw .imageIO("cannot write the variant: \(error)", noSpace: noSpace)
         }
         do throws(SystemError) {
             try syscall("rename", "\(temporary) to \(destination)") { rename(temporary, destination) }
