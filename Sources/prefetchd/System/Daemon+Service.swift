@@ -84,9 +84,9 @@ extension Daemon {
 
     /// One line for `systemctl status`: the lanes, retries, the backlog and the clients.
     func serviceStatus() -> String {
-        let counts = scheduler.counts
-        return "fast \(counts.fastRunning)/\(scheduler.configuration.fastWidth) running, \(counts.fastWaiting) waiting; "
-            + "slow \(counts.slowRunning)/\(scheduler.configuration.slowWidth) running, \(counts.slowWaiting) waiting"
+        let counts = scheduler.counts, lanes = self.lanes  // counted as `status` counts them
+        return "fast \(lanes.fast.running)/\(lanes.fast.width) running, \(lanes.fast.waiting) waiting; "
+            + "slow \(lanes.slow.running)/\(lanes.slow.width) running, \(lanes.slow.waiting) waiting"
             + (counts.lingering > 0 ? ", \(counts.lingering) lingering" : "")
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
             + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
