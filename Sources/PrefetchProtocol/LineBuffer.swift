@@ -20,7 +20,8 @@ public struct LineBuffer: Sendable {
             guard newline <= limit else { return .tooLong }
             var line = Array(buffer[..<newline])
             if line.last == 0x0D { line.removeLast() }
-            buffer.removeFirst(newline + 1)
+            // Emptied, it lets go of its storage: a client idle after a long line held the line's size.
+            if newline + 1 == buffer.count { buffer = [] } else { buffer.removeFirst(newline + 1) }
             scanned = 0
             return .line(line)
         }

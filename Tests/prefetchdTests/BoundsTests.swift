@@ -65,6 +65,27 @@ struct BoundsTests {
         #expect(snapshots <= 4, "two a second, not one per new watcher: \(snapshots)")
     }
 
+    @Test("unfinished request lines are bounded for all clients together: past 16 MiB the clients that have held theirs longest are closed, and the daemon serves on (4,000 clients each half-way through a 64 KiB line held 258 MB)")
+    func unfinishedLinesAreBounded() throws {
+        let daemon = try DaemonUnderTest()
+        var stalled: [RawConnection] = []
+        for _ in 0..<300 {  // 18 MB: over the budget by the lines of about 21 clients
+            let connection = try RawConnection(socket: daemon.socket)
+            _ = connection.receive()
+            connection.send(String(repeating: "x", count: 60_000))
+            stalled.append(connection)
+            usleep(3_000)  // each holds its line from a millisecond of its own
+        }
+        #expect(waitUntil(seconds: 10) { stalled.prefix(15).allSatisfy(\.isClosedByPeer) })
+        let closed = stalled.indices.filter { stalled[$0].isClosedByPeer }
+        #expect(closed.count >= 15 && closed.count <= 40 && closed.allSatisfy { $0 < 60 }, "\(closed)")
+        #expect(daemon.log.contains("of an unfinished request line"), "\(daemon.log.suffix(2000))")
+        let last = try #require(stalled.last)
+        last.send("\n")  // its line finished: it is read, and answered (as the x's it is)
+        #expect((last.receive()?["error"] as? [String: Any])?["code"] as? String == "bad_request")
+        #expect(daemon.ctl("ping").status == 0)
+    }
+
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
     func releasedRowsAreParked() throws {
         let origin = try Origin()

@@ -393,6 +393,13 @@ final class RawConnection {
         }
     }
 
+    /// Whether the daemon closed the connection and nothing it sent before is left unread (does not wait).
+    var isClosedByPeer: Bool {
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return count == 0 || (count < 0 && errno == ECONNRESET)
+    }
+
     /// Half-closes the connection: the daemon reads the end of the stream, and may still write.
     func finishSending() { shutdown(fd, Int32(SHUT_WR)) }
 

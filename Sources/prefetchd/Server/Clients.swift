@@ -12,7 +12,12 @@ final class Clients {
     private let loop: EventLoop
     private var connections: [UInt64: Connection] = [:]
     /// What all connections hold unsent (`outputBudget` bounds it).
-    private let output = OutputLedger()
+    private let output = ByteLedger()
+    /// What all connections hold of request lines not finished yet (`inputBudget` bounds it).
+    private let input = ByteLedger()
+    /// Unfinished request lines all clients may hold: past it, the clients that have held theirs longest are closed
+    /// (4,000 clients each sending half of a 64 KiB line held 258 MB).
+    static let inputBudget = 16 << 20
     private var access: AccessPolicy
     /// The most unsent output all clients may hold; the ones holding the most are closed beyond it.
     private var outputBudget: Int
@@ -48,8 +53,8 @@ final class Clients {
     private var inputTimer: LoopTimer!
     /// Watches the listener again after running out of descriptors.
     private var acceptTimer: LoopTimer!
-    /// Logs the refusals a second left unlogged (`logRefusal`).
-    private var refusalTimer: LoopTimer!
+    private var refusals: ThrottledWarning!
+    private var inputSheds: ThrottledWarning!
     /// How long one connection's requests may keep the loop per turn (ms), so that transfers and other clients
     /// are served in between however many requests a client sends at once.
     private static let inputTimePerTurn: Int64 = 5
@@ -72,11 +77,10 @@ final class Clients {
             pendingInput = []
             for id in ready { if let connection = connections[id] { serveInput(connection) } }
         }
-        refusalTimer = loop.makeTimer { [unowned self] in
-            guard refusals.unlogged > 0 else { return }
-            Log.warning("refused \(refusals.unlogged) more connections in the last second, for the same reasons or others")
-            refusals.unlogged = 0
+        refusals = ThrottledWarning(loop: loop) {
+            "refused \($0) more connections in the last second, for the same reasons or others"
         }
+        inputSheds = ThrottledWarning(loop: loop) { "closed \($0) more clients in the last second for unfinished request lines" }
         acceptTimer = loop.makeTimer { [unowned self] in
             if listenFD >= 0 { loop.modify(listenFD, events: UInt32(EPOLLIN.rawValue)) }
         }
@@ -123,21 +127,6 @@ final class Clients {
             if bound.file?.isNamed(by: bound.path) == true { unlink(bound.path) }
         }
         listenFD = -1
-    }
-
-    /// Refused connections are logged one a second, and how many more were refused in that second after it: a
-    /// client refused in a loop flooded the log (20,000 lines, 4.6 MB, in 0.9 s).
-    private var refusals = (second: Int64(-1), unlogged: 0)
-
-    private func logRefusal(_ line: String) {
-        let now = monotonicMilliseconds()
-        guard now / 1000 != refusals.second else {
-            if refusals.unlogged == 0 { refusalTimer.schedule(at: (refusals.second + 1) * 1000) }
-            refusals.unlogged += 1
-            return
-        }
-        refusals.second = now / 1000
-        Log.warning(line)
     }
 
     // MARK: The connections
@@ -189,7 +178,7 @@ final class Clients {
             dirty.removeAll()
             for id in flushing { flushConnection(id) }
         }
-        if output.unsent > outputBudget { shedOutput() }
+        if output.bytes > outputBudget { shedOutput() }
     }
 
     /// At shutdown: what can be written at once, is.
@@ -219,24 +208,24 @@ final class Clients {
                 let peer = try AccessPolicy.peer(of: fd)
                 guard access.admits(peer, on: fd) else {
                     let reason = access.refusal(peer) + "; ask the administrator to add you to allowed_users or allowed_groups"
-                    logRefusal(AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.unauthorized, reason)))
+                    refusals.log(AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.unauthorized, reason)))
                     Glibc.close(fd)
                     continue
                 }
                 guard connections.count < clientLimit else {
-                    logRefusal(AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.tooManyClients,
+                    refusals.log(AccessPolicy.refuse(fd: fd, peer: peer, error: WireError(.tooManyClients,
                         "\(connections.count) clients are connected, as many as the descriptor limit leaves room for "
                         + "(RLIMIT_NOFILE \(descriptorLimit), kept for the transfers and the daemon's own files); try again later")))
                     Glibc.close(fd)
                     continue
                 }
             } catch {
-                logRefusal(AccessPolicy.refuse(fd: fd, peer: nil, error: WireError(.unauthorized, "cannot check the peer: \(error)")))
+                refusals.log(AccessPolicy.refuse(fd: fd, peer: nil, error: WireError(.unauthorized, "cannot check the peer: \(error)")))
                 Glibc.close(fd)
                 continue
             }
             nextClientID += 1
-            let connection = Connection(id: nextClientID, fd: fd, ledger: output)
+            let connection = Connection(id: nextClientID, fd: fd, output: output, input: input)
             do {
                 try connection.register(on: loop) { [unowned self] events in self.connectionReady(connection, events) }
             } catch {
@@ -293,8 +282,27 @@ final class Clients {
                 return
             }
             if count == 0 { return }
+            if input.bytes > Self.inputBudget {
+                shedInput()
+                if connections[connection.id] == nil { return }
+            }
         }
         pendingInput.insert(connection.id)
+    }
+
+    /// Over the input budget: the clients that have held an unfinished request line longest are closed until it fits
+    /// again (a client streaming lines finishes one every few milliseconds; one that stopped half-way does not).
+    private func shedInput() {
+        let now = monotonicMilliseconds()
+        let stalest = connections.values.filter { $0.unfinishedInput > 0 }
+            .sorted { ($0.unfinishedSince ?? now) < ($1.unfinishedSince ?? now) }
+        for connection in stalest {
+            guard input.bytes > Self.inputBudget else { break }
+            inputSheds.log("closing client \(connection.id): it has held \(connection.unfinishedInput) bytes of an unfinished "
+                           + "request line for \(now - (connection.unfinishedSince ?? now)) ms, and the unfinished lines of all "
+                           + "clients passed \(Self.inputBudget / (1 << 20)) MiB")
+            close(connection)
+        }
     }
 
     /// The client went away without reading its replies: the requests it sent before it left that outlive it are
@@ -327,9 +335,9 @@ final class Clients {
     private func shedOutput() {
         let share = outputBudget / max(1, connections.count)
         for connection in connections.values.sorted(by: { $0.unsent > $1.unsent }) {
-            guard output.unsent > outputBudget else { break }
+            guard output.bytes > outputBudget else { break }
             Log.warning("closing client \(connection.id): \(connection.unsent) bytes of replies and events unread, over its "
-                        + "share (\(share) bytes) of output_budget (\(outputBudget) bytes, \(output.unsent) unsent in all)")
+                        + "share (\(share) bytes) of output_budget (\(outputBudget) bytes, \(output.bytes) unsent in all)")
             close(connection)
         }
     }

@@ -3,16 +3,14 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// The bytes of replies and events buffered for all clients and not yet written, kept by the connections.
-final class OutputLedger {
-    private var bytes = 0
+/// Bytes buffered for all clients: replies and events not yet written, or request lines not yet finished.
+final class ByteLedger {
+    private(set) var bytes = 0
 
-    var unsent: Int { bytes }
+    func add(_ count: Int) { bytes += count }
 
-    func buffered(_ count: Int) { bytes += count }
-
-    /// Bytes written, or dropped with a connection that is gone.
-    func released(_ count: Int) { bytes -= count }
+    /// Bytes written or handled, or dropped with a connection that is gone.
+    func release(_ count: Int) { bytes -= count }
 }
 
 /// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
@@ -63,15 +61,22 @@ final class Connection {
     /// A watcher with more than this unsent misses events until it catches up: a slow reader gets fresh snapshots,
     /// not a queue of old ones.
     static let eventBacklog = 8 * 1024
-    private let ledger: OutputLedger
+    private let outputLedger: ByteLedger
+    private let inputLedger: ByteLedger
+    /// Since when (monotonic ms) the client holds an unfinished request line without having finished one.
+    private(set) var unfinishedSince: Int64?
 
-    init(id: UInt64, fd: Int32, ledger: OutputLedger) {
+    init(id: UInt64, fd: Int32, output: ByteLedger, input: ByteLedger) {
         self.id = id
         self.fd = fd
-        self.ledger = ledger
+        outputLedger = output
+        inputLedger = input
     }
 
-    deinit { ledger.released(unsent) }
+    deinit {
+        outputLedger.release(unsent)
+        inputLedger.release(input.pending)
+    }
 
     // MARK: What it waits for
 
@@ -156,13 +161,22 @@ final class Connection {
 
     /// The next request line read, if a whole one is buffered; once the input ended, also a last one that came
     /// without its newline.
-    func nextLine() -> LineBuffer.Line? { input.next() ?? (inputEnded ? input.finish() : nil) }
+    func nextLine() -> LineBuffer.Line? {
+        let held = input.pending
+        let line = input.next() ?? (inputEnded ? input.finish() : nil)
+        inputLedger.release(held - input.pending)
+        if case .line? = line { unfinishedSince = input.pending > 0 ? monotonicMilliseconds() : nil }
+        return line
+    }
+
+    /// Bytes received that do not form a request line yet.
+    var unfinishedInput: Int { input.pending }
 
     func send(_ line: [UInt8]) {
         guard !discarding else { return }
         output.append(contentsOf: line)
         output.append(0x0A)
-        ledger.buffered(line.count + 1)
+        outputLedger.add(line.count + 1)
     }
 
     /// Whether the peer is gone: its output is dropped, and only the requests it left that outlive it are served.
@@ -170,7 +184,7 @@ final class Connection {
 
     /// Drops unsent output and whatever is sent from now on: the peer is gone.
     func discardOutput() {
-        ledger.released(unsent)
+        outputLedger.release(unsent)
         handedOut.removeAll()
         output.removeAll()
         written = 0
@@ -185,6 +199,8 @@ final class Connection {
             let count = Glibc.read(fd, &buffer, buffer.count)
             if count > 0 {
                 input.append(buffer[..<count])
+                inputLedger.add(count)
+                if unfinishedSince == nil { unfinishedSince = monotonicMilliseconds() }
                 return count
             }
             if count < 0 && errno == EINTR { continue }
@@ -204,7 +220,7 @@ final class Connection {
             }
             if count > 0 {
                 written += count
-                ledger.released(count)
+                outputLedger.release(count)
                 continue
             }
             if count < 0 && errno == EINTR { continue }
@@ -240,5 +256,7 @@ final class Connection {
     func close(on loop: EventLoop) {
         loop.remove(fd)
         Glibc.close(fd)
+        inputLedger.release(input.pending)
+        input = LineBuffer()
     }
 }
