@@ -398,9 +398,8 @@ final class Daemon {
 
     /// The command a request line asks for, or why it is refused.
     private func parse(_ line: [UInt8]) throws(RefusedLine) -> (id: RequestID?, command: Command) {
-        guard !Nesting.exceedsLimit(line) else {
-            throw RefusedLine(id: nil, error: WireError(.badRequest, "the line nests arrays or objects deeper than "
-                                                        + "\(Nesting.limit) levels; a request needs two"))
+        if let problem = JSONSyntax.problem(in: line) {
+            throw RefusedLine(id: nil, error: WireError(.badRequest, "the line is not JSON: \(problem)"))
         }
         let request: Request
         do {

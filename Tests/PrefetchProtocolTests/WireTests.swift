@@ -140,19 +140,3 @@ struct DefaultPathsTests {
         #expect(DefaultPaths.clientSocket(flag: nil, environment: ["PREFETCHD_SOCKET": "/y.sock"]) == "/y.sock")
     }
 }
-
-@Suite("Nesting")
-struct NestingTests {
-    @Test("depth counts arrays and objects open at once, not brackets inside strings (escaped quotes included)")
-    func depth() {
-        let deep = { (depth: Int) in String(repeating: "[", count: depth) + String(repeating: "]", count: depth) }
-        #expect(!Nesting.exceedsLimit(Array(deep(Nesting.limit).utf8)))
-        #expect(Nesting.exceedsLimit(Array(deep(Nesting.limit + 1).utf8)))
-        #expect(Nesting.exceedsLimit(Array(String(repeating: "[", count: 513).utf8)))
-        let inString = "{\"a\":\"" + String(repeating: "[", count: 100) + "\\\"" + String(repeating: "{", count: 100) + "\"}"
-        #expect(!Nesting.exceedsLimit(Array(inString.utf8)))
-        let afterString = "{\"a\":\"\\\\\"," + String(repeating: "[", count: 40)  // the string ends after an escaped backslash
-        #expect(Nesting.exceedsLimit(Array(afterString.utf8)))
-        #expect(!Nesting.exceedsLimit(Array("{\"op\":\"queue\",\"urls\":[\"a\",\"b\"]}".utf8)))
-    }
-}

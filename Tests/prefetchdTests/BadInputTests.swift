@@ -150,6 +150,30 @@ struct BadInputTests {
         #expect(daemon.ctl("ping").status == 0, "the daemon keeps serving")
     }
 
+    @Test("a line read two ways is refused, naming its place: a second op behind an evict (the decoder took the first: the cache was emptied), a trailing comma, bytes that are not UTF-8 in one URL of a batch")
+    func lineReadTwoWays() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/kept.jpg")
+        #expect(daemon.ctl("get", url).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        for (line, said) in [("{\"op\":\"evict\",\"all\":true,\"op\":\"ping\",\"id\":1}", "at byte 26, a second member with the same name"),
+                             ("{\"id\":2,\"op\":\"ping\",}", "at byte 21, a member name was expected after the comma")] {
+            connection.send(line + "\n")
+            let reply = connection.receive()
+            #expect(reply?["id"] is NSNull && (reply?["error"] as? [String: Any])?["message"] as? String == "the line is not JSON: " + said,
+                    "\(String(describing: reply))")
+        }
+        #expect(daemon.ctl("get", "--offline", url).status == 0, "still cached")
+        var batch = Array("{\"id\":3,\"op\":\"queue\",\"urls\":[\"http://127.0.0.1:9/a.jpg\",\"http://127.0.0.1:9/".utf8)
+        batch += [0xFF] + Array("b.jpg\"]}\n".utf8)
+        _ = Glibc.send(connection.fd, batch, batch.count, Int32(MSG_NOSIGNAL))
+        let reply = connection.receive()
+        #expect((reply?["error"] as? [String: Any])?["message"] as? String == "the line is not JSON: at byte 77, a byte that is not UTF-8",
+                "\(String(describing: reply))")
+    }
+
     @Test("queue with both url and urls is a bad request (url was dropped silently); a last request without its newline before a half-close is answered (it was dropped)")
     func urlAndURLsAndLastLine() throws {
         let daemon = try DaemonUnderTest()
