@@ -169,6 +169,26 @@ struct TrustTests {
         #expect(other.status == 0, "\(other.stderr)")
     }
 
+    @Test("tmp/ or files/ replaced behind the daemon's back (tmp/ by a file or by a link out of the cache, files/ by a file) is made again by the next get: every get failed until a restart ('Not a directory'), or the download went where the link pointed",
+          arguments: ["tmp file", "tmp link", "files file"])
+    func cacheDirectoryReplacedWhileServing(kind: String) throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/before.jpg")).status == 0)
+        let outside = daemon.directory.path + "/outside"
+        #expect(mkdir(outside, 0o700) == 0)
+        let replaced = daemon.cache + (kind.hasPrefix("tmp") ? "/tmp" : "/files")
+        try FileManager.default.removeItem(atPath: replaced)
+        if kind == "tmp link" { #expect(symlink(outside, replaced) == 0) } else { try Data("junk".utf8).write(to: URL(fileURLWithPath: replaced)) }
+        let got = daemon.ctl("get", origin.url("/after.jpg"))
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect(got.stdout.hasPrefix(daemon.cache + "/files/"))
+        var info = stat()
+        #expect(lstat(replaced, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR, "a directory again")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty, "nothing went through the link")
+        #expect(daemon.ctl("get", origin.url("/then.jpg")).status == 0)
+    }
+
     @Test("a cached file deleted behind the daemon's back is fetched again instead of handing out a missing path")
     func deletedFileRefetched() throws {
         let origin = try Origin()

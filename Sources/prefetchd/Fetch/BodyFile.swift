@@ -41,13 +41,11 @@ struct BodyFile: @unchecked Sendable {
     /// Opens (or makes) the regular file at `path` for writing, without following a symbolic link or waiting for a
     /// FIFO's reader; nil when something else is there.
     private static func openRegular(_ path: String, truncating: Bool) throws(SystemError) -> Int32? {
+        let slash = path.lastIndex(of: "/")!
+        let directory = try openDirectory(String(path[..<slash]))
+        defer { close(directory) }
         let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (truncating ? O_TRUNC : 0)
-        var descriptor = Glibc.open(path, flags, CacheFiles.fileMode)
-        if descriptor < 0, errno == ENOENT {
-            // Its directory was removed behind the daemon's back: made again, as `CacheFiles.install` does.
-            try makeDirectories(String(path[..<path.lastIndex(of: "/")!]), mode: CacheFiles.privateDirectoryMode)
-            descriptor = Glibc.open(path, flags, CacheFiles.fileMode)
-        }
+        let descriptor = openat(directory, String(path[path.index(after: slash)...]), flags, CacheFiles.fileMode)
         if descriptor < 0 {
             guard errno == ELOOP || errno == ENXIO || errno == EISDIR else {
                 throw SystemError(call: "open", errno: errno, detail: path)
@@ -59,6 +57,20 @@ struct BodyFile: @unchecked Sendable {
             close(descriptor)
             return nil
         }
+        return descriptor
+    }
+
+    /// The directory of the body files (`tmp/`), opened without following a symbolic link; made again where it
+    /// was deleted, or where a file or a link was put in its place behind the daemon's back (every download failed
+    /// until a restart, or went where the link pointed).
+    private static func openDirectory(_ path: String) throws(SystemError) -> Int32 {
+        let flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+        var descriptor = Glibc.open(path, flags)
+        if descriptor < 0, errno == ENOENT || errno == ENOTDIR || errno == ELOOP {
+            try CacheFiles.makeDirectory(replacing: path, mode: CacheFiles.privateDirectoryMode)
+            descriptor = Glibc.open(path, flags)
+        }
+        guard descriptor >= 0 else { throw SystemError(call: "open", errno: errno, detail: path) }
         return descriptor
     }
 

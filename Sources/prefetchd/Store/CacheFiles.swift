@@ -73,11 +73,11 @@ struct CacheFiles {
     /// Makes `directory` where it is missing or something else is (a file or a symbolic link someone put there:
     /// every body or variant whose name begins as its does would fail to be moved into place, or go where the link
     /// points).
-    static func makeDirectory(replacing directory: String) throws(SystemError) {
+    static func makeDirectory(replacing directory: String, mode: mode_t = directoryMode) throws(SystemError) {
         var info = stat()
         guard lstat(directory, &info) != 0 || (info.st_mode & S_IFMT) != S_IFDIR else { return }
         deleteEntry(directory)
-        try makeDirectories(directory, mode: Self.directoryMode)
+        try makeDirectories(directory, mode: mode)
     }
 
     /// Refuses a directory that holds files of someone else's and no index: the start-up sweep deletes what under
@@ -110,6 +110,10 @@ struct CacheFiles {
         let directory = String(target[..<target.lastIndex(of: "/")!])
         switch errno {
         case ENOENT where access(temporary, F_OK) == 0, ENOTDIR:
+            var info = stat()
+            if stat(filesDirectory, &info) != 0 || (info.st_mode & S_IFMT) != S_IFDIR {
+                try Self.makeDirectory(replacing: filesDirectory)  // `files/` itself deleted, or a file in its place
+            }
             try Self.makeDirectory(replacing: directory)
         case EISDIR, ENOTEMPTY, EEXIST:
             deleteEntry(target)
