@@ -54,6 +54,9 @@ final class Daemon {
     /// not follow a clean stop; `sweepStarted` is when it began (monotonic ms).
     private var sweepTimer: LoopTimer!
     private var sweepStarted: Int64 = 0
+    /// `evict --all` requests being carried out, a slice a turn (`evictSlice`), in the order they came.
+    var evictions: [Eviction] = []
+    var evictTimer: LoopTimer!
     /// `watch` snapshots every 500 ms while someone watches; `metrics_textfile` every 5 s when set.
     var snapshotTicker: Ticker!
     var metricsTicker: Ticker!
@@ -136,6 +139,7 @@ final class Daemon {
             apply(scheduler.advance(to: .now))
         }
         sweepTimer = loop.makeTimer { [unowned self] in self.sweepSlice() }
+        evictTimer = loop.makeTimer { [unowned self] in self.evictSlice() }
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
         clients.settleRequests = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }

@@ -83,4 +83,23 @@ import Testing
             #expect(store.totalBytes == recentBytes)
         }
     }
+
+    @Test("the entries cached up to a row are read in pages, in the order they came; an entry cached after it is not among them")
+    func entryPagesUpToARow() throws {
+        try withCacheDirectory { directory in
+            let store = try Store(directory: directory)
+            let keys = (1...5).map { "https://example.com/\($0).png" }
+            #expect(try store.lastEntryRow() == 0 && store.entryKeys(after: 0, through: 0, limit: 2) == nil)
+            for key in keys { try cache(key, in: store) }
+            let last = try store.lastEntryRow()
+            try cache("https://example.com/later.png", in: store)
+            var seen: [String] = [], after: Int64 = 0
+            while let page = try store.entryKeys(after: after, through: last, limit: 2) {
+                #expect(page.keys.count <= 2)
+                seen += page.keys
+                after = page.last
+            }
+            #expect(seen == keys)
+        }
+    }
 }

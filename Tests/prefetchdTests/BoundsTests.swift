@@ -86,6 +86,23 @@ struct BoundsTests {
         #expect(daemon.ctl("ping").status == 0)
     }
 
+    @Test("evict --all goes a slice a turn, answered when done: a ping sent behind it is answered first, and every entry cached when it came is evicted (in one call, 30,000 entries held every client 0.6 s)")
+    func evictAllInSlices() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<300).map { origin.url("/evict/\($0).jpg") }
+        #expect(daemon.ctl("get", "-", stdin: urls.joined(separator: "\n")).status == 0)
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        connection.send("{\"id\":1,\"op\":\"evict\",\"all\":true}\n{\"id\":2,\"op\":\"ping\"}\n")
+        let first = connection.receive(), second = connection.receive()
+        #expect(first?["id"] as? Int == 2, "\(String(describing: first))")
+        #expect(second?["id"] as? Int == 1 && (second?["result"] as? [String: Any])?["evicted"] as? Int == 300,
+                "\(String(describing: second))")
+        #expect(daemon.ctl("status").stdout.contains("cache: 0 entries"))
+        #expect(daemon.ctl("get", urls[0]).status == 0, "fetched again")
+    }
+
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
     func releasedRowsAreParked() throws {
         let origin = try Origin()

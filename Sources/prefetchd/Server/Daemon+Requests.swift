@@ -5,14 +5,48 @@ import QueueCore
 
 /// The operations besides `get` and `view`: batch changes, info, list, status, formats.
 extension Daemon {
+    /// An `evict --all` under way: the entries cached when it came (rows up to `last`) go a slice a turn.
+    struct Eviction {
+        let connection: Connection
+        let id: RequestID?
+        let last: Int64
+        var after: Int64 = 0
+        var evicted = 0
+    }
+
+    /// `evict --all`: every entry cached when it came but those in use, evicted about 2 ms a turn so that the other
+    /// clients are served meanwhile (in one call, 30,000 entries held every client 0.6 s); answered when done.
     func evictAll(_ id: RequestID?, _ connection: Connection) {
         do {
-            let evicted = try store.removeAll(protecting: keysInUse)
-            telemetry.evicted(evicted)
-            reply(connection, id, BatchResult(results: [], evicted: evicted))
+            evictions.append(Eviction(connection: connection, id: id, last: try store.lastEntryRow()))
+            evictTimer.schedule(at: 0)
         } catch {
             fail(connection, id, Self.wireError(error))
         }
+    }
+
+    func evictSlice() {
+        guard var eviction = evictions.first else { return }
+        let deadline = monotonicMilliseconds() + 2
+        do {
+            while let page = try store.entryKeys(after: eviction.after, through: eviction.last, limit: 64) {
+                eviction.after = page.last
+                let inUse = keysInUse
+                for key in page.keys where !inUse.contains(key) {
+                    if try store.remove(key) { eviction.evicted += 1 }
+                }
+                guard monotonicMilliseconds() < deadline else {
+                    evictions[0] = eviction
+                    return evictTimer.schedule(at: 0)
+                }
+            }
+            telemetry.evicted(eviction.evicted)
+            reply(eviction.connection, eviction.id, BatchResult(results: [], evicted: eviction.evicted))
+        } catch {
+            fail(eviction.connection, eviction.id, Self.wireError(error))
+        }
+        evictions.removeFirst()
+        if !evictions.isEmpty { evictTimer.schedule(at: 0) }
     }
 
     /// A batch's reply: every result, or the summary the client asked for.

@@ -616,17 +616,22 @@ final class Store {
         return evicted
     }
 
-    /// Evicts every entry but the `protected` ones; returns how many went.
-    func removeAll(protecting protected: Set<String>) throws(DatabaseError) -> Int {
-        var keys: [String] = []
-        let select = try db.statement("SELECT key FROM entries")
-        while try select.step() { keys.append(select.text(0)) }
-        var removed = 0
-        for key in keys where !protected.contains(key) {
-            try remove(key)
-            removed += 1
+    /// The newest entry's row number: the entries cached up to now have this one or a lower one.
+    func lastEntryRow() throws(DatabaseError) -> Int64 {
+        let select = try db.statement("SELECT ifnull(max(rowid), 0) FROM entries")
+        return try select.step() ? select.int(0) : 0
+    }
+
+    /// Up to `limit` entries after row `after` and up to row `last`, in row order: their keys and the last row.
+    func entryKeys(after: Int64, through last: Int64, limit: Int) throws(DatabaseError) -> (keys: [String], last: Int64)? {
+        let select = try db.statement("SELECT rowid, key FROM entries WHERE rowid > ?1 AND rowid <= ?2 ORDER BY rowid LIMIT ?3")
+            .bind(after, last, Int64(limit))
+        var keys: [String] = [], row = after
+        while try select.step() {
+            row = select.int(0)
+            keys.append(select.text(1))
         }
-        return removed
+        return keys.isEmpty ? nil : (keys, row)
     }
 
     // MARK: Variants
