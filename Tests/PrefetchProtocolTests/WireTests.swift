@@ -40,6 +40,37 @@ struct LineBufferTests {
         overWithNewline.append(Array("123456789\n".utf8))
         #expect(overWithNewline.next() == .tooLong)
     }
+
+    @Test("unfinished counts the bytes after the last newline received, taken lines or not; append says whether a line ended")
+    func unfinished() {
+        var buffer = LineBuffer(limit: 64)
+        #expect(buffer.append(Array("one\ntw".utf8)) && buffer.unfinished == 2 && buffer.pending == 6)
+        #expect(!buffer.append(Array("o".utf8)) && buffer.unfinished == 3)
+        #expect(buffer.next() == .line(Array("one".utf8)) && buffer.unfinished == 3)
+        #expect(buffer.append(Array("\n".utf8)) && buffer.unfinished == 0 && buffer.pending == 4)
+        #expect(buffer.next() == .line(Array("two".utf8)) && buffer.pending == 0 && buffer.unfinished == 0)
+    }
+
+    @Test("a stream cut into random pieces gives back its lines, whatever the sizes of lines and pieces (taken lines are let go of as it goes)")
+    func randomPieces() {
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            let lines = (0..<Int.random(in: 0...40, using: &random)).map { index in
+                Array(String(repeating: "x", count: Int.random(in: 0...9000, using: &random)).utf8) + Array("\(index)".utf8)
+            }
+            let stream = lines.flatMap { $0 + [0x0A] } + Array("rest".utf8)
+            var buffer = LineBuffer(limit: 10_000)
+            var taken: [[UInt8]] = [], offset = 0
+            while offset < stream.count {
+                let end = min(stream.count, offset + Int.random(in: 1...20_000, using: &random))
+                buffer.append(stream[offset..<end])
+                offset = end
+                while case .line(let line)? = buffer.next() { taken.append(line) }
+                #expect(buffer.unfinished == stream[..<end].count - ((stream[..<end].lastIndex(of: 0x0A) ?? -1) + 1))
+            }
+            #expect(taken == lines && buffer.pending == 4 && buffer.finish() == .line(Array("rest".utf8)))
+        }
+    }
 }
 
 @Suite("Wire types")

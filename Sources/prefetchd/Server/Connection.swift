@@ -63,7 +63,8 @@ final class Connection {
     static let eventBacklog = 8 * 1024
     private let outputLedger: ByteLedger
     private let inputLedger: ByteLedger
-    /// Since when (monotonic ms) the client holds an unfinished request line without having finished one.
+    /// Since when (monotonic ms) the client holds an unfinished request line: since that line's first bytes came,
+    /// or the bytes that finished the line before it.
     private(set) var unfinishedSince: Int64?
 
     init(id: UInt64, fd: Int32, output: ByteLedger, input: ByteLedger) {
@@ -75,7 +76,7 @@ final class Connection {
 
     deinit {
         outputLedger.release(unsent)
-        inputLedger.release(input.pending)
+        inputLedger.release(input.unfinished)
     }
 
     // MARK: What it waits for
@@ -162,15 +163,15 @@ final class Connection {
     /// The next request line read, if a whole one is buffered; once the input ended, also a last one that came
     /// without its newline.
     func nextLine() -> LineBuffer.Line? {
-        let held = input.pending
-        let line = input.next() ?? (inputEnded ? input.finish() : nil)
-        inputLedger.release(held - input.pending)
-        if case .line? = line { unfinishedSince = input.pending > 0 ? monotonicMilliseconds() : nil }
-        return line
+        if let line = input.next() { return line }
+        guard inputEnded else { return nil }
+        inputLedger.release(input.unfinished)
+        unfinishedSince = nil
+        return input.finish()
     }
 
-    /// Bytes received that do not form a request line yet.
-    var unfinishedInput: Int { input.pending }
+    /// Bytes received after the last newline: a request line not finished yet.
+    var unfinishedInput: Int { input.unfinished }
 
     func send(_ line: [UInt8]) {
         guard !discarding else { return }
@@ -198,9 +199,14 @@ final class Connection {
         while true {
             let count = Glibc.read(fd, &buffer, buffer.count)
             if count > 0 {
-                input.append(buffer[..<count])
-                inputLedger.add(count)
-                if unfinishedSince == nil { unfinishedSince = monotonicMilliseconds() }
+                let unfinished = input.unfinished
+                let endsALine = input.append(buffer[..<count])
+                inputLedger.add(input.unfinished - unfinished)  // fewer when they finish a line
+                if input.unfinished == 0 {
+                    unfinishedSince = nil
+                } else if endsALine || unfinishedSince == nil {
+                    unfinishedSince = monotonicMilliseconds()
+                }
                 return count
             }
             if count < 0 && errno == EINTR { continue }
@@ -256,7 +262,7 @@ final class Connection {
     func close(on loop: EventLoop) {
         loop.remove(fd)
         Glibc.close(fd)
-        inputLedger.release(input.pending)
+        inputLedger.release(input.unfinished)
         input = LineBuffer()
     }
 }
