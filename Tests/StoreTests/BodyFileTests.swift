@@ -100,8 +100,7 @@ import Testing
     @Test("a body file that cannot be made is an error naming the call and the path")
     func cannotMake() throws {
         try withCacheDirectory { directory in
-            let path = directory + "/file/body"
-            try writeFile(directory + "/file")  // a file where the directory would be
+            let path = directory + "/" + String(repeating: "x", count: Int(NAME_MAX) + 1)  // a name too long
             let error = #expect(throws: SystemError.self) { try BodyFile.open(path, resuming: false) }
             #expect(error?.call == "open")
             #expect(error.map { "\($0)" }?.contains(path) == true)

@@ -169,8 +169,8 @@ struct TrustTests {
         #expect(other.status == 0, "\(other.stderr)")
     }
 
-    @Test("tmp/ or files/ replaced behind the daemon's back (tmp/ by a file or by a link out of the cache, files/ by a file) is made again by the next get: every get failed until a restart ('Not a directory'), or the download went where the link pointed",
-          arguments: ["tmp file", "tmp link", "files file"])
+    @Test("tmp/ or files/ replaced behind the daemon's back (by a file, or by a link out of the cache) is made again by the next get: every get failed until a restart ('Not a directory'), or the download went where the link pointed",
+          arguments: ["tmp file", "tmp link", "files file", "files link"])
     func cacheDirectoryReplacedWhileServing(kind: String) throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
@@ -179,7 +179,7 @@ struct TrustTests {
         #expect(mkdir(outside, 0o700) == 0)
         let replaced = daemon.cache + (kind.hasPrefix("tmp") ? "/tmp" : "/files")
         try FileManager.default.removeItem(atPath: replaced)
-        if kind == "tmp link" { #expect(symlink(outside, replaced) == 0) } else { try Data("junk".utf8).write(to: URL(fileURLWithPath: replaced)) }
+        if kind.hasSuffix("link") { #expect(symlink(outside, replaced) == 0) } else { try Data("junk".utf8).write(to: URL(fileURLWithPath: replaced)) }
         let got = daemon.ctl("get", origin.url("/after.jpg"))
         #expect(got.status == 0, "\(got.stderr)")
         #expect(got.stdout.hasPrefix(daemon.cache + "/files/"))
@@ -276,17 +276,20 @@ struct TrustTests {
         #expect(try origin.stats().log.filter { $0.path == "/vanishing.jpg" }.map(\.status) == [200, 304, 200])
     }
 
-    @Test("a cache that cannot be written (tmp/ replaced by a file) answers get with internal at once and keeps every queued URL until it can (they were dropped after three attempts), fetching them as soon as a fetch succeeds (they waited out their backoff)")
+    @Test("a cache that cannot be written (tmp/ made read-only) answers get with internal at once and keeps every queued URL until it can (they were dropped after three attempts), fetching them as soon as a fetch succeeds (they waited out their backoff)")
     func unwritableCacheKeepsQueue() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
         let tmp = daemon.cache + "/tmp"
-        try FileManager.default.removeItem(atPath: tmp)
-        #expect(FileManager.default.createFile(atPath: tmp, contents: Data()))
+        try #require(getuid() == 0, "a read-only bind mount needs root")
+        try #require(mount(tmp, tmp, nil, UInt(MS_BIND), nil) == 0)
+        var mounted = true
+        defer { if mounted { umount2(tmp, Int32(MNT_DETACH)) } }
+        try #require(mount(nil, tmp, nil, UInt(MS_REMOUNT | MS_BIND | MS_RDONLY), nil) == 0)
         let urls = (0..<5).map { origin.url("/local\($0).jpg") }
         #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
         let get = daemon.ctl("get", "--json", origin.url("/local-get.jpg"))
-        #expect(errorCode(get.stdout) == "internal" && get.stdout.contains("Not a directory"), "\(get.stdout)")
+        #expect(errorCode(get.stdout) == "internal" && get.stdout.contains("Read-only file system"), "\(get.stdout)")
         sleep(4)  // three attempts' backoffs: 0.5 + 1 + 2 s
         let status = try object(daemon.ctl("status", "--json"))
         let delayed = status["delayed"] as? Int ?? 0, backlog = status["backlog"] as? Int ?? 0
@@ -299,8 +302,8 @@ struct TrustTests {
         let again = daemon.ctl("get", "--json", urls[0])
         #expect(errorCode(again.stdout) == "internal" && Date().timeIntervalSince(began) < 2,
                 "\(Date().timeIntervalSince(began)) s: \(again.stdout)")
-        try FileManager.default.removeItem(atPath: tmp)
-        try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
+        mounted = umount2(tmp, Int32(MNT_DETACH)) != 0
+        #expect(!mounted)
         // One fetch that succeeds wakes what waited (it waited out its backoff, up to a minute).
         #expect(daemon.ctl("get", origin.url("/local-after.jpg")).status == 0)
         #expect(waitUntil(seconds: 5) {

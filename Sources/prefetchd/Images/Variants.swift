@@ -69,9 +69,11 @@ final class Variants {
         let source = store.files.absolute(original.file)
         let destination = store.files.absolute(relative)
         store.files.willPlace(destination)
-        let (maxPixels, placed) = (maxPixels, store.files.placed)
+        let (maxPixels, placed, files) = (maxPixels, store.files.placed, store.files.filesDirectory)
         let make: @Sendable () -> Result<(ImageInfo, String), Failure> = {
             do {
+                // Not written through a link in place of `files/` or of its `ab` directory.
+                try CacheFiles.makeDirectory(replacing: files)
                 try CacheFiles.makeDirectory(replacing: String(destination[..<destination.lastIndex(of: "/")!]))
                 let info = try Resizer.makeVariant(source: source, spec: spec, destination: destination, maxPixels: maxPixels,
                                                    placed: placed)

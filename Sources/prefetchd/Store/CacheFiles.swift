@@ -106,14 +106,12 @@ struct CacheFiles {
     func install(temporary: String, as relative: String) throws(SystemError) {
         let target = absolute(relative)
         willPlace(target)
+        // `files/` itself deleted, or a file or a link put in its place: a body is never moved through a link.
+        try Self.makeDirectory(replacing: filesDirectory)
         if rename(temporary, target) == 0 { return }
         let directory = String(target[..<target.lastIndex(of: "/")!])
         switch errno {
         case ENOENT where access(temporary, F_OK) == 0, ENOTDIR:
-            var info = stat()
-            if stat(filesDirectory, &info) != 0 || (info.st_mode & S_IFMT) != S_IFDIR {
-                try Self.makeDirectory(replacing: filesDirectory)  // `files/` itself deleted, or a file in its place
-            }
             try Self.makeDirectory(replacing: directory)
         case EISDIR, ENOTEMPTY, EEXIST:
             deleteEntry(target)
