@@ -488,7 +488,8 @@ struct OutputBudgetTests {
     func replyOverTheBudget() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest(["--output-budget", "100K", "--quiet-hours", "00:00-23:59"])
-        let urls = (0..<1100).map { origin.url("/listed/\($0).jpg") }.joined(separator: "\n")
+        // About 160 KB listed: well over the budget whatever the origin's port and the URLs' states.
+        let urls = (0..<1100).map { origin.url("/listed/a-longer-name-of-an-image-\($0).jpg") }.joined(separator: "\n")
         #expect(daemon.ctl("queue", "-", stdin: urls).status == 0)
         let listed = daemon.ctl("list")
         #expect(listed.stderr.contains("too_large") && listed.stderr.contains("output_budget"), "\(listed.stderr)")
