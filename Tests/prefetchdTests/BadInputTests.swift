@@ -147,6 +147,15 @@ struct BadInputTests {
         #expect(queued?["id"] as? Int == 9 && queued?["ok"] as? Bool == true, "\(String(describing: queued))")
         #expect((flood.receive()?["error"] as? [String: Any])?["code"] as? String == "line_too_long")
         #expect(flood.receive() == nil, "the daemon closes a connection it cannot resynchronise")
+        // Behind a get still fetching: its answer comes when the fetch ends, then the connection closes.
+        let origin = try Origin()
+        let waiting = try RawConnection(socket: daemon.socket)
+        _ = waiting.receive()
+        waiting.send("{\"id\":10,\"op\":\"get\",\"url\":\"\(origin.url("/slow.jpg?delay=1"))\"}\n" + String(repeating: "x", count: 1 << 17))
+        #expect((waiting.receive()?["error"] as? [String: Any])?["code"] as? String == "line_too_long")
+        let fetched = waiting.receive()
+        #expect(fetched?["id"] as? Int == 10 && fetched?["ok"] as? Bool == true, "\(String(describing: fetched))")
+        #expect(waiting.receive() == nil)
         #expect(daemon.ctl("ping").status == 0, "the daemon keeps serving")
     }
 

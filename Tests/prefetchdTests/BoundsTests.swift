@@ -100,7 +100,14 @@ struct BoundsTests {
         #expect(second?["id"] as? Int == 1 && (second?["result"] as? [String: Any])?["evicted"] as? Int == 300,
                 "\(String(describing: second))")
         #expect(daemon.ctl("status").stdout.contains("cache: 0 entries"))
-        #expect(daemon.ctl("get", urls[0]).status == 0, "fetched again")
+        #expect(daemon.ctl("get", "-", stdin: urls.joined(separator: "\n")).status == 0, "fetched again")
+        // Sent by a client that closes its sending side at once: answered all the same.
+        let halfClosed = try RawConnection(socket: daemon.socket)
+        _ = halfClosed.receive()
+        halfClosed.send("{\"id\":3,\"op\":\"evict\",\"all\":true}\n")
+        halfClosed.finishSending()
+        let reply = halfClosed.receive()
+        #expect((reply?["result"] as? [String: Any])?["evicted"] as? Int == 300, "\(String(describing: reply))")
     }
 
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")

@@ -352,7 +352,9 @@ final class Clients {
     private func flushConnection(_ id: UInt64) {
         guard let connection = connections[id] else { return }
         guard connection.flush() else { return abandon(connection) }
-        if connection.closesAfterFlush && !connection.hasPendingOutput { return close(connection) }
+        if connection.closesAfterFlush && !connection.hasPendingOutput && !connection.awaitsReplies {
+            return close(connection)
+        }
         if connection.hasInputEnded && !connection.hasPendingOutput && !connection.awaitsReplies {
             return close(connection)
         }

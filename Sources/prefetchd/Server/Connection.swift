@@ -102,10 +102,15 @@ final class Connection {
     /// The keys it waits for: their files stay in the cache until then.
     var waitedKeys: [String] { waits.values.map(\.key) }
 
-    /// Whether a request of this client still waits for its reply (view rows aside): for a URL, or for a variant.
+    /// Whether a request of this client still waits for its reply (view rows aside): for a URL, for a variant, or
+    /// for an `evict --all` to end.
     var awaitsReplies: Bool {
-        waits.values.contains { $0.recipient.isRequest } || variantWaits.values.contains { $0.contains { $0.isRequest } }
+        evictions > 0 || waits.values.contains { $0.recipient.isRequest }
+            || variantWaits.values.contains { $0.contains { $0.isRequest } }
     }
+
+    /// Its `evict --all` requests under way.
+    var evictions = 0
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) { variantWaits[job, default: []].append(recipient) }

@@ -19,6 +19,7 @@ extension Daemon {
     func evictAll(_ id: RequestID?, _ connection: Connection) {
         do {
             evictions.append(Eviction(connection: connection, id: id, last: try store.lastEntryRow()))
+            connection.evictions += 1
             evictTimer.schedule(at: 0)
         } catch {
             fail(connection, id, Self.wireError(error))
@@ -45,6 +46,7 @@ extension Daemon {
         } catch {
             fail(eviction.connection, eviction.id, Self.wireError(error))
         }
+        eviction.connection.evictions -= 1
         evictions.removeFirst()
         if !evictions.isEmpty { evictTimer.schedule(at: 0) }
     }
