@@ -7,7 +7,8 @@ public struct JSONSyntax {
     public static let depthLimit = 32
 
     /// What makes `line` something other than one JSON value, with the byte where it was found; nil when it is one.
-    /// Duplicate member names are compared as decoded (`"o\u0070"` is `"op"`).
+    /// Duplicate member names are compared as decoded (`"o\u0070"` is `"op"`), byte for byte: the request's names
+    /// are lower-case ASCII, which no other spelling equals as a Swift `String` either.
     public static func problem(in line: [UInt8]) -> String? {
         line.withUnsafeBufferPointer { bytes -> String? in
             var reader = JSONSyntax(bytes)
@@ -182,8 +183,10 @@ public struct JSONSyntax {
         }
     }
 
-    /// The character an escape stands for, from the byte after its backslash.
+    /// The character an escape stands for, from the byte after its backslash; a fault in it is placed at the
+    /// backslash.
     private mutating func escape() throws(Fault) -> Unicode.Scalar {
+        let backslash = position - 1
         guard let byte = next else { throw fault("the string does not end") }
         position += 1
         switch byte {
@@ -197,22 +200,23 @@ public struct JSONSyntax {
             let first = try hexQuad()
             switch first {
             case 0xD800..<0xDC00:
-                guard next == UInt8(ascii: "\\"), position + 1 < bytes.count, bytes[position + 1] == UInt8(ascii: "u") else {
-                    throw fault("a \\u escape of a high surrogate without its low one")
+                if next == UInt8(ascii: "\\"), position + 1 < bytes.count, bytes[position + 1] == UInt8(ascii: "u") {
+                    position += 2
+                    let second = try hexQuad()
+                    if (0xDC00..<0xE000).contains(second) {
+                        return Unicode.Scalar(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))!
+                    }
                 }
-                position += 2
-                let second = try hexQuad()
-                guard (0xDC00..<0xE000).contains(second) else {
-                    throw fault("a \\u escape of a high surrogate without its low one")
-                }
-                return Unicode.Scalar(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))!
+                position = backslash
+                throw fault("a \\u escape of a high surrogate without its low one")
             case 0xDC00..<0xE000:
+                position = backslash
                 throw fault("a \\u escape of a low surrogate alone")
             default:
                 return Unicode.Scalar(first)!
             }
         default:
-            position -= 1
+            position = backslash
             throw fault("an escape that JSON does not have (\\\(Unicode.Scalar(byte).escaped(asASCII: true)))")
         }
     }

@@ -403,7 +403,7 @@ final class Daemon {
     /// The command a request line asks for, or why it is refused.
     private func parse(_ line: [UInt8]) throws(RefusedLine) -> (id: RequestID?, command: Command) {
         if let problem = JSONSyntax.problem(in: line) {
-            throw RefusedLine(id: nil, error: WireError(.badRequest, "the line is not JSON: \(problem)"))
+            throw RefusedLine(id: nil, error: WireError(.badRequest, "the line is not strict JSON: \(problem)"))
         }
         let request: Request
         do {

@@ -37,10 +37,10 @@ struct JSONSyntaxTests {
               (".5", "at byte 1, a value was expected"), ("1.", "at its end, a digit was expected"),
               ("1e", "at its end, a digit was expected"), ("-", "at its end, a digit was expected"),
               ("\"abc", "at its end, the string does not end"), ("\"a\tb\"", "at byte 3, a control character in a string (it is written \\u0009)"),
-              ("\"\\x\"", "at byte 3, an escape that JSON does not have (\\x)"), ("\"\\u12\"", "at byte 6, \\u needs four hex digits"),
-              ("\"\\uD83D\"", "at byte 8, a \\u escape of a high surrogate without its low one"),
-              ("\"\\uD83D\\u0041\"", "at byte 14, a \\u escape of a high surrogate without its low one"),
-              ("\"\\uDE00\"", "at byte 8, a \\u escape of a low surrogate alone"),
+              ("\"\\x\"", "at byte 2, an escape that JSON does not have (\\x)"), ("\"\\u12\"", "at byte 6, \\u needs four hex digits"),
+              ("\"\\uD83D\"", "at byte 2, a \\u escape of a high surrogate without its low one"),
+              ("\"\\uD83D\\u0041\"", "at byte 2, a \\u escape of a high surrogate without its low one"),
+              ("\"\\uDE00\"", "at byte 2, a \\u escape of a low surrogate alone"),
           ])
     func refused(text: String, said: String) {
         #expect(problem(text) == said, "\(text)")

@@ -171,7 +171,7 @@ struct BadInputTests {
                              ("{\"id\":2,\"op\":\"ping\",}", "at byte 21, a member name was expected after the comma")] {
             connection.send(line + "\n")
             let reply = connection.receive()
-            #expect(reply?["id"] is NSNull && (reply?["error"] as? [String: Any])?["message"] as? String == "the line is not JSON: " + said,
+            #expect(reply?["id"] is NSNull && (reply?["error"] as? [String: Any])?["message"] as? String == "the line is not strict JSON: " + said,
                     "\(String(describing: reply))")
         }
         #expect(daemon.ctl("get", "--offline", url).status == 0, "still cached")
@@ -179,7 +179,7 @@ struct BadInputTests {
         batch += [0xFF] + Array("b.jpg\"]}\n".utf8)
         _ = Glibc.send(connection.fd, batch, batch.count, Int32(MSG_NOSIGNAL))
         let reply = connection.receive()
-        #expect((reply?["error"] as? [String: Any])?["message"] as? String == "the line is not JSON: at byte 77, a byte that is not UTF-8",
+        #expect((reply?["error"] as? [String: Any])?["message"] as? String == "the line is not strict JSON: at byte 77, a byte that is not UTF-8",
                 "\(String(describing: reply))")
     }
 

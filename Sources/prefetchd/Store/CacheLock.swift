@@ -79,17 +79,19 @@ final class CacheLock {
     func handOver() {
         guard fcntl(fd, F_SETFD, 0) == 0, fcntl(directoryFD, F_SETFD, 0) == 0 else { return }
         handedOver = true
-        setenv(Self.handedOverVariable, "\(fd):\(directoryFD)", 1)
+        setenv(Self.handedOverVariable, "\(getpid()):\(fd):\(directoryFD)", 1)
     }
 
-    /// The lock the run before handed over, if its descriptors still hold this directory's lock file and the
-    /// directory itself; otherwise they are closed and the lock is taken anew.
+    /// The lock the run before handed over in this process (`pid:fd:directoryFD`), if its descriptors still hold
+    /// this directory's lock file and the directory itself; otherwise they are closed and the lock is taken anew.
+    /// A value another process left in the environment names descriptors that are not the lock's: left alone.
     private static func takeHandedOver(path: String, directory: String) -> (Int32, Int32)? {
         guard let value = getenv(handedOverVariable).map({ String(cString: $0) }) else { return nil }
         unsetenv(handedOverVariable)
         let numbers = value.split(separator: ":").compactMap { Int32($0) }
-        guard numbers.count == 2, numbers.allSatisfy({ $0 > 2 && fcntl($0, F_GETFD) >= 0 }) else { return nil }
-        let (fd, directoryFD) = (numbers[0], numbers[1])
+        guard numbers.count == 3, numbers[0] == getpid(),
+              numbers.dropFirst().allSatisfy({ $0 > 2 && fcntl($0, F_GETFD) >= 0 }) else { return nil }
+        let (fd, directoryFD) = (numbers[1], numbers[2])
         let held = FileIdentity(descriptor: fd).map { $0.isEntry(path) } == true
             && FileIdentity(descriptor: directoryFD) == FileIdentity(path: directory)
             && flock(fd, LOCK_EX | LOCK_NB) == 0 && flock(directoryFD, LOCK_EX | LOCK_NB) == 0

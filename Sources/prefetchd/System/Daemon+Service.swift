@@ -86,8 +86,8 @@ extension Daemon {
     func serviceStatus() -> String {
         let counts = scheduler.counts, lanes = self.lanes  // counted as `status` counts them
         return "fast \(lanes.fast.running)/\(lanes.fast.width) running, \(lanes.fast.waiting) waiting; "
-            + "slow \(lanes.slow.running)/\(lanes.slow.width) running, \(lanes.slow.waiting) waiting"
-            + (counts.lingering > 0 ? ", \(counts.lingering) lingering" : "")
+            + "slow \(lanes.slow.running)/\(lanes.slow.width) running"
+            + (lanes.slow.lingering.map { " (\($0) of them lingering)" } ?? "") + ", \(lanes.slow.waiting) waiting"
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")
             + (counts.delayed > 0 ? ", \(counts.delayed) retrying later" : "")
             + ", \(backlogOnly) in backlog; \(clients.count) client\(clients.count == 1 ? "" : "s")"
