@@ -44,7 +44,9 @@ final class MockSystemBus {
     /// Starts one of dbusmock's templates (`networkmanager`, `upower`, `power_profiles_daemon`) and waits for its name.
     func start(_ template: String, name: String, parameters: String? = nil) throws {
         // Debian's python3-dbusmock is in the system's Python, which another python3 on PATH may not see.
-        let mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", template]
+        // Its log goes to a file: printed to the output pipe, a call failed once with BrokenPipeError in a parallel run.
+        let mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", template,
+                                                         "--logfile", directory.path + "/\(template).log"]
                                         + (parameters.map { ["--parameters", $0] } ?? []),
                                     stderrPath: directory.path + "/\(template).err", environment: environment)
         mocks.append(mock)
