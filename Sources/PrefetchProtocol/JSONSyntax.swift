@@ -9,17 +9,21 @@ public struct JSONSyntax {
     /// What makes `line` something other than one JSON value, with the byte where it was found; nil when it is one.
     /// Duplicate member names are compared as decoded (`"o\u0070"` is `"op"`), byte for byte: the request's names
     /// are lower-case ASCII, which no other spelling equals as a Swift `String` either.
-    public static func problem(in line: [UInt8]) -> String? {
-        line.withUnsafeBufferPointer { bytes -> String? in
-            var reader = JSONSyntax(bytes)
+    public static func problem(in line: [UInt8]) -> String? { read(line, wholeNumbersIn: []).problem }
+
+    /// `problem(in:)`, and the first of the outer object's members named in `whole` whose value is a number that is
+    /// not whole as written (the decoder reads `0.99999999999999999999` as 1 and `1e-400` as 0).
+    public static func read(_ line: [UInt8], wholeNumbersIn whole: Set<String>) -> (problem: String?, notWhole: String?) {
+        line.withUnsafeBufferPointer { bytes in
+            var reader = JSONSyntax(bytes, whole: whole)
             do throws(Fault) {
                 reader.skipSpace()
-                try reader.value(depth: 0)
+                try reader.value(depth: 0, member: nil)
                 reader.skipSpace()
                 guard reader.position == bytes.count else { throw reader.fault("more after the value") }
-                return nil
+                return (nil, reader.notWhole)
             } catch {
-                return error.description
+                return (error.description, nil)
             }
         }
     }
@@ -29,9 +33,14 @@ public struct JSONSyntax {
     }
 
     private let bytes: UnsafeBufferPointer<UInt8>
+    private let whole: Set<String>
+    private var notWhole: String?
     private var position = 0
 
-    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    private init(_ bytes: UnsafeBufferPointer<UInt8>, whole: Set<String>) {
+        self.bytes = bytes
+        self.whole = whole
+    }
 
     private var next: UInt8? { position < bytes.count ? bytes[position] : nil }
 
@@ -48,7 +57,8 @@ public struct JSONSyntax {
         position += 1
     }
 
-    private mutating func value(depth: Int) throws(Fault) {
+    /// A value; `member`: the name it has in the outer object, if it is one of its members.
+    private mutating func value(depth: Int, member: [UInt8]?) throws(Fault) {
         guard let byte = next else { throw fault("a value was expected") }
         switch byte {
         case UInt8(ascii: "{"): try object(depth: depth + 1)
@@ -57,7 +67,7 @@ public struct JSONSyntax {
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try number()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try number(member: member)
         default: throw fault("a value was expected")
         }
     }
@@ -82,14 +92,15 @@ public struct JSONSyntax {
                 throw fault(names.isEmpty ? "a member name was expected" : "a member name was expected after the comma")
             }
             let start = position
-            guard names.insert(try string(keeping: true)).inserted else {
+            let name = try string(keeping: true)
+            guard names.insert(name).inserted else {
                 position = start
                 throw fault("a second member with the same name")
             }
             skipSpace()
             try expect(UInt8(ascii: ":"), "a colon was expected after the member name")
             skipSpace()
-            try value(depth: depth)
+            try value(depth: depth, member: depth == 1 && !whole.isEmpty ? name : nil)
             skipSpace()
             if next == UInt8(ascii: "}") {
                 position += 1
@@ -108,7 +119,7 @@ public struct JSONSyntax {
         }
         while true {
             guard next != UInt8(ascii: "]") else { throw fault("a value was expected after the comma") }
-            try value(depth: depth)
+            try value(depth: depth, member: nil)
             skipSpace()
             if next == UInt8(ascii: "]") {
                 position += 1
@@ -127,15 +138,20 @@ public struct JSONSyntax {
         position += word.count
     }
 
-    private mutating func digits() throws(Fault) {
+    /// Digits, at least one; returns where they begin.
+    @discardableResult
+    private mutating func digits() throws(Fault) -> Int {
         guard let byte = next, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else {
             throw fault("a digit was expected")
         }
+        let start = position
         while let byte = next, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) { position += 1 }
+        return start
     }
 
-    private mutating func number() throws(Fault) {
+    private mutating func number(member: [UInt8]?) throws(Fault) {
         if next == UInt8(ascii: "-") { position += 1 }
+        let integer = position
         if next == UInt8(ascii: "0") {
             position += 1
             if let byte = next, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) {
@@ -144,15 +160,37 @@ public struct JSONSyntax {
         } else {
             try digits()
         }
+        let integerEnd = position
+        var fraction = position..<position
         if next == UInt8(ascii: ".") {
             position += 1
-            try digits()
+            fraction = try digits()..<position
         }
+        var exponent = 0
         if next == UInt8(ascii: "e") || next == UInt8(ascii: "E") {
             position += 1
-            if next == UInt8(ascii: "+") || next == UInt8(ascii: "-") { position += 1 }
-            try digits()
+            let negative = next == UInt8(ascii: "-")
+            if negative || next == UInt8(ascii: "+") { position += 1 }
+            for index in try digits()..<position {  // beyond a million, as good as infinite
+                exponent = min(1_000_000, exponent * 10 + Int(bytes[index] - UInt8(ascii: "0")))
+            }
+            if negative { exponent = -exponent }
         }
+        if let member, notWhole == nil, !isWhole(integer: integer..<integerEnd, fraction: fraction, exponent: exponent),
+           whole.contains(String(decoding: member, as: UTF8.self)) {
+            notWhole = String(decoding: member, as: UTF8.self)
+        }
+    }
+
+    /// Whether digits `integer`.`fraction` times ten to `exponent` make a whole number: each digit that is not 0
+    /// stands at a place of ten to 0 or more.
+    private func isWhole(integer: Range<Int>, fraction: Range<Int>, exponent: Int) -> Bool {
+        let zero = UInt8(ascii: "0")
+        if let last = fraction.last(where: { bytes[$0] != zero }), last - fraction.lowerBound + 1 > exponent {
+            return false  // the last digit that is not 0 stands at ten to (exponent - its place after the point)
+        }
+        guard exponent < 0, let lowest = integer.last(where: { bytes[$0] != zero }) else { return true }
+        return integer.upperBound - 1 - lowest + exponent >= 0
     }
 
     /// A string, from its opening quote past its closing one; its UTF-8 as decoded when `keeping` (else empty).

@@ -26,6 +26,9 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
     case number(Int64)
     case text(String)
 
+    /// What an id may be, said when it is none of them.
+    public static let expected = "an id is a string or a whole number from -2^63 to 2^63-1"
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if let number = try? container.decode(Int64.self) {
@@ -34,7 +37,7 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
             self = .text(text)
         } else {
             throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "an id is a string or a whole number from -2^63 to 2^63-1")
+                in: container, debugDescription: Self.expected)
         }
     }
 
@@ -99,6 +102,10 @@ public struct Request: Codable, Equatable, Sendable {
     public var summary: Bool?
 
     public static let maximumBatch = 10_000
+
+    /// The members whose numbers must be whole (`JSONSyntax.read`).
+    public static let wholeNumberMembers: Set<String> = ["id", "limit", "max_stale", "quality", "first", "last", "ahead",
+                                                         "behind"]
 
     public init(id: RequestID?, op: Operation, url: String? = nil, urls: [String]? = nil, limit: Int? = nil,
                 maxStale: Int64? = nil, offline: Bool? = nil, all: Bool? = nil, size: String? = nil, fit: String? = nil,

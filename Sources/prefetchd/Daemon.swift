@@ -402,7 +402,8 @@ final class Daemon {
 
     /// The command a request line asks for, or why it is refused.
     private func parse(_ line: [UInt8]) throws(RefusedLine) -> (id: RequestID?, command: Command) {
-        if let problem = JSONSyntax.problem(in: line) {
+        let reading = JSONSyntax.read(line, wholeNumbersIn: Request.wholeNumberMembers)
+        if let problem = reading.problem {
             throw RefusedLine(id: nil, error: WireError(.badRequest, "the line is not strict JSON: \(problem)"))
         }
         let request: Request
@@ -412,6 +413,11 @@ final class Daemon {
             // A line that is JSON with an id gets its id back, so that a client waiting for that reply gets it.
             let id = (try? Self.decoder.decode(LineID.self, from: Data(line)))?.id
             throw RefusedLine(id: id, error: WireError(.badRequest, "the line is not a JSON request object: \(Self.describe(error))"))
+        }
+        if let member = reading.notWhole {  // the decoder read it as the whole number next to it
+            let said = member == "id" ? RequestID.expected : "not a whole number from \(Int64.min) to \(Int64.max)"
+            throw RefusedLine(id: member == "id" ? nil : request.id,
+                              error: WireError(.badRequest, "the line is not a JSON request object: \(member): \(said)"))
         }
         guard let op = Operation(rawValue: request.op) else {
             let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")

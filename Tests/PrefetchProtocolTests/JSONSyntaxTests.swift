@@ -66,6 +66,17 @@ struct JSONSyntaxTests {
                 "brackets in strings do not count")
     }
 
+    @Test("numbers of the named members of the outer object that are not whole as written are named (the decoder read 0.99999999999999999999 as 1, 1e-400 as 0); whole ones however written, and others, are not",
+          arguments: [("0.99999999999999999999", false), ("1.0000000000000000001", false), ("1e-400", false), ("-1e-400", false),
+                      ("84.99999999999999999", false), ("1." + String(repeating: "0", count: 65_000) + "1", false), ("1.5e0", false),
+                      ("12.5e1", true), ("5.0", true), ("1e3", true), ("100e-2", true), ("-0", true), ("0.0e-400", true),
+                      ("1e400", true), ("9223372036854775808", true), ("7", true)])
+    func wholeNumbers(number: String, whole: Bool) {
+        let reading = JSONSyntax.read(Array("{\"id\":1,\"limit\":\(number),\"x\":1.5,\"y\":{\"limit\":0.5}}".utf8),
+                                      wholeNumbersIn: ["id", "limit"])
+        #expect(reading.problem == nil && reading.notWhole == (whole ? nil : "limit"), "\(number.prefix(40))")
+    }
+
     @Test("random values, written with random space, are accepted and read by the decoder; a comma put before their last closing bracket is refused; a name repeated is refused however it is written")
     func randomValues() throws {
         var random = SystemRandomNumberGenerator()

@@ -122,6 +122,17 @@ struct BadInputTests {
             let message = (reply?["error"] as? [String: Any])?["message"] as? String ?? ""
             #expect(reply?["id"] as? Int == 10 && message.contains("\(field): not a whole number from "), "\(field): \(reply ?? [:])")
         }
+        // Not whole as written, read as the whole number next to it: refused as 1.5 is, naming the field.
+        for (field, number) in [("limit", "0.99999999999999999999"), ("max_stale", "-1e-400"), ("quality", "84.99999999999999999")] {
+            connection.send("{\"id\":11,\"op\":\"get\",\"url\":\"http://127.0.0.1:1/a.jpg\",\"\(field)\":\(number)}\n")
+            let reply = connection.receive()
+            let message = (reply?["error"] as? [String: Any])?["message"] as? String ?? ""
+            #expect(reply?["id"] as? Int == 11 && message.contains("\(field): not a whole number from "), "\(field): \(reply ?? [:])")
+        }
+        connection.send("{\"id\":1.0000000000000000001,\"op\":\"ping\"}\n")
+        let badID = connection.receive()
+        #expect(badID?["id"] is NSNull && ((badID?["error"] as? [String: Any])?["message"] as? String)?
+            .hasSuffix("id: an id is a string or a whole number from -2^63 to 2^63-1") == true, "\(badID ?? [:])")
         // Valid JSON with a field of the wrong type: the id comes back (it was null: a pipelining client lost the reply).
         connection.send("{\"id\":\"q\",\"op\":\"queue\",\"urls\":\"http://127.0.0.1:1/a.jpg\"}\n")
         let wrongType = connection.receive()
