@@ -436,6 +436,10 @@ final class Daemon {
     /// `get`: from the cache when it may, else a `Wait` on the connection and the scheduler's decision.
     private func get(_ text: String, variant: VariantSpec?, offline: Bool, staleAllowance: Int64?, id: RequestID?,
                      connection: Connection, now: Int64) {
+        guard connection.waitCount < Connection.maximumWaits else {
+            return fail(connection, id, WireError(.badRequest, "\(connection.waitCount) requests of this client wait for their "
+                                                  + "answers already, the most one client may have waiting: read those first"))
+        }
         let url: CanonicalURL
         let entry: IndexEntry?
         do {

@@ -110,6 +110,24 @@ struct BoundsTests {
         #expect((reply?["result"] as? [String: Any])?["evicted"] as? Int == 300, "\(String(describing: reply))")
     }
 
+    @Test("one client may have 8,192 requests waiting: the gets past them are refused at once, and the others answered when the fetch ends (a million pipelined gets of one slow URL held 330 MB, then built 407 MB of replies in one turn)")
+    func waitingRequestsAreBounded() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let url = origin.url("/waited.jpg?delay=2")
+        connection.send((0..<8_300).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined())
+        var refused = 0, fetched = 0
+        for _ in 0..<8_300 {
+            guard let reply = connection.receive() else { break }
+            if (reply["error"] as? [String: Any])?["code"] as? String == "bad_request" { refused += 1 }
+            if reply["ok"] as? Bool == true { fetched += 1 }
+        }
+        #expect(refused == 8_300 - 8_192 && fetched == 8_192, "refused \(refused), fetched \(fetched)")
+        #expect(try origin.count("/waited.jpg") == 1)
+    }
+
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
     func releasedRowsAreParked() throws {
         let origin = try Origin()

@@ -112,6 +112,13 @@ final class Connection {
     /// Its `evict --all` requests under way.
     var evictions = 0
 
+    /// The most requests and visible rows one client may have waiting: a million pipelined gets of one slow URL held
+    /// 330 MB, then 407 MB of replies built in one turn.
+    static let maximumWaits = 8_192
+
+    /// Its requests and visible rows waiting for a URL or a variant.
+    var waitCount: Int { waits.count + variantWaits.values.reduce(0) { $0 + $1.count } }
+
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) { variantWaits[job, default: []].append(recipient) }
 
