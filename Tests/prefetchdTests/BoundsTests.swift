@@ -128,6 +128,37 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
+    @Test("a view lists at most 64 MiB of URLs: the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
+    func viewURLBytesAreBounded() throws {
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let line = { (index: Int) in
+            let urls = (0..<7).map { "\"http://127.0.0.1:9/\(index)-\($0)-" + String(repeating: "x", count: 7_970) + "\"" }
+            return "{\"id\":\(index),\"op\":\"view\",\"append\":true,\"urls\":[\(urls.joined(separator: ","))]}\n"
+        }
+        let payload = Array((0..<1_210).map(line).joined().utf8), fd = connection.fd  // 1,210 lines of 56 KB: 67.7 MB
+        Thread {
+            var sent = 0
+            while sent < payload.count {
+                let count = payload[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+                guard count > 0 else { return }
+                sent += count
+            }
+        }.start()
+        var rows = 0, refusals: Set<String> = []
+        for _ in 0..<1_210 {
+            guard let reply = connection.receive() else { break }
+            if let result = reply["result"] as? [String: Any] { rows = result["rows"] as? Int ?? rows }
+            if let message = (reply["error"] as? [String: Any])?["message"] as? String { refusals.insert(message) }
+        }
+        #expect(refusals == ["a view lists at most 64 MiB of URLs"], "\(refusals)")
+        #expect((8_300...8_400).contains(rows), "\(rows) rows of about 8,000 bytes")
+        connection.send("{\"id\":\"s\",\"op\":\"view\",\"first\":0,\"last\":0}\n")
+        let shown = connection.receive()
+        #expect((shown?["result"] as? [String: Any])?["rows"] as? Int == rows, "\(String(describing: shown))")
+    }
+
     @Test("a view scrolled away from 8 running rows: one goes on as background work, 7 are parked and resume with Range")
     func releasedRowsAreParked() throws {
         let origin = try Origin()

@@ -12,6 +12,14 @@ extension Daemon {
         guard (keepsRows ? existing?.rowCount ?? 0 : 0) + urls.count <= Command.maximumViewRows else {
             return fail(connection, id, WireError(.badRequest, "a view holds at most \(Command.maximumViewRows) rows"))
         }
+        let adding = urls.reduce(0) { $0 + $1.utf8.count }
+        guard (keepsRows ? existing?.urlBytes ?? 0 : 0) + adding <= View.maximumURLBytes else {
+            return fail(connection, id, WireError(.badRequest, "a view lists at most \(View.maximumURLBytes >> 20) MiB of URLs"))
+        }
+        guard urls.isEmpty || viewKeys.bytes <= ViewKeys.budget else {
+            return fail(connection, id, WireError(.badRequest, "the views of all clients list \(ViewKeys.budget >> 20) MiB of "
+                                                  + "URLs, the most they may: close a view, or list fewer rows"))
+        }
 
         let view: View
         if let existing, keepsRows {
@@ -52,7 +60,8 @@ extension Daemon {
         plan.drop += plan.release.suffix(excess)
         plan.release.removeLast(excess)
         apply(plan, to: view, of: connection, now: wallClockMilliseconds())
-        if view.rowCount >= 10_000 { memory.trimSoon() }  // a long list's memory goes back at the end of the turn
+        // A long list's memory goes back at the end of the turn.
+        if view.rowCount >= 10_000 || view.urlBytes >= 8 << 20 { memory.trimSoon() }
     }
 
     func viewEvent(row: Int, url: String, _ outcome: Result<CacheEntry, WireError>) -> Event {

@@ -21,7 +21,16 @@ final class View {
     /// The row's canonical key; nil for a rejected row.
     func key(_ row: Int) -> String? { rows.key(row) }
 
-    func append(_ url: CanonicalURL) { rows.append(url) }
+    func append(_ url: CanonicalURL) {
+        rows.append(url)
+        urlBytes += url.key.utf8.count
+    }
+
+    /// The bytes of its rows' URLs, each row counted.
+    private(set) var urlBytes = 0
+
+    /// The most URL bytes one view may list (100,000 rows of 8 KB URLs held 860 MB): 671 bytes a row on average.
+    static let maximumURLBytes = 64 << 20
 
     /// Appends a row that cannot be fetched: the text the client sent, and why.
     func reject(_ text: String, _ error: WireError) { rows.reject(text, error) }

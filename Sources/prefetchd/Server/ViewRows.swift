@@ -12,6 +12,12 @@ final class ViewKeys {
     /// How many distinct keys are held.
     var count: Int { ids.count }
 
+    /// The bytes of the distinct keys held.
+    private(set) var bytes = 0
+
+    /// The most key bytes all views together may hold: past it, a `view` that adds rows is refused.
+    static let budget = 256 << 20
+
     func retain(_ key: String) -> UInt32 {
         if let id = ids[key] {
             references[Int(id)] += 1
@@ -28,12 +34,14 @@ final class ViewKeys {
             references.append(1)
         }
         ids[key] = id
+        bytes += key.utf8.count
         return id
     }
 
     func release(_ id: UInt32) {
         references[Int(id)] -= 1
         guard references[Int(id)] == 0 else { return }
+        bytes -= keys[Int(id)].utf8.count
         ids.removeValue(forKey: keys[Int(id)])
         keys[Int(id)] = ""
         free.append(id)
