@@ -12,13 +12,11 @@ extension Daemon {
         guard (keepsRows ? existing?.rowCount ?? 0 : 0) + urls.count <= Command.maximumViewRows else {
             return fail(connection, id, WireError(.badRequest, "a view holds at most \(Command.maximumViewRows) rows"))
         }
-        let adding = urls.reduce(0) { $0 + $1.utf8.count }
-        guard (keepsRows ? existing?.urlBytes ?? 0 : 0) + adding <= View.maximumURLBytes else {
+        // Read first, so that the bytes a view holds are counted as it holds them (a key may be three times the text).
+        let rows = urls.map { text in Result { try CanonicalURL(text) }.mapError(Self.wireError) }
+        let adding = zip(urls, rows).reduce(0) { $0 + ((try? $1.1.get())?.key ?? $1.0).utf8.count }
+        guard urls.isEmpty || (keepsRows ? existing?.urlBytes ?? 0 : 0) + adding <= View.maximumURLBytes else {
             return fail(connection, id, WireError(.badRequest, "a view lists at most \(View.maximumURLBytes >> 20) MiB of URLs"))
-        }
-        guard urls.isEmpty || viewKeys.bytes <= ViewKeys.budget else {
-            return fail(connection, id, WireError(.badRequest, "the views of all clients list \(ViewKeys.budget >> 20) MiB of "
-                                                  + "URLs, the most they may: close a view, or list fewer rows"))
         }
 
         let view: View
@@ -30,13 +28,16 @@ extension Daemon {
             view = View(keys: viewKeys)
             connection.open(view)
         }
+        guard urls.isEmpty || viewKeys.bytes <= ViewKeys.budget else {
+            return fail(connection, id, WireError(.badRequest, "the views of all clients list \(ViewKeys.budget >> 20) MiB of "
+                                                  + "URLs, the most they may: close a view, or list fewer rows"))
+        }
         if let variant = change.variant { view.answerRows(with: variant) }
         var rejected: [ViewResult.RejectedRow] = []
-        for text in urls {
-            do {
-                view.append(try CanonicalURL(text))
-            } catch {
-                let error = Self.wireError(error)
+        for (text, row) in zip(urls, rows) {
+            switch row {
+            case .success(let url): view.append(url)
+            case .failure(let error):
                 rejected.append(.init(row: view.rowCount, url: text, error: error))
                 view.reject(text, error)
             }

@@ -12,8 +12,13 @@ final class ViewKeys {
     /// How many distinct keys are held.
     var count: Int { ids.count }
 
-    /// The bytes of the distinct keys held.
+    /// The bytes of the distinct keys held, and of the texts of rejected rows (`hold`).
     private(set) var bytes = 0
+
+    /// Counts bytes a view holds besides its keys, until it lets go of them.
+    func hold(_ count: Int) { bytes += count }
+
+    func letGo(_ count: Int) { bytes -= count }
 
     /// The most key bytes all views together may hold: past it, a `view` that adds rows is refused.
     static let budget = 256 << 20
@@ -75,6 +80,7 @@ final class ViewRows {
 
     deinit {
         for id in ids where id != Self.noKey { keys.release(id) }
+        keys.letGo(rejected.values.reduce(0) { $0 + $1.text.utf8.count })
     }
 
     var count: Int { ids.count }
@@ -84,6 +90,7 @@ final class ViewRows {
     func reject(_ text: String, _ error: WireError) {
         rejected[count] = (text, error)
         ids.append(Self.noKey)
+        keys.hold(text.utf8.count)
     }
 
     /// The row's canonical key; nil for a rejected row.
