@@ -23,6 +23,9 @@ extension Daemon {
         guard options.images.allows(format) else {
             return deliver(.failure(WireError(Failure.formatNotAllowed(format))), to: recipient, on: connection)
         }
+        if recipient.isRequest, let full = Self.waitsFull(connection) {
+            return deliver(.failure(full), to: recipient, on: connection)
+        }
         connection.waitForVariant(job, recipient: recipient)
         variants.make(job, resolved, of: entry)
     }

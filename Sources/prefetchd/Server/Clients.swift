@@ -55,13 +55,13 @@ final class Clients {
     private var acceptTimer: LoopTimer!
     private var refusals: ThrottledWarning!
     private var inputSheds: ThrottledWarning!
-    /// How long one connection's requests may keep the loop per turn (ms), so that transfers and other clients
+    /// How long one connection's requests may keep the loop per turn (µs), so that transfers and other clients
     /// are served in between however many requests a client sends at once.
-    private static let inputTimePerTurn: Int64 = 5
-    /// How long the connections whose time ran out may keep the next turn together (ms): each gets its share of it,
-    /// so that a turn stays short however many clients are busy, and a new request waits a turn, not a slice per busy
-    /// client (100 clients pipelining pings held another client's ping 1.3 s).
-    private static let pendingInputTimePerTurn: Int64 = 20
+    private static let inputTimePerTurn: Int64 = 5_000
+    /// How long the connections whose time ran out may keep the next turn together (µs): each gets its share of it
+    /// (a line at least), so that a turn stays short however many clients are busy, and a new request waits a turn,
+    /// not a slice per busy client (100 clients pipelining pings held another client's ping 1.3 s).
+    private static let pendingInputTimePerTurn: Int64 = 20_000
     /// At most this much of what a departed client left unread is still served.
     private static let abandonedInputLimit = 1 << 20
 
@@ -79,8 +79,7 @@ final class Clients {
             // Taken at once, so the timer is scheduled again only by a connection whose turn runs out again.
             let ready = pendingInput
             pendingInput = []
-            // Under a millisecond each when 20 or more wait: `serveInput` still handles one line at least.
-            let share = min(Self.inputTimePerTurn, Self.pendingInputTimePerTurn / Int64(ready.count))
+            let share = min(Self.inputTimePerTurn, Self.pendingInputTimePerTurn / Int64(max(1, ready.count)))
             for id in ready { if let connection = connections[id] { serveInput(connection, for: share) } }
         }
         refusals = ThrottledWarning(loop: loop) {
@@ -258,16 +257,18 @@ final class Clients {
         serveInput(connection)
     }
 
-    /// Handles the connection's request lines, reading more when none is buffered, for at most `milliseconds` (within
-    /// the millisecond it ends in); what is left waits for the next turn. A client that does not read its replies is
-    /// not served until it does (`flushConnection` picks it up again).
-    private func serveInput(_ connection: Connection, for milliseconds: Int64 = inputTimePerTurn) {
-        let until = monotonicMilliseconds() + milliseconds
-        while monotonicMilliseconds() <= until {
+    /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` (a line
+    /// at least); what is left waits for the next turn. A client that does not read its replies is not served until
+    /// it does (`flushConnection` picks it up again).
+    private func serveInput(_ connection: Connection, for microseconds: Int64 = inputTimePerTurn) {
+        let until = monotonicMicroseconds() + microseconds
+        var handled = false
+        while !handled || monotonicMicroseconds() < until {
             guard !connection.isBackedUp else { return }
             switch connection.nextLine() {
             case .line(let text)?:
                 onLine(text, connection)
+                handled = true
                 if connection.closesAfterFlush || connections[connection.id] == nil { return }
                 continue
             case .tooLong?:

@@ -117,17 +117,28 @@ final class Connection {
     static let maximumWaits = 8_192
 
     /// Its requests and visible rows waiting for a URL or a variant.
-    var waitCount: Int { waits.count + variantWaits.values.reduce(0) { $0 + $1.count } }
+    var waitCount: Int { waits.count + variantWaitCount }
+    private var variantWaitCount = 0
 
     /// `recipient` gets the variant `job` makes.
-    func waitForVariant(_ job: Variants.Job, recipient: Recipient) { variantWaits[job, default: []].append(recipient) }
+    func waitForVariant(_ job: Variants.Job, recipient: Recipient) {
+        variantWaits[job, default: []].append(recipient)
+        variantWaitCount += 1
+    }
 
     /// Takes who waits for `job`'s variant, in the order they asked.
-    func takeVariantWaits(_ job: Variants.Job) -> [Recipient] { variantWaits.removeValue(forKey: job) ?? [] }
+    func takeVariantWaits(_ job: Variants.Job) -> [Recipient] {
+        let recipients = variantWaits.removeValue(forKey: job) ?? []
+        variantWaitCount -= recipients.count
+        return recipients
+    }
 
     /// Takes who waits for any variant: the daemon is shutting down.
     func takeAllVariantWaits() -> [Recipient] {
-        defer { variantWaits.removeAll() }
+        defer {
+            variantWaits.removeAll()
+            variantWaitCount = 0
+        }
         return variantWaits.values.flatMap { $0 }
     }
 

@@ -7,6 +7,13 @@ func wallClockMilliseconds() -> Int64 { milliseconds(CLOCK_REALTIME) }
 /// Monotonic time in milliseconds: the event loop's timers.
 func monotonicMilliseconds() -> Int64 { milliseconds(CLOCK_MONOTONIC) }
 
+/// Monotonic time in microseconds: the clients' shares of a turn.
+func monotonicMicroseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000
+}
+
 /// The scheduler's clock in milliseconds: the wall clock at the daemon's start, advanced since by the time that
 /// passed (`CLOCK_BOOTTIME`, which counts a suspended machine's sleep), never by a step of the wall clock. Retries,
 /// host pauses, the negative cache and the start rate run on it: a clock set back an hour stalled them for the hour,
