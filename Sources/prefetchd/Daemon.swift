@@ -468,18 +468,11 @@ final class Daemon {
             let (_, actions) = scheduler.queue(url, cache: .stale, now: .now)
             return apply(actions)
         }
-        if let full = Self.waitsFull(connection) { return fail(connection, id, full) }
+        if let full = connection.waitsFull { return fail(connection, id, full) }
         telemetry.cacheMiss()
         let waiter = connection.addWait(for: url.key, variant: variant, recipient: .request(id))
         if !scheduler.hasTask(url.key) { taskCreated(url.key) }
         apply(scheduler.get(url, waiter: waiter, cache: state, now: .now))
-    }
-
-    /// Why `connection` may not have one more request waiting, if it may not (`Connection.maximumWaits`).
-    static func waitsFull(_ connection: Connection) -> WireError? {
-        guard connection.waitCount >= Connection.maximumWaits else { return nil }
-        return WireError(.badRequest, "\(connection.waitCount) requests of this client wait for their answers already, the "
-                         + "most one client may have waiting: read those first")
     }
 
     // MARK: Scheduler actions

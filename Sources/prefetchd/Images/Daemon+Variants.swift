@@ -23,7 +23,7 @@ extension Daemon {
         guard options.images.allows(format) else {
             return deliver(.failure(WireError(Failure.formatNotAllowed(format))), to: recipient, on: connection)
         }
-        if recipient.isRequest, let full = Self.waitsFull(connection) {
+        if recipient.isRequest, let full = connection.waitsFull {
             return deliver(.failure(full), to: recipient, on: connection)
         }
         connection.waitForVariant(job, recipient: recipient)

@@ -117,8 +117,15 @@ final class Connection {
     static let maximumWaits = 8_192
 
     /// Its requests and visible rows waiting for a URL or a variant.
-    var waitCount: Int { waits.count + variantWaitCount }
+    private var waitCount: Int { waits.count + variantWaitCount }
     private var variantWaitCount = 0
+
+    /// Why it may not have one more request waiting, if it may not.
+    var waitsFull: WireError? {
+        guard waitCount >= Self.maximumWaits else { return nil }
+        return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already, the most one "
+                         + "client may have waiting: read those first")
+    }
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) {

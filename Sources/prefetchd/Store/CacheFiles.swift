@@ -63,12 +63,7 @@ struct CacheFiles {
 
     /// Whether the file system of `directory` is about full (under a mebibyte free for unprivileged writers): how a
     /// write whose error does not carry `ENOSPC` (an encoder's own words) is told from other failures.
-    static func isAboutFull(_ directory: String) -> Bool {
-        var disk = statvfs()
-        guard statvfs(directory, &disk) == 0 else { return false }
-        let free = disk.f_bavail.multipliedReportingOverflow(by: disk.f_frsize)
-        return !free.overflow && free.partialValue < 1 << 20
-    }
+    static func isAboutFull(_ directory: String) -> Bool { (availableBytes(under: directory) ?? .max) < 1 << 20 }
 
     /// Makes `directory` where it is missing or something else is (a file or a symbolic link someone put there:
     /// every body or variant whose name begins as its does would fail to be moved into place, or go where the link

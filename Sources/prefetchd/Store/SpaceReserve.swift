@@ -23,10 +23,7 @@ struct SpaceReserve {
 
     /// Whether twice `bytes` are free on the reserve's file system (true when that cannot be told).
     var hasRoom: Bool {
-        var disk = statvfs()
-        guard statvfs(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &disk) == 0 else { return true }
-        let free = disk.f_bavail.multipliedReportingOverflow(by: disk.f_frsize)
-        return free.overflow || free.partialValue >= UInt(2 * Self.bytes)
+        (availableBytes(under: String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])) ?? .max) >= UInt(2 * Self.bytes)
     }
 
     /// Takes the space when twice `bytes` are free; returns whether the reserve is held now.

@@ -38,6 +38,15 @@ func openRegularFile(_ path: String) throws(SystemError) -> Int32 {
     return fd
 }
 
+/// The bytes an unprivileged writer may still use on the file system of `directory` (as much as counts when that is
+/// more than a `UInt` holds); nil when it cannot be told.
+func availableBytes(under directory: String) -> UInt? {
+    var disk = statvfs()
+    guard statvfs(directory, &disk) == 0 else { return nil }
+    let free = disk.f_bavail.multipliedReportingOverflow(by: disk.f_frsize)
+    return free.overflow ? .max : free.partialValue
+}
+
 /// Creates `path` and its missing parents with `mode`.
 func makeDirectories(_ path: String, mode: mode_t) throws(SystemError) {
     var prefix = ""
