@@ -222,8 +222,8 @@ def run(args, table, processes, scratch_dirs):
         sock.close()
 
     # --- clients with many waiting gets of one URL leave: their waiters go at once (one at a time: 10 s). One
-    # client may have 8,192 requests waiting, so 8,000 each ---
-    leaving = 6 if args.quick else 12
+    # client may have 8,192 requests waiting, and all clients 65,536, so 8,000 each and at most 8 ---
+    leaving = 6 if args.quick else 8
     many = leaving * 8_000
     slow = origin.url("/many-waiters.jpg?delay=120")
     socks = []

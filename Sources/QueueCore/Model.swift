@@ -63,6 +63,9 @@ public enum Action: Equatable, Sendable {
     case holdBackground(Bool)
     /// The key's task is gone (done, given up or cancelled): its durable backlog entry can go.
     case forget(key: String)
+    /// The key's task is gone before its fetch ran, since nobody asks for it any more (`Scheduler.disconnect`): what
+    /// the durable queue holds for it stays there.
+    case letGo(key: String)
     /// A permanent failure to remember (and persist) until `until`.
     case remember(key: String, Failure, until: Moment)
     /// A host failed too often in a row: it gets no new work until `until` (persist it; show it in status).

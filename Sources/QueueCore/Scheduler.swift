@@ -80,6 +80,8 @@ public struct Scheduler: Sendable {
         var startOrder: UInt64 = 0
         /// Created for a view and not adopted by a `get` or `queue`: dropped when no view holds it any more.
         var tentative = false
+        /// An ordinary `queue` asked for it (the durable queue may hold it): a client leaving never lets it go.
+        var queued = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
@@ -213,7 +215,10 @@ public struct Scheduler: Sendable {
                                atFront: Bool = false) -> (QueueOutcome, [Action]) {
         let key = url.key
         if var task = tasks[key] {
-            if !tentative { task.tentative = false }
+            if !tentative {
+                task.tentative = false
+                task.queued = true
+            }
             if atFront, task.lane == .slow, task.state == .waiting {
                 task.ticket = takeTicket()
                 slowQueue.pushFront(.init(key: key, ticket: task.ticket))
@@ -224,7 +229,7 @@ public struct Scheduler: Sendable {
         if cache == .fresh { return (.cached, []) }
         if let failure = rememberedFailure(key, now: now) { return (.skipped(failure), []) }
         insert(Task(key: key, host: url.authority, lane: .slow, state: .waiting, revalidate: cache == .stale,
-                    tentative: tentative), atFront: atFront)
+                    tentative: tentative, queued: !tentative), atFront: atFront)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return (.queued, actions)
@@ -357,13 +362,31 @@ public struct Scheduler: Sendable {
 
     /// A client went away: its waiters leave without an answer; their fetches go on. Each task's waiters are
     /// filtered once, however many of them were the client's (one at a time, 100,000 gets of one URL cost seconds).
+    ///
     public mutating func disconnect(client: UInt64) -> [Action] {
+        disconnect(client: client, urgentKept: .max, now: Moment(milliseconds: 0))
+    }
+
+    /// `disconnect(client:)`, except while more than `urgentKept` tasks wait in the fast lane: then the urgent tasks
+    /// that only this client's `get`s asked for, that nobody waits for any more and that have not started are let go
+    /// (`letGo`), its most recent requests first, until `urgentKept` wait. A client that asked for thousands of URLs
+    /// and left, again and again, kept them all in memory, and the background lane suspended behind work nobody
+    /// waited for.
+    public mutating func disconnect(client: UInt64, urgentKept: Int, now: Moment) -> [Action] {
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
         for key in Set(waiters.values) {
             tasks[key]?.waiters.removeAll { $0.client == client }
         }
         counts.waiters -= waiters.count
-        return []
+        guard counts.fastWaiting > urgentKept else { return [] }
+        var actions: [Action] = []
+        for (_, key) in waiters.sorted(by: { $0.key.request > $1.key.request }) where counts.fastWaiting > urgentKept {
+            guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty, !task.queued,
+                  !task.tentative, !task.parked, holds[key] == nil else { continue }
+            remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+        }
+        if !actions.isEmpty { admit(now: now, into: &actions) }
+        return actions
     }
 
     /// Waiters stop waiting (a view's rows scrolled out of sight); each fetch goes on, as background work when
@@ -711,8 +734,10 @@ public struct Scheduler: Sendable {
             .max { $0.startOrder < $1.startOrder }?.key
     }
 
-    /// Removes a task in any state, answering its waiters.
-    private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action]) {
+    /// Removes a task in any state, answering its waiters; `lettingGo`, its fetch was never done and what the durable
+    /// queue holds for it stays.
+    private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action],
+                                 lettingGo: Bool = false) {
         guard let task = tasks.removeValue(forKey: key) else { return }
         if task.parked { parkedCount -= 1 }
         switch task.state {
@@ -729,7 +754,7 @@ public struct Scheduler: Sendable {
             unregister(waiter)
             actions.append(.answer(waiter, answer))
         }
-        actions.append(.forget(key: key))
+        actions.append(lettingGo ? .letGo(key: key) : .forget(key: key))
     }
 
     /// A host's failures in a row are counted up to this; more change nothing.

@@ -323,10 +323,12 @@ final class Daemon {
     // MARK: Clients
 
     /// A client closed: its view's rows go on as background work, its waits go, the scheduler forgets its waiters.
+    /// The fetches only its `get`s asked for go on while at most `backlog_window` urgent tasks wait; the rest are let
+    /// go (what the durable queue holds for them stays).
     private func clientClosed(_ connection: Connection) {
         closeView(of: connection)
         _ = connection.takeAllWaits()
-        apply(scheduler.disconnect(client: connection.id))
+        apply(scheduler.disconnect(client: connection.id, urgentKept: options.backlogWindow, now: .now))
     }
 
     func send<T: Encodable>(_ connection: Connection, _ message: T) { clients.send(connection, message) }
@@ -513,6 +515,14 @@ final class Daemon {
                 telemetry.taskForgotten(key)
                 do {
                     try store.dequeue(key)
+                    try fetches.forget(key)
+                } catch {
+                    Log.error("cannot forget \(key): \(error)")
+                }
+            case .letGo(let key):
+                backlog.forget(key)
+                telemetry.taskForgotten(key)
+                do {
                     try fetches.forget(key)
                 } catch {
                     Log.error("cannot forget \(key): \(error)")

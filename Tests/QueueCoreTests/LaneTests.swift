@@ -347,6 +347,36 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
     }
 
+    @Test("a client leaving with more than urgentKept tasks waiting in the fast lane: its orphaned gets let go, latest first; a queued one, one another client waits for, a running one and a view's held one stay")
+    func disconnectLetsGoPastTheBound() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // runs
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))  // waits, the earliest: kept
+        _ = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))   // another client waits for it too
+        _ = s.queue(U.c, cache: .missing, now: t(0))
+        _ = s.get(U.c, waiter: w(1, 5), cache: .missing, now: t(0))   // queued, then promoted
+        s.hold(U.s1.key)
+        _ = s.get(U.s1, waiter: w(1, 6), cache: .missing, now: t(0))   // a view row holds it
+        _ = s.get(U.s2, waiter: w(1, 7), cache: .missing, now: t(0))   // the latest
+        #expect(s.counts.fastWaiting == 6)
+        #expect(s.disconnect(client: 1, urgentKept: 4, now: t(1)) == [.letGo(key: U.s2.key), .letGo(key: U.a3.key)])
+        #expect(s.state(U.a) == .running && s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
+        #expect([U.a2, U.b, U.c, U.s1].allSatisfy { s.lane($0) == .fast } && s.task(U.s2.key) == nil)
+        // Nothing else the client asked for is let go, however low the bound; then the fast lane empties.
+        _ = s.get(U.s2, waiter: w(3, 1), cache: .missing, now: t(1))
+        #expect(s.disconnect(client: 3, urgentKept: 0, now: t(1)) == [.letGo(key: U.s2.key)])
+        _ = s.queue(U.s3, cache: .missing, now: t(1))
+        _ = s.get(U.s4, waiter: w(4, 1), cache: .missing, now: t(1))
+        for key in [U.a2, U.b, U.c, U.s1] { _ = s.cancel(key.key, now: t(2)) }
+        #expect(s.cancel(U.a.key, now: t(2)).contains(start(U.s4, .fast)))
+        #expect(s.disconnect(client: 4, urgentKept: 0, now: t(3)) == [])  // running: it goes on
+        _ = s.get(U.b2, waiter: w(5, 1), cache: .missing, now: t(3))
+        #expect(s.disconnect(client: 5, urgentKept: 0, now: t(3)) == [.letGo(key: U.b2.key)])
+        #expect(s.finish(U.s4.key, .success, now: t(4)) == [.forget(key: U.s4.key), start(U.s3, .slow), .holdBackground(false)])
+    }
+
     @Test("release removes one waiter without an answer; the others and the fetch go on")
     func release() {
         var s = makeScheduler()

@@ -82,7 +82,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
     case demote(key: Int)
     case promote(key: Int)
     case cancel(key: Int)
-    case disconnect(client: UInt64)
+    /// A client leaves; past `urgentKept` tasks waiting in the fast lane, its orphaned urgent tasks are let go.
+    case disconnect(client: UInt64, urgentKept: Int)
     /// Waiters that stop waiting together (a view's rows scrolled out of sight).
     case release([Waiter])
     case hold(key: Int)
@@ -114,7 +115,8 @@ enum Op: Equatable, Sendable, CustomStringConvertible {
         case .demote(let key): return "demote \(k(key))"
         case .promote(let key): return "promote \(k(key))"
         case .cancel(let key): return "cancel \(k(key))"
-        case .disconnect(let client): return "disconnect client \(client)"
+        case .disconnect(let client, let kept):
+            return "disconnect client \(client)\(kept == .max ? "" : ", keeping \(kept) urgent tasks waiting")"
         case .release(let waiters): return "release \(waiters.map(\.description).joined(separator: ", "))"
         case .finish(let key, let kind): return "finish \(k(key)): \(kind)"
         case .tail(let key): return "tail of \(k(key))"
@@ -153,6 +155,7 @@ enum Situation: String, CaseIterable {
     case attemptGivenBack = "background work that did not reach a host failing already: the attempt given back"
     case failuresForgotten = "a host's failures in a row forgotten after a long quiet time"
     case releasedAndDemoted = "the last waiter released, the task demoted"
+    case letGo = "a client left: urgent tasks only its gets asked for let go, past the fast lane's bound"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
@@ -241,6 +244,8 @@ struct Runner {
     var tentative: Set<String> = []
     var holds: [String: Int] = [:]
     var parked: Set<String> = []
+    /// Keys an ordinary `queue` asked for while their task lives: a client leaving never lets them go.
+    var queued: Set<String> = []
     /// Per host: start tokens left and when they were counted.
     var buckets: [String: (tokens: Double, at: Moment)] = [:]
     /// Attempts started per task (a resumed park is the same attempt; disk_full gives one back).
@@ -354,6 +359,7 @@ struct Runner {
                 expected = .queued
             }
             guard outcome == expected else { throw fail("queue gave \(outcome), expected \(expected)") }
+            if !isTentative, expected == .queued || expected == .already { queued.insert(key) }
             if case .skipped = outcome { coverage.note(.queueSkipped) }
             if expected == .queued {
                 if isTentative { tentative.insert(key) }
@@ -414,12 +420,27 @@ struct Runner {
                 throw fail("cancel gave \(actions)")
             }
 
-        case .disconnect(let client):
-            let actions = scheduler.disconnect(client: client)
-            guard actions == [] else { throw fail("disconnect gave \(actions)") }
-            for (waiter, state) in waiters where waiter.client == client {
-                if case .pending(let key) = state { leave(waiter, key: key) }
+        case .disconnect(let client, let kept):
+            let gone = waiters.filter { $0.key.client == client }.compactMap { waiter, state -> (Waiter, String)? in
+                if case .pending(let key) = state { (waiter, key) } else { nil }
             }
+            for (waiter, key) in gone { leave(waiter, key: key) }
+            // Let go: the urgent tasks only `get`s asked for, nobody waits for and not started, the client's latest
+            // requests first, while more than `kept` wait in the fast lane.
+            var expected: [Action] = [], fastWaiting = scheduler.counts.fastWaiting
+            for (_, key) in gone.sorted(by: { $0.0.request > $1.0.request }) where fastWaiting > kept {
+                guard let task = scheduler.task(key), task.lane == .fast, task.state == .waiting,
+                      pending[key, default: []].isEmpty, !queued.contains(key), !task.tentative, !parked.contains(key),
+                      holds[key] == nil, !expected.contains(.letGo(key: key)) else { continue }
+                expected.append(.letGo(key: key))
+                fastWaiting -= 1
+            }
+            let actions = kept == .max ? scheduler.disconnect(client: client)
+                : scheduler.disconnect(client: client, urgentKept: kept, now: now)
+            let lettingGo = Array(actions.prefix { if case .letGo = $0 { true } else { false } })
+            guard lettingGo == expected else { throw fail("disconnect gave \(actions), expected \(expected) first") }
+            try process(actions, Allowed())
+            if !lettingGo.isEmpty { coverage.note(.letGo) }
 
         case .release(let batch):
             // Released together, as a scroll does: the same as one at a time, each of which the model checks.
@@ -883,7 +904,17 @@ struct Runner {
                 guard pending[key]?.isEmpty ?? true else { throw fail("\(action) with waiters unanswered: \(pending[key]!)") }
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
                 tentative.remove(key)
+                queued.remove(key)
                 parked.remove(key)
+                attempts[key] = nil
+                tries[key] = nil
+                if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
+                backFromDisk.remove(key)
+
+            case .letGo(let key):
+                guard scheduler.task(key) == nil, running[key] == nil, pending[key, default: []].isEmpty else {
+                    throw fail("\(action), but the task is \(String(describing: scheduler.task(key)))")
+                }
                 attempts[key] = nil
                 tries[key] = nil
                 if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
@@ -1211,7 +1242,11 @@ struct Scenario {
                     op = .promote(key: (coin() ? element(runningSlow).flatMap { RandomWorld.keyIndex[$0] } : nil)
                                   ?? pick(lane: .slow) ?? key)
                 case 46..<50: op = .cancel(key: pick(lane: nil) ?? key)
-                case 50..<53: op = .disconnect(client: UInt64(roll(RandomWorld.clients)))
+                case 50..<53:
+                    // Odd clients leave with a bound on the urgent tasks kept (drawn without a roll of its own, so
+                    // that the other steps stay as they were).
+                    let client = roll(RandomWorld.clients)
+                    op = .disconnect(client: UInt64(client), urgentKept: client % 2 == 0 ? .max : client / 2 % 3)
                 case 53..<57:
                     // Mostly a waiter that still waits (the release that demotes, or parks, its task).
                     let waiting = runner.waiters.filter { if case .pending = $0.value { true } else { false } }.keys

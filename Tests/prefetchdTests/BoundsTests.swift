@@ -128,6 +128,91 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
+    @Test("all clients together may have 65,536 requests waiting, and an `evict --all` under way counts as one: past that a get or an evict --all is refused at once, naming the bound")
+    func waitingRequestsOfAllClientsAreBounded() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/waited.jpg?delay=5")
+        let gets = (0..<8_192).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined()
+        var clients: [RawConnection] = []
+        for _ in 0..<8 {
+            let client = try RawConnection(socket: daemon.socket)
+            _ = client.receive()  // the greeting
+            let payload = Array((gets + "{\"id\":\"p\",\"op\":\"ping\"}\n").utf8), fd = client.fd
+            Thread {
+                var sent = 0
+                while sent < payload.count {
+                    let count = payload[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+                    guard count > 0 else { return }
+                    sent += count
+                }
+            }.start()
+            // Lines are handled in order: the ping's reply says every get before it waits.
+            #expect(client.receive()?["id"] as? String == "p")
+            clients.append(client)
+        }
+        func refusal(_ connection: RawConnection, _ line: String) -> String? {
+            connection.send(line)
+            let reply = connection.receive()
+            return (reply?["error"] as? [String: Any]).flatMap { $0["code"] as? String == "bad_request" ? $0["message"] as? String : nil }
+        }
+        let own = refusal(clients[0], "{\"id\":\"e\",\"op\":\"evict\",\"all\":true}\n")
+        #expect(own?.contains("requests of this client wait") == true, "\(String(describing: own))")
+        let late = try RawConnection(socket: daemon.socket)
+        _ = late.receive()
+        let get = refusal(late, "{\"id\":1,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n")
+        #expect(get?.contains("65536 requests of all clients wait") == true, "\(String(describing: get))")
+        let evict = refusal(late, "{\"id\":2,\"op\":\"evict\",\"all\":true}\n")
+        #expect(evict?.contains("of all clients") == true, "\(String(describing: evict))")
+        late.send("{\"id\":3,\"op\":\"ping\"}\n")
+        #expect(late.receive()?["ok"] as? Bool == true)
+        clients.removeAll()  // they go: their waits with them
+        #expect(waitUntil(seconds: 10) {
+            late.send("{\"id\":4,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n")
+            return late.receive()?["ok"] as? Bool == true
+        }, "a get is served once the clients that held the waits left")
+        #expect(try origin.count("/waited.jpg") == 1)
+    }
+
+    @Test("a client that leaves lets go of the urgent fetches only its gets asked for while over 1,024 wait in the fast lane, its latest first; a URL it also queued stays: three clients leaving 2,000 gets each held 6,000 tasks")
+    func urgentWorkOfGoneClientsIsBounded() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        func fastWaiting() -> Int? {
+            let status = try? JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+            return (status?["fast"] as? [String: Any])?["waiting"] as? Int
+        }
+        let queued = origin.url("/a-queued.jpg?delay=60")
+        for client in 0..<3 {
+            do {
+                let connection = try RawConnection(socket: daemon.socket)
+                _ = connection.receive()  // the greeting
+                connection.send((0..<2_000).map {
+                    "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(origin.url("/left/\(client)/\($0).jpg?delay=60"))\"}\n"
+                }.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n")
+                #expect(connection.receive()?["id"] as? String == "p")
+                if client == 2 {
+                    // Queued (durable) while urgent work waits, then asked for by the client that leaves: its latest request.
+                    #expect(daemon.ctl("queue", queued).status == 0)
+                    connection.send("{\"id\":\"q\",\"op\":\"get\",\"url\":\"\(queued)\"}\n{\"id\":\"p\",\"op\":\"ping\"}\n")
+                    #expect(connection.receive()?["id"] as? String == "p")
+                }
+                #expect((fastWaiting() ?? 0) >= 1_992, "the gets wait")
+            }  // the client goes
+            let left = client == 2 ? 1_025 : 1_024  // the queued URL on top
+            #expect(waitUntil(seconds: 10) { fastWaiting() == left }, "\(daemon.ctl("status", "--json").stdout)")
+        }
+        let listed = daemon.ctl("list", "--limit", "2000", "--json")
+        let list = try #require(try JSONSerialization.jsonObject(with: listed.stdoutData) as? [String: Any], "\(listed.stderr)")
+        let urls = (list["tasks"] as? [[String: Any]] ?? []).compactMap { $0["url"] as? String }
+        #expect(urls.count == 8 + 1_025, "8 running, 1,025 waiting: \(urls.count)")
+        #expect(urls.contains(queued), "the queued URL stays")
+        let kept = urls.filter { $0.contains("/left/") }
+        #expect(kept.allSatisfy { $0.contains("/left/0/") }, "the first client's earliest gets are kept, the others let go")
+        let latestKept = kept.compactMap { Int($0.split(separator: "/").last!.split(separator: ".").first!) }.max()
+        #expect(latestKept == 1_031, "requests 0 to 1,031 of the first client: \(String(describing: latestKept))")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()

@@ -12,9 +12,11 @@ final class Clients {
     private let loop: EventLoop
     private var connections: [UInt64: Connection] = [:]
     /// What all connections hold unsent (`outputBudget` bounds it).
-    private let output = ByteLedger()
+    private let output = Tally()
     /// What all connections hold of request lines not finished yet (`inputBudget` bounds it).
-    private let input = ByteLedger()
+    private let input = Tally()
+    /// Requests and visible rows all connections have waiting (`Connection.maximumWaitsInAll` bounds it).
+    private let waits = Tally()
     /// Unfinished request lines all clients may hold: past it, the clients that have held theirs longest are closed
     /// (4,000 clients each sending half of a 64 KiB line held 258 MB).
     static let inputBudget = 16 << 20
@@ -183,7 +185,7 @@ final class Clients {
             dirty.removeAll()
             for id in flushing { flushConnection(id) }
         }
-        if output.bytes > outputBudget { shedOutput() }
+        if output.total > outputBudget { shedOutput() }
     }
 
     /// At shutdown: what can be written at once, is.
@@ -230,7 +232,7 @@ final class Clients {
                 continue
             }
             nextClientID += 1
-            let connection = Connection(id: nextClientID, fd: fd, output: output, input: input)
+            let connection = Connection(id: nextClientID, fd: fd, output: output, input: input, waits: waits)
             do {
                 try connection.register(on: loop) { [unowned self] events in self.connectionReady(connection, events) }
             } catch {
@@ -289,7 +291,7 @@ final class Clients {
                 return
             }
             if count == 0 { return }
-            if input.bytes > Self.inputBudget {
+            if input.total > Self.inputBudget {
                 shedInput()
                 if connections[connection.id] == nil { return }
             }
@@ -304,7 +306,7 @@ final class Clients {
         let stalest = connections.values.filter { $0.unfinishedInput > 0 }
             .sorted { ($0.unfinishedSince ?? now) < ($1.unfinishedSince ?? now) }
         for connection in stalest {
-            guard input.bytes > Self.inputBudget else { break }
+            guard input.total > Self.inputBudget else { break }
             inputSheds.log("closing client \(connection.id): it has held \(connection.unfinishedInput) bytes of an unfinished "
                            + "request line for \(now - (connection.unfinishedSince ?? now)) ms, and the unfinished lines of all "
                            + "clients passed \(Self.inputBudget / (1 << 20)) MiB")
@@ -342,9 +344,9 @@ final class Clients {
     private func shedOutput() {
         let share = outputBudget / max(1, connections.count)
         for connection in connections.values.sorted(by: { $0.unsent > $1.unsent }) {
-            guard output.bytes > outputBudget else { break }
+            guard output.total > outputBudget else { break }
             Log.warning("closing client \(connection.id): \(connection.unsent) bytes of replies and events unread, over its "
-                        + "share (\(share) bytes) of output_budget (\(outputBudget) bytes, \(output.bytes) unsent in all)")
+                        + "share (\(share) bytes) of output_budget (\(outputBudget) bytes, \(output.total) unsent in all)")
             close(connection)
         }
     }

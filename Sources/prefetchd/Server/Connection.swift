@@ -3,14 +3,15 @@ import Glibc
 import PrefetchProtocol
 import QueueCore
 
-/// Bytes buffered for all clients: replies and events not yet written, or request lines not yet finished.
-final class ByteLedger {
-    private(set) var bytes = 0
+/// What all clients hold together: bytes of replies and events not yet written, bytes of request lines not yet
+/// finished, or requests waiting for their answers.
+final class Tally {
+    private(set) var total = 0
 
-    func add(_ count: Int) { bytes += count }
+    func add(_ count: Int) { total += count }
 
-    /// Bytes written or handled, or dropped with a connection that is gone.
-    func release(_ count: Int) { bytes -= count }
+    /// Written, handled or answered, or dropped with a connection that is gone.
+    func release(_ count: Int) { total -= count }
 }
 
 /// Who an answer goes to: the reply to a request, or a view's event about one of its rows.
@@ -61,22 +62,26 @@ final class Connection {
     /// A watcher with more than this unsent misses events until it catches up: a slow reader gets fresh snapshots,
     /// not a queue of old ones.
     static let eventBacklog = 8 * 1024
-    private let outputLedger: ByteLedger
-    private let inputLedger: ByteLedger
+    private let outputLedger: Tally
+    private let inputLedger: Tally
+    /// Requests and visible rows waiting, of all clients.
+    private let waitLedger: Tally
     /// Since when (monotonic ms) the client holds an unfinished request line: since that line's first bytes came,
     /// or the bytes that finished the line before it.
     private(set) var unfinishedSince: Int64?
 
-    init(id: UInt64, fd: Int32, output: ByteLedger, input: ByteLedger) {
+    init(id: UInt64, fd: Int32, output: Tally, input: Tally, waits: Tally) {
         self.id = id
         self.fd = fd
         outputLedger = output
         inputLedger = input
+        waitLedger = waits
     }
 
     deinit {
         outputLedger.release(unsent)
         inputLedger.release(input.unfinished)
+        waitLedger.release(waitCount)
     }
 
     // MARK: What it waits for
@@ -86,16 +91,24 @@ final class Connection {
     func addWait(for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
         lastRequest += 1
         waits[lastRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
+        waitLedger.add(1)
         return Waiter(client: id, request: lastRequest)
     }
 
     /// Takes the wait `waiter` stands for; nil when it went (a hidden view row).
     @discardableResult
-    func takeWait(_ waiter: Waiter) -> Wait? { waits.removeValue(forKey: waiter.request) }
+    func takeWait(_ waiter: Waiter) -> Wait? {
+        guard let wait = waits.removeValue(forKey: waiter.request) else { return nil }
+        waitLedger.release(1)
+        return wait
+    }
 
     /// Takes every wait: the client closed, or the daemon is shutting down.
     func takeAllWaits() -> [Wait] {
-        defer { waits.removeAll() }
+        defer {
+            waitLedger.release(waits.count)
+            waits.removeAll()
+        }
         return Array(waits.values)
     }
 
@@ -109,34 +122,44 @@ final class Connection {
             || variantWaits.values.contains { $0.contains { $0.isRequest } }
     }
 
-    /// Its `evict --all` requests under way.
-    var evictions = 0
+    /// Its `evict --all` requests under way (they count as waiting requests).
+    var evictions = 0 {
+        didSet { waitLedger.add(evictions - oldValue) }
+    }
 
     /// The most requests and visible rows one client may have waiting: a million pipelined gets of one slow URL held
     /// 330 MB, then 407 MB of replies built in one turn.
     static let maximumWaits = 8_192
+    /// The most all clients together may have waiting: 100 clients of 8,192 gets each would hold 800,000 tasks.
+    static let maximumWaitsInAll = 65_536
 
-    /// Its requests and visible rows waiting for a URL or a variant.
-    private var waitCount: Int { waits.count + variantWaitCount }
+    /// Its requests and visible rows waiting for a URL or a variant, and its `evict --all` requests under way.
+    private var waitCount: Int { waits.count + variantWaitCount + evictions }
     private var variantWaitCount = 0
 
     /// Why it may not have one more request waiting, if it may not.
     var waitsFull: WireError? {
-        guard waitCount >= Self.maximumWaits else { return nil }
-        return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already, the most one "
-                         + "client may have waiting: read those first")
+        if waitCount >= Self.maximumWaits {
+            return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already, the most "
+                             + "one client may have waiting: read those first")
+        }
+        guard waitLedger.total >= Self.maximumWaitsInAll else { return nil }
+        return WireError(.badRequest, "\(waitLedger.total) requests of all clients wait for their answers already, the "
+                         + "most the daemon lets wait: ask again once some are answered")
     }
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) {
         variantWaits[job, default: []].append(recipient)
         variantWaitCount += 1
+        waitLedger.add(1)
     }
 
     /// Takes who waits for `job`'s variant, in the order they asked.
     func takeVariantWaits(_ job: Variants.Job) -> [Recipient] {
         let recipients = variantWaits.removeValue(forKey: job) ?? []
         variantWaitCount -= recipients.count
+        waitLedger.release(recipients.count)
         return recipients
     }
 
@@ -144,6 +167,7 @@ final class Connection {
     func takeAllVariantWaits() -> [Recipient] {
         defer {
             variantWaits.removeAll()
+            waitLedger.release(variantWaitCount)
             variantWaitCount = 0
         }
         return variantWaits.values.flatMap { $0 }

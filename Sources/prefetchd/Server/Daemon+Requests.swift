@@ -17,6 +17,7 @@ extension Daemon {
     /// `evict --all`: every entry cached when it came but those in use, evicted about 2 ms a turn so that the other
     /// clients are served meanwhile (in one call, 30,000 entries held every client 0.6 s); answered when done.
     func evictAll(_ id: RequestID?, _ connection: Connection) {
+        if let full = connection.waitsFull { return fail(connection, id, full) }
         do {
             evictions.append(Eviction(connection: connection, id: id, last: try store.lastEntryRow()))
             connection.evictions += 1
