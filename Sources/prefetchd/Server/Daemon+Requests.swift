@@ -95,8 +95,7 @@ extension Daemon {
     }
 
     func list(_ limit: Int, _ id: RequestID?, _ connection: Connection) {
-        let tasks = scheduler.allTasks.sorted { ($0.state == .running ? 0 : 1, $0.key) < ($1.state == .running ? 0 : 1, $1.key) }
-        reply(connection, id, TaskList(tasks: tasks.prefix(limit).map(summary), backlog: backlogOnly))
+        reply(connection, id, TaskList(tasks: scheduler.firstTasks(limit).map(summary), backlog: backlogOnly))
     }
 
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.

@@ -37,7 +37,7 @@ extension Daemon {
         event.waitingForDisk = scheduler.waitingForDiskUntil.map { $0.wallClockMilliseconds / 1000 }
         event.background = backgroundState
         event.backlog = backlogOnly
-        let running = scheduler.allTasks.filter { $0.state == .running }.sorted { $0.key < $1.key }
+        let running = scheduler.runningTasks
         event.transfers = telemetry.transfers(running.compactMap { task in
             fetches.progress(task.key).map { (task.key, task.lane, $0.received, $0.expected) }
         })
