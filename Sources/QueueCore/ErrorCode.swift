@@ -27,5 +27,7 @@ public enum ErrorCode: String, Codable, CaseIterable, Sendable {
     case quarantined
     /// A new client when as many are connected as the descriptor limit leaves room for.
     case tooManyClients = "too_many_clients"
+    /// As many requests of all clients wait for their answers as the daemon lets wait: ask again once some are.
+    case busy
     case `internal`
 }

@@ -40,7 +40,7 @@ enum ExitCode {
         switch error.knownCode {
         case .schemeNotAllowed where url.map { (try? CanonicalURL($0)) != nil } == true: return failed
         case .invalidURL, .schemeNotAllowed, .badRequest, .unknownOp, .lineTooLong, .unauthorized: return rejected
-        case .shuttingDown, .tooManyClients: return unreachable
+        case .shuttingDown, .tooManyClients, .busy: return unreachable
         default: return failed
         }
     }

@@ -35,8 +35,8 @@ enum Help {
         `-` reads URLs from stdin, one per line. Human messages go to stderr, data to stdout.
 
         Exit codes: 0 ok, 1 a fetch failed, 2 usage error (the command line is wrong: found before connecting, for
-        every verb), 3 daemon unreachable (or shutting down, or no room for another client), 4 request rejected
-        (invalid URL, scheme not allowed in it, bad request, unauthorized), 5 timeout.
+        every verb), 3 daemon unreachable (or shutting down, or no room for another client or request), 4 request
+        rejected (invalid URL, scheme not allowed in it, bad request, unauthorized), 5 timeout.
 
         Example:
           feh "$(prefetchctl get https://example.com/a.jpg)"

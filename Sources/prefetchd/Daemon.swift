@@ -523,7 +523,8 @@ final class Daemon {
                 backlog.forget(key)
                 telemetry.taskForgotten(key)
                 do {
-                    try fetches.forget(key)
+                    // A URL the durable queue still holds keeps its partial body, to resume when its turn comes.
+                    if store.partialValidator(key) != nil, try !store.isQueued(key) { try fetches.forget(key) }
                 } catch {
                     Log.error("cannot forget \(key): \(error)")
                 }

@@ -128,12 +128,18 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
-    @Test("all clients together may have 65,536 requests waiting, and an `evict --all` under way counts as one: past that a get or an evict --all is refused at once, naming the bound")
+    @Test("all clients together may have 65,536 requests waiting, and an `evict --all` under way counts as one: past that a get or an evict --all is refused `busy` at once, naming the bound (prefetchctl exits 3); a view's rows are not counted")
     func waitingRequestsOfAllClientsAreBounded() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
         let url = origin.url("/waited.jpg?delay=5")
         let gets = (0..<8_192).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined()
+        // A view's visible rows have the views' own bounds and are not counted here: 20 of them wait meanwhile.
+        let viewer = try RawConnection(socket: daemon.socket)
+        _ = viewer.receive()
+        let rows = (0..<20).map { "\"" + origin.url("/row/\($0).jpg?delay=4") + "\"" }.joined(separator: ",")
+        viewer.send("{\"id\":1,\"op\":\"view\",\"urls\":[\(rows)],\"first\":0,\"last\":19,\"ahead\":0,\"behind\":0}\n")
+        #expect(viewer.receive()?["ok"] as? Bool == true)
         var clients: [RawConnection] = []
         for _ in 0..<8 {
             let client = try RawConnection(socket: daemon.socket)
@@ -147,27 +153,30 @@ struct BoundsTests {
                     sent += count
                 }
             }.start()
-            // Lines are handled in order: the ping's reply says every get before it waits.
-            #expect(client.receive()?["id"] as? String == "p")
+            // Lines are handled in order: the ping's reply, first, says every get before it waits (none refused).
+            let first = client.receive()
+            #expect(first?["id"] as? String == "p", "\(String(describing: first))")
             clients.append(client)
         }
-        func refusal(_ connection: RawConnection, _ line: String) -> String? {
+        func refusal(_ connection: RawConnection, _ line: String, code: String) -> String? {
             connection.send(line)
             let reply = connection.receive()
-            return (reply?["error"] as? [String: Any]).flatMap { $0["code"] as? String == "bad_request" ? $0["message"] as? String : nil }
+            return (reply?["error"] as? [String: Any]).flatMap { $0["code"] as? String == code ? $0["message"] as? String : nil }
         }
-        let own = refusal(clients[0], "{\"id\":\"e\",\"op\":\"evict\",\"all\":true}\n")
+        let own = refusal(clients[0], "{\"id\":\"e\",\"op\":\"evict\",\"all\":true}\n", code: "bad_request")
         #expect(own?.contains("requests of this client wait") == true, "\(String(describing: own))")
         let late = try RawConnection(socket: daemon.socket)
         _ = late.receive()
-        let get = refusal(late, "{\"id\":1,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n")
+        let get = refusal(late, "{\"id\":1,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n", code: "busy")
         #expect(get?.contains("65536 requests of all clients wait") == true, "\(String(describing: get))")
-        let evict = refusal(late, "{\"id\":2,\"op\":\"evict\",\"all\":true}\n")
+        let evict = refusal(late, "{\"id\":2,\"op\":\"evict\",\"all\":true}\n", code: "busy")
         #expect(evict?.contains("of all clients") == true, "\(String(describing: evict))")
+        let refused = daemon.ctl("get", origin.url("/other.jpg"))
+        #expect(refused.status == 3 && refused.stderr.contains("busy"), "exit 3, as no room: \(refused)")
         late.send("{\"id\":3,\"op\":\"ping\"}\n")
         #expect(late.receive()?["ok"] as? Bool == true)
         clients.removeAll()  // they go: their waits with them
-        #expect(waitUntil(seconds: 10) {
+        #expect(waitUntil(seconds: 30) {  // behind the view's rows in the fast lane
             late.send("{\"id\":4,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n")
             return late.receive()?["ok"] as? Bool == true
         }, "a get is served once the clients that held the waits left")

@@ -64,7 +64,7 @@ final class Connection {
     static let eventBacklog = 8 * 1024
     private let outputLedger: Tally
     private let inputLedger: Tally
-    /// Requests and visible rows waiting, of all clients.
+    /// Requests waiting, of all clients (view rows have the views' own bounds).
     private let waitLedger: Tally
     /// Since when (monotonic ms) the client holds an unfinished request line: since that line's first bytes came,
     /// or the bytes that finished the line before it.
@@ -81,7 +81,7 @@ final class Connection {
     deinit {
         outputLedger.release(unsent)
         inputLedger.release(input.unfinished)
-        waitLedger.release(waitCount)
+        waitLedger.release(waitingRequests)
     }
 
     // MARK: What it waits for
@@ -91,7 +91,7 @@ final class Connection {
     func addWait(for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
         lastRequest += 1
         waits[lastRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
-        waitLedger.add(1)
+        if recipient.isRequest { countRequests(1) }
         return Waiter(client: id, request: lastRequest)
     }
 
@@ -99,17 +99,16 @@ final class Connection {
     @discardableResult
     func takeWait(_ waiter: Waiter) -> Wait? {
         guard let wait = waits.removeValue(forKey: waiter.request) else { return nil }
-        waitLedger.release(1)
+        if wait.recipient.isRequest { countRequests(-1) }
         return wait
     }
 
     /// Takes every wait: the client closed, or the daemon is shutting down.
     func takeAllWaits() -> [Wait] {
-        defer {
-            waitLedger.release(waits.count)
-            waits.removeAll()
-        }
-        return Array(waits.values)
+        defer { waits.removeAll() }
+        let taken = Array(waits.values)
+        countRequests(-taken.count { $0.recipient.isRequest })
+        return taken
     }
 
     /// The keys it waits for: their files stay in the cache until then.
@@ -124,7 +123,7 @@ final class Connection {
 
     /// Its `evict --all` requests under way (they count as waiting requests).
     var evictions = 0 {
-        didSet { waitLedger.add(evictions - oldValue) }
+        didSet { countRequests(evictions - oldValue) }
     }
 
     /// The most requests and visible rows one client may have waiting: a million pipelined gets of one slow URL held
@@ -136,6 +135,13 @@ final class Connection {
     /// Its requests and visible rows waiting for a URL or a variant, and its `evict --all` requests under way.
     private var waitCount: Int { waits.count + variantWaitCount + evictions }
     private var variantWaitCount = 0
+    /// Of those, the requests: what it counts in the all-clients tally.
+    private var waitingRequests = 0
+
+    private func countRequests(_ change: Int) {
+        waitingRequests += change
+        waitLedger.add(change)
+    }
 
     /// Why it may not have one more request waiting, if it may not.
     var waitsFull: WireError? {
@@ -144,22 +150,22 @@ final class Connection {
                              + "one client may have waiting: read those first")
         }
         guard waitLedger.total >= Self.maximumWaitsInAll else { return nil }
-        return WireError(.badRequest, "\(waitLedger.total) requests of all clients wait for their answers already, the "
-                         + "most the daemon lets wait: ask again once some are answered")
+        return WireError(.busy, "\(waitLedger.total) requests of all clients wait for their answers already, the most "
+                         + "the daemon lets wait: ask again once some are answered")
     }
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) {
         variantWaits[job, default: []].append(recipient)
         variantWaitCount += 1
-        waitLedger.add(1)
+        if recipient.isRequest { countRequests(1) }
     }
 
     /// Takes who waits for `job`'s variant, in the order they asked.
     func takeVariantWaits(_ job: Variants.Job) -> [Recipient] {
         let recipients = variantWaits.removeValue(forKey: job) ?? []
         variantWaitCount -= recipients.count
-        waitLedger.release(recipients.count)
+        countRequests(-recipients.count { $0.isRequest })
         return recipients
     }
 
@@ -167,10 +173,11 @@ final class Connection {
     func takeAllVariantWaits() -> [Recipient] {
         defer {
             variantWaits.removeAll()
-            waitLedger.release(variantWaitCount)
             variantWaitCount = 0
         }
-        return variantWaits.values.flatMap { $0 }
+        let taken = variantWaits.values.flatMap { $0 }
+        countRequests(-taken.count { $0.isRequest })
+        return taken
     }
 
     /// Notes that a reply names `key`'s file: the size limit keeps it until the reply is written.
