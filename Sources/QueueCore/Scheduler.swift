@@ -82,6 +82,9 @@ public struct Scheduler: Sendable {
         var tentative = false
         /// An ordinary `queue` asked for it (the durable queue may hold it): a client leaving never lets it go.
         var queued = false
+        /// Waiting in the fast lane with nobody waiting for it since its client left: set aside, behind the urgent
+        /// work someone waits for.
+        var setAside = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
@@ -103,6 +106,8 @@ public struct Scheduler: Sendable {
     public private(set) var parkedCount = 0
     private var fastQueue = LaneQueue()
     private var slowQueue = LaneQueue()
+    /// Fast tasks set aside (`disconnect`): they start once no task someone waits for can.
+    private var setAsideQueue = LaneQueue()
     private var delayedKeys: Set<String> = []
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
@@ -216,6 +221,7 @@ public struct Scheduler: Sendable {
         } else {
             if !tentative { tasks[key]!.tentative = false }
             promote(key, into: &actions)
+            takeBack(key)
         }
         tasks[key]!.waiters.append(waiter)
         waitersByClient[waiter.client, default: [:]][waiter] = key
@@ -379,6 +385,8 @@ public struct Scheduler: Sendable {
     /// A client went away: its waiters leave without an answer; their fetches go on. Each task's waiters are
     /// filtered once, however many of them were the client's (one at a time, 100,000 gets of one URL cost seconds).
     ///
+    /// The fast tasks that wait and that nobody waits for any more are set aside: they start once no task someone
+    /// waits for can (a client that asked for 1,000 URLs and left delayed every `get` after it).
     public mutating func disconnect(client: UInt64) -> [Action] {
         disconnect(client: client, urgentKept: .max, now: Moment(milliseconds: 0))
     }
@@ -394,12 +402,17 @@ public struct Scheduler: Sendable {
             tasks[key]?.waiters.removeAll { $0.client == client }
         }
         counts.waiters -= waiters.count
-        guard counts.fastWaiting > urgentKept else { return [] }
+        let oldestFirst = waiters.sorted { $0.key.request < $1.key.request }.map(\.value)
         var actions: [Action] = []
-        for (_, key) in waiters.sorted(by: { $0.key.request > $1.key.request }) where counts.fastWaiting > urgentKept {
+        for key in oldestFirst.reversed() where counts.fastWaiting > urgentKept {
             guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty, !task.queued,
                   !task.tentative, !task.parked, holds[key] == nil else { continue }
             remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+        }
+        for key in oldestFirst {
+            guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty,
+                  !task.setAside else { continue }
+            setAside(key)
         }
         if !actions.isEmpty { admit(now: now, into: &actions) }
         return actions
@@ -606,12 +619,31 @@ public struct Scheduler: Sendable {
     private mutating func enqueue(_ key: String, lane: Lane, atFront: Bool) {
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
+        tasks[key]!.setAside = false
         let entry = LaneQueue.Entry(key: key, ticket: ticket)
         switch (lane, atFront) {
         case (.fast, _): fastQueue.pushBack(entry); counts.fastWaiting += 1
         case (.slow, false): slowQueue.pushBack(entry); counts.slowWaiting += 1
         case (.slow, true): slowQueue.pushFront(entry); counts.slowWaiting += 1
         }
+    }
+
+    /// A waiting fast task nobody waits for goes behind the urgent work someone waits for (its entry in the fast
+    /// queue is left stale).
+    private mutating func setAside(_ key: String) {
+        let ticket = takeTicket()
+        tasks[key]!.ticket = ticket
+        tasks[key]!.setAside = true
+        setAsideQueue.pushBack(.init(key: key, ticket: ticket))
+    }
+
+    /// A task set aside is waited for again: it takes its turn in the fast lane, at the end.
+    private mutating func takeBack(_ key: String) {
+        guard tasks[key]?.setAside == true else { return }
+        let ticket = takeTicket()
+        tasks[key]!.ticket = ticket
+        tasks[key]!.setAside = false
+        fastQueue.pushBack(.init(key: key, ticket: ticket))
     }
 
     private mutating func promote(_ key: String, into actions: inout [Action]) {
@@ -902,6 +934,7 @@ public struct Scheduler: Sendable {
             tasks[entry.key].map { $0.ticket == entry.ticket && ($0.state == .waiting || $0.promotionPending) } ?? false
         }
         fastQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
+        setAsideQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
         slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
         self.tasks.shrinkIfSparse()
         waitersByClient.shrinkIfSparse()
@@ -956,6 +989,7 @@ public struct Scheduler: Sendable {
         }
         let entry = lane == .fast
             ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
+                ?? setAsideQueue.popFirst(isLive: isLive, group: host, accept: accept)
             : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
         self.nextToken = nextToken
         if lane == .fast { fastHostsAtLimit = hostsAtLimit }
@@ -973,6 +1007,7 @@ public struct Scheduler: Sendable {
         task.state = .running
         task.inTail = false
         task.responded = false
+        task.setAside = false
         if task.parked {
             task.parked = false
             parkedCount -= 1

@@ -377,6 +377,24 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.s4.key, .success, now: t(4)) == [.forget(key: U.s4.key), start(U.s3, .slow), .holdBackground(false)])
     }
 
+    @Test("the fast tasks a gone client left waiting are set aside: what someone waits for starts first, oldest of theirs next; one asked for again takes its turn at the end of the line")
+    func disconnectSetsAside() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // runs
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
+        _ = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0))
+        #expect(s.disconnect(client: 1) == [])
+        _ = s.get(U.c, waiter: w(2, 1), cache: .missing, now: t(0))
+        _ = s.get(U.a3, waiter: w(3, 1), cache: .missing, now: t(0))  // waited for again
+        #expect(s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key), start(U.c, .fast)])
+        #expect(s.finish(U.c.key, .success, now: t(2)) == [.answer(w(2, 1), .ready), .forget(key: U.c.key), start(U.a3, .fast)])
+        #expect(s.finish(U.a3.key, .success, now: t(3)) == [.answer(w(3, 1), .ready), .forget(key: U.a3.key), start(U.a2, .fast)])
+        #expect(s.finish(U.a2.key, .success, now: t(4)) == [.forget(key: U.a2.key), start(U.b, .fast)])
+        #expect(s.counts.fastWaiting == 0 && s.counts == s.recomputedCounts)
+    }
+
     @Test("release removes one waiter without an answer; the others and the fetch go on")
     func release() {
         var s = makeScheduler()

@@ -222,6 +222,29 @@ struct BoundsTests {
         #expect(latestKept == 1_031, "requests 0 to 1,031 of the first client: \(String(describing: latestKept))")
     }
 
+    @Test("a get made after a client left 300 gets waiting is not put behind them: they start once nothing someone waits for can (it waited 37 rounds of the fast lane)")
+    func getAfterAGoneClientGoesFirst() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        do {
+            let connection = try RawConnection(socket: daemon.socket)
+            _ = connection.receive()  // the greeting
+            connection.send((0..<300).map {
+                "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(origin.url("/gone/\($0).jpg?delay=1"))\"}\n"
+            }.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n")
+            #expect(connection.receive()?["id"] as? String == "p")
+        }  // the client goes, 8 of its gets running
+        func connections() -> Int? {
+            let status = try? JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+            return status?["connections"] as? Int
+        }
+        #expect(waitUntil(seconds: 5) { connections() == 1 }, "only status's own connection")
+        let served = daemon.ctl("get", "--timeout", "15", origin.url("/wanted.jpg"))
+        #expect(served.status == 0, "\(served)")
+        let started = try origin.stats().counts.filter { $0.key.hasPrefix("/gone/") }.values.reduce(0, +)
+        #expect(started < 32, "the gone client's gets started before it: \(started)")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()
