@@ -56,7 +56,10 @@ final class Scratch {
             try pixbuf.cropped(x: band.x, y: band.y, width: band.width, height: band.height).fill(band.color)
         }
         let target = file(name)
-        try pixbuf.save(to: target, type: type, options: type == "jpeg" && options.isEmpty ? [("quality", "80")] : options)
+        let fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SystemError(call: "open", errno: errno, detail: target) }
+        defer { close(fd) }
+        try pixbuf.save(into: fd, type: type, options: type == "jpeg" && options.isEmpty ? [("quality", "80")] : options)
         return target
     }
 }

@@ -23,9 +23,4 @@ struct GLibError: Error, CustomStringConvertible, Sendable {
     }
 
     var description: String { "\(call): \(message)" }
-
-    /// Whether the error is GLib's file error for a full disk or an exhausted quota.
-    var isNoSpace: Bool {
-        domain == g_file_error_quark() && code == Int32(G_FILE_ERROR_NOSPC.rawValue)
-    }
 }

@@ -1,4 +1,5 @@
 import CGdkPixbuf
+import Glibc
 
 /// One reference to a GdkPixbuf, dropped in `deinit`; confined to the thread that made it.
 final class Pixbuf {
@@ -91,17 +92,67 @@ final class Pixbuf {
         return (0..<channels).map { base[$0] }
     }
 
-    /// Encodes to `path` with a gdk-pixbuf saver (`jpeg`, `png`, …) and its options (`quality` for JPEG).
-    func save(to path: String, type: String, options: [(key: String, value: String)] = []) throws(GLibError) {
+    /// Encodes with a gdk-pixbuf saver (`jpeg`, `png`, …) and its options (`quality` for JPEG) into `fd`, written
+    /// here, so that a failed write keeps its errno (a full disk, a quota): the savers' own messages lose it ("Output
+    /// file write error --- out of disk space?").
+    func save(into fd: Int32, type: String, options: [(key: String, value: String)] = []) throws(EncodingError) {
         var keys: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.key) } + [nil]
         var values: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.value) } + [nil]
         defer { (keys + values).forEach { free($0) } }
+        let output = EncodedOutput(fd: fd)
         var error: UnsafeMutablePointer<GError>?
-        let saved = keys.withUnsafeMutableBufferPointer { keys in
-            values.withUnsafeMutableBufferPointer { values in
-                gdk_pixbuf_savev(handle, path, type, keys.baseAddress, values.baseAddress, &error)
+        let saved = withExtendedLifetime(output) {
+            keys.withUnsafeMutableBufferPointer { keys in
+                values.withUnsafeMutableBufferPointer { values in
+                    gdk_pixbuf_save_to_callbackv(handle, writeEncoded, Unmanaged.passUnretained(output).toOpaque(), type,
+                                                 keys.baseAddress, values.baseAddress, &error)
+                }
             }
         }
-        guard saved != 0 else { throw GLibError("gdk_pixbuf_savev \(type) \(path)", taking: error) }
+        guard saved == 0 else { return }
+        let encoder = GLibError("gdk_pixbuf_save_to_callbackv \(type)", taking: error)
+        throw output.failedWrite.map(EncodingError.write) ?? .encoder(encoder)
     }
+}
+
+/// Why an image could not be encoded into a file.
+enum EncodingError: Error, CustomStringConvertible {
+    /// The encoder failed.
+    case encoder(GLibError)
+    /// Writing what it made failed.
+    case write(SystemError)
+
+    var description: String {
+        switch self {
+        case .encoder(let error): "\(error)"
+        case .write(let error): "\(error)"
+        }
+    }
+}
+
+/// Where `writeEncoded` puts an encoder's bytes, and its first failed write.
+private final class EncodedOutput {
+    let fd: Int32
+    var failedWrite: SystemError?
+
+    init(fd: Int32) { self.fd = fd }
+}
+
+/// gdk-pixbuf's save callback: writes each piece whole to the `EncodedOutput` it is given; a failed write stops the
+/// encoder (returning false with an error set, as the callback must).
+private let writeEncoded: GdkPixbufSaveFunc = { bytes, count, error, data in
+    let output = Unmanaged<EncodedOutput>.fromOpaque(data!).takeUnretainedValue()
+    var written = 0
+    while written < Int(count) {
+        let result = write(output.fd, bytes! + written, Int(count) - written)
+        if result < 0, Glibc.errno == EINTR { continue }
+        guard result > 0 else {
+            let code = result < 0 ? Glibc.errno : EIO
+            output.failedWrite = SystemError(call: "write", errno: code, detail: "of an encoded image")
+            g_set_error_literal(error, g_file_error_quark(), Int32(g_file_error_from_errno(code).rawValue), strerror(code))
+            return 0
+        }
+        written += result
+    }
+    return 1
 }

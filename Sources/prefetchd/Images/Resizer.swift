@@ -158,27 +158,37 @@ enum Resizer {
         let slash = destination.lastIndex(of: "/")
         let directory = slash.map { String(destination[..<$0]) } ?? "."
         let name = slash.map { String(destination[destination.index(after: $0)...]) } ?? destination
-        var template = Array("\(directory.isEmpty ? "" : directory)/.\(name).XXXXXX".utf8CString)
-        let temporary: String
+        var temporary = ""
+        var fd: Int32 = -1
         do throws(SystemError) {
-            let fd = try syscall("mkstemp", "in \(directory)") {
-                template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            // A start-up sweep may delete it before it is noted: then another is made (the sweep passes a name once).
+            while fd < 0 {
+                var template = Array("\(directory)/.\(name).XXXXXX".utf8CString)
+                fd = try syscall("mkstemp", "in \(directory)") {
+                    template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+                }
+                temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+                placed?.note(temporary)
+                var info = stat()
+                if fstat(fd, &info) == 0, info.st_nlink == 0 {
+                    close(fd)
+                    fd = -1
+                }
             }
             fchmod(fd, CacheFiles.fileMode)
-            close(fd)
-            temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-            placed?.note(temporary)  // deleted by a sweep before this, it is made again by the encoder
         } catch {
             throw .imageIO(error)
         }
-        do throws(GLibError) {
+        do throws(EncodingError) {
+            defer { close(fd) }
             let options: [(key: String, value: String)] = format == .jpeg ? [("quality", String(quality))] : []
-            try image.save(to: temporary, type: format.rawValue, options: options)
+            try image.save(into: fd, type: format.rawValue, options: options)
         } catch {
-            // An encoder says a failed write in its own words ("Output file write error --- out of disk space?").
-            let noSpace = error.isNoSpace || CacheFiles.isAboutFull(directory)
             unlink(temporary)
-            throw .imageIO("cannot write the variant: \(error)", noSpace: noSpace)
+            switch error {
+            case .write(let error): throw .imageIO(error)  // a full disk or a quota: disk_full
+            case .encoder(let error): throw .imageIO("cannot write the variant: \(error)")
+            }
         }
         do throws(SystemError) {
             try syscall("rename", "\(temporary) to \(destination)") { rename(temporary, destination) }

@@ -61,10 +61,6 @@ struct CacheFiles {
         }
     }
 
-    /// Whether the file system of `directory` is about full (under a mebibyte free for unprivileged writers): how a
-    /// write whose error does not carry `ENOSPC` (an encoder's own words) is told from other failures.
-    static func isAboutFull(_ directory: String) -> Bool { (availableBytes(under: directory) ?? .max) < 1 << 20 }
-
     /// Makes `directory` where it is missing or something else is (a file or a symbolic link someone put there:
     /// every body or variant whose name begins as its does would fail to be moved into place, or go where the link
     /// points).
