@@ -76,7 +76,8 @@ struct BoundsTests {
             stalled.append(connection)
             usleep(3_000)  // each holds its line from a millisecond of its own
         }
-        #expect(waitUntil(seconds: 10) { stalled.prefix(15).allSatisfy(\.isClosedByPeer) })
+        // Under load the daemon may read a few of them in another order than they were sent: the oldest 60 it is.
+        #expect(waitUntil(seconds: 10) { stalled.count(where: \.isClosedByPeer) >= 15 })
         let closed = stalled.indices.filter { stalled[$0].isClosedByPeer }
         #expect(closed.count >= 15 && closed.count <= 40 && closed.allSatisfy { $0 < 60 }, "\(closed)")
         #expect(daemon.log.contains("of an unfinished request line"), "\(daemon.log.suffix(2000))")
@@ -128,23 +129,23 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
-    @Test("all clients together may have 65,536 requests waiting, and an `evict --all` under way counts as one: past that a get or an evict --all is refused `busy` at once, naming the bound (prefetchctl exits 3); a view's rows are not counted")
+    @Test("all clients together may have 65,536 requests and visible view rows waiting, an `evict --all` under way counting as one: past that a get, an evict --all or a view's scroll is refused `busy` at once, naming the bound (prefetchctl exits 3); a list is still taken")
     func waitingRequestsOfAllClientsAreBounded() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
         let url = origin.url("/waited.jpg?delay=5")
-        let gets = (0..<8_192).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined()
-        // A view's visible rows have the views' own bounds and are not counted here: 20 of them wait meanwhile.
+        // A view's 20 visible rows wait, then 8 clients' gets up to the bound: 7 of 8,192, one of 8,172.
         let viewer = try RawConnection(socket: daemon.socket)
         _ = viewer.receive()
         let rows = (0..<20).map { "\"" + origin.url("/row/\($0).jpg?delay=4") + "\"" }.joined(separator: ",")
         viewer.send("{\"id\":1,\"op\":\"view\",\"urls\":[\(rows)],\"first\":0,\"last\":19,\"ahead\":0,\"behind\":0}\n")
         #expect(viewer.receive()?["ok"] as? Bool == true)
         var clients: [RawConnection] = []
-        for _ in 0..<8 {
+        for index in 0..<8 {
             let client = try RawConnection(socket: daemon.socket)
             _ = client.receive()  // the greeting
-            let payload = Array((gets + "{\"id\":\"p\",\"op\":\"ping\"}\n").utf8), fd = client.fd
+            let gets = (0..<(index < 7 ? 8_192 : 8_172)).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }
+            let payload = Array((gets.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n").utf8), fd = client.fd
             Thread {
                 var sent = 0
                 while sent < payload.count {
@@ -168,9 +169,14 @@ struct BoundsTests {
         let late = try RawConnection(socket: daemon.socket)
         _ = late.receive()
         let get = refusal(late, "{\"id\":1,\"op\":\"get\",\"url\":\"\(origin.url("/other.jpg"))\"}\n", code: "busy")
-        #expect(get?.contains("65536 requests of all clients wait") == true, "\(String(describing: get))")
+        #expect(get?.contains("65536 requests and view rows of all clients wait") == true, "\(String(describing: get))")
         let evict = refusal(late, "{\"id\":2,\"op\":\"evict\",\"all\":true}\n", code: "busy")
         #expect(evict?.contains("of all clients") == true, "\(String(describing: evict))")
+        let list = "{\"id\":5,\"op\":\"view\",\"urls\":[\"\(origin.url("/listed.jpg"))\"]"
+        let scroll = refusal(late, list + ",\"first\":0,\"last\":0}\n", code: "busy")
+        #expect(scroll?.contains("of all clients") == true, "\(String(describing: scroll))")
+        late.send(list + "}\n")
+        #expect(late.receive()?["ok"] as? Bool == true, "a list without visible rows is taken")
         let refused = daemon.ctl("get", origin.url("/other.jpg"))
         #expect(refused.status == 3 && refused.stderr.contains("busy"), "exit 3, as no room: \(refused)")
         late.send("{\"id\":3,\"op\":\"ping\"}\n")

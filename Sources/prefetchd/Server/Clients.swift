@@ -15,7 +15,7 @@ final class Clients {
     private let output = Tally()
     /// What all connections hold of request lines not finished yet (`inputBudget` bounds it).
     private let input = Tally()
-    /// Requests all connections have waiting (`Connection.maximumWaitsInAll` bounds it).
+    /// Requests and visible rows all connections have waiting (`Connection.maximumWaitsInAll` bounds it).
     private let waits = Tally()
     /// Unfinished request lines all clients may hold: past it, the clients that have held theirs longest are closed
     /// (4,000 clients each sending half of a 64 KiB line held 258 MB).

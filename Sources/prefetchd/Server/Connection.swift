@@ -64,7 +64,7 @@ final class Connection {
     static let eventBacklog = 8 * 1024
     private let outputLedger: Tally
     private let inputLedger: Tally
-    /// Requests waiting, of all clients (view rows have the views' own bounds).
+    /// Requests and visible rows waiting, of all clients.
     private let waitLedger: Tally
     /// Since when (monotonic ms) the client holds an unfinished request line: since that line's first bytes came,
     /// or the bytes that finished the line before it.
@@ -81,7 +81,7 @@ final class Connection {
     deinit {
         outputLedger.release(unsent)
         inputLedger.release(input.unfinished)
-        waitLedger.release(waitingRequests)
+        waitLedger.release(waitCount)
     }
 
     // MARK: What it waits for
@@ -91,7 +91,7 @@ final class Connection {
     func addWait(for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
         lastRequest += 1
         waits[lastRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
-        if recipient.isRequest { countRequests(1) }
+        waitLedger.add(1)
         return Waiter(client: id, request: lastRequest)
     }
 
@@ -99,16 +99,17 @@ final class Connection {
     @discardableResult
     func takeWait(_ waiter: Waiter) -> Wait? {
         guard let wait = waits.removeValue(forKey: waiter.request) else { return nil }
-        if wait.recipient.isRequest { countRequests(-1) }
+        waitLedger.release(1)
         return wait
     }
 
     /// Takes every wait: the client closed, or the daemon is shutting down.
     func takeAllWaits() -> [Wait] {
-        defer { waits.removeAll() }
-        let taken = Array(waits.values)
-        countRequests(-taken.count { $0.recipient.isRequest })
-        return taken
+        defer {
+            waitLedger.release(waits.count)
+            waits.removeAll()
+        }
+        return Array(waits.values)
     }
 
     /// The keys it waits for: their files stay in the cache until then.
@@ -123,49 +124,48 @@ final class Connection {
 
     /// Its `evict --all` requests under way (they count as waiting requests).
     var evictions = 0 {
-        didSet { countRequests(evictions - oldValue) }
+        didSet { waitLedger.add(evictions - oldValue) }
     }
 
     /// The most requests and visible rows one client may have waiting: a million pipelined gets of one slow URL held
     /// 330 MB, then 407 MB of replies built in one turn.
     static let maximumWaits = 8_192
-    /// The most all clients together may have waiting: 100 clients of 8,192 gets each would hold 800,000 tasks.
+    /// The most all clients together may have waiting: 100 clients of 8,192 gets each would hold 800,000 tasks, and
+    /// 700 views of 1,000 visible rows 700,000.
     static let maximumWaitsInAll = 65_536
 
     /// Its requests and visible rows waiting for a URL or a variant, and its `evict --all` requests under way.
     private var waitCount: Int { waits.count + variantWaitCount + evictions }
     private var variantWaitCount = 0
-    /// Of those, the requests: what it counts in the all-clients tally.
-    private var waitingRequests = 0
-
-    private func countRequests(_ change: Int) {
-        waitingRequests += change
-        waitLedger.add(change)
-    }
 
     /// Why it may not have one more request waiting, if it may not.
     var waitsFull: WireError? {
-        if waitCount >= Self.maximumWaits {
+        guard waitCount < Self.maximumWaits else {
             return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already, the most "
                              + "one client may have waiting: read those first")
         }
+        return allWaitsFull
+    }
+
+    /// Why no client may have more waiting now, if none may (a view's scroll included).
+    var allWaitsFull: WireError? {
         guard waitLedger.total >= Self.maximumWaitsInAll else { return nil }
-        return WireError(.busy, "\(waitLedger.total) requests of all clients wait for their answers already, the most "
-                         + "the daemon lets wait: ask again once some are answered")
+        return WireError(.busy, "\(waitLedger.total) requests and view rows of all clients wait for their answers "
+                         + "already, the most the daemon lets wait: ask again once some are answered")
     }
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) {
         variantWaits[job, default: []].append(recipient)
         variantWaitCount += 1
-        if recipient.isRequest { countRequests(1) }
+        waitLedger.add(1)
     }
 
     /// Takes who waits for `job`'s variant, in the order they asked.
     func takeVariantWaits(_ job: Variants.Job) -> [Recipient] {
         let recipients = variantWaits.removeValue(forKey: job) ?? []
         variantWaitCount -= recipients.count
-        countRequests(-recipients.count { $0.isRequest })
+        waitLedger.release(recipients.count)
         return recipients
     }
 
@@ -173,11 +173,10 @@ final class Connection {
     func takeAllVariantWaits() -> [Recipient] {
         defer {
             variantWaits.removeAll()
+            waitLedger.release(variantWaitCount)
             variantWaitCount = 0
         }
-        let taken = variantWaits.values.flatMap { $0 }
-        countRequests(-taken.count { $0.isRequest })
-        return taken
+        return variantWaits.values.flatMap { $0 }
     }
 
     /// Notes that a reply names `key`'s file: the size limit keeps it until the reply is written.

@@ -6,6 +6,7 @@ import QueueCore
 /// visible row as it becomes ready.
 extension Daemon {
     func view(_ change: Command.ViewChange, id: RequestID?, connection: Connection, now: Int64) {
+        if change.range != nil, let full = connection.allWaitsFull { return fail(connection, id, full) }
         let existing = connection.view
         let urls = change.urls ?? []
         let keepsRows = change.urls == nil || change.append
