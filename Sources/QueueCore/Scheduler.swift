@@ -82,9 +82,9 @@ public struct Scheduler: Sendable {
         var tentative = false
         /// An ordinary `queue` asked for it (the durable queue may hold it): a client leaving never lets it go.
         var queued = false
-        /// Waiting in the fast lane with nobody waiting for it since its client left: set aside, behind the urgent
-        /// work someone waits for.
-        var setAside = false
+        /// In the fast lane, and nobody waits for it since its client left: whenever it waits there (a retry, a
+        /// park), it waits behind the urgent work someone waits for (`abandonedQueue`).
+        var abandoned = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
@@ -106,8 +106,8 @@ public struct Scheduler: Sendable {
     public private(set) var parkedCount = 0
     private var fastQueue = LaneQueue()
     private var slowQueue = LaneQueue()
-    /// Fast tasks set aside (`disconnect`): they start once no task someone waits for can.
-    private var setAsideQueue = LaneQueue()
+    /// Abandoned fast tasks waiting (`disconnect`): they start once no task someone waits for can.
+    private var abandonedQueue = LaneQueue()
     private var delayedKeys: Set<String> = []
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
@@ -220,8 +220,8 @@ public struct Scheduler: Sendable {
                         tentative: tentative), atFront: false)
         } else {
             if !tentative { tasks[key]!.tentative = false }
-            promote(key, into: &actions)
             takeBack(key)
+            promote(key, into: &actions)
         }
         tasks[key]!.waiters.append(waiter)
         waitersByClient[waiter.client, default: [:]][waiter] = key
@@ -261,6 +261,7 @@ public struct Scheduler: Sendable {
     /// the fast lane is full, goes on as background work until its turn in the fast lane comes.
     public mutating func promote(_ key: String, now: Moment) -> [Action] {
         var actions: [Action] = []
+        takeBack(key)
         promote(key, into: &actions)
         admit(now: now, into: &actions)
         return actions
@@ -271,13 +272,12 @@ public struct Scheduler: Sendable {
     /// such) and is parked otherwise (stopped with its bytes kept) at the front of the slow lane to resume from where
     /// it stopped. Its waiters stay attached. A running slow task waiting for its promotion stays background work.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
-        guard var task = tasks[key] else { return [] }
+        guard tasks[key] != nil else { return [] }
+        tasks[key]!.abandoned = false  // background work from now on
+        var task = tasks[key]!
         if task.promotionPending {
-            tasks[key]!.promotionPending = false
-            // While background work is paused, only a promotion kept a lingering request out: it is parked now.
-            guard task.lingering, backgroundPaused else { return [] }
             var actions: [Action] = []
-            park(key, waitingIn: .slow, into: &actions)
+            guard withdrawPromotion(key, into: &actions) else { return [] }
             admit(now: now, into: &actions)
             return actions
         }
@@ -385,18 +385,15 @@ public struct Scheduler: Sendable {
     /// A client went away: its waiters leave without an answer; their fetches go on. Each task's waiters are
     /// filtered once, however many of them were the client's (one at a time, 100,000 gets of one URL cost seconds).
     ///
-    /// The fast tasks that wait and that nobody waits for any more are set aside: they start once no task someone
-    /// waits for can (a client that asked for 1,000 URLs and left delayed every `get` after it).
-    public mutating func disconnect(client: UInt64) -> [Action] {
-        disconnect(client: client, urgentKept: .max, now: Moment(milliseconds: 0))
-    }
-
-    /// `disconnect(client:)`, except while more than `urgentKept` tasks wait in the fast lane: then the urgent tasks
-    /// that only this client's `get`s asked for, that nobody waits for any more and that have not started are let go
-    /// (`letGo`), its most recent requests first, until `urgentKept` wait. A client that asked for thousands of URLs
-    /// and left, again and again, kept them all in memory, and the background lane suspended behind work nobody
-    /// waited for.
-    public mutating func disconnect(client: UInt64, urgentKept: Int, now: Moment) -> [Action] {
+    /// The fast tasks nobody waits for any more are *abandoned*: waiting (now, or after a retry or a park), they
+    /// start once no task someone waits for can (a client that asked for 1,000 URLs and left delayed every `get` after
+    /// it). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work.
+    ///
+    /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
+    /// asked for, that nobody waits for any more and that have not started are let go (`letGo`), its most recent
+    /// requests first, until `urgentKept` wait. A client that asked for thousands of URLs and left, again and again,
+    /// kept them all in memory, and the background lane suspended behind work nobody waited for.
+    public mutating func disconnect(client: UInt64, urgentKept: Int = .max, now: Moment) -> [Action] {
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
         for key in Set(waiters.values) {
             tasks[key]?.waiters.removeAll { $0.client == client }
@@ -409,12 +406,16 @@ public struct Scheduler: Sendable {
                   !task.tentative, !task.parked, holds[key] == nil else { continue }
             remove(key, answering: .cancelled, into: &actions, lettingGo: true)
         }
+        var parked = false
         for key in oldestFirst {
-            guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty,
-                  !task.setAside else { continue }
-            setAside(key)
+            guard let task = tasks[key], task.waiters.isEmpty else { continue }
+            if task.promotionPending {
+                parked = withdrawPromotion(key, into: &actions) || parked  // urgent only for those who left
+            } else if task.lane == .fast, !task.abandoned {
+                abandon(key)
+            }
         }
-        if !actions.isEmpty { admit(now: now, into: &actions) }
+        if !actions.isEmpty || parked { admit(now: now, into: &actions) }
         return actions
     }
 
@@ -619,31 +620,43 @@ public struct Scheduler: Sendable {
     private mutating func enqueue(_ key: String, lane: Lane, atFront: Bool) {
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
-        tasks[key]!.setAside = false
         let entry = LaneQueue.Entry(key: key, ticket: ticket)
         switch (lane, atFront) {
+        case (.fast, _) where tasks[key]!.abandoned: abandonedQueue.pushBack(entry); counts.fastWaiting += 1
         case (.fast, _): fastQueue.pushBack(entry); counts.fastWaiting += 1
         case (.slow, false): slowQueue.pushBack(entry); counts.slowWaiting += 1
         case (.slow, true): slowQueue.pushFront(entry); counts.slowWaiting += 1
         }
     }
 
-    /// A waiting fast task nobody waits for goes behind the urgent work someone waits for (its entry in the fast
-    /// queue is left stale).
-    private mutating func setAside(_ key: String) {
+    /// A fast task nobody waits for any more: if it waits, it goes behind the urgent work someone waits for (its
+    /// entry in the fast queue is left stale); if it runs, so does its retry or its resumption.
+    private mutating func abandon(_ key: String) {
+        tasks[key]!.abandoned = true
+        guard tasks[key]!.state == .waiting else { return }
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
-        tasks[key]!.setAside = true
-        setAsideQueue.pushBack(.init(key: key, ticket: ticket))
+        abandonedQueue.pushBack(.init(key: key, ticket: ticket))
     }
 
-    /// A task set aside is waited for again: it takes its turn in the fast lane, at the end.
+    /// An abandoned task is asked for again (`get`, `promote`): if it waits, it takes its turn in the fast lane, at
+    /// the end.
     private mutating func takeBack(_ key: String) {
-        guard tasks[key]?.setAside == true else { return }
+        guard tasks[key]?.abandoned == true else { return }
+        tasks[key]!.abandoned = false
+        guard tasks[key]!.state == .waiting, tasks[key]!.lane == .fast else { return }
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
-        tasks[key]!.setAside = false
         fastQueue.pushBack(.init(key: key, ticket: ticket))
+    }
+
+    /// A running slow task waiting for its promotion stays background work; returns whether it was parked (while
+    /// background work is paused, only the promotion kept a lingering request out).
+    private mutating func withdrawPromotion(_ key: String, into actions: inout [Action]) -> Bool {
+        tasks[key]!.promotionPending = false
+        guard tasks[key]!.lingering, backgroundPaused else { return false }
+        park(key, waitingIn: .slow, into: &actions)
+        return true
     }
 
     private mutating func promote(_ key: String, into actions: inout [Action]) {
@@ -707,7 +720,7 @@ public struct Scheduler: Sendable {
         task.ticket = takeTicket()
         let entry = LaneQueue.Entry(key: key, ticket: task.ticket)
         if lane == .fast {
-            fastQueue.pushFront(entry)
+            if task.abandoned { abandonedQueue.pushFront(entry) } else { fastQueue.pushFront(entry) }
             counts.fastWaiting += 1
         } else {
             slowQueue.pushFront(entry)
@@ -838,6 +851,7 @@ public struct Scheduler: Sendable {
                 actions.append(.answer(waiter, .failed(failure)))
             }
             task.waiters = []
+            task.abandoned = false
             if task.lane == .fast, task.state == .waiting {
                 counts.fastWaiting -= 1
                 counts.slowWaiting += 1
@@ -934,7 +948,7 @@ public struct Scheduler: Sendable {
             tasks[entry.key].map { $0.ticket == entry.ticket && ($0.state == .waiting || $0.promotionPending) } ?? false
         }
         fastQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
-        setAsideQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
+        abandonedQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
         slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
         self.tasks.shrinkIfSparse()
         waitersByClient.shrinkIfSparse()
@@ -989,7 +1003,7 @@ public struct Scheduler: Sendable {
         }
         let entry = lane == .fast
             ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
-                ?? setAsideQueue.popFirst(isLive: isLive, group: host, accept: accept)
+                ?? abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept)
             : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
         self.nextToken = nextToken
         if lane == .fast { fastHostsAtLimit = hostsAtLimit }
@@ -1007,7 +1021,6 @@ public struct Scheduler: Sendable {
         task.state = .running
         task.inTail = false
         task.responded = false
-        task.setAside = false
         if task.parked {
             task.parked = false
             parkedCount -= 1

@@ -298,15 +298,15 @@ struct CancelDisconnectWithdrawTests {
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.get(U.a, waiter: w(2, 1), cache: .missing, now: t(0))
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))
-        #expect(s.disconnect(client: 1) == [])
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
         #expect(s.waiters(U.a) == [w(2, 1)] && s.waiters(U.b) == [])
         #expect(s.state(U.a) == .running && s.state(U.b) == .running)
         #expect(s.counts.waiters == 1 && s.counts == s.recomputedCounts)
         #expect(s.finish(U.b.key, .success, now: t(1)) == [.forget(key: U.b.key)])
         #expect(s.finish(U.a.key, .success, now: t(1))
                 == [.answer(w(2, 1), .ready), .forget(key: U.a.key), .holdBackground(false)])
-        #expect(s.disconnect(client: 1) == [])
-        #expect(s.disconnect(client: 99) == [])
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
+        #expect(s.disconnect(client: 99, now: t(0)) == [])
     }
 
     @Test("disconnect of a client with many waiters on one key removes them all at once; the other client's stay, in order")
@@ -318,7 +318,7 @@ struct CancelDisconnectWithdrawTests {
         }
         _ = s.get(U.b, waiter: w(1, 1001), cache: .missing, now: t(0))
         #expect(s.counts.waiters == 1005)
-        #expect(s.disconnect(client: 1) == [])
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
         #expect(s.waiters(U.a) == [w(2, 250), w(2, 500), w(2, 750), w(2, 1000)] && s.waiters(U.b) == [])
         #expect(s.counts.waiters == 4 && s.counts == s.recomputedCounts)
     }
@@ -342,7 +342,7 @@ struct CancelDisconnectWithdrawTests {
         var s = makeScheduler(fast: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))
-        #expect(s.disconnect(client: 2) == [])
+        #expect(s.disconnect(client: 2, now: t(0)) == [])
         #expect(s.state(U.b) == .waiting && s.lane(U.b) == .fast)
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
     }
@@ -384,7 +384,7 @@ struct CancelDisconnectWithdrawTests {
         _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
         _ = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0))
         _ = s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0))
-        #expect(s.disconnect(client: 1) == [])
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
         _ = s.get(U.c, waiter: w(2, 1), cache: .missing, now: t(0))
         _ = s.get(U.a3, waiter: w(3, 1), cache: .missing, now: t(0))  // waited for again
         #expect(s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
@@ -393,6 +393,30 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.a3.key, .success, now: t(3)) == [.answer(w(3, 1), .ready), .forget(key: U.a3.key), start(U.a2, .fast)])
         #expect(s.finish(U.a2.key, .success, now: t(4)) == [.forget(key: U.a2.key), start(U.b, .fast)])
         #expect(s.counts.fastWaiting == 0 && s.counts == s.recomputedCounts)
+    }
+
+    @Test("abandoned tasks stay behind the work someone waits for after a retry; a promotion only the gone client waited for is withdrawn: the transfer goes on as background work")
+    func abandonedAfterRetryAndWithdrawnPromotion() {
+        var s = makeScheduler(fast: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(.httpStatus(503)), now: t(0))  // waits for its retry
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))   // runs
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
+        #expect(s.advance(to: t(10_000)) == [])                         // A's retry is due: it waits, abandoned
+        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(10_000))
+        #expect(s.finish(U.b.key, .success, now: t(10_001))
+                == [.answer(w(2, 1), .ready), .forget(key: U.b.key), start(U.c, .fast)])
+        #expect(s.finish(U.c.key, .success, now: t(10_002))
+                == [.answer(w(3, 1), .ready), .forget(key: U.c.key), start(U.a, .fast)])
+        #expect(s.finish(U.a.key, .success, now: t(10_003)) == [.forget(key: U.a.key), .holdBackground(false)])
+
+        _ = s.queue(U.s1, cache: .missing, now: t(20_000))              // runs as background work
+        _ = s.get(U.b2, waiter: w(4, 1), cache: .missing, now: t(20_000))
+        _ = s.get(U.s1, waiter: w(5, 1), cache: .missing, now: t(20_000)) // the fast lane is full: promotion pending
+        #expect(s.task(U.s1.key)?.promotionPending == true)
+        #expect(s.disconnect(client: 5, now: t(20_000)) == [])
+        #expect(s.task(U.s1.key)?.promotionPending == false && s.lane(U.s1) == .slow && s.counts == s.recomputedCounts)
+        #expect(s.finish(U.b2.key, .success, now: t(20_001)) == [.answer(w(4, 1), .ready), .forget(key: U.b2.key), .holdBackground(false)])
     }
 
     @Test("release removes one waiter without an answer; the others and the fetch go on")
@@ -408,7 +432,7 @@ struct CancelDisconnectWithdrawTests {
                 == [.answer(w(1, 2), .ready), .forget(key: U.a.key), .holdBackground(false)])
         // The client's other waiters are unaffected by the earlier release.
         _ = s.get(U.b, waiter: w(1, 3), cache: .missing, now: t(2))
-        #expect(s.disconnect(client: 1) == [])
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
         #expect(s.counts.waiters == 0 && s.counts == s.recomputedCounts)
     }
 }

@@ -156,7 +156,7 @@ enum Situation: String, CaseIterable {
     case failuresForgotten = "a host's failures in a row forgotten after a long quiet time"
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case letGo = "a client left: urgent tasks only its gets asked for let go, past the fast lane's bound"
-    case setAsideStarted = "a task a gone client left waiting started, nothing else in the fast lane able to"
+    case abandonedStarted = "a task a gone client abandoned started, nothing else in the fast lane able to"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
@@ -247,8 +247,8 @@ struct Runner {
     var parked: Set<String> = []
     /// Keys an ordinary `queue` asked for while their task lives: a client leaving never lets them go.
     var queued: Set<String> = []
-    /// Fast tasks waiting that nobody waits for since their client left: they start after those someone waits for.
-    var setAside: Set<String> = []
+    /// Fast tasks nobody waits for since their client left: waiting, they start after those someone waits for.
+    var abandoned: Set<String> = []
     /// Per host: start tokens left and when they were counted.
     var buckets: [String: (tokens: Double, at: Moment)] = [:]
     /// Attempts started per task (a resumed park is the same attempt; disk_full gives one back).
@@ -325,7 +325,7 @@ struct Runner {
             } else {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
-                setAside.remove(key)  // waited for again: it takes its turn
+                abandoned.remove(key)  // asked for again: it takes its turn
                 pendingCount += 1
                 let changeLane = expectPromotion(key)
                 // Waiting for this machine, it tries again now (its waiters learn at once whether it still fails).
@@ -379,7 +379,7 @@ struct Runner {
         case .demote(let index):
             let key = RandomWorld.keys[index].key
             let before = scheduler.task(key)
-            setAside.remove(key)
+            abandoned.remove(key)
             let actions = scheduler.demote(key, now: now)
             let allowed = expectDemotion(key)
             try process(actions, allowed)
@@ -402,6 +402,7 @@ struct Runner {
         case .promote(let index):
             let key = RandomWorld.keys[index].key
             let existed = scheduler.task(key) != nil
+            abandoned.remove(key)  // asked for again
             let changeLane = expectPromotion(key)
             if diskDelayed.removeValue(forKey: key) != nil {
                 backFromDisk.insert(key)
@@ -440,14 +441,21 @@ struct Runner {
                 expected.append(.letGo(key: key))
                 fastWaiting -= 1
             }
-            let actions = kept == .max ? scheduler.disconnect(client: client)
-                : scheduler.disconnect(client: client, urgentKept: kept, now: now)
+            // Abandoned: the fast tasks nobody waits for now. A promotion only the client waited for is withdrawn (a
+            // lingering one parked while background work is paused).
+            var parks: [(key: String, lane: Lane)] = []
+            for (_, key) in gone.sorted(by: { $0.0.request < $1.0.request }) where pending[key, default: []].isEmpty {
+                if running[key]?.promotionPending == true {
+                    running[key]!.promotionPending = false
+                    if running[key]!.lingering, backgroundPaused { parks.append((key, .slow)) }
+                } else if scheduler.task(key)?.lane == .fast {
+                    abandoned.insert(key)
+                }
+            }
+            let actions = scheduler.disconnect(client: client, urgentKept: kept, now: now)
             let lettingGo = Array(actions.prefix { if case .letGo = $0 { true } else { false } })
             guard lettingGo == expected else { throw fail("disconnect gave \(actions), expected \(expected) first") }
-            for (_, key) in gone where pending[key, default: []].isEmpty {
-                if let task = scheduler.task(key), task.lane == .fast, task.state == .waiting { setAside.insert(key) }
-            }
-            try process(actions, Allowed())
+            try process(actions, Allowed(parks: parks))
             if !lettingGo.isEmpty { coverage.note(.letGo) }
 
         case .release(let batch):
@@ -753,18 +761,18 @@ struct Runner {
                 guard let task, task.state == .running, task.lane == lane, task.revalidate == revalidate else {
                     throw fail("\(action) but the task is \(String(describing: task))")
                 }
-                if setAside.remove(key) != nil {
+                if abandoned.contains(key) {
                     // Nothing else waiting in the fast lane could start: its host at its limit, paused, or out of tokens.
                     let passedOver = RandomWorld.keys.map(\.key).filter { other in
-                        guard !setAside.contains(other), let waiting = scheduler.task(other), waiting.lane == .fast,
+                        guard !abandoned.contains(other), let waiting = scheduler.task(other), waiting.lane == .fast,
                               waiting.state == .waiting else { return false }
                         if let until = pausedHosts[waiting.host], until > now { return false }
                         if let limit = configuration.perHostLimit,
                            running.values.count(where: { $0.host == waiting.host }) >= limit { return false }
                         return tokens(waiting.host) >= 1
                     }
-                    guard passedOver.isEmpty else { throw fail("\(key), set aside, started before \(passedOver)") }
-                    coverage.note(.setAsideStarted)
+                    guard passedOver.isEmpty else { throw fail("\(key), abandoned, started before \(passedOver)") }
+                    coverage.note(.abandonedStarted)
                 }
                 let laneRunning = occupying(lane)
                 let width = lane == .fast ? configuration.fastWidth : slowCapacity
@@ -926,7 +934,7 @@ struct Runner {
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
                 tentative.remove(key)
                 queued.remove(key)
-                setAside.remove(key)
+                abandoned.remove(key)
                 parked.remove(key)
                 attempts[key] = nil
                 tries[key] = nil
@@ -934,7 +942,7 @@ struct Runner {
                 backFromDisk.remove(key)
 
             case .letGo(let key):
-                setAside.remove(key)
+                abandoned.remove(key)
                 guard scheduler.task(key) == nil, running[key] == nil, pending[key, default: []].isEmpty else {
                     throw fail("\(action), but the task is \(String(describing: scheduler.task(key)))")
                 }
@@ -952,6 +960,8 @@ struct Runner {
                 guard allowed.pauseHost == host, until == now + configuration.hostPause else { throw fail("unexpected \(action)") }
                 pausedHosts[host] = until
                 coverage.note(.hostPaused)
+                // What waits on it goes to the slow lane, abandoned no more.
+                abandoned = abandoned.filter { running[$0] != nil || scheduler.task($0)?.host != host }
             }
         }
         settleLingering()
