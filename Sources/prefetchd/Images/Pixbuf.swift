@@ -149,7 +149,7 @@ private let writeEncoded: GdkPixbufSaveFunc = { bytes, count, error, data in
         guard result > 0 else {
             let code = result < 0 ? Glibc.errno : EIO
             output.failedWrite = SystemError(call: "write", errno: code, detail: "of an encoded image")
-            g_set_error_literal(error, g_file_error_quark(), Int32(g_file_error_from_errno(code).rawValue), strerror(code))
+            g_set_error_literal(error, g_file_error_quark(), Int32(g_file_error_from_errno(code).rawValue), g_strerror(code))
             return 0
         }
         written += result

@@ -161,12 +161,13 @@ enum Resizer {
         var temporary = ""
         var fd: Int32 = -1
         do throws(SystemError) {
-            // A start-up sweep may delete it before it is noted: then another is made (the sweep passes a name once).
-            while fd < 0 {
+            // A start-up sweep may delete it before it is noted: then another is made (it passes a name once).
+            for _ in 0..<3 where fd < 0 {
                 var template = Array("\(directory)/.\(name).XXXXXX".utf8CString)
                 fd = try syscall("mkstemp", "in \(directory)") {
                     template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
                 }
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // not handed on by an exec (StartAgain)
                 temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
                 placed?.note(temporary)
                 var info = stat()
@@ -175,14 +176,21 @@ enum Resizer {
                     fd = -1
                 }
             }
+            guard fd >= 0 else { throw SystemError(call: "mkstemp", errno: ENOENT, detail: "in \(directory), deleted 3 times") }
             fchmod(fd, CacheFiles.fileMode)
         } catch {
             throw .imageIO(error)
         }
         do throws(EncodingError) {
-            defer { close(fd) }
             let options: [(key: String, value: String)] = format == .jpeg ? [("quality", String(quality))] : []
-            try image.save(into: fd, type: format.rawValue, options: options)
+            do throws(EncodingError) {
+                try image.save(into: fd, type: format.rawValue, options: options)
+            } catch {
+                close(fd)
+                throw error
+            }
+            // A file system may report a failed write only here (NFS: a full disk, a quota).
+            if close(fd) != 0 { throw .write(SystemError(call: "close", errno: Glibc.errno, detail: temporary)) }
         } catch {
             unlink(temporary)
             switch error {
