@@ -13,6 +13,9 @@ struct LaneQueue: Sendable {
 
     var storedCount: Int { front.count + back.count - head }
 
+    /// Whether the last `popFirst` stopped at its limits with entries it did not look at.
+    private(set) var gaveUp = false
+
     mutating func pushBack(_ entry: Entry) { back.append(entry) }
     mutating func pushFront(_ entry: Entry) { front.append(entry) }
 
@@ -25,6 +28,7 @@ struct LaneQueue: Sendable {
         var passed: [Entry] = []
         var refused: Set<String> = []
         defer { front.append(contentsOf: passed.reversed()) }
+        gaveUp = true
         while refused.count < groupLimit, passed.count < passLimit, let entry = popAny() {
             guard isLive(entry) else { continue }
             let name = group(entry)
@@ -34,6 +38,7 @@ struct LaneQueue: Sendable {
             }
             passed.append(entry)
         }
+        gaveUp = refused.count >= groupLimit || passed.count >= passLimit
         return nil
     }
 

@@ -85,6 +85,8 @@ public struct Scheduler: Sendable {
         /// In the fast lane, and nobody waits for it since its client left: whenever it waits there (a retry, a
         /// park), it waits behind the urgent work someone waits for (`abandonedQueue`).
         var abandoned = false
+        /// A `promote` made it urgent, until a `demote`: a client leaving neither abandons it nor withdraws that.
+        var promoted = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
@@ -262,6 +264,7 @@ public struct Scheduler: Sendable {
     public mutating func promote(_ key: String, now: Moment) -> [Action] {
         var actions: [Action] = []
         takeBack(key)
+        tasks[key]?.promoted = true
         promote(key, into: &actions)
         admit(now: now, into: &actions)
         return actions
@@ -274,6 +277,7 @@ public struct Scheduler: Sendable {
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
         guard tasks[key] != nil else { return [] }
         tasks[key]!.abandoned = false  // background work from now on
+        tasks[key]!.promoted = false
         var task = tasks[key]!
         if task.promotionPending {
             var actions: [Action] = []
@@ -387,7 +391,8 @@ public struct Scheduler: Sendable {
     ///
     /// The fast tasks nobody waits for any more are *abandoned*: waiting (now, or after a retry or a park), they
     /// start once no task someone waits for can (a client that asked for 1,000 URLs and left delayed every `get` after
-    /// it). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work.
+    /// it). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work. A task a
+    /// `promote` made urgent is neither.
     ///
     /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
     /// asked for, that nobody waits for any more and that have not started are let go (`letGo`), its most recent
@@ -408,7 +413,7 @@ public struct Scheduler: Sendable {
         }
         var parked = false
         for key in oldestFirst {
-            guard let task = tasks[key], task.waiters.isEmpty else { continue }
+            guard let task = tasks[key], task.waiters.isEmpty, !task.promoted else { continue }
             if task.promotionPending {
                 parked = withdrawPromotion(key, into: &actions) || parked  // urgent only for those who left
             } else if task.lane == .fast, !task.abandoned {
@@ -730,9 +735,9 @@ public struct Scheduler: Sendable {
         actions.append(.park(key: key))
     }
 
-    /// A lane made narrower: its transfers beyond the width are parked, the most recent starts first (so the oldest
-    /// resumes first), those in their tail and those waiting for a promotion last (they go to the fast lane, whose
-    /// waiters they serve). A task in its tail is parked only when that frees a place. Returns whether it parked any.
+    /// A lane made narrower: its transfers beyond the width are parked, abandoned ones first, then the most recent
+    /// starts (so the oldest resumes first), those in their tail and those waiting for a promotion last (they go to
+    /// the fast lane, whose waiters they serve). A task in its tail is parked only when that frees a place. Returns whether it parked any.
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
         let excess = { (scheduler: Scheduler) in
@@ -744,7 +749,9 @@ public struct Scheduler: Sendable {
         let freesPlace = { (scheduler: Scheduler, task: Task) in
             !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
         }
-        let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder) }
+        let rank = { (task: Task) in
+            (task.abandoned ? 1 : 0, task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder)
+        }
         let newestFirst = tasks.values.filter { $0.state == .running && $0.lane == lane && !$0.lingering }
             .sorted { rank($0) > rank($1) }
         for task in newestFirst where excess(self) > 0 && freesPlace(self, task) {
@@ -1001,12 +1008,17 @@ public struct Scheduler: Sendable {
             let task = tasks[entry.key]!
             return task.promotionPending ? "\u{0}" + task.key : task.host
         }
-        let entry = lane == .fast
-            ? fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
-                ?? abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept)
-            : slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
+        guard lane == .fast else {
+            let entry = slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
+            self.nextToken = nextToken
+            return entry?.key
+        }
+        // Abandoned work only once nothing someone waits for can start, all of it looked at; the hosts it waits
+        // for are not urgent work held back.
+        var entry = fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
+        fastHostsAtLimit = hostsAtLimit
+        if entry == nil, !fastQueue.gaveUp { entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept) }
         self.nextToken = nextToken
-        if lane == .fast { fastHostsAtLimit = hostsAtLimit }
         return entry?.key
     }
 

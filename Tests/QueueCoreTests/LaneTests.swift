@@ -419,6 +419,38 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.b2.key, .success, now: t(20_001)) == [.answer(w(4, 1), .ready), .forget(key: U.b2.key), .holdBackground(false)])
     }
 
+    @Test("a narrower fast lane parks abandoned transfers first; a promote keeps its task from being abandoned or its promotion withdrawn by a client leaving")
+    func abandonedParkedFirstAndPromoteKept() {
+        var s = makeScheduler(fast: 2)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))   // both run, b the newest
+        _ = s.disconnect(client: 1, now: t(0))
+        #expect(s.reconfigure(.init(fastWidth: 1, slowWidth: 1, retry: testRetry), now: t(1)) == [.park(key: U.a.key)])
+        #expect(s.finish(U.b.key, .success, now: t(2)) == [.answer(w(2, 1), .ready), .forget(key: U.b.key), start(U.a, .fast)])
+
+        _ = s.queue(U.s1, cache: .missing, now: t(3))                  // waits: a runs
+        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(3))
+        _ = s.promote(U.s1.key, now: t(3))                             // urgent: waits in the fast lane
+        _ = s.get(U.s1, waiter: w(4, 1), cache: .missing, now: t(3))
+        #expect(s.disconnect(client: 4, now: t(3)) == [])
+        #expect(s.finish(U.a.key, .success, now: t(4)) == [.forget(key: U.a.key), start(U.c, .fast)])
+        #expect(s.finish(U.c.key, .success, now: t(5)) == [.answer(w(3, 1), .ready), .forget(key: U.c.key), start(U.s1, .fast)])
+    }
+
+    @Test("an abandoned task does not start when the fast queue stopped at its limit of refused hosts before looking at everything someone waits for")
+    func abandonedNotPastTheFastQueuesLimits() {
+        var s = makeScheduler(fast: 65, perHost: 1)
+        for host in 0..<64 { _ = s.get(url("http://h\(host).example/0"), waiter: w(2, UInt64(host)), cache: .missing, now: t(0)) }
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // the 65th running
+        // 64 hosts at their limit, with work someone waits for ahead of everything else.
+        for host in 0..<64 { _ = s.get(url("http://h\(host).example/1"), waiter: w(2, UInt64(64 + host)), cache: .missing, now: t(0)) }
+        #expect(s.counts.fastRunning == 65 && s.counts.fastWaiting == 64)
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))   // waits: the lane is full
+        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(0))
+        _ = s.disconnect(client: 1, now: t(0))
+        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key)], "not b, nobody waits for it")
+    }
+
     @Test("release removes one waiter without an answer; the others and the fetch go on")
     func release() {
         var s = makeScheduler()

@@ -251,6 +251,38 @@ struct BoundsTests {
         #expect(started < 32, "the gone client's gets started before it: \(started)")
     }
 
+    @Test("a promote of a URL a gone client abandoned makes it urgent again: it starts before a get made after the promote")
+    func promoteTakesBackAbandonedWork() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "1"])
+        let (hold, abandoned, later) = (origin.url("/hold.jpg?delay=2"), origin.url("/y.jpg?delay=2"), origin.url("/z.jpg?delay=2"))
+        do {
+            let connection = try RawConnection(socket: daemon.socket)
+            _ = connection.receive()  // the greeting
+            connection.send("{\"id\":1,\"op\":\"get\",\"url\":\"\(hold)\"}\n{\"id\":2,\"op\":\"get\",\"url\":\"\(abandoned)\"}\n"
+                            + "{\"id\":\"p\",\"op\":\"ping\"}\n")
+            #expect(connection.receive()?["id"] as? String == "p")
+        }  // the client goes: y is abandoned
+        func running() -> [String]? {
+            let listed = try? JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any]
+            return (listed?["tasks"] as? [[String: Any]])?.filter { $0["state"] as? String == "running" }.compactMap { $0["url"] as? String }
+        }
+        #expect(waitUntil(seconds: 5) {
+            let status = try? JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+            return status?["connections"] as? Int == 1
+        })
+        #expect(daemon.ctl("promote", abandoned).status == 0)
+        let waiting = try RawConnection(socket: daemon.socket)
+        _ = waiting.receive()
+        waiting.send("{\"id\":1,\"op\":\"get\",\"url\":\"\(later)\"}\n")
+        var next: [String]?
+        #expect(waitUntil(seconds: 10) {
+            next = running()
+            return next.map { !$0.contains(hold) && !$0.isEmpty } ?? false
+        })
+        #expect(next == [abandoned], "after the hold: \(String(describing: next))")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()

@@ -189,8 +189,10 @@ enum Resizer {
                 close(fd)
                 throw error
             }
-            // A file system may report a failed write only here (NFS: a full disk, a quota).
-            if close(fd) != 0 { throw .write(SystemError(call: "close", errno: Glibc.errno, detail: temporary)) }
+            // A file system may report a failed write only here (NFS: a full disk, a quota); EINTR released it.
+            if close(fd) != 0, Glibc.errno != EINTR {
+                throw .write(SystemError(call: "close", errno: Glibc.errno, detail: temporary))
+            }
         } catch {
             unlink(temporary)
             switch error {

@@ -110,7 +110,10 @@ extension Daemon {
             return .demoted
         case .promote:
             if let task {
-                guard task.lane == .slow else { return .already }
+                guard task.lane == .slow else {
+                    apply(scheduler.promote(url.key, now: moment))  // urgent for someone now, if a client left it
+                    return .already
+                }
             } else {
                 guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
