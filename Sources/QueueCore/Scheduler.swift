@@ -25,6 +25,9 @@
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
 /// and so is a parked one while more than `fastWidth` are parked.
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
+///
+/// A client that leaves *abandons* the fast tasks nobody else waits for: they wait behind the urgent work someone
+/// waits for (`disconnect(client:urgentKept:now:)`), until a `get` or `promote` asks for them again.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
         public var fastWidth: Int
@@ -737,7 +740,8 @@ public struct Scheduler: Sendable {
 
     /// A lane made narrower: its transfers beyond the width are parked, abandoned ones first, then the most recent
     /// starts (so the oldest resumes first), those in their tail and those waiting for a promotion last (they go to
-    /// the fast lane, whose waiters they serve). A task in its tail is parked only when that frees a place. Returns whether it parked any.
+    /// the fast lane, whose waiters they serve). A task in its tail is parked only when that frees a place. Returns
+    /// whether it parked any.
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
         let excess = { (scheduler: Scheduler) in

@@ -323,8 +323,9 @@ final class Daemon {
     // MARK: Clients
 
     /// A client closed: its view's rows go on as background work, its waits go, the scheduler forgets its waiters.
-    /// The fetches only its `get`s asked for go on while at most `backlog_window` urgent tasks wait; the rest are let
-    /// go (what the durable queue holds for them stays).
+    /// The urgent fetches nobody else waits for wait behind those someone waits for; those only its `get`s asked for
+    /// go on while at most `backlogWindow` (1,024) urgent tasks wait, and the rest are let go (what the durable queue
+    /// holds for them stays).
     private func clientClosed(_ connection: Connection) {
         closeView(of: connection)
         _ = connection.takeAllWaits()
