@@ -511,21 +511,16 @@ final class Daemon {
                 answerWaiter(waiter, answer)
             case .holdBackground(let held):
                 fetches.holdBackground(held, promotions: scheduler.promotions)
-            case .forget(let key):
+            case .forget(let key), .letGo(let key):
                 backlog.forget(key)
                 telemetry.taskForgotten(key)
                 do {
-                    try store.dequeue(key)
-                    try fetches.forget(key)
-                } catch {
-                    Log.error("cannot forget \(key): \(error)")
-                }
-            case .letGo(let key):
-                backlog.forget(key)
-                telemetry.taskForgotten(key)
-                do {
-                    // A URL the durable queue still holds keeps its partial body, to resume when its turn comes.
-                    if store.partialValidator(key) != nil, try !store.isQueued(key) { try fetches.forget(key) }
+                    if case .forget = action {
+                        try store.dequeue(key)
+                        try fetches.forget(key)
+                    } else if store.partialValidator(key) != nil, try !store.isQueued(key) {
+                        try fetches.forget(key)  // a URL the durable queue holds keeps its partial, to resume in its turn
+                    }
                 } catch {
                     Log.error("cannot forget \(key): \(error)")
                 }

@@ -146,15 +146,7 @@ struct BoundsTests {
             let client = try RawConnection(socket: daemon.socket)
             _ = client.receive()  // the greeting
             let gets = (0..<(index < 7 ? 8_192 : 8_188)).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }
-            let payload = Array((gets.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n").utf8), fd = client.fd
-            Thread {
-                var sent = 0
-                while sent < payload.count {
-                    let count = payload[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
-                    guard count > 0 else { return }
-                    sent += count
-                }
-            }.start()
+            client.sendInBackground(gets.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n")
             // Lines are handled in order: the ping's reply, first, says every get before it waits (none refused).
             let first = client.receive()
             #expect(first?["id"] as? String == "p", "\(String(describing: first))")
@@ -295,15 +287,7 @@ struct BoundsTests {
                 + (0..<4).map { "\"\(index)-\($0)-" + String(repeating: "x", count: 7_970) + "\"" }
             return "{\"id\":\(index),\"op\":\"view\",\"append\":true,\"urls\":[\(urls.joined(separator: ","))]}\n"
         }
-        let payload = Array((0..<620).map(line).joined().utf8), fd = connection.fd  // 620 lines: 8,680 rows
-        Thread {
-            var sent = 0
-            while sent < payload.count {
-                let count = payload[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
-                guard count > 0 else { return }
-                sent += count
-            }
-        }.start()
+        connection.sendInBackground((0..<620).map(line).joined())  // 620 lines: 8,680 rows
         var rows = 0, refusals: Set<String> = []
         for _ in 0..<620 {
             guard let reply = connection.receive() else { break }

@@ -383,11 +383,20 @@ final class RawConnection {
 
     deinit { close(fd) }
 
-    func send(_ text: String) {
-        var bytes = Array(text.utf8)
+    func send(_ text: String) { Self.send(Array(text.utf8), to: fd) }
+
+    /// Sends `text` from a thread of its own, while the caller reads the replies (a payload larger than the socket's
+    /// buffers would otherwise block both sides).
+    func sendInBackground(_ text: String) {
+        let bytes = Array(text.utf8), fd = fd
+        Thread { Self.send(bytes, to: fd) }.start()
+    }
+
+    /// Writes `bytes` whole, or until the connection fails.
+    private static func send(_ bytes: [UInt8], to fd: Int32) {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
             if n <= 0 { return }
             offset += n
         }

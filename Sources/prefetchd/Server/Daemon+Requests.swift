@@ -109,12 +109,7 @@ extension Daemon {
             apply(scheduler.demote(url.key, now: moment))
             return .demoted
         case .promote:
-            if let task {
-                guard task.lane == .slow else {
-                    apply(scheduler.promote(url.key, now: moment))  // urgent for someone now, if a client left it
-                    return .already
-                }
-            } else {
+            if task == nil {
                 guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
                 apply(actions)
@@ -129,8 +124,8 @@ extension Daemon {
                     backlog.hold(url.key)
                 }
             }
-            apply(scheduler.promote(url.key, now: moment))
-            return .promoted
+            apply(scheduler.promote(url.key, now: moment))  // a fast one too: taken back if a client abandoned it
+            return task?.lane == .fast ? .already : .promoted
         case .cancel:
             let queued = try store.isQueued(url.key)
             guard task != nil || queued else { return .unknown }
