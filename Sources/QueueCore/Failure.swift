@@ -14,9 +14,12 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
     /// HTTP/2 one connection that drops ends every transfer on it, and those failures are one event for the host's
     /// circuit breaker.
     public var connection: String?
+    /// The response ended cleanly, but inside its image, and nothing (no Content-Length) tells a cut from the end of
+    /// the server's file: fetched again, but the host answered, so it never counts towards pausing the host.
+    public var endedInsideImage: Bool
 
     public init(code: ErrorCode, message: String, isTransient: Bool, retryAfter: Int64? = nil, httpStatus: Int? = nil,
-                unreached: Bool = false, connection: String? = nil) {
+                unreached: Bool = false, connection: String? = nil, endedInsideImage: Bool = false) {
         self.code = code
         self.message = message
         self.isTransient = isTransient
@@ -24,6 +27,7 @@ public struct Failure: Error, Equatable, Hashable, Sendable {
         self.httpStatus = httpStatus
         self.unreached = unreached
         self.connection = connection
+        self.endedInsideImage = endedInsideImage
     }
 
     /// A failure for an HTTP status: 408, 429 and 5xx are worth retrying, other statuses are not.

@@ -882,7 +882,8 @@ public struct Scheduler: Sendable {
         case .success:
             hostFailures.removeValue(forKey: host)
             return nil
-        case .failure(let failure) where failure.isTransient && !Self.localFailureCodes.contains(failure.code):
+        case .failure(let failure) where failure.isTransient && !failure.endedInsideImage
+                                         && !Self.localFailureCodes.contains(failure.code):
             // The transfers that one dropped connection ends fail together: that is one failure of the host.
             let previous = failuresInARow(host, now: now)
             if previous > 0, let connection = failure.connection, hostFailures[host]?.connection == connection {

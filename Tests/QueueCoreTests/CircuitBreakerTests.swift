@@ -57,6 +57,23 @@ struct CircuitBreakerTests {
         }
     }
 
+    @Test("a body that ended cleanly inside its image is retried but never counts towards pausing its host (one broken file on a server paused all its URLs)")
+    func cleanEndInsideImageNeverPauses() throws {
+        var s = breaker()
+        var cut = Self.network
+        cut.endedInsideImage = true
+        for (n, u) in [U.a, U.a2, U.a3].enumerated() {
+            _ = s.get(u, waiter: w(1, UInt64(n)), cache: .missing, now: t(Int64(n) * 10))
+            #expect(s.finish(u.key, .failure(cut), now: t(Int64(n) * 10 + 5))
+                    == [.answer(w(1, UInt64(n)), .failed(cut)), .forget(key: u.key), .holdBackground(false)])
+        }
+        #expect(s.paused.isEmpty)
+        // Another failure of the host still counts: the cuts did not count, so it takes two.
+        _ = s.get(U.a, waiter: w(1, 9), cache: .missing, now: t(100))
+        #expect(!s.finish(U.a.key, .failure(Self.network), now: t(110)).contains { if case .pauseHost = $0 { true } else { false } })
+        #expect(s.paused.isEmpty)
+    }
+
     @Test("when a host is paused, its waiting urgent work fails fast and moves to the background; the slow lane resumes")
     func failFastOnPause() throws {
         let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)

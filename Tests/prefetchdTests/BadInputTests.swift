@@ -62,6 +62,22 @@ struct BadInputTests {
         // A short file that its Content-Length matches stays not_an_image, remembered (ImageTests.rejected).
     }
 
+    @Test("an image the server always cuts short, with no Content-Length to tell, is no image once the same bytes came twice, remembered; its host is not paused (one such file paused every URL of its host for 60 s)")
+    func sameCutTwiceIsTheServersFile() throws {
+        let daemon = try DaemonUnderTest()
+        // Every answer closes the connection after 4,950 of the JPEG's 5,000 bytes, inside its scan.
+        let urls = (1...3).map { Self.origin.url("/always-cut-\($0).jpg?no_length=1&short=4950&size=5000") }
+        for (n, url) in urls.enumerated() {
+            let result = daemon.ctl("get", "--json", "--timeout", "20", url)
+            #expect(result.status == 1 && errorCode(result.stdout) == "not_an_image", "\(result.stdout) \(result.stderr)")
+            #expect(try Self.origin.count("/always-cut-\(n + 1).jpg") == 2, "fetched twice, not three times")
+        }
+        #expect(errorCode(daemon.ctl("get", "--json", urls[0]).stdout) == "not_an_image")
+        #expect(try Self.origin.count("/always-cut-1.jpg") == 2, "remembered")
+        let other = daemon.ctl("get", "--json", Self.origin.url("/next-to-the-cut.jpg"))
+        #expect(other.status == 0, "the host is not paused: \(other.stdout)")
+    }
+
     @Test("a permanent failure is remembered: the second get does not reach the origin")
     func negativeCache() throws {
         let daemon = try DaemonUnderTest()

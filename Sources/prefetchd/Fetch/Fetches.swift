@@ -37,6 +37,10 @@ final class Fetches {
     private var ending: Set<String> = []
     /// Keys whose ending transfer's answer may be another URL's (`CurlFetcher.onDistrust`): that end is a failure.
     private var distrusted: Set<String> = []
+    /// The SHA-256 of each key's last body that ended inside its image with nothing to tell a cut from the end
+    /// (`Failure.endedInsideImage`): the same bytes again are the server's file, not a cut. At most `cutBodiesKept`.
+    private var cutBodies: [String: String] = [:]
+    private static let cutBodiesKept = 1024
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
@@ -265,7 +269,9 @@ final class Fetches {
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            let endKnown = !result.headers.endUnsure
+            // The same bytes that ended inside the image last time: the server's file ends there (not_an_image).
+            let lastCut = cutBodies.removeValue(forKey: key)
+            let endKnown = !result.headers.endUnsure || lastCut == sha256
             checks.run({ Self.judge(temporary, file: file, sha256: sha256, key: key, files: files, policy: policy,
                                     endKnown: endKnown) },
                         completion: { [unowned self] judged in
@@ -281,7 +287,9 @@ final class Fetches {
                 switch judged {
                 case .success(let (relative, info)):
                     self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
-                case .failure(let failure): self.onEnd(key, result.lane, .failed(failure))
+                case .failure(let failure):
+                    if failure.endedInsideImage { self.rememberCut(key, sha256: sha256) }
+                    self.onEnd(key, result.lane, .failed(failure))
                 }
             })
         }
@@ -316,6 +324,11 @@ final class Fetches {
             unlink(temporary)
             return .failure(.local("cannot install the file", error))
         }
+    }
+
+    private func rememberCut(_ key: String, sha256: String) {
+        if cutBodies.count >= Self.cutBodiesKept { cutBodies.removeAll() }  // at worst, one fetch more each
+        cutBodies[key] = sha256
     }
 
     private func endGuardedStep(_ key: String) {

@@ -87,11 +87,12 @@ enum ImageInspector {
         return .image(upright)
     }
 
-    /// An image that ends early in a body whose end cannot be told from a cut: transient, fetched again.
+    /// An image that ends early in a body whose end cannot be told from a cut: transient, fetched again (the same
+    /// bytes a second time are the server's file: `Fetches` then judges them with their end known).
     private static func cutShort(_ problem: String) -> Failure {
         Failure(code: .network, message: "the body ended inside the image, and without a Content-Length a cut cannot "
                 + "be told from the end (a closed HTTP/1 connection, an HTTP/2 stream reset with NO_ERROR) (\(problem))",
-                isTransient: true)
+                isTransient: true, endedInsideImage: true)
     }
 
     /// Formats whose gdk-pixbuf loader decodes the whole image before it reports the size (libavif's loader takes
