@@ -64,7 +64,7 @@ enum ImageIntegrity {
                 guard let length = try reader.bytes(2).map({ Int($0.bigEndian16(at: 0)) }) else { return truncated }
                 guard length >= 2 else { return "the JPEG has a segment of length \(length)" }
                 if let stripping, marker == 0xFE || (0xE0...0xEF).contains(marker) {
-                    guard let head = try reader.bytes(min(6, length - 2)),
+                    guard let head = try reader.bytes(min(14, length - 2)),
                           try reader.skip(Int64(length - 2 - head.count)) else { return truncated }
                     stripping.saw(marker, head: head, segmentStart..<reader.offset)
                     continue
@@ -142,6 +142,7 @@ enum ImageIntegrity {
             return "the PNG is \(width)x\(height): libpng reads at most 1000000 pixels a side"
         }
         criticalChunks?.keep(0..<reader.offset)
+        var profileKept = false
         while true {
             let chunkStart = reader.offset
             guard let header = try reader.bytes(8) else { return truncated }
@@ -149,8 +150,10 @@ enum ImageIntegrity {
             guard length <= 0x7FFF_FFFF else { return "the PNG has a chunk of length \(length)" }
             guard try reader.skip(Int64(length) + 4) else { return truncated }
             let type = header[4...7]
-            if ["IDAT", "PLTE", "tRNS", "IEND"].contains(where: { type.elementsEqual($0.utf8) }) {
+            if ["IDAT", "PLTE", "tRNS", "IEND"].contains(where: { type.elementsEqual($0.utf8) })
+                || (type.elementsEqual("iCCP".utf8) && Int(length) <= mostProfileBytes && !profileKept) {
                 criticalChunks?.keep(chunkStart..<reader.offset)
+                profileKept = profileKept || type.elementsEqual("iCCP".utf8)
             }
             if type.elementsEqual("IEND".utf8) { return nil }
         }
@@ -171,10 +174,16 @@ enum ImageIntegrity {
     /// segment by walking the list of those it saved, so 140,000 empty comments (560 KB) took a worker 21 s; libpng
     /// inflates every zTXt chunk into an option of the picture, so 900 of them (6.9 MB) took 79 s and 13.9 GB.
     /// A JPEG keeps its first JFIF, Exif and Adobe segments (the Exif one is where the header's orientation came
-    /// from, the Adobe one says how its colours are coded); a PNG keeps IHDR, PLTE, tRNS, IDAT and IEND.
+    /// from, the Adobe one says how its colours are coded) and the chunks of its colour profile; a PNG keeps IHDR,
+    /// PLTE, tRNS, IDAT and IEND, and its colour profile (iCCP). A variant carries the profile on; one of more than
+    /// `mostProfileBytes` (in several JPEG segments, or an iCCP chunk larger than that) is left out.
     /// Picture data split by more metadata than this is refused: real files need a handful of pieces, and each costs
     /// the loader a read and a write (2,000,000 comments between restart intervals, 20 MB: 2.8 s and 80 MB a variant).
     static let mostVariantPieces = 10_000
+    /// The largest colour profile a variant carries on: what one JPEG APP2 segment holds (gdk-pixbuf's JPEG saver
+    /// garbles a profile split over several, and a thumbnail of a few kilobytes should not carry more; display
+    /// profiles are under 4 KB).
+    static let mostProfileBytes = 65_519
 
     static func variantPieces(_ path: String, format: String) throws(Failure) -> [PixbufLoader.Piece]? {
         guard format == "jpeg" || format == "png" else { return nil }
@@ -221,7 +230,7 @@ enum ImageIntegrity {
     }
 
     /// What a JPEG's walk keeps for a variant: every byte to the end-of-image marker but comments and APPn segments,
-    /// of which the first JFIF, Exif and Adobe ones stay. A segment goes with the fill bytes before it and what lies
+    /// of which the first JFIF, Exif and Adobe ones stay, and the first colour profile that one segment holds. A segment goes with the fill bytes before it and what lies
     /// between it and the next marker: such bytes, which decoders skip, would otherwise make a marker with a kept
     /// fill byte (an empty comment hid each extra scan of a scan bomb from the walk), or be decoded as entropy data.
     private final class JPEGStripping {
@@ -247,6 +256,9 @@ enum ImageIntegrity {
             case 0xE0 where head.starts(with: "JFIF".utf8): "JFIF"
             case 0xE1 where head.starts(with: "Exif\0\0".utf8): "Exif"
             case 0xEE where head.starts(with: "Adobe".utf8): "Adobe"
+            // A colour profile in one segment: chunk 1 of 1 (the number and the count follow the name).
+            case 0xE2 where head.count == 14 && head.starts(with: "ICC_PROFILE\0".utf8) && head[12] == 1 && head[13] == 1:
+                "ICC"
             default: nil
             }
             kept.keep(keptTo..<segment.lowerBound)

@@ -42,6 +42,20 @@ final class Pixbuf {
         option("orientation").flatMap { Int($0) }.flatMap { (1...8).contains($0) ? $0 : nil } ?? 1
     }
 
+    /// The ICC colour profile the loader attached, when it describes RGB data (its header's colour space) and is at
+    /// most `ImageIntegrity.mostProfileBytes`: a variant's pixels are RGB, which a CMYK or grey profile would
+    /// misdescribe, and a thumbnail of a few kilobytes would carry megabytes.
+    var rgbProfile: [UInt8]? {
+        guard let encoded = option("icc-profile"), encoded.utf8.count <= (ImageIntegrity.mostProfileBytes + 2) / 3 * 4
+        else { return nil }
+        var length: gsize = 0
+        guard let decoded = g_base64_decode(encoded, &length) else { return nil }
+        defer { g_free(decoded) }
+        let profile = Array(UnsafeBufferPointer(start: decoded, count: Int(length)))
+        return (20...ImageIntegrity.mostProfileBytes).contains(profile.count) && profile[16..<20].elementsEqual("RGB ".utf8)
+            ? profile : nil
+    }
+
     /// The pixbuf turned and flipped as its orientation option says (itself when there is nothing to do).
     func upright() throws(GLibError) -> Pixbuf {
         guard let turned = gdk_pixbuf_apply_embedded_orientation(handle) else {
@@ -94,12 +108,13 @@ final class Pixbuf {
 
     /// Encodes with a gdk-pixbuf saver (`jpeg`, `png`, …) and its options (`quality` for JPEG) into `fd`, written
     /// here, so that a failed write keeps its errno (a full disk, a quota): the savers' own messages lose it ("Output
-    /// file write error --- out of disk space?").
-    func save(into fd: Int32, type: String, options: [(key: String, value: String)] = []) throws(EncodingError) {
+    /// file write error --- out of disk space?"). An `insertion` is written once `at` of the encoder's bytes were.
+    func save(into fd: Int32, type: String, options: [(key: String, value: String)] = [],
+              inserting insertion: (bytes: [UInt8], at: Int)? = nil) throws(EncodingError) {
         var keys: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.key) } + [nil]
         var values: [UnsafeMutablePointer<CChar>?] = options.map { strdup($0.value) } + [nil]
         defer { (keys + values).forEach { free($0) } }
-        let output = EncodedOutput(fd: fd)
+        let output = EncodedOutput(fd: fd, insertion: insertion)
         var error: UnsafeMutablePointer<GError>?
         let saved = withExtendedLifetime(output) {
             keys.withUnsafeMutableBufferPointer { keys in
@@ -130,29 +145,56 @@ enum EncodingError: Error, CustomStringConvertible {
     }
 }
 
-/// Where `writeEncoded` puts an encoder's bytes, and its first failed write.
+/// Where `writeEncoded` puts an encoder's bytes, what it inserts into them, and its first failed write.
 private final class EncodedOutput {
     let fd: Int32
+    /// Bytes to write once `at` of the encoder's have been written.
+    var insertion: (bytes: [UInt8], at: Int)?
+    var written = 0
     var failedWrite: SystemError?
 
-    init(fd: Int32) { self.fd = fd }
+    init(fd: Int32, insertion: (bytes: [UInt8], at: Int)?) {
+        self.fd = fd
+        self.insertion = insertion
+    }
+
+    /// Writes the encoder's `count` bytes, and the insertion where it falls among them; false when a write failed.
+    func take(_ bytes: UnsafePointer<CChar>, _ count: Int) -> Bool {
+        guard let (inserted, at) = insertion, written + count >= at else {
+            written += count
+            return writeAll(bytes, count)
+        }
+        insertion = nil
+        let before = at - written
+        written += count
+        return writeAll(bytes, before)
+            && inserted.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { writeAll($0.baseAddress!, $0.count) } }
+            && writeAll(bytes + before, count - before)
+    }
+
+    private func writeAll(_ bytes: UnsafePointer<CChar>, _ count: Int) -> Bool {
+        var done = 0
+        while done < count {
+            let result = write(fd, bytes + done, count - done)
+            if result < 0, Glibc.errno == EINTR { continue }
+            guard result > 0 else {
+                failedWrite = SystemError(call: "write", errno: result < 0 ? Glibc.errno : EIO, detail: "of an encoded image")
+                return false
+            }
+            done += result
+        }
+        return true
+    }
 }
 
 /// gdk-pixbuf's save callback: writes each piece whole to the `EncodedOutput` it is given; a failed write stops the
 /// encoder (returning false with an error set, as the callback must).
 private let writeEncoded: GdkPixbufSaveFunc = { bytes, count, error, data in
     let output = Unmanaged<EncodedOutput>.fromOpaque(data!).takeUnretainedValue()
-    var written = 0
-    while written < Int(count) {
-        let result = write(output.fd, bytes! + written, Int(count) - written)
-        if result < 0, Glibc.errno == EINTR { continue }
-        guard result > 0 else {
-            let code = result < 0 ? Glibc.errno : EIO
-            output.failedWrite = SystemError(call: "write", errno: code, detail: "of an encoded image")
-            g_set_error_literal(error, g_file_error_quark(), Int32(g_file_error_from_errno(code).rawValue), g_strerror(code))
-            return 0
-        }
-        written += result
+    guard output.take(bytes!, Int(count)) else {
+        let code = output.failedWrite?.errno ?? EIO
+        g_set_error_literal(error, g_file_error_quark(), Int32(g_file_error_from_errno(code).rawValue), g_strerror(code))
+        return 0
     }
     return 1
 }

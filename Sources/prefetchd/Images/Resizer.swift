@@ -1,3 +1,4 @@
+import CGdkPixbuf
 import Glibc
 import QueueCore
 
@@ -64,7 +65,8 @@ enum Resizer {
         } catch {
             throw .imageIO("cannot resize \(source): \(error)")
         }
-        try write(image, format: outputFormat, quality: spec.quality, to: destination, placed: placed)
+        try write(image, format: outputFormat, quality: spec.quality, profile: decoded.rgbProfile, to: destination,
+                  placed: placed)
         return ImageInfo(format: outputFormat.rawValue, width: geometry.outputWidth, height: geometry.outputHeight)
     }
 
@@ -152,8 +154,9 @@ enum Resizer {
                                     height: geometry.outputHeight, background: flatten ? 0xFFFFFF : nil)
     }
 
-    /// Encodes to a temporary file beside `destination`, then renames it into place.
-    private static func write(_ image: Pixbuf, format: VariantSpec.Format, quality: Int,
+    /// Encodes to a temporary file beside `destination`, with the original's colour profile if it had one, then
+    /// renames it into place.
+    private static func write(_ image: Pixbuf, format: VariantSpec.Format, quality: Int, profile: [UInt8]?,
                               to destination: String, placed: PlacedDuringSweep?) throws(Failure) {
         let slash = destination.lastIndex(of: "/")
         let directory = slash.map { String(destination[..<$0]) } ?? "."
@@ -184,7 +187,15 @@ enum Resizer {
         do throws(EncodingError) {
             let options: [(key: String, value: String)] = format == .jpeg ? [("quality", String(quality))] : []
             do throws(EncodingError) {
-                try image.save(into: fd, type: format.rawValue, options: options)
+                switch (format, profile) {
+                case (.jpeg, let profile?):
+                    try image.save(into: fd, type: "jpeg", options: options + [("icc-profile", base64(profile))])
+                case (.png, let profile?):
+                    // After the signature and the header chunk.
+                    try image.save(into: fd, type: "png", options: options, inserting: (pngProfileChunk(profile), at: 33))
+                default:
+                    try image.save(into: fd, type: format.rawValue, options: options)
+                }
             } catch {
                 close(fd)
                 throw error
@@ -206,5 +217,39 @@ enum Resizer {
             unlink(temporary)
             throw .imageIO(error)
         }
+    }
+
+    private static func base64(_ bytes: [UInt8]) -> String {
+        let text = g_base64_encode(bytes, gsize(bytes.count))!
+        defer { g_free(text) }
+        return String(cString: text)
+    }
+
+    /// A PNG iCCP chunk carrying `profile`, deflated in stored blocks (a profile is small, and compressing it would
+    /// need zlib). gdk-pixbuf's PNG saver hands libpng the profile before the header chunk, so libpng takes the
+    /// picture for grey and refuses every RGB profile: the chunk is put in its place instead.
+    static func pngProfileChunk(_ profile: [UInt8]) -> [UInt8] {
+        var zlib: [UInt8] = [0x78, 0x01]
+        var start = 0
+        repeat {
+            let end = min(start + 65_535, profile.count)
+            let length = UInt16(end - start)
+            zlib += [end == profile.count ? 1 : 0, UInt8(length & 0xFF), UInt8(length >> 8),
+                     UInt8(~length & 0xFF), UInt8(~length >> 8)]
+            zlib += profile[start..<end]
+            start = end
+        } while start < profile.count
+        var (a, b): (UInt32, UInt32) = (1, 0)  // Adler-32
+        for byte in profile {
+            a = (a + UInt32(byte)) % 65_521
+            b = (b + a) % 65_521
+        }
+        zlib += bigEndian(b << 16 | a)
+        let body = Array("iCCP".utf8) + Array("ICC profile".utf8) + [0, 0] + zlib
+        return bigEndian(UInt32(body.count - 4)) + body + bigEndian(ImageIntegrity.crc32(body))
+    }
+
+    private static func bigEndian(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
     }
 }
