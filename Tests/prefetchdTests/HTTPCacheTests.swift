@@ -23,6 +23,20 @@ struct HTTPCacheTests {
         #expect(try origin.stats().log.last?.ifNoneMatch != nil, "the second request is conditional")
     }
 
+    @Test("a 304 that names another strong ETag than the one kept is about another version (RFC 9111 section 4.3.4): the file is fetched again in full; it refreshed the entry and took on the new ETag")
+    func notModifiedWithAnotherETag() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/other-304.jpg?cc=max-age%3D0&etag_304=%22other%22")
+        let first = try entry(daemon.ctl("get", "--json", url))
+        let second = try entry(daemon.ctl("get", "--json", url))
+        let log = try origin.stats().log.filter { $0.path == "/other-304.jpg" }
+        #expect(log.map(\.status) == [200, 304, 200])
+        #expect(log.map { $0.ifNoneMatch == nil } == [true, false, true], "then asked unconditionally")
+        #expect(second["etag"] as? String == first["etag"] as? String && first["etag"] as? String != "\"other\"")
+        #expect(second["sha256"] as? String == first["sha256"] as? String)
+    }
+
     @Test("a fresh entry (max-age) is answered without a request; Expires works too")
     func freshHits() throws {
         let origin = try Origin()

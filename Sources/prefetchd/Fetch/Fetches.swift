@@ -250,6 +250,13 @@ final class Fetches {
                 return start(key, lane: result.lane, revalidate: false, retry: false)
             }
             let now = wallClockMilliseconds(), headers = result.headers
+            // A 304 naming another strong validator is about another version than the one kept (RFC 9111 section
+            // 4.3.4: it updates nothing): the same fetch asks again unconditionally.
+            if let etag = headers.etag, let kept = stored.etag, !etag.hasPrefix("W/"), !kept.hasPrefix("W/"), etag != kept {
+                endGuardedStep(key)
+                Log.info("\(key): the server confirmed ETag \(etag.prefix(60)), not the \(kept.prefix(60)) kept; fetching it again in full")
+                return start(key, lane: result.lane, revalidate: false, retry: false)
+            }
             // RFC 9111 section 4.3.4: the 304's fields replace the stored ones, and those it lacks are kept. One
             // without Cache-Control keeps the stored lifetime and must-revalidate (the stored max-age, if any, would
             // still win over an Expires it brings; the stored headers themselves are not kept).

@@ -120,7 +120,8 @@ final class Transfer {
         }
         if let validator = request.resumeValidator {
             resumedFrom = body.length
-            if resumedFrom > 0 { headerLines.append("If-Range: \(validator)") }
+            // Without Accept-Encoding any coding would do (RFC 9110 section 12.5.3), and curl decodes none.
+            if resumedFrom > 0 { headerLines += ["If-Range: \(validator)", "Accept-Encoding: identity"] }
         }
         received = resumedFrom
         for line in headerLines { requestHeaders = curl_slist_append(requestHeaders, line) }
@@ -290,6 +291,22 @@ final class Transfer {
         return 0
     }
 
+    /// Why a `206` with the rest of the file is of another version than the bytes kept (`sent` is the `If-Range`
+    /// validator), when its own validator says so: a server that ignores `If-Range` sends the rest of its current
+    /// version, and joined to the bytes kept it would make a file that never was (RFC 9110 section 13.1.5).
+    private func otherVersion(than sent: String?) -> String? {
+        guard let sent else { return nil }
+        if sent.hasPrefix("\"") {
+            guard let etag = headers.etag, etag != sent else { return nil }
+            return "the server sent the rest of another version of the file (ETag \(etag.prefix(60)), the bytes kept "
+                + "are of \(sent.prefix(60)))"
+        }
+        guard let modified = headers.lastModified,
+              ResponseHeaders.parseDate(modified) != ResponseHeaders.parseDate(sent) else { return nil }
+        return "the server sent the rest of another version of the file (Last-Modified \(modified.prefix(40)), the "
+            + "bytes kept are of \(sent.prefix(40)))"
+    }
+
     fileprivate func write(_ data: UnsafeRawBufferPointer) -> Int {
         let status = responseCode
         guard (200...299).contains(status) else { return data.count }  // an error page: not kept
@@ -298,6 +315,7 @@ final class Transfer {
             if status == 206 {
                 switch headers.partialBody(requestedFrom: resumedFrom) {
                 case .rest(let bytes):
+                    if let version = otherVersion(than: continuation.resumeValidator) { return refuse(version) }
                     expectedTotal = resumedFrom.saturatingAdd(bytes)
                 case .whole(let bytes):
                     if resumedFrom > 0 { startOver() }
@@ -306,6 +324,10 @@ final class Transfer {
                     return refuse(reason)
                 }
             } else if resumedFrom > 0 {
+                guard !headers.isEncoded else {
+                    return refuse("the server answered the resume with the whole file in a Content-Encoding, "
+                                  + "which a resume does not decode")
+                }
                 startOver()
             }
             // An encoded body is stored decoded: its bytes are not the ones a range would count.

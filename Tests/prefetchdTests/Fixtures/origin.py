@@ -66,6 +66,11 @@ Query parameters (combine freely):
     zeros=1            a body of size zero bytes (with gzip=1: a gzip bomb)
     cut_first=K        the first request for this path gets K bytes of its body
                        (full Content-Length), then the connection closes
+    changed=1          from the second request for this path on, another version
+                       of the generated body (another ETag)
+    ignore_if_range=1  a Range is served whatever If-Range says
+    gzip_later=1       gzip=1 from the second request for this path on
+    etag_304=TAG       a 304 carries ETag TAG instead of the body's
     lie_range=A        a request with a Range header gets 206 with the bytes
                        from A to the end (and a Content-Range saying so),
                        whatever range it asked for
@@ -127,7 +132,7 @@ LAST_MODIFIED_TS = 1577836800  # Wed, 01 Jan 2020 00:00:00 GMT
 LAST_MODIFIED = email.utils.formatdate(LAST_MODIFIED_TS, usegmt=True)
 DEFAULT_CACHE_CONTROL = "max-age=3600"
 LOGGED_HEADERS = ("Range", "If-Range", "If-None-Match", "If-Modified-Since",
-                  "User-Agent", "Accept")
+                  "User-Agent", "Accept", "Accept-Encoding")
 CONTROL_PATHS = ("/__stats", "/__reset", "/__config")
 EXT_TYPES = {
     ".jpg": "image/jpeg",
@@ -680,11 +685,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             size = parse_int(q, "size", DEFAULT_SIZE)
             jpeg = ext_of(raw_path) in (".jpg", ".jpeg")
-            body = GeneratedBody(raw_path, size, jpeg)
+            # changed=1: a new version of the file (another seed, so another ETag) from the second request on.
+            seed = raw_path + ("#2" if truthy(q, "changed") and count > 1 else "")
+            body = GeneratedBody(seed, size, jpeg)
             ctype = "image/jpeg" if jpeg else "application/octet-stream"
         if "ctype" in q:
             ctype = q["ctype"]
-        gzipped = truthy(q, "gzip")
+        gzipped = truthy(q, "gzip") or (truthy(q, "gzip_later") and count > 1)
         if gzipped:
             body = BytesBody(gzip.compress(b"".join(body.iter_range(0, body.size))))
 
@@ -714,6 +721,8 @@ class Handler(BaseHTTPRequestHandler):
             not_modified = ts is not None and ts >= LAST_MODIFIED_TS
         if not_modified:
             self.send_response(304)
+            if "etag_304" in q:
+                common = [(k, q["etag_304"] if k == "ETag" else v) for k, v in common]
             kept = common
             if truthy(q, "bare_304"):
                 kept = [(k, v) for k, v in common if k == "ETag" or (k == "Expires" and q["bare_304"] == "expires")]
@@ -728,7 +737,7 @@ class Handler(BaseHTTPRequestHandler):
         if ranges_on and self.headers.get("Range"):
             r = parse_range(self.headers.get("Range"), body.size)
             if_range = self.headers.get("If-Range")
-            if r is not None and if_range is not None:
+            if r is not None and if_range is not None and not truthy(q, "ignore_if_range"):
                 if_range = if_range.strip()
                 if if_range.startswith('"') or if_range.startswith("W/"):
                     ok = if_range == etag  # strong comparison
