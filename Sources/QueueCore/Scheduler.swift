@@ -99,6 +99,20 @@ public struct Scheduler: Sendable {
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
         var lingering = false
+        /// The transient failure whose retry it waits for, while delayed.
+        var retrying: Failure?
+    }
+
+    /// The longest backoff someone waits out (milliseconds): past it (a `Retry-After` of minutes), the waiters get
+    /// the failure at once, a `get` that comes meanwhile too, and the retry is background work.
+    public static let longestWaitedRetry: Int64 = 5_000
+
+    /// What a waiter is told when the retry of `failure` comes only after `delay`.
+    static func retriedLater(_ failure: Failure, in delay: Int64) -> Failure {
+        var told = failure
+        told.message += "; tried again in \((delay + 999) / 1000) s, in the background"
+        told.retryAfter = delay
+        return told
     }
 
     public private(set) var configuration: Configuration
@@ -218,6 +232,10 @@ public struct Scheduler: Sendable {
         if tasks[key] == nil, let failure = rememberedFailure(key, now: now) { return [.answer(waiter, .failed(failure))] }
         if tasks[key]?.state != .running, let until = pausedHosts[url.authority], until > now {
             return [.answer(waiter, .failed(Self.hostPaused(url.authority, until: until, now: now)))]
+        }
+        if case .delayed(let until)? = tasks[key]?.state, until.milliseconds - now.milliseconds > Self.longestWaitedRetry,
+           let failure = tasks[key]!.retrying, !diskDelayedKeys.contains(key) {
+            return [.answer(waiter, .failed(Self.retriedLater(failure, in: until.milliseconds - now.milliseconds)))]
         }
         var actions: [Action] = []
         if tasks[key] == nil {
@@ -508,11 +526,21 @@ public struct Scheduler: Sendable {
                                                   random: &random)
             leaveRunning(task)
             tasks[key]!.state = .delayed(until: now + delay)
+            tasks[key]!.retrying = failure
             tasks[key]!.lingering = false
             if task.promotionPending {
                 // Urgent waiters wait for it: the retry runs in the fast lane.
                 tasks[key]!.lane = .fast
                 tasks[key]!.promotionPending = false
+            }
+            if delay > Self.longestWaitedRetry, !task.waiters.isEmpty {
+                for waiter in task.waiters {
+                    unregister(waiter)
+                    actions.append(.answer(waiter, .failed(Self.retriedLater(failure, in: delay))))
+                }
+                tasks[key]!.waiters = []
+                tasks[key]!.lane = .slow
+                tasks[key]!.abandoned = false
             }
             counts.delayed += 1
             delayedKeys.insert(key)
@@ -558,6 +586,7 @@ public struct Scheduler: Sendable {
         task.promotionPending = false
         task.attempts -= 1  // not the URL's fault: the attempt is given back
         task.state = .delayed(until: waitingForDiskUntil!)
+        task.retrying = nil
         tasks[key] = task
         counts.delayed += 1
         delayedKeys.insert(key)

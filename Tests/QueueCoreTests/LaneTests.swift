@@ -505,14 +505,37 @@ struct RetryTests {
         #expect((1_000...2_000).contains(second.milliseconds - first.milliseconds))
     }
 
-    @Test("Retry-After is honoured when longer than the backoff")
+    @Test("Retry-After is honoured when longer than the backoff, and waited for up to 5 s, in the fast lane")
     func retryAfterHonoured() {
         var s = makeScheduler()
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
-        _ = s.finish(U.a.key, .failure(.httpStatus(429, retryAfter: 30_000)), now: t(1_000))
+        #expect(s.finish(U.a.key, .failure(.httpStatus(429, retryAfter: 5_000)), now: t(1_000)) == [.holdBackground(false)])
+        #expect(s.nextDeadline == t(6_000))
+        #expect(s.advance(to: t(5_999)) == [])
+        #expect(s.advance(to: t(6_000)) == [start(U.a, .fast), .holdBackground(true)])
+    }
+
+    @Test("nobody waits out a retry over 5 s away: the waiters, and gets that come meanwhile, get the failure at once, and the retry is background work (a get waited 10 minutes for a 503 with Retry-After: 300, a stale copy too)")
+    func longRetryIsNotWaitedFor() throws {
+        var s = makeScheduler()
+        _ = s.get(U.a, waiter: w(1, 1), cache: .stale, now: t(0))
+        let actions = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 30_000)), now: t(1_000))
+        guard case .answer(w(1, 1), .failed(let told))? = actions.first else { Issue.record("\(actions)"); return }
+        #expect(told.message == "the server answered HTTP 503; tried again in 30 s, in the background")
+        #expect(told.httpStatus == 503 && told.isTransient && told.retryAfter == 30_000)
+        #expect(s.task(U.a.key)?.waiters == [] && s.task(U.a.key)?.lane == .slow && s.counts.waiters == 0)
+        let meanwhile = s.get(U.a, waiter: w(2, 1), cache: .stale, now: t(11_000))
+        guard case .answer(w(2, 1), .failed(let later))? = meanwhile.first, meanwhile.count == 1 else {
+            Issue.record("\(meanwhile)")
+            return
+        }
+        #expect(later.message.hasSuffix("tried again in 20 s, in the background"))
         #expect(s.nextDeadline == t(31_000))
-        #expect(s.advance(to: t(30_999)) == [])
-        #expect(s.advance(to: t(31_000)) == [start(U.a, .fast), .holdBackground(true)])
+        #expect(s.advance(to: t(31_000)) == [start(U.a, .slow, revalidate: true)])
+        // Within 5 s of it, a get waits for the retry again.
+        _ = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 4_000)), now: t(31_500))
+        #expect(s.get(U.a, waiter: w(2, 2), cache: .stale, now: t(32_000)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.task(U.a.key)?.waiters == [w(2, 2)] && s.task(U.a.key)?.lane == .fast)
     }
 
     @Test("Retry-After is capped at retryAfterCap")

@@ -78,6 +78,19 @@ struct BadInputTests {
         #expect(other.status == 0, "the host is not paused: \(other.stdout)")
     }
 
+    @Test("a 503 with Retry-After: 300 is answered at once, saying when it is tried again, and so is the next get; the get waited out two such retries, 10 minutes")
+    func longRetryAfterIsNotWaitedFor() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/busy.jpg?status=503&retry_after=300")
+        for _ in 0..<2 {
+            let result = daemon.ctl("get", "--json", "--timeout", "20", url)
+            #expect(result.status == 1 && errorCode(result.stdout) == "http_status", "\(result.stdout) \(result.stderr)")
+            #expect(result.stdout.contains("the server answered HTTP 503; tried again in "), "\(result.stdout)")
+            #expect(result.stdout.contains(" s, in the background"), "\(result.stdout)")
+        }
+        #expect(try Self.origin.count("/busy.jpg") == 1, "the server's wish is kept")
+    }
+
     @Test("a permanent failure is remembered: the second get does not reach the origin")
     func negativeCache() throws {
         let daemon = try DaemonUnderTest()
