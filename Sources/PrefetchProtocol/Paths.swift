@@ -9,7 +9,30 @@ public enum DefaultPaths {
         if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
             return runtime + "/prefetchd/ctl.sock"
         }
-        return "/tmp/prefetchd-\(getuid())/ctl.sock"
+        return sharedTemporarySocket
+    }
+
+    /// The socket in the fallback directory, in /tmp, where any user may make that directory first.
+    public static var sharedTemporarySocket: String { "/tmp/prefetchd-\(getuid())/ctl.sock" }
+
+    /// Why the directory a socket is in cannot be trusted, or nil. It must be this user's (or root's, with
+    /// `rootToo`), a link to it too, and others may not write to it, unless it is sticky, as /tmp is (they cannot
+    /// remove what is not theirs). Another user who made `/tmp/prefetchd-$UID` first could replace the socket with
+    /// their own, read every request (URLs with credentials) and answer with paths of their choosing.
+    public static func untrustedDirectory(of socketPath: String, rootToo: Bool) -> String? {
+        guard let slash = socketPath.lastIndex(of: "/") else { return nil }
+        let directory = slash == socketPath.startIndex ? "/" : String(socketPath[..<slash])
+        let trusted = { (owner: uid_t) in owner == geteuid() || (rootToo && owner == 0) }
+        var link = stat(), info = stat()
+        guard lstat(directory, &link) == 0, stat(directory, &info) == 0 else { return nil }  // connecting or binding says
+        if (link.st_mode & S_IFMT) == S_IFLNK, !trusted(link.st_uid) {
+            return "\(directory) is a link that belongs to uid \(link.st_uid)"
+        }
+        if !trusted(info.st_uid) { return "\(directory) belongs to uid \(info.st_uid), not to this user" }
+        if info.st_mode & 0o022 != 0, info.st_mode & S_ISVTX == 0 {
+            return "\(directory) may be written by others (mode \(String(info.st_mode & 0o7777, radix: 8)))"
+        }
+        return nil
     }
 
     /// `$XDG_CACHE_HOME/prefetchd`, else `~/.cache/prefetchd`.

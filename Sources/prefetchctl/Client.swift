@@ -41,6 +41,11 @@ final class Client {
     /// Connects and reads the greeting, waiting at most `greetingWithin` ms for it; failures are
     /// `CLIError.unreachable`.
     init(socketPath: String, greetingWithin: Int64 = Client.greetingWait) throws(CLIError) {
+        if socketPath == DefaultPaths.sharedTemporarySocket,
+           let problem = DefaultPaths.untrustedDirectory(of: socketPath, rootToo: false) {
+            throw .unreachable("not using \(socketPath): \(problem). Another user may have made it to read your "
+                               + "requests and answer them; remove it, or set XDG_RUNTIME_DIR or --socket")
+        }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let path = Array(socketPath.utf8)

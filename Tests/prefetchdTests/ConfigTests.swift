@@ -158,6 +158,35 @@ struct ConfigTests {
                 && result.stderr.contains("writable by the daemon's user, uid 65534"), "\(result.stderr)")
     }
 
+    @Test("the daemon refuses a socket directory another user owns, or others may write to (it bound its socket in nobody's mode-0777 /tmp/prefetchd-$UID, where nobody then put a socket of their own)",
+          .enabled(if: getuid() == 0, "chown needs root"), arguments: [(65534, 0o700, "belongs to uid 65534"), (0, 0o777, "may be written by others (mode 777)")])
+    func untrustedSocketDirectory(owner: UInt32, mode: Int, problem: String) throws {
+        let directory = try TemporaryDirectory()
+        let sockets = directory.path + "/sockets"
+        try FileManager.default.createDirectory(atPath: sockets, withIntermediateDirectories: false)
+        #expect(chown(sockets, owner, owner) == 0 && chmod(sockets, mode_t(mode)) == 0)
+        let result = run("/usr/bin/timeout", ["20", Paths.prefetchd, "--cache-dir", directory.path + "/cache",
+                                              "--socket", sockets + "/ctl.sock"])
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("the socket \(sockets)/ctl.sock cannot be made safely: \(sockets) \(problem)"), "\(result.stderr)")
+    }
+
+    @Test("prefetchctl does not use a /tmp/prefetchd-$UID another user made (it talked to their fake daemon and printed the path it chose)",
+          .enabled(if: getuid() == 0, "setpriv needs root"))
+    func untrustedFallbackDirectory() throws {
+        let directory = try TemporaryDirectory()
+        let ctl = try publicPrefetchctl(in: directory)
+        let fallback = "/tmp/prefetchd-4242"
+        try? FileManager.default.removeItem(atPath: fallback)
+        try FileManager.default.createDirectory(atPath: fallback, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: fallback) }
+        #expect(chown(fallback, 65534, 65534) == 0 && chmod(fallback, 0o777) == 0)
+        let result = runAs(uid: 4242, gid: 4242, ["/usr/bin/env", "-u", "XDG_RUNTIME_DIR", "-u", "PREFETCHD_SOCKET", ctl, "ping"])
+        #expect(result.status == 3, "\(result.stderr)")
+        #expect(result.stderr.contains("not using \(fallback)/ctl.sock: \(fallback) belongs to uid 65534, not to this user"),
+                "\(result.stderr)")
+    }
+
     @Test("a user service read /etc, whose cache_dir and socket are the system service's: a user but root reads their own ~/.config/prefetchd/prefetchd.conf",
           .enabled(if: getuid() == 0, "setpriv needs root"))
     func usersOwnConfiguration() throws {
