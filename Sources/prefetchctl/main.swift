@@ -47,4 +47,10 @@ func textArguments() throws(CLIError) -> [String] {
     return words
 }
 
-exit(runCommand())
+let status = runCommand()
+// Output that never arrived (a full disk, a closed stdout) was not given: a script must not take it for an answer.
+if fflush(nil) != 0 {
+    Output.message("cannot write the output: \(String(cString: strerror(errno)))")
+    exit(status == ExitCode.ok ? ExitCode.failed : status)
+}
+exit(status)

@@ -215,6 +215,17 @@ struct CLITests {
         #expect(full.status == 1 && full.stderr.contains("disk_full: cannot write /dev/full"), "\(full.stderr)")
     }
 
+    @Test("output that cannot be written (a full disk, a closed stdout) fails the command, saying so (status, list, get… exited 0)",
+          arguments: ["> /dev/full", ">&-"])
+    func unwritableOutputFails(redirection: String) throws {
+        let daemon = try DaemonUnderTest()
+        for verb in ["status", "ping", "formats"] {
+            let result = run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" \(verb) \(redirection)", Paths.prefetchctl, daemon.socket])
+            #expect(result.status == 1 && result.stderr.hasPrefix("prefetchctl: cannot write the output"), "\(verb): \(result.stderr)")
+        }
+        #expect(run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" ping > /dev/null", Paths.prefetchctl, daemon.socket]).status == 0)
+    }
+
     @Test("an argument that is not UTF-8 text is a usage error (it was repaired to U+FFFD and another URL was fetched)")
     func argumentNotUTF8() throws {
         let result = run("/bin/sh", ["-c", "exec \"$0\" --socket /nonexistent.sock info \"$(printf 'http://x/\\377\\376')\"",
