@@ -201,6 +201,24 @@ struct CLITests {
         }
     }
 
+    @Test("get -o into the cache directory is refused, and nothing is made there (it wrote the JPEG over the live index.sqlite: 83 entries lost)")
+    func outputIntoTheCache() throws {
+        let daemon = try DaemonUnderTest()
+        let url = Self.origin.url("/output-cache.jpg")
+        #expect(daemon.ctl("get", url).status == 0)
+        let index = daemon.cache + "/index.sqlite"
+        let before = FileManager.default.contents(atPath: index)
+        let link = daemon.cache + "/../into-cache"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: daemon.cache)
+        for target in [index, daemon.cache + "/files/new-file", link + "/index.sqlite"] {
+            let result = daemon.ctl("get", "-o", target, url)
+            #expect(result.status == 2 && result.stderr.contains("is inside the cache"), "\(target): \(result.stderr)")
+        }
+        #expect(FileManager.default.contents(atPath: index) == before)
+        #expect(!FileManager.default.fileExists(atPath: daemon.cache + "/files/new-file"))
+        #expect(daemon.ctl("info", url).status == 0, "the daemon serves its index")
+    }
+
     @Test("get -o onto the cached file itself is refused and leaves it whole (it emptied it under the daemon); a copy that cannot be written is a failure, exit 1, not a usage error")
     func outputOntoTheCachedFile() throws {
         let daemon = try DaemonUnderTest()

@@ -103,6 +103,11 @@ enum GetCommand {
         if input < 0, errno == ENOENT, !lastTry { return false }
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
+        // (The cached file itself is told apart below, by its inode.)
+        if destination != "-", let root = cacheDirectory(of: path), let target = resolved(destination),
+           target == root || target.hasPrefix(root + "/"), target != resolved(path) {
+            throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
+        }
         let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw writeFailure(destination) }
         defer { if output != 1 { close(output) } }
@@ -128,6 +133,28 @@ enum GetCommand {
             }
         }
         return true
+    }
+
+    /// The cache directory a cached file's path is in (the daemon names them `CACHE/files/ab/…`), links resolved.
+    private static func cacheDirectory(of path: String) -> String? {
+        var parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count > 3, parts[parts.count - 3] == "files" else { return nil }
+        parts.removeLast(3)
+        return resolved(parts.joined(separator: "/"))
+    }
+
+    /// `path` with its links resolved; for a path that does not exist yet, its directory's, and its own name.
+    private static func resolved(_ path: String) -> String? {
+        if let real = realpath(path, nil) {
+            defer { free(real) }
+            return String(cString: real)
+        }
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        guard let real = realpath(directory, nil) else { return nil }
+        defer { free(real) }
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        return String(cString: real) + "/" + name
     }
 
     /// Writing the copy failed (a full disk, an I/O error): the fetch worked, so not a usage error.
