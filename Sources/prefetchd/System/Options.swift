@@ -604,7 +604,16 @@ struct Options {
                            + schemes.joined(separator: ", ") + ")")
         guard scheme.isEmpty || schemes.contains(scheme.lowercased()) else { throw bad }
         var authority = rest.prefix { $0 != "/" }
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        if let at = authority.lastIndex(of: "@") {
+            // curl ends the authority at the first / ? or #, and takes no space: a password with one would be cut,
+            // and curl's error, which quotes the proxy, would show it to every client.
+            let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~%!$&'()*+,;=:")
+            guard authority[..<at].allSatisfy(allowed.contains) else {
+                throw BadValue("the proxy's user or password holds a character that must be percent-encoded "
+                               + "(# as %23, a space as %20, / as %2F, ? as %3F, @ as %40)")
+            }
+            authority = authority[authority.index(after: at)...]
+        }
         var host = authority, port: Substring?
         if authority.hasPrefix("[") {
             guard let close = authority.firstIndex(of: "]") else { throw bad }
