@@ -294,6 +294,9 @@ struct ConfigTests {
             let (over, _) = check([flag, value])
             #expect(over.status == 1 && over.stderr.contains("\(flag): '\(value)' is more than this setting takes, \(most)"), "\(over.stderr)")
         }
+        // Under output_budget's least: it failed every reply but the shortest (a queue's, after the URLs were queued).
+        let (under, _) = check(["--output-budget", "64K"])
+        #expect(under.status == 1 && under.stderr.contains("--output-budget: '64K' is less than this setting takes, 256K"), "\(under.stderr)")
         let (none, _) = check(["--config", "/dev/null"])
         #expect(none.status == 0, "/dev/null stays the way to read no file: \(none.stderr)")
     }

@@ -167,7 +167,8 @@ final class Clients {
                 // It could never be read whole: the client would be cut off in the middle of the line.
                 json = try Array(Self.encoder.encode(Reply<Ignored>(id: reply.id, error: WireError(.tooLarge,
                     "the reply is \(json.count) bytes, more than all clients together may hold unread (output_budget, "
-                    + "\(outputBudget) bytes): ask for less (a lower limit), or raise output_budget"))))
+                    + "\(outputBudget) bytes); the request itself was carried out: ask for less output (a summary, a "
+                    + "lower limit), or raise output_budget"))))
             }
             connection.send(CanonicalURL.redactingUserinfo(in: json))
         } catch {

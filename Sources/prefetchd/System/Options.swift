@@ -144,7 +144,12 @@ struct Options {
                 show: { showSize($0.maxCacheBytes) }),
         Setting(key: "output_budget", placeholder: "SIZE",
                 summary: "replies and events buffered for all clients; past it the worst readers are disconnected",
-                read: { options, value throws(BadValue) in options.outputBudget = Int(try size(value, atMost: 1 << 40)) },
+                read: { options, value throws(BadValue) in
+                    let budget = try size(value, atMost: 1 << 40)
+                    // Less could not hold one client's ordinary replies (a queue's per-URL results, a list).
+                    guard budget >= 256 << 10 else { throw BadValue("'\(value)' is less than this setting takes, 256K") }
+                    options.outputBudget = Int(budget)
+                },
                 show: { showSize(Int64($0.outputBudget)) }),
         Setting(key: "fast_width", placeholder: "N", summary: "parallel urgent fetches",
                 read: { options, value throws(BadValue) in options.fastWidth = Int(try number(value, 1...1024)) },
