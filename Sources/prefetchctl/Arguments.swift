@@ -216,8 +216,11 @@ struct Arguments {
 final class ListFile {
     private let file: UnsafeMutablePointer<FILE>
     private let name: String
-    private var buffer: UnsafeMutablePointer<CChar>?
-    private var capacity = 0
+    /// Lines of at most 1 MiB (/dev/zero has no newline). One longer than a request may be is still read: its URL
+    /// is refused by name (`line_too_long`) and the URLs around it are sent.
+    private var lines = LineBuffer(limit: 1 << 20)
+    private var chunk = [UInt8](repeating: 0, count: 65536)
+    private var ended = false
     private var number = 0
 
     init(_ file: UnsafeMutablePointer<FILE>, name: String) {
@@ -225,13 +228,29 @@ final class ListFile {
         self.name = name
     }
 
-    deinit { free(buffer) }
-
+    /// The next line's text; nil at the end. A line too long to send, or a read that fails (a directory), is a
+    /// usage error, not the end of the list.
     func nextLine() throws(CLIError) -> String? {
-        let length = getline(&buffer, &capacity, file)
-        guard length >= 0, let buffer else { return nil }
-        number += 1
-        return try Self.text(UnsafeRawBufferPointer(start: buffer, count: length), line: number, of: name)
+        while true {
+            switch ended ? lines.finish() : lines.next() {
+            case .line(let bytes)?:
+                number += 1
+                return try Self.text(bytes, line: number, of: name)
+            case .tooLong?:
+                throw .usage("\(name), line \(number + 1): longer than \(lines.limit) bytes; a URL can never be sent "
+                             + "if over \(maximumLineLength)")
+            case nil:
+                guard !ended else { return nil }
+                let count = fread(&chunk, 1, chunk.count, file)
+                if count > 0 {
+                    lines.append(chunk[..<count])
+                } else if ferror(file) != 0 {
+                    throw .usage("\(name): cannot read: \(String(cString: strerror(errno)))")
+                } else {
+                    ended = true
+                }
+            }
+        }
     }
 
     /// The text of line `number` of `name`, trimmed.

@@ -244,6 +244,17 @@ struct CLITests {
         #expect(run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" ping > /dev/null", Paths.prefetchctl, daemon.socket]).status == 0)
     }
 
+    @Test("a URL list is read in lines a request may hold, and a failed read is no end of the list (queue - </dev/zero took 4.2 GB; a directory was an empty list: view exited 0)")
+    func listReadingIsBounded() throws {
+        let daemon = try DaemonUnderTest()
+        let endless = run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" queue - < /dev/zero", Paths.prefetchctl, daemon.socket])
+        #expect(endless.status == 2 && endless.stderr.contains("stdin, line 1: longer than 1048576 bytes"), "\(endless.stderr)")
+        for command in ["get - < /tmp", "queue - < /tmp", "view /tmp"] {
+            let result = run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" \(command)", Paths.prefetchctl, daemon.socket])
+            #expect(result.status == 2 && result.stderr.contains("cannot read: Is a directory"), "\(command): \(result.stderr)")
+        }
+    }
+
     @Test("an argument that is not UTF-8 text is a usage error (it was repaired to U+FFFD and another URL was fetched)")
     func argumentNotUTF8() throws {
         let result = run("/bin/sh", ["-c", "exec \"$0\" --socket /nonexistent.sock info \"$(printf 'http://x/\\377\\376')\"",
