@@ -101,10 +101,14 @@ public struct Scheduler: Sendable {
         var lingering = false
         /// The transient failure whose retry it waits for, while delayed.
         var retrying: Failure?
+        /// When it last started.
+        var startedAt = Moment(milliseconds: 0)
     }
 
     /// The longest backoff someone waits out (milliseconds): past it (a `Retry-After` of minutes), the waiters get
-    /// the failure at once, a `get` that comes meanwhile too, and the retry is background work.
+    /// the failure at once, a `get` that comes meanwhile too, and the retry is background work. So it is after a try
+    /// that reached nothing for longer than this (a connect timeout to a dead host): another would hold an urgent
+    /// slot as long, while the person waits.
     public static let longestWaitedRetry: Int64 = 5_000
 
     /// What a waiter is told when the retry of `failure` comes only after `delay`.
@@ -533,7 +537,8 @@ public struct Scheduler: Sendable {
                 tasks[key]!.lane = .fast
                 tasks[key]!.promotionPending = false
             }
-            if delay > Self.longestWaitedRetry, !task.waiters.isEmpty {
+            let triedLong = failure.unreached && now.milliseconds - task.startedAt.milliseconds > Self.longestWaitedRetry
+            if delay > Self.longestWaitedRetry || triedLong, !task.waiters.isEmpty, pausedUntil == nil {  // else below
                 for waiter in task.waiters {
                     unregister(waiter)
                     actions.append(.answer(waiter, .failed(Self.retriedLater(failure, in: delay))))
@@ -1076,6 +1081,7 @@ public struct Scheduler: Sendable {
         }
         startsSoFar += 1
         task.startOrder = startsSoFar
+        task.startedAt = now
         tasks[key] = task
         if task.lane == .fast {
             counts.fastWaiting -= 1

@@ -538,6 +538,21 @@ struct RetryTests {
         #expect(s.task(U.a.key)?.waiters == [w(2, 2)] && s.task(U.a.key)?.lane == .fast)
     }
 
+    @Test("a try that reached nothing for over 5 s (a connect timeout to a dead host) is not tried again while someone waits: the waiters get the failure, the retry is background work (16 dead hosts held the fast lane for 30 s a URL, healthy gets waited 19 s); a quick one is retried for them")
+    func longUnreachedTryIsNotRepeatedForWaiters() throws {
+        var s = makeScheduler()
+        var dead = Failure(code: .timeout, message: "Failed to connect to 10.9.9.9 port 80 after 10002 ms", isTransient: true)
+        dead.unreached = true
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        let actions = s.finish(U.a.key, .failure(dead), now: t(10_002))
+        guard case .answer(w(1, 1), .failed(let told))? = actions.first else { Issue.record("\(actions)"); return }
+        #expect(told.message.hasPrefix(dead.message + "; tried again in ") && told.message.hasSuffix(" s, in the background"))
+        #expect(s.task(U.a.key)?.lane == .slow && s.task(U.a.key)?.waiters == [])
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(20_000))
+        #expect(s.finish(U.b.key, .failure(dead), now: t(20_100)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.task(U.b.key)?.lane == .fast && s.task(U.b.key)?.waiters == [w(1, 2)])
+    }
+
     @Test("Retry-After is capped at retryAfterCap")
     func retryAfterCapped() {
         var s = makeScheduler()

@@ -26,6 +26,15 @@ struct OutageTests {
         #expect(pauses.count == 1, "\(pauses)")
     }
 
+    @Test("a get of a host that never answers fails after one connect timeout, its retry background work (each of 3 tries held an urgent slot for the whole timeout: gets of other hosts waited 19 s behind 16 dead ones)")
+    func deadHostIsNotRetriedForAWaiter() throws {
+        let hole = try Blackhole()
+        let daemon = try DaemonUnderTest(["--connect-timeout", "6"])
+        let result = daemon.ctl("get", "--json", "--timeout", "15", "http://127.0.0.1:\(hole.port)/dead.jpg")
+        #expect(result.status == 1 && errorCode(result.stdout) == "timeout", "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("; tried again in ") && result.stdout.contains(" s, in the background"), "\(result.stdout)")
+    }
+
     @Test("queued URLs of a host that refuses every connection outlast max_attempts and stay queued across a restart")
     func queuedWorkOutlastsAnOutage() throws {
         let port = try freePort()
@@ -58,5 +67,34 @@ struct OutageTests {
         #expect(daemon.ctl("queue", url).status == 0)
         #expect(waitUntil(seconds: 10) { (try? Self.queued(daemon))?.isEmpty == true }, "\(daemon.log)")
         #expect(try origin.stats().log.filter { $0.path == "/hangup.jpg" }.count == 2)
+    }
+}
+
+/// A listening socket on 127.0.0.1 whose only place in its accept queue is taken, and nothing is ever accepted: a
+/// connection to it gets no answer, as one to a host that is down.
+final class Blackhole {
+    let port: Int
+    private let listener: Int32
+    private let filler: Int32
+
+    init() throws {
+        let listening = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0), filling = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let made = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listening, $0, length) == 0 && listen(listening, 0) == 0 && getsockname(listening, $0, &length) == 0
+                    && connect(filling, $0, length) == 0
+            }
+        }
+        (listener, filler, port) = (listening, filling, Int(UInt16(bigEndian: address.sin_port)))
+        guard made else { throw HarnessError("cannot make a blackhole: \(String(cString: strerror(errno)))") }
+    }
+
+    deinit {
+        close(filler)
+        close(listener)
     }
 }
