@@ -56,7 +56,17 @@ def default_socket():
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     if runtime.startswith("/"):
         return runtime + "/prefetchd/ctl.sock"
-    return "/tmp/prefetchd-%d/ctl.sock" % os.getuid()
+    # Any user may make this directory first and answer in the daemon's place: it must be this user's own, and
+    # neither its group nor others may write to it (as prefetchctl checks).
+    directory = "/tmp/prefetchd-%d" % os.getuid()
+    try:
+        link, info = os.lstat(directory), os.stat(directory)
+    except OSError:
+        return directory + "/ctl.sock"  # connecting says what is wrong
+    if os.getuid() != link.st_uid or os.getuid() != info.st_uid or info.st_mode & 0o022:
+        raise SystemExit("not using %s/ctl.sock: the directory is not yours alone; remove it, or set "
+                         "XDG_RUNTIME_DIR or --socket" % directory)
+    return directory + "/ctl.sock"
 
 
 class Connection:

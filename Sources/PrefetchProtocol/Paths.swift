@@ -16,8 +16,9 @@ public enum DefaultPaths {
     public static var sharedTemporarySocket: String { "/tmp/prefetchd-\(getuid())/ctl.sock" }
 
     /// Why the directory a socket is in cannot be trusted, or nil. It must be this user's (or root's, with
-    /// `rootToo`), a link to it too, and others may not write to it, unless it is sticky, as /tmp is (they cannot
-    /// remove what is not theirs). Another user who made `/tmp/prefetchd-$UID` first could replace the socket with
+    /// `rootToo`), a link to it too, and neither its group nor others may write to it, unless it is root's and
+    /// sticky, as /tmp is (they cannot remove what is not theirs; in a sticky directory of this user's, others could
+    /// still make the socket first). Another user who made `/tmp/prefetchd-$UID` first could replace the socket with
     /// their own, read every request (URLs with credentials) and answer with paths of their choosing.
     public static func untrustedDirectory(of socketPath: String, rootToo: Bool) -> String? {
         guard let slash = socketPath.lastIndex(of: "/") else { return nil }
@@ -29,7 +30,7 @@ public enum DefaultPaths {
             return "\(directory) is a link that belongs to uid \(link.st_uid)"
         }
         if !trusted(info.st_uid) { return "\(directory) belongs to uid \(info.st_uid), not to this user" }
-        if info.st_mode & 0o022 != 0, info.st_mode & S_ISVTX == 0 {
+        if info.st_mode & 0o022 != 0, info.st_mode & S_ISVTX == 0 || info.st_uid != 0 {
             return "\(directory) may be written by others (mode \(String(info.st_mode & 0o7777, radix: 8)))"
         }
         return nil

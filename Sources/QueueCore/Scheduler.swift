@@ -99,8 +99,9 @@ public struct Scheduler: Sendable {
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
         var lingering = false
-        /// The transient failure whose retry it waits for, while delayed.
-        var retrying: Failure?
+        /// While delayed: the failure whose retry nobody waits for (`longestWaitedRetry`); a `get` meanwhile is
+        /// answered with it at once.
+        var notWaitedFor: Failure?
         /// When it last started.
         var startedAt = Moment(milliseconds: 0)
     }
@@ -237,9 +238,9 @@ public struct Scheduler: Sendable {
         if tasks[key]?.state != .running, let until = pausedHosts[url.authority], until > now {
             return [.answer(waiter, .failed(Self.hostPaused(url.authority, until: until, now: now)))]
         }
-        if case .delayed(let until)? = tasks[key]?.state, until.milliseconds - now.milliseconds > Self.longestWaitedRetry,
-           let failure = tasks[key]!.retrying, !diskDelayedKeys.contains(key) {
-            return [.answer(waiter, .failed(Self.retriedLater(failure, in: until.milliseconds - now.milliseconds)))]
+        if cache != .fresh, case .delayed(let until)? = tasks[key]?.state, let failure = tasks[key]!.notWaitedFor {
+            if !tentative { tasks[key]!.tentative = false }  // asked for, as by a get that waits
+            return [.answer(waiter, .failed(Self.retriedLater(failure, in: max(0, until.milliseconds - now.milliseconds))))]
         }
         var actions: [Action] = []
         if tasks[key] == nil {
@@ -497,16 +498,17 @@ public struct Scheduler: Sendable {
     /// A running fetch ended. Success answers every waiter; a transient failure is retried after a backoff until
     /// the attempts run out; a permanent failure is answered and remembered for the negative TTL.
     ///
-    /// A failure of background work (no waiters) that did not reach its host, while that host was failing already,
+    /// A failure of queued work nobody waits for that did not reach its host, while that host was failing already,
     /// costs the URL no attempt: a network down or a dead host would otherwise drop the whole queue, a few URLs per
-    /// host pause. The circuit breaker paces those tries instead, so without one nothing is given back.
+    /// host pause. The circuit breaker paces those tries instead, so without one nothing is given back. (A `get`'s
+    /// task, whose waiters left or were answered, counts each: it would otherwise be tried for ever.)
     public mutating func finish(_ key: String, _ outcome: FetchOutcome, now: Moment) -> [Action] {
         guard var task = tasks[key], task.state == .running else { return [] }
         var actions: [Action] = []
         let hostWasFailing = failuresInARow(task.host, now: now) > 0
         let pausedUntil = noteHostOutcome(task.host, outcome, now: now, into: &actions)
         if case .failure(let failure) = outcome, failure.isTransient, failure.unreached, hostWasFailing,
-           task.waiters.isEmpty, !Self.localFailureCodes.contains(failure.code),
+           task.waiters.isEmpty, task.queued, !Self.localFailureCodes.contains(failure.code),
            configuration.hostFailureThreshold != nil, configuration.hostPause > 0 {
             task.attempts -= 1
             tasks[key]!.attempts = task.attempts
@@ -530,7 +532,6 @@ public struct Scheduler: Sendable {
                                                   random: &random)
             leaveRunning(task)
             tasks[key]!.state = .delayed(until: now + delay)
-            tasks[key]!.retrying = failure
             tasks[key]!.lingering = false
             if task.promotionPending {
                 // Urgent waiters wait for it: the retry runs in the fast lane.
@@ -538,14 +539,18 @@ public struct Scheduler: Sendable {
                 tasks[key]!.promotionPending = false
             }
             let triedLong = failure.unreached && now.milliseconds - task.startedAt.milliseconds > Self.longestWaitedRetry
-            if delay > Self.longestWaitedRetry || triedLong, !task.waiters.isEmpty, pausedUntil == nil {  // else below
+            let notWaitedFor = (delay > Self.longestWaitedRetry || triedLong) && pausedUntil == nil  // else below
+            tasks[key]!.notWaitedFor = notWaitedFor ? failure : nil
+            if notWaitedFor, !task.waiters.isEmpty {
                 for waiter in task.waiters {
                     unregister(waiter)
                     actions.append(.answer(waiter, .failed(Self.retriedLater(failure, in: delay))))
                 }
                 tasks[key]!.waiters = []
-                tasks[key]!.lane = .slow
-                tasks[key]!.abandoned = false
+                if !task.promoted {
+                    tasks[key]!.lane = .slow
+                    tasks[key]!.abandoned = false
+                }
             }
             counts.delayed += 1
             delayedKeys.insert(key)
@@ -591,7 +596,7 @@ public struct Scheduler: Sendable {
         task.promotionPending = false
         task.attempts -= 1  // not the URL's fault: the attempt is given back
         task.state = .delayed(until: waitingForDiskUntil!)
-        task.retrying = nil
+        task.notWaitedFor = nil
         tasks[key] = task
         counts.delayed += 1
         delayedKeys.insert(key)
@@ -1082,6 +1087,7 @@ public struct Scheduler: Sendable {
         startsSoFar += 1
         task.startOrder = startsSoFar
         task.startedAt = now
+        task.notWaitedFor = nil
         tasks[key] = task
         if task.lane == .fast {
             counts.fastWaiting -= 1

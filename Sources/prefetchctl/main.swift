@@ -47,10 +47,33 @@ func textArguments() throws(CLIError) -> [String] {
     return words
 }
 
+/// Fills closed standard descriptors, and says whether stdout was closed (`>&-`). Else the next descriptor opened (the
+/// daemon's socket) would take its number, and the output would go there. Stdout gets an unlinked temporary file,
+/// so that what lands in it can be told: it was never written.
+func fillClosedStandardDescriptors() -> Bool {
+    if fcntl(0, F_GETFD) < 0 { _ = open("/dev/null", O_RDONLY) }
+    var stdoutClosed = false
+    if fcntl(1, F_GETFD) < 0 {
+        var template = Array("/tmp/prefetchctl-stdout-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        if fd >= 0 { template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
+        stdoutClosed = fd == 1
+        if fd >= 0, fd != 1 { close(fd) }
+    }
+    if fcntl(2, F_GETFD) < 0 { _ = open("/dev/null", O_WRONLY) }
+    return stdoutClosed
+}
+
+/// The C library's stdout, which `print` writes through (Swift 6 does not let its global be read).
+let standardOutput = dlsym(nil, "stdout")!.load(as: UnsafeMutablePointer<FILE>.self)
+let stdoutClosed = fillClosedStandardDescriptors()
 let status = runCommand()
 // Output that never arrived (a full disk, a closed stdout) was not given: a script must not take it for an answer.
-if fflush(nil) != 0 {
-    Output.message("cannot write the output: \(String(cString: strerror(errno)))")
+let flushed = fflush(nil) == 0
+let reason = !flushed ? String(cString: strerror(errno)) : ferror(standardOutput) != 0 ? "a write failed"
+    : stdoutClosed && lseek(1, 0, SEEK_END) > 0 ? "stdout is closed" : nil
+if let reason {
+    Output.message("cannot write the output: \(reason)")
     exit(status == ExitCode.ok ? ExitCode.failed : status)
 }
 exit(status)

@@ -553,6 +553,41 @@ struct RetryTests {
         #expect(s.task(U.b.key)?.lane == .fast && s.task(U.b.key)?.waiters == [w(1, 2)])
     }
 
+    @Test("a get's task whose try reached nothing for long ends after max_attempts, though its host keeps failing (the waiters gone, each try was given back its attempt: it was tried for ever, once a pause)")
+    func givenUpGetEnds() throws {
+        var s = makeScheduler()
+        var dead = Failure(code: .timeout, message: "Failed to connect", isTransient: true)
+        dead.unreached = true
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.finish(U.a.key, .failure(dead), now: t(10_000))
+        var now: Int64 = 10_000
+        var forgotten = false
+        for _ in 0..<6 where !forgotten {
+            guard let until = s.task(U.a.key)?.state.delayedUntil else { break }
+            now = until.milliseconds
+            #expect(s.advance(to: until).contains(start(U.a, .slow)))
+            now += 10_000
+            forgotten = s.finish(U.a.key, .failure(dead), now: t(now)).contains(.forget(key: U.a.key))
+        }
+        #expect(forgotten && s.task(U.a.key) == nil, "\(String(describing: s.task(U.a.key)))")
+    }
+
+    @Test("a retry nobody waits for: a get meanwhile adopts a view's task though answered; with a fresh copy it waits; a promoted task stays urgent")
+    func retryNotWaitedForEdges() throws {
+        var s = makeScheduler()
+        _ = s.queue(U.a, cache: .missing, now: t(0), tentative: true)
+        _ = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 30_000)), now: t(100))
+        let answered = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(200))
+        #expect(answered.count == 1 && s.task(U.a.key)?.tentative == false, "\(answered)")
+        #expect(s.get(U.a, waiter: w(1, 2), cache: .fresh, now: t(300)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.task(U.a.key)?.waiters == [w(1, 2)])
+
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(400))
+        _ = s.promote(U.b.key, now: t(400))
+        _ = s.finish(U.b.key, .failure(.httpStatus(503, retryAfter: 30_000)), now: t(500))
+        #expect(s.task(U.b.key)?.waiters == [] && s.task(U.b.key)?.lane == .fast, "the promote still holds")
+    }
+
     @Test("Retry-After is capped at retryAfterCap")
     func retryAfterCapped() {
         var s = makeScheduler()

@@ -214,6 +214,12 @@ struct CLITests {
             let result = daemon.ctl("get", "-o", target, url)
             #expect(result.status == 2 && result.stderr.contains("is inside the cache"), "\(target): \(result.stderr)")
         }
+        // A link to a file not made yet in the cache: open would make it there.
+        let dangling = daemon.cache + "/../dangling"
+        try FileManager.default.createSymbolicLink(atPath: dangling, withDestinationPath: daemon.cache + "/files/via-link")
+        let viaLink = daemon.ctl("get", "-o", dangling, url)
+        #expect(viaLink.status == 2 && viaLink.stderr.contains("is a link to nothing"), "\(viaLink.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: daemon.cache + "/files/via-link"))
         #expect(FileManager.default.contents(atPath: index) == before)
         #expect(!FileManager.default.fileExists(atPath: daemon.cache + "/files/new-file"))
         #expect(daemon.ctl("info", url).status == 0, "the daemon serves its index")

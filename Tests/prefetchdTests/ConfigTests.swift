@@ -180,11 +180,15 @@ struct ConfigTests {
         try? FileManager.default.removeItem(atPath: fallback)
         try FileManager.default.createDirectory(atPath: fallback, withIntermediateDirectories: false)
         defer { try? FileManager.default.removeItem(atPath: fallback) }
-        #expect(chown(fallback, 65534, 65534) == 0 && chmod(fallback, 0o777) == 0)
-        let result = runAs(uid: 4242, gid: 4242, ["/usr/bin/env", "-u", "XDG_RUNTIME_DIR", "-u", "PREFETCHD_SOCKET", ctl, "ping"])
-        #expect(result.status == 3, "\(result.stderr)")
-        #expect(result.stderr.contains("not using \(fallback)/ctl.sock: \(fallback) belongs to uid 65534, not to this user"),
-                "\(result.stderr)")
+        // Another user's; the user's own but writable by all, sticky or not (others could make the socket first).
+        for (owner, mode, problem) in [(65534, 0o777, "belongs to uid 65534, not to this user"),
+                                       (4242, 0o1777, "may be written by others (mode 1777)"),
+                                       (4242, 0o770, "may be written by others (mode 770)")] {
+            #expect(chown(fallback, UInt32(owner), UInt32(owner)) == 0 && chmod(fallback, mode_t(mode)) == 0)
+            let result = runAs(uid: 4242, gid: 4242, ["/usr/bin/env", "-u", "XDG_RUNTIME_DIR", "-u", "PREFETCHD_SOCKET", ctl, "ping"])
+            #expect(result.status == 3 && result.stderr.contains("not using \(fallback)/ctl.sock: \(fallback) \(problem)"),
+                    "\(result.stderr)")
+        }
     }
 
     @Test("a user service read /etc, whose cache_dir and socket are the system service's: a user but root reads their own ~/.config/prefetchd/prefetchd.conf",

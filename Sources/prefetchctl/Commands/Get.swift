@@ -104,9 +104,14 @@ enum GetCommand {
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
         // (The cached file itself is told apart below, by its inode.)
-        if destination != "-", let root = cacheDirectory(of: path), let target = resolved(destination),
-           target == root || target.hasPrefix(root + "/"), target != resolved(path) {
-            throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
+        if destination != "-", let root = cacheDirectory(of: path) {
+            var link = stat(), target = stat()
+            if lstat(destination, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, stat(destination, &target) != 0 {
+                throw .usage("\(destination) is a link to nothing: give -o the file itself")  // it may point into the cache
+            }
+            if let target = resolved(destination), target == root || target.hasPrefix(root + "/"), target != resolved(path) {
+                throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
+            }
         }
         let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw writeFailure(destination) }

@@ -180,10 +180,10 @@ enum ImageIntegrity {
     /// Picture data split by more metadata than this is refused: real files need a handful of pieces, and each costs
     /// the loader a read and a write (2,000,000 comments between restart intervals, 20 MB: 2.8 s and 80 MB a variant).
     static let mostVariantPieces = 10_000
-    /// The largest colour profile a variant carries on: what one JPEG APP2 segment holds (gdk-pixbuf's JPEG saver
-    /// garbles a profile split over several, and a thumbnail of a few kilobytes should not carry more; display
-    /// profiles are under 4 KB).
-    static let mostProfileBytes = 65_519
+    /// The largest colour profile a variant carries on: less than one JPEG APP2 segment holds (gdk-pixbuf's JPEG
+    /// saver writes one of 65,519 bytes or more in several, and garbles it; a thumbnail of a few kilobytes should not
+    /// carry more; display profiles are under 4 KB).
+    static let mostProfileBytes = 65_518
 
     static func variantPieces(_ path: String, format: String) throws(Failure) -> [PixbufLoader.Piece]? {
         guard format == "jpeg" || format == "png" else { return nil }

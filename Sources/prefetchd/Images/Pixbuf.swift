@@ -52,8 +52,12 @@ final class Pixbuf {
         guard let decoded = g_base64_decode(encoded, &length) else { return nil }
         defer { g_free(decoded) }
         let profile = Array(UnsafeBufferPointer(start: decoded, count: Int(length)))
-        return (20...ImageIntegrity.mostProfileBytes).contains(profile.count) && profile[16..<20].elementsEqual("RGB ".utf8)
-            ? profile : nil
+        // gdk-pixbuf's JPEG saver refuses one under 128 bytes (a header's size): a whole header, its own size
+        // stated, its signature, RGB.
+        guard (128...ImageIntegrity.mostProfileBytes).contains(profile.count) else { return nil }
+        let stated = profile[0..<4].reduce(0) { $0 << 8 | Int($1) }
+        return stated == profile.count && profile[36..<40].elementsEqual("acsp".utf8)
+            && profile[16..<20].elementsEqual("RGB ".utf8) ? profile : nil
     }
 
     /// The pixbuf turned and flipped as its orientation option says (itself when there is nothing to do).
