@@ -24,7 +24,7 @@ let package = Package(
             name: "prefetchd",
             dependencies: ["QueueCore", "PrefetchProtocol", "CCurl", "CSQLite", "CGdkPixbuf", "CGio", "CCrypto", "CSystem"]
         ),
-        .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol", "QueueCore"]),
+        .executableTarget(name: "prefetchctl", dependencies: ["PrefetchProtocol", "QueueCore", "CSystem"]),
         .testTarget(name: "QueueCoreTests", dependencies: ["QueueCore"]),
         .testTarget(name: "PrefetchProtocolTests", dependencies: ["PrefetchProtocol"]),
         .testTarget(name: "ImagesTests", dependencies: ["prefetchd"], exclude: ["Fixtures"]),

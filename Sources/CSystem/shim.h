@@ -42,4 +42,9 @@ struct pf_sock_fprog { unsigned short len; struct pf_sock_filter *filter; };
 
 /* glibc's pthread_setname_np (declared under _GNU_SOURCE only, as accept4): names a thread, at most 15 bytes. */
 extern int pthread_setname_np(unsigned long thread, const char *name);
+
+/* stdout, which print writes through: Swift 6 does not let its global be read, and a static prefetchctl has no
+   dlsym to find it. */
+#include <stdio.h>
+static inline FILE *pf_stdout(void) { return stdout; }
 #endif

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import CSystem
 import PrefetchProtocol
 
 func runCommand() -> Int32 {
@@ -64,13 +65,11 @@ func fillClosedStandardDescriptors() -> Bool {
     return stdoutClosed
 }
 
-/// The C library's stdout, which `print` writes through (Swift 6 does not let its global be read).
-let standardOutput = dlsym(nil, "stdout")!.load(as: UnsafeMutablePointer<FILE>.self)
 let stdoutClosed = fillClosedStandardDescriptors()
 let status = runCommand()
 // Output that never arrived (a full disk, a closed stdout) was not given: a script must not take it for an answer.
 let flushed = fflush(nil) == 0
-let reason = !flushed ? String(cString: strerror(errno)) : ferror(standardOutput) != 0 ? "a write failed"
+let reason = !flushed ? String(cString: strerror(errno)) : ferror(pf_stdout()) != 0 ? "a write failed"
     : stdoutClosed && lseek(1, 0, SEEK_END) > 0 ? "stdout is closed" : nil
 if let reason {
     Output.message("cannot write the output: \(reason)")
