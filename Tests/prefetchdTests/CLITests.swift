@@ -220,6 +220,12 @@ struct CLITests {
         let viaLink = daemon.ctl("get", "-o", dangling, url)
         #expect(viaLink.status == 2 && viaLink.stderr.contains("is a link to nothing"), "\(viaLink.stderr)")
         #expect(!FileManager.default.fileExists(atPath: daemon.cache + "/files/via-link"))
+        // Another name of a cached file (a hard link), or of the cache directory (a bind mount: checked by hand).
+        let cachedFile = daemon.ctl("get", Self.origin.url("/output-cache-2.jpg")).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let hardLink = daemon.cache + "/../hard-link"
+        #expect(Glibc.link(cachedFile, hardLink) == 0)
+        let viaHardLink = daemon.ctl("get", "-o", hardLink, url)
+        #expect(viaHardLink.status == 2 && viaHardLink.stderr.contains("is inside the cache"), "\(viaHardLink.stderr)")
         #expect(FileManager.default.contents(atPath: index) == before)
         #expect(!FileManager.default.fileExists(atPath: daemon.cache + "/files/new-file"))
         #expect(daemon.ctl("info", url).status == 0, "the daemon serves its index")

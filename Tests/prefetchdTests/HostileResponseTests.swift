@@ -121,6 +121,18 @@ struct HostileResponseTests {
                 "the new version, whole")
     }
 
+    @Test("a resume answered 206 without a validator, with the rest of another version, was joined to the bytes kept (the review's second pass: a 206 with no ETag or Last-Modified); now nothing is joined that no validator vouches for")
+    func resumeWithoutValidator() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/bare.jpg?size=19419&cut_first=5000&changed=1&ignore_if_range=1&bare_206=1")
+        let result = daemon.ctl("get", "--json", url)
+        let requests = try origin.stats().log.filter { $0.path == "/bare.jpg" }
+        #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "\(result.stdout)")
+        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("/bare.jpg?size=19419&changed=1"))),
+                "the new version, whole")
+    }
+
     @Test("a resume answered 200 with the whole file gzipped was stored undecoded (curl decodes only what it asked for): a resume asks for the identity coding, and an encoded answer starts the download over with decoding")
     func encodedAnswerToAResume() throws {
         let origin = try Origin()

@@ -109,7 +109,8 @@ enum GetCommand {
             if lstat(destination, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, stat(destination, &target) != 0 {
                 throw .usage("\(destination) is a link to nothing: give -o the file itself")  // it may point into the cache
             }
-            if let target = resolved(destination), target == root || target.hasPrefix(root + "/"), target != resolved(path) {
+            if let target = resolved(destination), target != resolved(path),
+               target == root || target.hasPrefix(root + "/") || aliases(target, root) {
                 throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
             }
         }
@@ -146,6 +147,22 @@ enum GetCommand {
         guard parts.count > 3, parts[parts.count - 3] == "files" else { return nil }
         parts.removeLast(3)
         return resolved(parts.joined(separator: "/"))
+    }
+
+    /// Whether `target` is in the directory `root` under another name: one of its directories is `root` itself (a
+    /// bind mount of the cache), or it is a file with other names on the cache's device (a hard link of a cached file).
+    private static func aliases(_ target: String, _ root: String) -> Bool {
+        var cache = stat(), info = stat()
+        guard stat(root, &cache) == 0 else { return false }
+        if stat(target, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink > 1, info.st_dev == cache.st_dev {
+            return true
+        }
+        var directory = Substring(target)
+        while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
+            directory = directory[..<slash]
+            if stat(String(directory), &info) == 0, info.st_dev == cache.st_dev, info.st_ino == cache.st_ino { return true }
+        }
+        return false
     }
 
     /// `path` with its links resolved; for a path that does not exist yet, its directory's, and its own name.

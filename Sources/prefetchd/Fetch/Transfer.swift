@@ -291,18 +291,20 @@ final class Transfer {
         return 0
     }
 
-    /// Why a `206` with the rest of the file is of another version than the bytes kept (`sent` is the `If-Range`
-    /// validator), when its own validator says so: a server that ignores `If-Range` sends the rest of its current
-    /// version, and joined to the bytes kept it would make a file that never was (RFC 9110 section 13.1.5).
+    /// Why a `206` with the rest of the file cannot be joined to the bytes kept (`sent` is the `If-Range` validator):
+    /// its validator differs (a server that ignores `If-Range` sends the rest of its current version), or it has none
+    /// to compare. Joined, they would make a file that never was (RFC 9110 section 15.3.7: only parts with the same
+    /// strong validator combine).
     private func otherVersion(than sent: String?) -> String? {
         guard let sent else { return nil }
         if sent.hasPrefix("\"") {
-            guard let etag = headers.etag, etag != sent else { return nil }
+            guard let etag = headers.etag else { return "the server sent the rest of the file without its ETag" }
+            guard etag != sent else { return nil }
             return "the server sent the rest of another version of the file (ETag \(etag.prefix(60)), the bytes kept "
                 + "are of \(sent.prefix(60)))"
         }
-        guard let modified = headers.lastModified,
-              ResponseHeaders.parseDate(modified) != ResponseHeaders.parseDate(sent) else { return nil }
+        guard let modified = headers.lastModified else { return "the server sent the rest of the file without its Last-Modified" }
+        guard ResponseHeaders.parseDate(modified) != ResponseHeaders.parseDate(sent) else { return nil }
         return "the server sent the rest of another version of the file (Last-Modified \(modified.prefix(40)), the "
             + "bytes kept are of \(sent.prefix(40)))"
     }

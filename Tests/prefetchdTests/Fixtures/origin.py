@@ -70,6 +70,7 @@ Query parameters (combine freely):
                        of the generated body (another ETag)
     ignore_if_range=1  a Range is served whatever If-Range says
     gzip_later=1       gzip=1 from the second request for this path on
+    bare_206=1         a 206 carries neither ETag nor Last-Modified
     etag_304=TAG       a 304 carries ETag TAG instead of the body's
     lie_range=A        a request with a Range header gets 206 with the bytes
                        from A to the end (and a Content-Range saying so),
@@ -769,7 +770,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         for k, v in common:
-            self.send_header(k, v)
+            if not (code == 206 and truthy(q, "bare_206") and k in ("ETag", "Last-Modified")):
+                self.send_header(k, v)
         if content_range:
             self.send_header("Content-Range", content_range)
         if no_length:
