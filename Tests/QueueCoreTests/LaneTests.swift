@@ -534,30 +534,32 @@ struct RetryTests {
         #expect(s.advance(to: t(31_000)) == [start(U.a, .slow, revalidate: true)])
         // Within 5 s of it, a get waits for the retry again.
         _ = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 4_000)), now: t(31_500))
-        #expect(s.get(U.a, waiter: w(2, 2), cache: .stale, now: t(32_000)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.get(U.a, waiter: w(2, 2), cache: .stale, now: t(32_000)).allSatisfy { !$0.isAnswer })
         #expect(s.task(U.a.key)?.waiters == [w(2, 2)] && s.task(U.a.key)?.lane == .fast)
     }
+
+    /// A connect timeout to a host that does not answer: no request was sent.
+    static let deadHost = Failure(code: .timeout, message: "Failed to connect to 10.9.9.9 port 80 after 10002 ms",
+                                  isTransient: true, unreached: true)
 
     @Test("a try that reached nothing for over 5 s (a connect timeout to a dead host) is not tried again while someone waits: the waiters get the failure, the retry is background work (16 dead hosts held the fast lane for 30 s a URL, healthy gets waited 19 s); a quick one is retried for them")
     func longUnreachedTryIsNotRepeatedForWaiters() throws {
         var s = makeScheduler()
-        var dead = Failure(code: .timeout, message: "Failed to connect to 10.9.9.9 port 80 after 10002 ms", isTransient: true)
-        dead.unreached = true
+        let dead = Self.deadHost
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         let actions = s.finish(U.a.key, .failure(dead), now: t(10_002))
         guard case .answer(w(1, 1), .failed(let told))? = actions.first else { Issue.record("\(actions)"); return }
         #expect(told.message.hasPrefix(dead.message + "; tried again in ") && told.message.hasSuffix(" s, in the background"))
         #expect(s.task(U.a.key)?.lane == .slow && s.task(U.a.key)?.waiters == [])
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(20_000))
-        #expect(s.finish(U.b.key, .failure(dead), now: t(20_100)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.finish(U.b.key, .failure(dead), now: t(20_100)).allSatisfy { !$0.isAnswer })
         #expect(s.task(U.b.key)?.lane == .fast && s.task(U.b.key)?.waiters == [w(1, 2)])
     }
 
     @Test("a get's task whose try reached nothing for long ends after max_attempts, though its host keeps failing (the waiters gone, each try was given back its attempt: it was tried for ever, once a pause)")
     func givenUpGetEnds() throws {
         var s = makeScheduler()
-        var dead = Failure(code: .timeout, message: "Failed to connect", isTransient: true)
-        dead.unreached = true
+        let dead = Self.deadHost
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.finish(U.a.key, .failure(dead), now: t(10_000))
         var now: Int64 = 10_000
@@ -579,7 +581,7 @@ struct RetryTests {
         _ = s.finish(U.a.key, .failure(.httpStatus(503, retryAfter: 30_000)), now: t(100))
         let answered = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(200))
         #expect(answered.count == 1 && s.task(U.a.key)?.tentative == false, "\(answered)")
-        #expect(s.get(U.a, waiter: w(1, 2), cache: .fresh, now: t(300)).allSatisfy { if case .answer = $0 { false } else { true } })
+        #expect(s.get(U.a, waiter: w(1, 2), cache: .fresh, now: t(300)).allSatisfy { !$0.isAnswer })
         #expect(s.task(U.a.key)?.waiters == [w(1, 2)])
 
         _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(400))

@@ -67,3 +67,8 @@ extension TaskState {
         return nil
     }
 }
+
+extension Action {
+    /// Whether it answers a waiter.
+    var isAnswer: Bool { if case .answer = self { true } else { false } }
+}

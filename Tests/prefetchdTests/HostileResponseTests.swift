@@ -108,40 +108,35 @@ struct HostileResponseTests {
         #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/whole.jpg?size=19419"))))
     }
 
-    @Test("a resume answered 206 with the rest of another version of the file (a server that ignores If-Range) was joined to the bytes kept and cached as a file that never was; now the partial is dropped and the new version fetched whole")
-    func resumeOfAnotherVersion() throws {
+    /// Gets `path?query` from an origin whose first answer is cut after 5,000 bytes, and whose answer to the resume
+    /// is refused: the third request fetches the file whole, and what is cached is `path?whole`'s body. Returns the
+    /// origin's requests for the path.
+    func refusedResume(_ path: String, _ query: String, whole: String) throws -> [Origin.Stats.Entry] {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let url = origin.url("/changed.jpg?size=19419&cut_first=5000&changed=1&ignore_if_range=1")
-        let result = daemon.ctl("get", "--json", url)
-        let requests = try origin.stats().log.filter { $0.path == "/changed.jpg" }
+        let result = daemon.ctl("get", "--json", origin.url("\(path)?size=19419&cut_first=5000&\(query)"))
+        let requests = try origin.stats().log.filter { $0.path == path }
         #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "\(result.stdout)")
+        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("\(path)?size=19419\(whole)"))),
+                "the file as the server has it now, whole")
+        return requests
+    }
+
+    @Test("a resume answered 206 with the rest of another version of the file (a server that ignores If-Range) was joined to the bytes kept and cached as a file that never was; now the partial is dropped and the new version fetched whole")
+    func resumeOfAnotherVersion() throws {
+        let requests = try refusedResume("/changed.jpg", "changed=1&ignore_if_range=1", whole: "&changed=1")
         #expect(requests.dropFirst().first?.status == 206)
-        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("/changed.jpg?size=19419&changed=1"))),
-                "the new version, whole")
     }
 
     @Test("a resume answered 206 without a validator, with the rest of another version, was joined to the bytes kept (the review's second pass: a 206 with no ETag or Last-Modified); now nothing is joined that no validator vouches for")
     func resumeWithoutValidator() throws {
-        let origin = try Origin()
-        let daemon = try DaemonUnderTest()
-        let url = origin.url("/bare.jpg?size=19419&cut_first=5000&changed=1&ignore_if_range=1&bare_206=1")
-        let result = daemon.ctl("get", "--json", url)
-        let requests = try origin.stats().log.filter { $0.path == "/bare.jpg" }
-        #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "\(result.stdout)")
-        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("/bare.jpg?size=19419&changed=1"))),
-                "the new version, whole")
+        _ = try refusedResume("/bare.jpg", "changed=1&ignore_if_range=1&bare_206=1", whole: "&changed=1")
     }
 
     @Test("a resume answered 200 with the whole file gzipped was stored undecoded (curl decodes only what it asked for): a resume asks for the identity coding, and an encoded answer starts the download over with decoding")
     func encodedAnswerToAResume() throws {
-        let origin = try Origin()
-        let daemon = try DaemonUnderTest()
-        let result = daemon.ctl("get", "--json", origin.url("/encoded.jpg?size=19419&cut_first=5000&gzip_later=1"))
-        let requests = try origin.stats().log.filter { $0.path == "/encoded.jpg" }
-        #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "\(result.stdout)")
+        let requests = try refusedResume("/encoded.jpg", "gzip_later=1", whole: "")
         #expect(requests.dropFirst().first?.headers?["Accept-Encoding"] == "identity")
-        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("/encoded.jpg?size=19419"))))
     }
 
     @Test("a resumed transfer shows the whole body's size as its total (it showed the range's, 40000 under 20000+ bytes)")
