@@ -109,11 +109,11 @@ struct HostileResponseTests {
     }
 
     /// Gets `path?query` from an origin whose first answer is cut after 5,000 bytes, and whose answer to the resume
-    /// is refused: the third request fetches the file whole, and what is cached is `path?whole`'s body. Returns the
-    /// origin's requests for the path.
+    /// is refused: the third request fetches the file whole, and what is cached is `path?whole`'s body. The refused
+    /// resume costs no attempt (it did, so two attempts were not enough). Returns the origin's requests for the path.
     func refusedResume(_ path: String, _ query: String, whole: String) throws -> [Origin.Stats.Entry] {
         let origin = try Origin()
-        let daemon = try DaemonUnderTest()
+        let daemon = try DaemonUnderTest(["--max-attempts", "2"])
         let result = daemon.ctl("get", "--json", origin.url("\(path)?size=19419&cut_first=5000&\(query)"))
         let requests = try origin.stats().log.filter { $0.path == path }
         #expect(requests.map(\.range) == [nil, "bytes=5000-", nil], "\(result.stdout)")

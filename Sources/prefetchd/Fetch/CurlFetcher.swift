@@ -18,6 +18,9 @@ struct FetchResult {
     let lane: Lane
     let headers: ResponseHeaders
     let outcome: Result<Body, Failure>
+    /// The failure is a refused resume (a 416, another version's rest, an encoded whole body): the server answers,
+    /// and the same fetch starts over at once without a `Range`.
+    var resumeRefused = false
 }
 
 /// All transfers, in two connection pools: urgent work in one, background work in the other, so urgent work never
@@ -507,7 +510,8 @@ final class CurlFetcher {
         let headers = transfer.headers
         func failed(_ failure: Failure) -> FetchResult {
             transfer.closeFile()
-            return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .failure(failure))
+            return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .failure(failure),
+                               resumeRefused: transfer.resumeRefused || status == 416)
         }
         if code != CURLE_OK {
             return failed(CurlErrors.failure(code, transfer: transfer))

@@ -229,12 +229,13 @@ final class Fetches {
         switch result.outcome {
         case .failure(let failure):
             endGuardedStep(key)
-            // A refused resume (416; the kept body may even be whole, kept by a crash before its end was recorded)
-            // starts over at once, as the same fetch, and costs no attempt. Its record goes first, so the new request
-            // carries no `Range`, and a 416 to that one fails.
-            if failure.httpStatus == 416, store.partialValidator(key) != nil {
+            // A refused resume (a 416: the kept body may even be whole, kept by a crash before its end was recorded;
+            // the rest of another version; the whole body encoded) starts over at once, as the same fetch, and costs
+            // no attempt: the server answered. Its record goes first, so the new request carries no `Range` and
+            // cannot be refused so again.
+            if result.resumeRefused, store.partialValidator(key) != nil {
                 forgetPartial(key)
-                Log.info("\(key): the server refused to resume (HTTP 416); fetching it again in full")
+                Log.info("\(key): \(failure.message)")
                 return start(key, lane: result.lane, revalidate: false, retry: false)
             }
             // A transient failure keeps what a resume can continue from, but on a full disk, which it would keep full.

@@ -37,6 +37,9 @@ final class Transfer {
     private(set) var headers = ResponseHeaders()
     /// Set when the write callback stopped the transfer on purpose.
     private(set) var stopReason: Failure?
+    /// Set when the server answered the resume in a way that cannot continue the bytes kept, though it may well serve
+    /// the whole file: another version's rest, or the whole body in a Content-Encoding.
+    private(set) var resumeRefused = false
     /// Set when `allows` refused the address curl was to connect to, or connected to: the address and the network.
     private(set) var refusedAddress: (address: String, network: IPNetwork)?
     /// Whether the request was sent, on a connection made (handshakes included) or reused: false when the server was
@@ -291,6 +294,12 @@ final class Transfer {
         return 0
     }
 
+    /// Stops a resume the server answered with something that cannot continue the bytes kept (`refuse`).
+    private func refuseResume(_ reason: String) -> Int {
+        resumeRefused = true
+        return refuse(reason)
+    }
+
     /// Why a `206` with the rest of the file cannot be joined to the bytes kept (`sent` is the `If-Range` validator):
     /// its validator differs (a server that ignores `If-Range` sends the rest of its current version), or it has none
     /// to compare. Joined, they would make a file that never was (RFC 9110 section 15.3.7: only parts with the same
@@ -317,7 +326,7 @@ final class Transfer {
             if status == 206 {
                 switch headers.partialBody(requestedFrom: resumedFrom) {
                 case .rest(let bytes):
-                    if let version = otherVersion(than: continuation.resumeValidator) { return refuse(version) }
+                    if let version = otherVersion(than: continuation.resumeValidator) { return refuseResume(version) }
                     expectedTotal = resumedFrom.saturatingAdd(bytes)
                 case .whole(let bytes):
                     if resumedFrom > 0 { startOver() }
@@ -327,8 +336,8 @@ final class Transfer {
                 }
             } else if resumedFrom > 0 {
                 guard !headers.isEncoded else {
-                    return refuse("the server answered the resume with the whole file in a Content-Encoding, "
-                                  + "which a resume does not decode")
+                    return refuseResume("the server answered the resume with the whole file in a Content-Encoding, "
+                                        + "which a resume does not decode")
                 }
                 startOver()
             }
