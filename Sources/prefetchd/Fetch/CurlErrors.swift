@@ -43,8 +43,6 @@ enum CurlErrors {
                            isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
-        case CURLE_FILESIZE_EXCEEDED:
-            return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT:
             return Failure(code: .timeout, message: transfer.errorDetail ?? "the transfer stalled or timed out (\(text))",
                            isTransient: true, unreached: !transfer.requestSent)
