@@ -42,6 +42,14 @@ struct BadInputTests {
         #expect(result.stdout.contains("Operation too slow"), "\(result.stdout)")
     }
 
+    @Test("a server that took the request and never answered was reported as \"Operation too slow. Less than 1024 bytes/sec transferred\"; now the message says that no response came")
+    func noResponseSaysSo() throws {
+        let daemon = try DaemonUnderTest(["--low-speed-time", "2", "--max-attempts", "1"])
+        let result = daemon.ctl("get", "--json", "--timeout", "20", Self.origin.url("/silent.jpg?delay=8"))
+        #expect(errorCode(result.stdout) == "timeout", "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("the server took the request but sent no response within 2 s"), "\(result.stdout)")
+    }
+
     @Test("a body cut short says that the connection ended before it came, in curl's count (it said \"shorter than its Content-Length\", also for an HTTP/2 protocol error)")
     func bodyCutShortSaysSo() throws {
         let daemon = try DaemonUnderTest(["--max-attempts", "1"])

@@ -43,6 +43,10 @@ enum CurlErrors {
                            isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
+        case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0:
+            // curl's words ("Operation too slow. Less than 1024 bytes/sec transferred") hide that nothing came.
+            return Failure(code: .timeout, message: "the server took the request but sent no response within "
+                           + "\(transfer.lowSpeedTime) s (low_speed_time)", isTransient: true)
         case CURLE_OPERATION_TIMEDOUT:
             return Failure(code: .timeout, message: transfer.errorDetail ?? "the transfer stalled or timed out (\(text))",
                            isTransient: true, unreached: !transfer.requestSent)

@@ -82,6 +82,8 @@ final class Transfer {
     private var fd: Int32
     private var hash: SHA256
     private let maxBytes: Int64
+    /// Seconds with less than `low_speed_limit` bytes/s that stop the transfer.
+    let lowSpeedTime: Int64
     private var requestHeaders: UnsafeMutablePointer<curl_slist>?
     /// Where curl writes what went wrong in its own words (`CURLOPT_ERRORBUFFER`).
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
@@ -107,6 +109,7 @@ final class Transfer {
         pool = request.lane
         continuation = request
         maxBytes = settings.maxBytes
+        lowSpeedTime = settings.lowSpeedTime
         backgroundWindow = Int32(settings.backgroundWindow)
         deniedNetworks = IPNetwork.linkLocal + settings.deniedNetworks
         conditional = request.conditional != nil
