@@ -130,6 +130,41 @@ import Testing
                 == .rejected(.notAnImage("the PNG is 1000001x1: libpng reads at most 1000000 pixels a side")))
     }
 
+    @Test("a PNG whose pixel data's CRC does not match was cached as good, and no variant could be made (libpng refuses it); now it is no image. A damaged CRC of an ancillary chunk stays fine: libpng only warns")
+    func pngWithDamagedPixels() throws {
+        let png = Bytes.read(try scratch.image("pixels.png", width: 40, height: 30, type: "png", bands: [(0, 0, 20, 30, 0x0000FFFF)]))
+        let idat = try #require((8..<png.count - 4).first { png[$0..<$0 + 4].elementsEqual("IDAT".utf8) })
+        let length = Int(png[idat - 4]) << 24 | Int(png[idat - 3]) << 16 | Int(png[idat - 2]) << 8 | Int(png[idat - 1])
+        var damaged = png
+        damaged[idat + 4 + length + 3] ^= 1  // the last byte of the IDAT's CRC: the pixels themselves are intact
+        let path = scratch.write("damaged-pixels.png", damaged)
+        #expect(throws: (any Error).self, "libpng refuses it") { try decodeForTest(path) }
+        #expect(ImageInspector.inspect(path, policy: policy)
+                == .rejected(.notAnImage("the PNG's IDAT chunk is damaged (its CRC does not match)")))
+
+        var text = Bytes.pngChunk("tEXt", Array("Comment\u{0}a damaged comment".utf8))
+        text[text.count - 1] ^= 1
+        let commented = scratch.write("damaged-comment.png", Array(png[..<33]) + text + Array(png[33...]))
+        #expect(try decodeForTest(commented).width == 40, "libpng only warns")
+        #expect(ImageInspector.inspect(commented, policy: policy) == .image(ImageInfo(format: "png", width: 40, height: 30)))
+    }
+
+    @Test("the CRC-32 eight bytes a step is the CRC bit by bit, at every length and split")
+    func crcMatchesTheBitwiseOne() {
+        #expect(CRC32.checksum(Array("123456789".utf8)) == 0xCBF4_3926)
+        var generator = SystemRandomNumberGenerator()
+        for count in Array(0...40) + [63, 64, 65, 1000, 65_537] {
+            let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(CRC32.checksum(bytes) == Bytes.crc32(bytes), "\(count) bytes")
+            let split = count / 3
+            let pieces = bytes.withUnsafeBytes { whole in
+                CRC32.update(CRC32.update(0, UnsafeRawBufferPointer(rebasing: whole[..<split])),
+                             UnsafeRawBufferPointer(rebasing: whole[split...]))
+            }
+            #expect(pieces == Bytes.crc32(bytes), "\(count) bytes in two pieces")
+        }
+    }
+
     @Test func pixelLimitComesFromTheConfiguredMaximum() throws {
         let jpeg = try scratch.image("a.jpg", width: 64, height: 48)
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy(maxPixels: 3072)).code == nil)

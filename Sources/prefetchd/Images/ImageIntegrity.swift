@@ -134,7 +134,7 @@ enum ImageIntegrity {
         guard ihdr.bigEndian32(at: 0) == 13, ihdr[4...7].elementsEqual("IHDR".utf8) else {
             return "the PNG does not start with its IHDR chunk"
         }
-        guard crc32(ihdr[4..<21]) == ihdr.bigEndian32(at: 21) else {
+        guard CRC32.checksum(ihdr[4..<21]) == ihdr.bigEndian32(at: 21) else {
             return "the PNG's IHDR chunk is damaged (its CRC does not match)"
         }
         let width = ihdr.bigEndian32(at: 8), height = ihdr.bigEndian32(at: 12)
@@ -148,8 +148,16 @@ enum ImageIntegrity {
             guard let header = try reader.bytes(8) else { return truncated }
             let length = header.bigEndian32(at: 0)
             guard length <= 0x7FFF_FFFF else { return "the PNG has a chunk of length \(length)" }
-            guard try reader.skip(Int64(length) + 4) else { return truncated }
             let type = header[4...7]
+            if let name = ["IDAT", "PLTE"].first(where: { type.elementsEqual($0.utf8) }) {
+                // libpng refuses the image when the CRC of its pixels or palette does not match (of other chunks it
+                // only warns); the check reads them all, where the walk otherwise seeks.
+                var crc = CRC32.checksum(type)
+                guard try reader.skip(Int64(length), crc: &crc), let stored = try reader.bytes(4) else { return truncated }
+                guard crc == stored.bigEndian32(at: 0) else { return "the PNG's \(name) chunk is damaged (its CRC does not match)" }
+            } else {
+                guard try reader.skip(Int64(length) + 4) else { return truncated }
+            }
             if ["IDAT", "PLTE", "tRNS", "IEND"].contains(where: { type.elementsEqual($0.utf8) })
                 || (type.elementsEqual("iCCP".utf8) && Int(length) <= mostProfileBytes && !profileKept) {
                 criticalChunks?.keep(chunkStart..<reader.offset)
@@ -157,16 +165,6 @@ enum ImageIntegrity {
             }
             if type.elementsEqual("IEND".utf8) { return nil }
         }
-    }
-
-    /// The CRC-32 of PNG chunks (ISO 3309), bit by bit: for the few bytes of a header chunk.
-    static func crc32(_ bytes: some Sequence<UInt8>) -> UInt32 {
-        var crc: UInt32 = 0xFFFF_FFFF
-        for byte in bytes {
-            crc ^= UInt32(byte)
-            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
-        }
-        return ~crc
     }
 
     /// What a loader is fed to decode the JPEG or PNG at `path` for a variant, or nil when it is not whole (or of
@@ -469,6 +467,20 @@ private final class FileByteReader {
         start = 0
         end = 0
         bufferEndOffset = target
+        return true
+    }
+
+    /// Moves `count` bytes on, reading them into `crc` (`CRC32.update`); false when the file ends first.
+    func skip(_ count: Int64, crc: inout UInt32) throws(SystemError) -> Bool {
+        guard count >= 0, count <= size - offset else { return false }
+        var left = count
+        while left > 0 {
+            guard try fill() else { return false }
+            let take = Int(min(left, Int64(end - start)))
+            crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: buffer[start..<start + take]))
+            start += take
+            left -= Int64(take)
+        }
         return true
     }
 

@@ -246,7 +246,7 @@ enum Resizer {
         }
         zlib += bigEndian(b << 16 | a)
         let body = Array("iCCP".utf8) + Array("ICC profile".utf8) + [0, 0] + zlib
-        return bigEndian(UInt32(body.count - 4)) + body + bigEndian(ImageIntegrity.crc32(body))
+        return bigEndian(UInt32(body.count - 4)) + body + bigEndian(CRC32.checksum(body))
     }
 
     private static func bigEndian(_ value: UInt32) -> [UInt8] {
