@@ -43,6 +43,8 @@ enum CurlErrors {
                            isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
+        case CURLE_FILESIZE_EXCEEDED:
+            return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0:
             // curl's words ("Operation too slow. Less than 1024 bytes/sec transferred") hide that nothing came.
             return Failure(code: .timeout, message: "the server took the request but sent no response within "

@@ -168,6 +168,7 @@ final class Transfer {
         pf_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout))
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, Int(settings.lowSpeedLimit))
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int(settings.lowSpeedTime))
+        pf_easy_setopt_off_t(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(settings.maxBytes))
         pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion)")
         pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         // Over TLS, transfers started together wait for the first connection's ALPN instead of each opening one: on
@@ -342,13 +343,6 @@ final class Transfer {
                                         + "which a resume does not decode")
                 }
                 startOver()
-            }
-            // The limit is checked here, not by curl (`CURLOPT_MAXFILESIZE`), which also refuses a redirect whose
-            // own body is announced over it.
-            if let total = expectedBodyBytes, total > maxBytes {
-                stopReason = Failure(code: .tooLarge, message: "the server announced a body of \(total) bytes, over the "
-                                     + "\(maxBytes)-byte limit", isTransient: false)
-                return 0
             }
             // An encoded body is stored decoded: its bytes are not the ones a range would count.
             let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified

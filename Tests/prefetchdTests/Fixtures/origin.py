@@ -40,7 +40,6 @@ Query parameters (combine freely):
     drip=BPS           send the body at BPS bytes/second (correct Content-Length)
     redirect=URL       302 to URL (URL-decoded), e.g. file:///etc/passwd
     redirect_status=N  status to use for redirects (default 302)
-    redirect_pad=N     the redirect's own body padded to N bytes (its Content-Length says so)
     redirect_loop=1    redirect to itself forever (adds incrementing hop=N)
     redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
     no_length=1        no Content-Length, Connection: close, stream then close
@@ -581,9 +580,8 @@ class Handler(BaseHTTPRequestHandler):
         if not head and not no_body:
             self.wfile.write(data)
 
-    def _redirect(self, location, code, head, extra=(), pad=0):
-        text = "Redirecting to %s\n" % location
-        self._send_text(code, text + " " * max(0, pad - len(text)), head,
+    def _redirect(self, location, code, head, extra=()):
+        self._send_text(code, "Redirecting to %s\n" % location, head,
                         extra=[("Location", location)] + list(extra))
 
     def _self_url(self, raw_path, params):
@@ -645,7 +643,7 @@ class Handler(BaseHTTPRequestHandler):
             self._redirect(self._self_url(raw_path, params), redirect_status, head)
             return
         if "redirect" in q:
-            self._redirect(q["redirect"], redirect_status, head, pad=parse_int(q, "redirect_pad", 0))
+            self._redirect(q["redirect"], redirect_status, head)
             return
 
         # --- failures ---
