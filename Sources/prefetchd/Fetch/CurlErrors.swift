@@ -45,8 +45,10 @@ enum CurlErrors {
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
         case CURLE_FILESIZE_EXCEEDED:
             return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
-        case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0:
-            // curl's words ("Operation too slow. Less than 1024 bytes/sec transferred") hide that nothing came.
+        case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0
+                                            && transfer.errorDetail?.hasPrefix("Operation too slow") == true:
+            // curl's words ("Operation too slow. Less than 1024 bytes/sec transferred") hide that nothing came. (Not
+            // a connect timeout: curl may have sent the request on a connection that was gone, then connected anew.)
             return Failure(code: .timeout, message: "the server took the request but sent no response within "
                            + "\(transfer.lowSpeedTime) s (low_speed_time)", isTransient: true)
         case CURLE_OPERATION_TIMEDOUT:
