@@ -130,21 +130,31 @@ import Testing
                 == .rejected(.notAnImage("the PNG is 1000001x1: libpng reads at most 1000000 pixels a side")))
     }
 
-    @Test("a PNG whose pixel data's CRC does not match was cached as good, and no variant could be made (libpng refuses it); now it is no image. A damaged CRC of an ancillary chunk stays fine: libpng only warns")
-    func pngWithDamagedPixels() throws {
-        let png = Bytes.read(try scratch.image("pixels.png", width: 40, height: 30, type: "png", bands: [(0, 0, 20, 30, 0x0000FFFF)]))
-        let idat = try #require((8..<png.count - 4).first { png[$0..<$0 + 4].elementsEqual("IDAT".utf8) })
-        let length = Int(png[idat - 4]) << 24 | Int(png[idat - 3]) << 16 | Int(png[idat - 2]) << 8 | Int(png[idat - 1])
-        var damaged = png
-        damaged[idat + 4 + length + 3] ^= 1  // the last byte of the IDAT's CRC: the pixels themselves are intact
-        let path = scratch.write("damaged-pixels.png", damaged)
-        #expect(throws: (any Error).self, "libpng refuses it") { try decodeForTest(path) }
-        #expect(ImageInspector.inspect(path, policy: policy)
-                == .rejected(.notAnImage("the PNG's IDAT chunk is damaged (its CRC does not match)")))
+    @Test("a PNG whose pixel data's CRC (or its end chunk's) does not match was cached as good, and no variant could be made (libpng refuses it); now it is no image. A damaged CRC of an ancillary chunk stays fine: libpng only warns")
+    func pngWithDamagedCRCs() throws {
+        /// `png` with the last byte of the CRC of its first `type` chunk flipped: the chunk's data is intact.
+        func damaged(_ png: [UInt8], _ type: String) throws -> [UInt8] {
+            let at = try #require((8..<png.count - 4).first { png[$0..<$0 + 4].elementsEqual(type.utf8) })
+            let length = Int(png[at - 4]) << 24 | Int(png[at - 3]) << 16 | Int(png[at - 2]) << 8 | Int(png[at - 1])
+            var bytes = png
+            bytes[at + 4 + length + 3] ^= 1
+            return bytes
+        }
+        let small = Bytes.read(try scratch.image("pixels.png", width: 40, height: 30, type: "png", bands: [(0, 0, 20, 30, 0x0000FFFF)]))
+        let large = Bytes.storedPNG(width: 200, height: 120)  // an IDAT of 72 KB, read in two pieces
+        let largePath = scratch.write("large.png", large)
+        #expect(try decodeForTest(largePath).width == 200)
+        #expect(ImageInspector.inspect(largePath, policy: policy) == .image(ImageInfo(format: "png", width: 200, height: 120)))
+        for (name, png, type) in [("small-idat", small, "IDAT"), ("large-idat", large, "IDAT"), ("small-iend", small, "IEND")] {
+            let path = scratch.write(name + ".png", try damaged(png, type))
+            #expect(throws: (any Error).self, "libpng refuses \(name)") { try decodeForTest(path) }
+            #expect(ImageInspector.inspect(path, policy: policy)
+                    == .rejected(.notAnImage("the PNG's \(type) chunk is damaged (its CRC does not match)")), "\(name)")
+        }
 
         var text = Bytes.pngChunk("tEXt", Array("Comment\u{0}a damaged comment".utf8))
         text[text.count - 1] ^= 1
-        let commented = scratch.write("damaged-comment.png", Array(png[..<33]) + text + Array(png[33...]))
+        let commented = scratch.write("damaged-comment.png", Array(small[..<33]) + text + Array(small[33...]))
         #expect(try decodeForTest(commented).width == 40, "libpng only warns")
         #expect(ImageInspector.inspect(commented, policy: policy) == .image(ImageInfo(format: "png", width: 40, height: 30)))
     }
