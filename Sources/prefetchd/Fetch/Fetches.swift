@@ -37,6 +37,10 @@ final class Fetches {
     private var ending: Set<String> = []
     /// Keys whose ending transfer's answer may be another URL's (`CurlFetcher.onDistrust`): that end is a failure.
     private var distrusted: Set<String> = []
+    /// What the scheduler did with a key while its transfer was ending in curl (found nothing to stop or start): a
+    /// fetch that starts over from its end (`startAgain`) follows the last of these, not the lane it ended in.
+    private enum Meanwhile { case stopped, started(Lane) }
+    private var meanwhile: [String: Meanwhile] = [:]
     /// The SHA-256 of each key's last body that ended inside its image with nothing to tell a cut from the end
     /// (`Failure.endedInsideImage`): the same bytes again are the server's file, not a cut. At most `cutBodiesKept`.
     private var cutBodies: [String: String] = [:]
@@ -89,7 +93,10 @@ final class Fetches {
     /// to stop) does not start again: that end is on its way, and the scheduler takes it as this start's. A second
     /// transfer would write into the body file the first one's is being moved out of.
     func start(_ key: String, lane: Lane, revalidate: Bool, retry: Bool) {
-        guard !isEnding(key) else { return Log.debug("\(key) is ending: not started again") }
+        guard !isEnding(key) else {
+            if fetcher.isEnding(key) { meanwhile[key] = .started(lane) }
+            return Log.debug("\(key) is ending: not started again")
+        }
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         request.freshConnection = retry
@@ -106,17 +113,24 @@ final class Fetches {
         }
     }
 
-    func changeLane(_ key: String, to lane: Lane) { fetcher.changeLane(key, to: lane) }
+    func changeLane(_ key: String, to lane: Lane) {
+        if fetcher.isEnding(key) { meanwhile[key] = .started(lane) }
+        fetcher.changeLane(key, to: lane)
+    }
 
     /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
     /// resume it with (without one the next start begins at byte 0 anyway).
     func park(_ key: String) {
         let keep = store.partialValidator(key) != nil
         if keep { recordPartial(key) }
+        if fetcher.isEnding(key) { meanwhile[key] = .stopped }
         fetcher.stop(key, keepingBody: keep)
     }
 
-    func abort(_ key: String) { fetcher.stop(key, keepingBody: false) }
+    func abort(_ key: String) {
+        if fetcher.isEnding(key) { meanwhile[key] = .stopped }
+        fetcher.stop(key, keepingBody: false)
+    }
 
     /// `.forget`: the task is over; a body kept to resume it goes with its record. (Without a record no body is
     /// left: a transfer that ends or stops without one deletes its body, and a finished one was moved into place.)
@@ -219,8 +233,20 @@ final class Fetches {
                                        + "connection this answer came on, so it may be another URL's; fetching again",
                                        isTransient: true)
 
+    /// The same fetch starts again at once, without `Range` or a condition (a refused resume, a `304` that cannot
+    /// be taken), costing no attempt: in the lane the scheduler has it in now. Not when the scheduler stopped it
+    /// (a park, a cancel) while it was ending: it starts it again itself, if ever, and a second transfer would trap.
+    private func startAgain(_ key: String, lane: Lane, _ meanwhile: Meanwhile?) {
+        switch meanwhile {
+        case .stopped?: Log.debug("\(key) was stopped while it ended: not started again")
+        case .started(let lane)?: start(key, lane: lane, revalidate: false, retry: false)
+        case nil: start(key, lane: lane, revalidate: false, retry: false)
+        }
+    }
+
     private func finished(_ result: FetchResult) {
         let key = result.key
+        let meanwhile = self.meanwhile.removeValue(forKey: key)
         if distrusted.remove(key) != nil, case .success = result.outcome {
             forgetPartial(key)  // and the body with it
             endGuardedStep(key)
@@ -236,7 +262,7 @@ final class Fetches {
             if result.resumeRefused, store.partialValidator(key) != nil {
                 forgetPartial(key)
                 Log.info("\(key): \(failure.message)")
-                return start(key, lane: result.lane, revalidate: false, retry: false)
+                return startAgain(key, lane: result.lane, meanwhile)
             }
             // A transient failure keeps what a resume can continue from, but on a full disk, which it would keep full.
             let resumable = failure.isTransient && failure.code != .diskFull && store.partialValidator(key) != nil
@@ -248,7 +274,7 @@ final class Fetches {
             guard let stored = try? store.liveEntry(key) else {
                 endGuardedStep(key)
                 Log.info("\(key): the cached file went away while it was revalidated; fetching it again in full")
-                return start(key, lane: result.lane, revalidate: false, retry: false)
+                return startAgain(key, lane: result.lane, meanwhile)
             }
             let now = wallClockMilliseconds(), headers = result.headers
             // A 304 naming another strong validator is about another version than the one kept (RFC 9111 section
@@ -256,7 +282,7 @@ final class Fetches {
             if let etag = headers.etag, let kept = stored.etag, !etag.hasPrefix("W/"), !kept.hasPrefix("W/"), etag != kept {
                 endGuardedStep(key)
                 Log.info("\(key): the server confirmed ETag \(etag.prefix(60)), not the \(kept.prefix(60)) kept; fetching it again in full")
-                return start(key, lane: result.lane, revalidate: false, retry: false)
+                return startAgain(key, lane: result.lane, meanwhile)
             }
             // RFC 9111 section 4.3.4: the 304's fields replace the stored ones, and those it lacks are kept. One
             // without Cache-Control keeps the stored lifetime and must-revalidate (the stored max-age, if any, would
