@@ -139,6 +139,57 @@ struct HostileResponseTests {
         #expect(requests.dropFirst().first?.headers?["Accept-Encoding"] == "identity")
     }
 
+    @Test("a refused resume whose task a reload parked while its end waited was started again anyway, and the scheduler's next start of it met a second transfer: the daemon died (SIGILL; this test caught it in 5 of 6 runs); now a fetch stopped while it ended is not started again from its end")
+    func refusedResumeParkedWhileEnding() throws {
+        // After a death (PREFETCHD_TEST_DIE_ON) the crash guard handles one URL at a time, so the refused resume's
+        // end waits while variants of a 49-megapixel PNG are made: the reload lands in that time.
+        let root = try TemporaryDirectory()
+        let made = run("/usr/bin/env", ["python3", "-c", """
+            import struct, sys, zlib
+            def chunk(kind, data): return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+            row = b"\\0" + bytes((x * 7) & 0xFF for x in range(21000))
+            open(sys.argv[1], "wb").write(b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 7000, 7000, 8, 2, 0, 0, 0))
+                                          + chunk(b"IDAT", zlib.compress(row * 7000, 1)) + chunk(b"IEND", b""))
+            """, root.path + "/big.png"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let origin = try Origin(root: root.path)
+        let configuration = root.path + "/prefetchd.conf"
+        try "fast_width = 8\n".write(toFile: configuration, atomically: true, encoding: .utf8)
+        let daemon = try DaemonUnderTest(["--config", configuration], environment: ["PREFETCHD_TEST_DIE_ON": "poison"])
+        _ = daemon.ctl("get", origin.url("/poison.jpg"))
+        #expect(waitUntil(seconds: 5) { !daemon.child!.process.isRunning })
+        try daemon.start()  // the poisoned URL is not asked for again: the guard stays one at a time
+        #expect(daemon.log.contains("one at a time"), "\(daemon.log)")
+        let big = origin.url("/big.png")
+        #expect(daemon.ctl("get", big).status == 0)
+
+        func requests(_ path: String) throws -> [Origin.Stats.Entry] { try origin.stats().log.filter { $0.path == path } }
+        let slow = origin.url("/slow.jpg?size=400000&drip=100000")
+        let refused = origin.url("/refused.jpg?size=400000&cut_first=5000&changed=1&ignore_if_range=1&drip=200000")
+        let client = try RawConnection(socket: daemon.socket)
+        _ = client.receive()
+        client.send(#"{"id":1,"op":"get","url":"\#(slow)"}"# + "\n")
+        #expect(try waitUntil(seconds: 5) { try !requests("/slow.jpg").isEmpty })
+        client.send(#"{"id":2,"op":"get","url":"\#(refused)"}"# + "\n")
+        #expect(try waitUntil(seconds: 5) { try requests("/refused.jpg").first?.end != nil }, "the first answer is cut")
+        for (id, side) in [(3, 1000), (4, 900), (5, 800), (6, 700)] {
+            client.send(#"{"id":\#(id),"op":"get","url":"\#(big)","size":"\#(side)x\#(side)"}"# + "\n")
+        }
+        // The resume is refused at its first body byte, which comes with its headers: by the time the origin's log
+        // shows the request, its end waits for the guard (or the reload parks it running, and nothing races).
+        #expect(try waitUntil(seconds: 5) { try requests("/refused.jpg").count >= 2 }, "the resume is asked for")
+        try "fast_width = 1\n".write(toFile: configuration, atomically: true, encoding: .utf8)
+        kill(daemon.child!.pid, SIGHUP)  // parks the most recent start: the refused one, whose end waits
+        var replies: [Int: [String: Any]] = [:]
+        while !(3...6).allSatisfy({ replies[$0] != nil }), let reply = client.receive() { replies[reply["id"] as? Int ?? 0] = reply }
+        #expect(daemon.ctl("cancel", slow).status == 0)  // the fast lane has room: the parked task starts
+        while replies[2] == nil, let reply = client.receive() { replies[reply["id"] as? Int ?? 0] = reply }
+        #expect(replies[2]?["ok"] as? Bool == true, "\(replies[2] ?? [:]) \(daemon.log.suffix(600))")
+        #expect(daemon.child!.process.isRunning)
+        let cached = try entry(daemon.ctl("get", "--json", refused))
+        #expect(cached["sha256"] as? String == (try sha256Hex(origin.body("/refused.jpg?size=400000&changed=1"))))
+    }
+
     @Test("a resumed transfer shows the whole body's size as its total (it showed the range's, 40000 under 20000+ bytes)")
     func resumedTotal() throws {
         let origin = try Origin()
