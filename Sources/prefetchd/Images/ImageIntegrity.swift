@@ -149,9 +149,10 @@ enum ImageIntegrity {
             let length = header.bigEndian32(at: 0)
             guard length <= 0x7FFF_FFFF else { return "the PNG has a chunk of length \(length)" }
             let type = header[4...7]
-            if let name = ["IDAT", "PLTE", "IEND"].first(where: { type.elementsEqual($0.utf8) }) {
+            if criticalChunks == nil, let name = ["IDAT", "PLTE", "IEND"].first(where: { type.elementsEqual($0.utf8) }) {
                 // libpng refuses the image when the CRC of a critical chunk does not match (of other chunks it only
-                // warns); the check reads them, where the walk otherwise seeks.
+                // warns); the check reads them, where the walk otherwise seeks. (Not again for a variant's pieces:
+                // `problem` has just checked the file.)
                 var crc = CRC32.checksum(type)
                 guard try reader.skip(Int64(length), crc: &crc), let stored = try reader.bytes(4) else { return truncated }
                 guard crc == stored.bigEndian32(at: 0) else { return "the PNG's \(name) chunk is damaged (its CRC does not match)" }
