@@ -213,6 +213,15 @@ public struct Scheduler: Sendable {
         pausedHosts.map { ($0.key, $0.value) }.sorted { $0.host < $1.host }
     }
 
+    /// Whether the circuit breaker has `host` paused at `now`.
+    public func isPaused(_ host: String, at now: Moment) -> Bool { pausedHosts[host].map { $0 > now } ?? false }
+
+    /// Background tasks waiting for a host that is paused at `now`: nothing of theirs can start until the pause ends.
+    public func slowWaitingOnPausedHosts(at now: Moment) -> Int {
+        guard pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
+        return tasks.values.count { $0.state == .waiting && $0.lane == .slow && isPaused($0.host, at: now) }
+    }
+
     /// When `advance(to:)` next has something to do (a retry becoming due, a host pause ending), if ever.
     public var nextDeadline: Moment? {
         let retries = delayedKeys.lazy.compactMap { key -> Moment? in

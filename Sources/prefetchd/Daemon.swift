@@ -53,6 +53,8 @@ final class Daemon {
     /// Runs the start-up sweep (`Store.sweepStep`) a slice per turn once the daemon serves, after a start that did
     /// not follow a clean stop; `sweepStarted` is when it began (monotonic ms).
     private var sweepTimer: LoopTimer!
+    /// Reads on in the durable queue past the rows of paused hosts, a read a turn.
+    private var backlogTimer: LoopTimer!
     private var sweepStarted: Int64 = 0
     /// `evict --all` requests being carried out, a slice a turn (`evictSlice`), in the order they came.
     var evictions: [Eviction] = []
@@ -139,6 +141,7 @@ final class Daemon {
             apply(scheduler.advance(to: .now))
         }
         sweepTimer = loop.makeTimer { [unowned self] in self.sweepSlice() }
+        backlogTimer = loop.makeTimer { [unowned self] in self.refillBacklog() }
         evictTimer = loop.makeTimer { [unowned self] in self.evictSlice() }
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
@@ -694,20 +697,36 @@ final class Daemon {
         return ItemResult(url: text, key: url.key, status: inserted ? .queued : .already)
     }
 
-    /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index.
+    /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index. URLs of a
+    /// host the circuit breaker paused stay in the index, and are read again once it is not paused.
     private func refillBacklog() {
-        guard !shuttingDown,
-              let wanted = backlog.rowsWanted(slowWaiting: scheduler.counts.slowWaiting, window: options.backlogWindow) else { return }
+        guard !shuttingDown else { return }
+        let moment = Moment.now
+        let resumed = backlog.hostsPassedOver.filter { !scheduler.isPaused($0, at: moment) }
+        if !resumed.isEmpty { backlog.resumeHosts(resumed) }
+        let slowWaiting = scheduler.counts.slowWaiting
+        let blocked = slowWaiting < options.backlogWindow / 2 ? 0 : scheduler.slowWaitingOnPausedHosts(at: moment)
+        guard let wanted = backlog.rowsWanted(slowWaiting: slowWaiting, blocked: blocked, window: options.backlogWindow)
+        else { return }
         do {
             let rows = try store.backlog(after: backlog.readsAfter, limit: wanted)
             backlog.read(rows.count, of: wanted)
             let now = wallClockMilliseconds()
+            var passedOver = false
+            // Rows passed over start nothing that would bring another turn: the next read comes in the next one.
+            defer { if passedOver, rows.count == wanted { backlogTimer.schedule(at: 0) } }
             for row in rows {
-                backlog.passed(row.seq)
                 guard let url = try? CanonicalURL(row.key) else {
+                    backlog.passed(row.seq)
                     try store.dequeue(row.key)
                     continue
                 }
+                if scheduler.isPaused(url.authority, at: moment), !scheduler.hasTask(url.key) {
+                    backlog.passedOver(row.seq, host: url.authority)
+                    passedOver = true
+                    continue
+                }
+                backlog.passed(row.seq)
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
                                                          now: .now)
                 switch outcome {

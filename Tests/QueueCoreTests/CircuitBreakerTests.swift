@@ -28,6 +28,9 @@ struct CircuitBreakerTests {
 
         #expect(s.queue(U.a3, cache: .missing, now: t(50)) == (.queued, []))
         #expect(s.queue(U.b, cache: .missing, now: t(60)) == (.queued, [start(U.b, .slow)]), "other hosts go on")
+        #expect(s.isPaused("a.example", at: t(5_029)) && !s.isPaused("a.example", at: t(5_030)) && !s.isPaused("b.example", at: t(60)))
+        #expect(s.slowWaitingOnPausedHosts(at: t(60)) == 1, "a3 waits for its host; b runs")
+        #expect(s.slowWaitingOnPausedHosts(at: t(5_030)) == 0, "the pause is over")
         #expect(s.nextDeadline == t(5_030))
         _ = s.finish(U.b.key, .success, now: t(70))
         #expect(s.task(U.a3.key)?.state == .waiting)

@@ -1027,6 +1027,11 @@ struct Runner {
             throw fail("hasTask(\(url.key)) disagrees with task(_:)")
         }
         let counts = scheduler.counts
+        let pausedNow = Set(scheduler.paused.filter { $0.until > now }.map(\.host))
+        let blocked = tasks.count { $0.state == .waiting && $0.lane == .slow && pausedNow.contains($0.host) }
+        guard scheduler.slowWaitingOnPausedHosts(at: now) == blocked else {
+            throw fail("\(scheduler.slowWaitingOnPausedHosts(at: now)) slow tasks wait on paused hosts, recounted \(blocked)")
+        }
         var recomputed = LaneCounts()
         var earliest: Moment?
         var runningCount = 0

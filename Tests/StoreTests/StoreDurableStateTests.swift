@@ -115,20 +115,38 @@ import Testing
             let rows = try store.backlog(after: window.readsAfter, limit: 10)
             window.read(rows.count, of: 10)
             for row in rows { window.passed(row.seq); window.hold(row.key) }
-            #expect(window.rowsWanted(slowWaiting: 0, window: 10) == nil)
+            #expect(window.rowsWanted(slowWaiting: 0, blocked: 0, window: 10) == nil)
             // The fetch of b ended: its row is dequeued in a turn whose commit then fails.
             try store.dequeue(urls[1])
             window.forget(urls[1])
             store.rollback()
             #expect(rollbacks == 1)
             #expect(try store.isQueued(urls[1]) && store.backlogCount == 3)
-            #expect(window.rowsWanted(slowWaiting: 0, window: 10) == 10)
+            #expect(window.rowsWanted(slowWaiting: 0, blocked: 0, window: 10) == 10)
             #expect(keys(try store.backlog(after: window.readsAfter, limit: 10)) == urls)
             #expect(window.onlyQueued(of: store.backlogCount) == 1)
             // A commit with nothing to undo says nothing.
             try store.commit()
             #expect(rollbacks == 1)
         }
+    }
+
+    @Test("tasks of paused hosts take no place in the backlog window, up to four windows in all; rows passed over for a paused host are read again once it is not")
+    func pausedHostsInTheBacklogWindow() {
+        var window = BacklogWindow()
+        #expect(window.rowsWanted(slowWaiting: 600, blocked: 0, window: 1000) == nil, "more than half the window waits")
+        #expect(window.rowsWanted(slowWaiting: 1000, blocked: 1000, window: 1000) == 1000)
+        #expect(window.rowsWanted(slowWaiting: 3500, blocked: 3200, window: 1000) == 500, "up to four windows in all")
+        #expect(window.rowsWanted(slowWaiting: 4000, blocked: 4000, window: 1000) == nil)
+        window.passed(7)
+        window.passedOver(8, host: "a:80")
+        window.passedOver(9, host: "b:80")
+        window.read(3, of: 5)
+        #expect(window.readsAfter == 9 && window.hostsPassedOver == ["a:80", "b:80"])
+        #expect(window.rowsWanted(slowWaiting: 0, blocked: 0, window: 10) == nil, "the read ran out")
+        window.resumeHosts(["a:80"])
+        #expect(window.readsAfter == 0 && window.hostsPassedOver == ["b:80"], "read again from the first row")
+        #expect(window.rowsWanted(slowWaiting: 0, blocked: 0, window: 10) == 10)
     }
 
     @Test("a remembered failure is kept until it expires, then forgotten for good")

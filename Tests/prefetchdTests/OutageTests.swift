@@ -26,6 +26,23 @@ struct OutageTests {
         #expect(pauses.count == 1, "\(pauses)")
     }
 
+    @Test("the queued URLs of a paused host held the 1,024 places in memory, and the URLs of every other host queued behind them waited for hours (one try a minute at the dead host); now they are loaded and fetched while it is paused, also behind 5,000 of its URLs (more than memory holds), and nothing of the paused host is lost")
+    func pausedHostDoesNotHoldTheBacklog() throws {
+        let dead = try Origin(), good = try Origin()
+        let daemon = try DaemonUnderTest()
+        let deadURLs = (0..<5000).map { dead.url("/down-\($0).jpg?status=503") }
+        let goodURLs = (0..<50).map { good.url("/up-\($0).jpg") }
+        #expect(daemon.ctl("queue", "-", stdin: (deadURLs + goodURLs).joined(separator: "\n") + "\n").status == 0)
+        let fetched = try waitUntil(seconds: 30) { try good.stats().counts.values.reduce(0, +) == 50 }
+        let status = try Self.json(daemon, "status")
+        #expect(fetched, "\(status)")
+        #expect((status["paused_hosts"] as? [[String: Any]])?.first?["host"] as? String == "127.0.0.1:\(dead.port)")
+        let slow = status["slow"] as? [String: Any] ?? [:]
+        let queued = (status["backlog"] as? Int ?? 0) + (slow["waiting"] as? Int ?? 0) + (slow["running"] as? Int ?? 0)
+            + (status["delayed"] as? Int ?? 0)
+        #expect(queued >= 4990, "the paused host's URLs are all still queued, but the few tried: \(status)")
+    }
+
     @Test("a get of a host that never answers fails after one connect timeout, its retry background work (each of 3 tries held an urgent slot for the whole timeout: gets of other hosts waited 19 s behind 16 dead ones)")
     func deadHostIsNotRetriedForAWaiter() throws {
         let hole = try Blackhole()

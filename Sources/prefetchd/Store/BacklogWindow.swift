@@ -5,15 +5,23 @@ struct BacklogWindow {
     private var loaded: Set<String> = []
     /// The `seq` of the last row read.
     private var cursor: Int64 = 0
+    /// Hosts whose rows were passed over because the host was paused: they are read again once it is not.
+    private(set) var hostsPassedOver: Set<String> = []
     /// Whether the last read found fewer rows than it asked for.
     private var exhausted = false
 
-    /// How many rows to read now so that `window` slow tasks are in memory: only once fewer than half of them are
-    /// left (`slowWaiting`), and never after a read ran out until something new is queued.
-    func rowsWanted(slowWaiting: Int, window: Int) -> Int? {
-        guard !exhausted, slowWaiting < window / 2 else { return nil }
-        return window - slowWaiting
+    /// How many rows to read now so that `window` slow tasks that may start are in memory: only once fewer than half
+    /// of them are left, and never after a read ran out until something new is queued. Of the `slowWaiting` tasks,
+    /// `blocked` wait for a paused host and take no place (a dead host's thousand URLs held back every other host's
+    /// for hours), but all of them together stay under `blockedLimit` windows.
+    func rowsWanted(slowWaiting: Int, blocked: Int, window: Int) -> Int? {
+        let waiting = slowWaiting - blocked, most = Self.blockedLimit * window
+        guard !exhausted, waiting < window / 2, slowWaiting < most else { return nil }
+        return min(window - waiting, most - slowWaiting)
     }
+
+    /// How many windows of slow tasks memory holds at most, those of paused hosts included.
+    static let blockedLimit = 4
 
     /// Where the next read starts: after this `seq`.
     var readsAfter: Int64 { cursor }
@@ -25,6 +33,18 @@ struct BacklogWindow {
 
     /// The row `seq` was read.
     mutating func passed(_ seq: Int64) { cursor = seq }
+
+    /// The row `seq` was read and left in the queue only: its `host` is paused.
+    mutating func passedOver(_ seq: Int64, host: String) {
+        cursor = seq
+        hostsPassedOver.insert(host)
+    }
+
+    /// Some of `hostsPassedOver` are not paused any more: the next reads start over from the queue's first row.
+    mutating func resumeHosts(_ hosts: Set<String>) {
+        hostsPassedOver.subtract(hosts)
+        rewind()
+    }
 
     /// New URLs are in the durable queue: the next read may find them.
     mutating func queued() { exhausted = false }
