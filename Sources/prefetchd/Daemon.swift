@@ -71,6 +71,8 @@ final class Daemon {
     private var damageFound: DatabaseError?
     /// When a full disk last made the cache evict (monotonic ms): `makeRoomOnFullDisk`.
     var diskFullEvictionAt: Int64?
+    /// URLs queued again after their answer was evicted as untrusted, with when (monotonic ms): `evictDistrusted`.
+    var requeuedAfterDistrust: [String: Int64] = [:]
 
     static let decoder = JSONDecoder()
 

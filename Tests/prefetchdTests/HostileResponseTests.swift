@@ -362,6 +362,24 @@ struct HostileResponseTests {
         #expect(try origin.count("/b.jpg") == 2, "fetched again")
     }
 
+    @Test("a queued URL whose answer was evicted as untrusted (its connection later had bytes nobody asked for) was neither cached nor queued any more: lost (the soak of this session lost 2 of 14,806); now it is queued again and fetched on a connection of its own, once")
+    func evictedQueuedAnswerIsQueuedAgain() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let a = origin.url("/queued-a.jpg"), b = origin.url("/queued-b.jpg?unasked=0.3")  // b's connection: a's
+        #expect(daemon.ctl("queue", a, b).status == 0)
+        #expect(try waitUntil(seconds: 10) { try origin.count("/queued-a.jpg") == 2 && origin.count("/queued-b.jpg") == 2 },
+                "\(daemon.log.suffix(800))")
+        #expect(daemon.log.contains("2 queued again, each to be fetched on a connection of its own"), "\(daemon.log.suffix(800))")
+        #expect(try waitUntil(seconds: 5) { try entry(daemon.ctl("info", "--json", a))["cached"] != nil })
+        let log = try origin.stats().log
+        let first = log.filter { $0.path == "/queued-a.jpg" }.map(\.client), second = log.filter { $0.path == "/queued-b.jpg" }.map(\.client)
+        #expect(first[0] == second[0], "a and b shared a connection")
+        #expect(Set(first + second).count == 3, "each was fetched again on a connection of its own: \(first) \(second)")
+        usleep(1_500_000)  // b's stray came again, on its own connection, which nothing else used
+        #expect(try origin.count("/queued-a.jpg") == 2 && origin.count("/queued-b.jpg") == 2, "fetched again once")
+    }
+
     @Test("eight idle connections of one server with bytes nobody asked for: a get with max_attempts 1 failed ('Failed sending data to the peer') once curl's five retries each met one of them; now all eight are ended at the first")
     func manyIdleConnectionsWithBytesNobodyAskedFor() throws {
         let origin = try Origin()

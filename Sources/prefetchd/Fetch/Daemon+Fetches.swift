@@ -20,23 +20,43 @@ extension Daemon {
         }
     }
 
-    /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted;
-    /// those a waiting request or a variant being made needs, which `evict` spares, are made stale instead, so that
-    /// the next request fetches them anew.
+    /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted
+    /// and queued again, so that what was asked for, queued work included, is fetched anew; those a waiting request
+    /// or a variant being made needs, which `evict` spares, are made stale instead, so that the next request fetches
+    /// them anew. A URL evicted so twice within `requeuedAfterDistrustFor` is not queued again: a server that sends
+    /// bytes nobody asked for after every response would be fetched for ever.
     func evictDistrusted(_ keys: Set<String>) {
         let inUse = keysInUse
-        var evicted = 0
+        let now = monotonicMilliseconds(), wallClock = wallClockMilliseconds()
+        requeuedAfterDistrust = requeuedAfterDistrust.filter { now - $0.value < Self.requeuedAfterDistrustFor }
+        var evicted: [String] = [], requeued: [String] = []
         do {
-            for key in keys {
-                if inUse.contains(key) { try store.distrust(key) } else if try store.remove(key) { evicted += 1 }
+            for key in keys.sorted() {
+                if inUse.contains(key) {
+                    try store.distrust(key)
+                } else if try store.remove(key) {
+                    evicted.append(key)
+                    guard requeuedAfterDistrust[key] == nil, try store.enqueue(key: key, now: wallClock) else { continue }
+                    requeuedAfterDistrust[key] = now
+                    requeued.append(key)
+                }
             }
         } catch {
             Log.error("cannot evict answers that may be other URLs': \(error)")
         }
-        guard evicted > 0 else { return }
-        telemetry.evicted(evicted)
-        Log.info("evicted \(evicted) cached answers of that connection: any may be another URL's")
+        if !requeued.isEmpty {
+            backlog.queued()
+            fetches.fetchAlone(requeued)
+        }
+        guard !evicted.isEmpty else { return }
+        telemetry.evicted(evicted.count)
+        Log.info("evicted \(evicted.count) cached answers of that connection (any may be another URL's), "
+                 + "\(requeued.count) queued again, each to be fetched on a connection of its own: "
+                 + evicted.prefix(8).joined(separator: " ") + (evicted.count > 8 ? " …" : ""))
     }
+
+    /// How long a URL queued again after its answer was evicted as untrusted is not queued so again (ms).
+    static let requeuedAfterDistrustFor: Int64 = 600_000
 
     /// At shutdown: the running transfers stop, keeping only the partial bodies of URLs in the durable backlog.
     func stopTransfersForShutdown() {

@@ -41,6 +41,9 @@ final class Fetches {
     /// fetch that starts over from its end (`startAgain`) follows the last of these, not the lane it ended in.
     private enum Meanwhile { case stopped, started(Lane) }
     private var meanwhile: [String: Meanwhile] = [:]
+    /// Keys fetched on a connection of their own (`TransferRequest.ownConnection`) until their fetch ends, but for a
+    /// retry: their last answer was evicted as untrusted (`fetchAlone`).
+    private var alone: Set<String> = []
     /// The SHA-256 of each key's last body that ended inside its image with nothing to tell a cut from the end
     /// (`Failure.endedInsideImage`): the same bytes again are the server's file, not a cut. At most `cutBodiesKept`.
     private var cutBodies: [String: String] = [:]
@@ -100,6 +103,7 @@ final class Fetches {
         var request = TransferRequest(key: key, lane: lane,
                                       bodyPath: store.files.downloadPath(forName: CacheFiles.name(forKey: key)))
         request.freshConnection = retry
+        request.ownConnection = alone.contains(key)
         do {
             if revalidate, let entry = try store.liveEntry(key), entry.etag != nil || entry.lastModified != nil {
                 request.conditional = (entry.etag, entry.lastModified)
@@ -135,6 +139,7 @@ final class Fetches {
     /// `.forget`: the task is over; a body kept to resume it goes with its record. (Without a record no body is
     /// left: a transfer that ends or stops without one deletes its body, and a finished one was moved into place.)
     func forget(_ key: String) throws(DatabaseError) {
+        alone.remove(key)
         guard store.partialValidator(key) != nil else { return }
         // A body whose transfer ended belongs to its end, which checks it and moves it into place or deletes it.
         try store.removePartial(key, deletingBody: !isEnding(key))
@@ -230,7 +235,7 @@ final class Fetches {
 
     /// Why a distrusted answer is not kept.
     static let shiftedAnswer = Failure(code: .network, message: "the server sent a response nobody asked for on the "
-                                       + "connection this answer came on, so it may be another URL's; fetching again",
+                                       + "connection this answer came on, so it may be another URL's",
                                        isTransient: true)
 
     /// The same fetch starts again at once, without `Range` or a condition (a refused resume, a `304` that cannot
@@ -244,9 +249,14 @@ final class Fetches {
         }
     }
 
+    /// `keys`, whose answers were evicted as untrusted, are fetched next on connections of their own: another stray
+    /// of the same server could shift their answers again.
+    func fetchAlone(_ keys: some Sequence<String>) { alone.formUnion(keys) }
+
     private func finished(_ result: FetchResult) {
         let key = result.key
         let meanwhile = self.meanwhile.removeValue(forKey: key)
+        if case .failure(let failure) = result.outcome, failure.isTransient {} else { alone.remove(key) }
         if distrusted.remove(key) != nil, case .success = result.outcome {
             forgetPartial(key)  // and the body with it
             endGuardedStep(key)

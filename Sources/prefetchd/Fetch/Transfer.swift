@@ -16,6 +16,9 @@ struct TransferRequest {
     /// A retry after a failed attempt: it opens a connection of its own. The connection that failed may be dead
     /// (an outage, a stall) and still kept by curl, and on HTTP/2 the retry would be multiplexed onto it.
     var freshConnection = false
+    /// A connection that serves nothing else, before or after: the last answer of this URL was evicted because its
+    /// connection had bytes nobody asked for, which may shift every answer on it (docs/transport.md, item 9).
+    var ownConnection = false
 }
 
 /// One download in progress: its easy handle, the body file it streams into (resuming what is there), its checksum.
@@ -176,7 +179,8 @@ final class Transfer {
         // and then wakes one waiting transfer per finished one (docs/transport.md).
         if key.lowercased().hasPrefix("https:") { pf_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
         pf_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
-        if request.freshConnection { pf_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1) }
+        if request.freshConnection || request.ownConnection { pf_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1) }
+        if request.ownConnection { pf_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1) }
         if let proxy = settings.proxy { pf_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
         // TLS 1.2 at least: curl 7.88 would otherwise take TLS 1.0 from a server offering nothing newer.
         pf_easy_setopt_long(easy, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2)
