@@ -224,6 +224,28 @@ struct ViewTests {
                 "the queued URL is fetched after the restart: \(daemon.log)")
     }
 
+    @Test("a view that prefetched rows the durable queue held but had not loaded yet (behind 1,024 others), then scrolled far from them, dequeued them: acknowledged URLs lost; now they stay queued")
+    func lookAheadKeepsWhatTheQueueHolds() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<1100).map { origin.url("/held/\($0).jpg?delay=30") }  // the first one holds the slow lane
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let listed = Array(urls[1060..<1100])
+        #expect(try Self.info(daemon, listed[5])["task"].flatMap { ($0 as? [String: Any])?["state"] as? String } == "backlog")
+        let view = try ViewClient(socket: daemon.socket)
+        let id = try view.send(["urls": listed, "first": 0, "last": 0, "ahead": 10, "behind": 0])
+        #expect(view.read { $0.replies[id] != nil })
+        let far = try view.send(["first": 39, "last": 39, "ahead": 0, "behind": 0])  // rows 1-10 are far now: dropped
+        #expect(view.read { $0.replies[far] != nil })
+        let status = try daemon.status()
+        // (Row 0's task, shown, then scrolled away before its response began, lingers: it is counted in the backlog too.)
+        #expect(status.slow.waiting + status.slow.running + Int(status.backlog) >= 1100, "every queued URL is still queued: \(status)")
+        for url in listed[1...10] {
+            let task = try Self.info(daemon, url)["task"] as? [String: Any]
+            #expect(task != nil, "\(url) stays queued")
+        }
+    }
+
     @Test("bad view requests get bad_request and change nothing; rejected URLs are listed and reported when visible")
     func badRequests() throws {
         let origin = try Origin()

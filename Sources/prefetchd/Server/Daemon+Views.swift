@@ -114,8 +114,14 @@ extension Daemon {
                 guard exists || entering.contains(row) else { continue }
                 do {
                     let cache = exists ? .missing : cacheState(try store.liveEntry(url.key), now: now)
-                    let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
-                    if outcome == .queued { taskCreated(url.key) }
+                    // A URL the durable queue holds (not loaded yet) is its task, not the view's: let go of, a view's
+                    // task is forgotten, and the queue's entry with it (scrolling past such rows dropped them).
+                    let durable = try !exists && store.isQueued(url.key)
+                    let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: !durable, atFront: true)
+                    if outcome == .queued {
+                        taskCreated(url.key)
+                        if durable { backlog.hold(url.key) }
+                    }
                     actions += queued
                 } catch {
                     Log.error("cannot look up \(url.key) for a view: \(error)")
