@@ -55,6 +55,8 @@ final class Daemon {
     private var sweepTimer: LoopTimer!
     /// Reads on in the durable queue past the rows of paused hosts, a read a turn.
     private var backlogTimer: LoopTimer!
+    /// `slowWaitingOnPausedHosts`, and until when (monotonic ms) it stands.
+    private var blockedCount = (count: 0, until: Int64(0))
     private var sweepStarted: Int64 = 0
     /// `evict --all` requests being carried out, a slice a turn (`evictSlice`), in the order they came.
     var evictions: [Eviction] = []
@@ -704,20 +706,27 @@ final class Daemon {
     private func refillBacklog() {
         guard !shuttingDown else { return }
         let moment = Moment.now
-        let resumed = backlog.hostsPassedOver.filter { !scheduler.isPaused($0, at: moment) }
+        let resumed = backlog.hostsPassedOver.keys.filter { !scheduler.isPaused($0, at: moment) }
         if !resumed.isEmpty { backlog.resumeHosts(resumed) }
         let slowWaiting = scheduler.counts.slowWaiting
-        let blocked = slowWaiting < options.backlogWindow / 2 ? 0 : scheduler.slowWaitingOnPausedHosts(at: moment)
+        let blocked = slowWaiting < options.backlogWindow / 2 ? 0 : slowWaitingOnPausedHosts(at: moment)
         guard let wanted = backlog.rowsWanted(slowWaiting: slowWaiting, blocked: blocked, window: options.backlogWindow)
         else { return }
         do {
-            let rows = try store.backlog(after: backlog.readsAfter, limit: wanted)
-            backlog.read(rows.count, of: wanted)
+            // A window's rows at least: rows passed over do not count, and a few at a time would crawl past them.
+            let limit = max(wanted, options.backlogWindow)
+            let rows = try store.backlog(after: backlog.readsAfter, limit: limit)
             let now = wallClockMilliseconds()
-            var passedOver = false
-            // Rows passed over start nothing that would bring another turn: the next read comes in the next one.
-            defer { if passedOver, rows.count == wanted { backlogTimer.schedule(at: 0) } }
+            var taken = 0, passedOver = false
+            defer {
+                if taken < wanted {
+                    backlog.read(rows.count, of: limit)
+                    // Rows passed over start nothing that would bring another turn: the next read comes in the next one.
+                    if passedOver, rows.count == limit { backlogTimer.schedule(at: 0) }
+                }
+            }
             for row in rows {
+                guard taken < wanted else { break }
                 guard let url = try? CanonicalURL(row.key) else {
                     backlog.passed(row.seq)
                     try store.dequeue(row.key)
@@ -729,6 +738,7 @@ final class Daemon {
                     continue
                 }
                 backlog.passed(row.seq)
+                taken += 1
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
                                                          now: .now)
                 switch outcome {
@@ -744,6 +754,16 @@ final class Daemon {
         } catch {
             Log.error("cannot load the backlog: \(error)")
         }
+    }
+
+    /// Background tasks waiting for a paused host (`Scheduler.slowWaitingOnPausedHosts`), counted again at most every
+    /// quarter of a second: the count looks at every task, and the backlog asks at the end of every turn.
+    func slowWaitingOnPausedHosts(at moment: Moment) -> Int {
+        let now = monotonicMilliseconds()
+        if now >= blockedCount.until {
+            blockedCount = (scheduler.slowWaitingOnPausedHosts(at: moment), now + 250)
+        }
+        return blockedCount.count
     }
 
     static func wireError(_ error: any Error) -> WireError {

@@ -58,7 +58,8 @@ extension Daemon {
         // nearest first; the rest is let go of: closed views kept theirs without bound (100 views of an unreachable
         // host: 102,000 tasks, RSS 25 to 120 MB).
         let demoted = plan.hide.count  // visible rows still being fetched become background work too
-        let excess = min(plan.release.count, max(0, scheduler.counts.slowWaiting + demoted - options.backlogWindow))
+        let waiting = scheduler.counts.slowWaiting - slowWaitingOnPausedHosts(at: .now)  // those take no room
+        let excess = min(plan.release.count, max(0, waiting + demoted - options.backlogWindow))
         plan.drop += plan.release.suffix(excess)
         plan.release.removeLast(excess)
         apply(plan, to: view, of: connection, now: wallClockMilliseconds())

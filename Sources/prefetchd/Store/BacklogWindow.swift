@@ -5,8 +5,9 @@ struct BacklogWindow {
     private var loaded: Set<String> = []
     /// The `seq` of the last row read.
     private var cursor: Int64 = 0
-    /// Hosts whose rows were passed over because the host was paused: they are read again once it is not.
-    private(set) var hostsPassedOver: Set<String> = []
+    /// Hosts whose rows were passed over because the host was paused, with the first such row's `seq`: they are read
+    /// again once it is not.
+    private(set) var hostsPassedOver: [String: Int64] = [:]
     /// Whether the last read found fewer rows than it asked for.
     private var exhausted = false
 
@@ -37,13 +38,16 @@ struct BacklogWindow {
     /// The row `seq` was read and left in the queue only: its `host` is paused.
     mutating func passedOver(_ seq: Int64, host: String) {
         cursor = seq
-        hostsPassedOver.insert(host)
+        if hostsPassedOver[host] == nil { hostsPassedOver[host] = seq }
     }
 
-    /// Some of `hostsPassedOver` are not paused any more: the next reads start over from the queue's first row.
-    mutating func resumeHosts(_ hosts: Set<String>) {
-        hostsPassedOver.subtract(hosts)
-        rewind()
+    /// Some of `hostsPassedOver` are not paused any more: the next reads go back to the first row passed over for them.
+    mutating func resumeHosts(_ hosts: some Sequence<String>) {
+        for host in hosts {
+            guard let first = hostsPassedOver.removeValue(forKey: host) else { continue }
+            cursor = min(cursor, first - 1)
+            exhausted = false
+        }
     }
 
     /// New URLs are in the durable queue: the next read may find them.
