@@ -46,8 +46,9 @@ extension Daemon {
         }
         if !requeued.isEmpty {
             backlog.queued()
-            fetches.fetchAlone(requeued)
+            telemetry.queued(requeued.count)
         }
+        fetches.fetchAlone(evicted)  // also those queued already
         guard !evicted.isEmpty else { return }
         telemetry.evicted(evicted.count)
         Log.info("evicted \(evicted.count) cached answers of that connection (any may be another URL's), "

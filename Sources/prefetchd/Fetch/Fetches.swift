@@ -256,10 +256,15 @@ final class Fetches {
     private func finished(_ result: FetchResult) {
         let key = result.key
         let meanwhile = self.meanwhile.removeValue(forKey: key)
-        if case .failure(let failure) = result.outcome, failure.isTransient {} else { alone.remove(key) }
+        switch result.outcome {
+        case .success(.downloaded): alone.remove(key)
+        case .failure(let failure) where !failure.isTransient: alone.remove(key)
+        default: break  // a retry, or a fetch started again from its end, keeps a connection of its own
+        }
         if distrusted.remove(key) != nil, case .success = result.outcome {
             forgetPartial(key)  // and the body with it
             endGuardedStep(key)
+            alone.insert(key)  // its retry: the same server's next stray could shift it again
             return onEnd(key, result.lane, .failed(Self.shiftedAnswer))
         }
         switch result.outcome {
@@ -326,6 +331,7 @@ final class Fetches {
                     if case .success(let (relative, _)) = judged, (try? self.store.entry(key))??.file != relative {
                         self.store.files.remove(relative)
                     }
+                    self.alone.insert(key)
                     return self.onEnd(key, result.lane, .failed(Self.shiftedAnswer))
                 }
                 switch judged {

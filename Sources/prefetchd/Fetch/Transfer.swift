@@ -16,8 +16,9 @@ struct TransferRequest {
     /// A retry after a failed attempt: it opens a connection of its own. The connection that failed may be dead
     /// (an outage, a stall) and still kept by curl, and on HTTP/2 the retry would be multiplexed onto it.
     var freshConnection = false
-    /// A connection that serves nothing else, before or after: the last answer of this URL was evicted because its
-    /// connection had bytes nobody asked for, which may shift every answer on it (docs/transport.md, item 9).
+    /// A connection that serves nothing else on HTTP/1, before or after: the last answer of this URL was evicted because
+    /// its connection had bytes nobody asked for, which may shift every answer on it (docs/transport.md, item 9).
+    /// (HTTP/2 frames its answers, and another transfer may multiplex onto the new connection.)
     var ownConnection = false
 }
 
