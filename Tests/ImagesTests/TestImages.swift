@@ -122,23 +122,8 @@ enum Bytes {
             raw.append(0)  // the scanline's filter: none
             for x in 0..<width { raw += [UInt8(x & 0xFF), UInt8(y & 0xFF), UInt8((x ^ y) & 0xFF)] }
         }
-        var zlib: [UInt8] = [0x78, 0x01]
-        var start = 0
-        repeat {
-            let end = min(start + 65_535, raw.count)
-            let length = UInt16(end - start)
-            zlib += [end == raw.count ? 1 : 0, UInt8(length & 0xFF), UInt8(length >> 8), UInt8(~length & 0xFF), UInt8(~length >> 8)]
-            zlib += raw[start..<end]
-            start = end
-        } while start < raw.count
-        var (a, b): (UInt32, UInt32) = (1, 0)  // Adler-32
-        for byte in raw {
-            a = (a + UInt32(byte)) % 65_521
-            b = (b + a) % 65_521
-        }
-        zlib += bigEndian(b << 16 | a)
         let ihdr = bigEndian(UInt32(width)) + bigEndian(UInt32(height)) + [8, 2, 0, 0, 0]
-        return [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + pngChunk("IHDR", ihdr) + pngChunk("IDAT", zlib)
+        return [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + pngChunk("IHDR", ihdr) + pngChunk("IDAT", Resizer.storedZlib(raw))
             + pngChunk("IEND", [])
     }
 

@@ -229,24 +229,28 @@ enum Resizer {
     /// need zlib). gdk-pixbuf's PNG saver hands libpng the profile before the header chunk, so libpng takes the
     /// picture for grey and refuses every RGB profile: the chunk is put in its place instead.
     static func pngProfileChunk(_ profile: [UInt8]) -> [UInt8] {
+        let body = Array("iCCP".utf8) + Array("ICC profile".utf8) + [0, 0] + storedZlib(profile)
+        return bigEndian(UInt32(body.count - 4)) + body + bigEndian(CRC32.checksum(body))
+    }
+
+    /// `bytes` as a zlib stream of stored (uncompressed) deflate blocks, with its Adler-32.
+    static func storedZlib(_ bytes: [UInt8]) -> [UInt8] {
         var zlib: [UInt8] = [0x78, 0x01]
         var start = 0
         repeat {
-            let end = min(start + 65_535, profile.count)
+            let end = min(start + 65_535, bytes.count)
             let length = UInt16(end - start)
-            zlib += [end == profile.count ? 1 : 0, UInt8(length & 0xFF), UInt8(length >> 8),
+            zlib += [end == bytes.count ? 1 : 0, UInt8(length & 0xFF), UInt8(length >> 8),
                      UInt8(~length & 0xFF), UInt8(~length >> 8)]
-            zlib += profile[start..<end]
+            zlib += bytes[start..<end]
             start = end
-        } while start < profile.count
+        } while start < bytes.count
         var (a, b): (UInt32, UInt32) = (1, 0)  // Adler-32
-        for byte in profile {
+        for byte in bytes {
             a = (a + UInt32(byte)) % 65_521
             b = (b + a) % 65_521
         }
-        zlib += bigEndian(b << 16 | a)
-        let body = Array("iCCP".utf8) + Array("ICC profile".utf8) + [0, 0] + zlib
-        return bigEndian(UInt32(body.count - 4)) + body + bigEndian(CRC32.checksum(body))
+        return zlib + bigEndian(b << 16 | a)
     }
 
     private static func bigEndian(_ value: UInt32) -> [UInt8] {
