@@ -80,7 +80,7 @@ import Testing
                 let header = ImageHeader.parse(mutated[...])
                 if round % 40 == 0 {
                     let path = scratch.write("m\(index)", mutated)
-                    _ = try ImageIntegrity.problem(path, format: header.format ?? "jpeg")
+                    _ = try ImageIntegrity.problem(ImageFile(path), format: header.format ?? "jpeg")
                     _ = ImageInspector.inspect(path, policy: ImagePolicy())
                     // Any outcome will do, as long as it is a result or a Failure and not a crash.
                     _ = try? Resizer.makeVariant(source: path, spec: try VariantSpec(size: "8x8"),
@@ -110,22 +110,22 @@ struct SplitMix {
     @Test(arguments: ["gif", "webp", "avif"])
     func fixturesAreWholeAndTheirHalvesAreNot(format: String) throws {
         let bytes = Bytes.read(Fixtures.path("halves.\(format)"))
-        #expect(try ImageIntegrity.problem(Fixtures.path("halves.\(format)"), format: format) == nil)
+        #expect(try ImageIntegrity.problem(ImageFile(Fixtures.path("halves.\(format)")), format: format) == nil)
         let half = scratch.write("half.\(format)", Array(bytes[..<(bytes.count / 2)]))
-        #expect(try ImageIntegrity.problem(half, format: format)?.contains("truncated") == true)
+        #expect(try ImageIntegrity.problem(ImageFile(half), format: format)?.contains("truncated") == true)
     }
 
     @Test func jpegWithDataAfterItsEndIsWhole() throws {
         let jpeg = Bytes.read(try scratch.image("a.jpg", width: 64, height: 48))
         let appended = scratch.write("motion.jpg", jpeg + Array("....ftypmp42 a video follows".utf8))
-        #expect(try ImageIntegrity.problem(appended, format: "jpeg") == nil)
+        #expect(try ImageIntegrity.problem(ImageFile(appended), format: "jpeg") == nil)
         let cut = scratch.write("cut.jpg", Array(jpeg.dropLast(2)))
-        #expect(try ImageIntegrity.problem(cut, format: "jpeg") != nil)
+        #expect(try ImageIntegrity.problem(ImageFile(cut), format: "jpeg") != nil)
     }
 
     @Test func pngMustReachIEND() throws {
         let png = Bytes.read(try scratch.image("a.png", width: 64, height: 48, type: "png"))
-        #expect(try ImageIntegrity.problem(scratch.write("whole.png", png), format: "png") == nil)
-        #expect(try ImageIntegrity.problem(scratch.write("cut.png", Array(png.dropLast(12))), format: "png") != nil)
+        #expect(try ImageIntegrity.problem(ImageFile(scratch.write("whole.png", png)), format: "png") == nil)
+        #expect(try ImageIntegrity.problem(ImageFile(scratch.write("cut.png", Array(png.dropLast(12)))), format: "png") != nil)
     }
 }

@@ -24,11 +24,11 @@ import Testing
         let jpeg = Bytes.read(try scratch.image("small.jpg", width: 64, height: 48))
         let comments = (0..<70_000).flatMap { _ in [UInt8](arrayLiteral: 0xFF, 0xFE, 0x00, 0x02) }
         let far = scratch.write("far.jpg", Array(jpeg[0..<2]) + comments + Array(jpeg[2...]))
-        #expect(try ImageIntegrity.jpegFrameSize(far)! == (64, 48))
+        #expect(try ImageIntegrity.jpegFrameSize(ImageFile(far))! == (64, 48))
         #expect(ImageInspector.inspect(far, policy: policy) == .image(ImageInfo(format: "jpeg", width: 64, height: 48)))
         // No frame header before the first scan, however far the walk goes.
         let sosOnly = scratch.write("no-frame.jpg", Array(jpeg[0..<2]) + comments + [0xFF, 0xDA, 0x00, 0x02, 0xFF, 0xD9])
-        #expect(try ImageIntegrity.jpegFrameSize(sosOnly) == nil)
+        #expect(try ImageIntegrity.jpegFrameSize(ImageFile(sosOnly)) == nil)
         #expect(ImageInspector.inspect(sosOnly, policy: policy).code == .notAnImage)
     }
 
@@ -48,7 +48,7 @@ import Testing
     @Test("a large JPEG may have fewer scans than a small one: 250 scans of 7000x7000 took 12 s of a worker per variant; now at most 42 at 50 megapixels, 256 at any size")
     func scansBoundedByPixels() throws {
         let problem = { (width: Int, height: Int, scans: Int) throws -> String? in
-            try ImageIntegrity.problem(self.scratch.write("scans.jpg", self.progressiveJPEG(width: width, height: height, scans: scans)),
+            try ImageIntegrity.problem(ImageFile(self.scratch.write("scans.jpg", self.progressiveJPEG(width: width, height: height, scans: scans))),
                                        format: "jpeg")
         }
         #expect(try problem(7000, 7000, 43) == nil)

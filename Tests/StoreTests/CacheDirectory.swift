@@ -80,7 +80,7 @@ func cache(_ key: String, count: Int = 5000, at time: Int64 = 1000, in store: St
                            contentType: "image/png", format: "png", width: 40, height: 30, etag: "\"v1\"",
                            lastModified: "Tue, 01 Dec 2026 12:00:00 GMT", freshUntil: time + 60_000, fetchedAt: time,
                            lastAccess: time, hits: 0)
-    try store.put(entry)
+    try store.put(entry, allocated: try #require(store.files.allocated(relative)))
     return entry
 }
 

@@ -328,15 +328,15 @@ final class Fetches {
                 self.endGuardedStep(key)
                 if self.distrusted.remove(key) != nil {
                     // The file is named by the body: a cached copy of the same bytes has it too.
-                    if case .success(let (relative, _)) = judged, (try? self.store.entry(key))??.file != relative {
-                        self.store.files.remove(relative)
+                    if case .success(let body) = judged, (try? self.store.entry(key))??.file != body.relative {
+                        self.store.files.remove(body.relative)
                     }
                     self.alone.insert(key)
                     return self.onEnd(key, result.lane, .failed(Self.shiftedAnswer))
                 }
                 switch judged {
-                case .success(let (relative, info)):
-                    self.installed(result, relative: relative, bytes: bytes, sha256: sha256, info: info)
+                case .success(let body):
+                    self.installed(result, body, bytes: bytes, sha256: sha256)
                 case .failure(let failure):
                     if failure.endedInsideImage { self.rememberCut(key, sha256: sha256) }
                     self.onEnd(key, result.lane, .failed(failure))
@@ -346,16 +346,17 @@ final class Fetches {
     }
 
     /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
-    /// Where it went and what it is, if an image, come back to be indexed. Only the file the body was written into
-    /// (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a FIFO) is not.
+    /// Where it went, the space it takes and what it is, if an image, come back to be indexed. Only the file the body
+    /// was written into (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a FIFO) is
+    /// not. It is opened once for all of this.
     private static func judge(_ temporary: String, file: FileIdentity?, sha256: String, key: String, files: CacheFiles,
-                              policy: ImagePolicy, endKnown: Bool) -> Result<(relative: String, info: ImageInfo?), Failure> {
-        guard let file, file.isEntry(temporary) else {
+                              policy: ImagePolicy, endKnown: Bool) -> Result<Judged, Failure> {
+        guard let file, let body = try? ImageFile(temporary), body.identity == file else {
             deleteEntry(temporary)
             return .failure(replacedBody)
         }
         let info: ImageInfo?
-        switch ImageInspector.inspect(temporary, policy: policy, endKnown: endKnown) {
+        switch ImageInspector.inspect(body, policy: policy, endKnown: endKnown) {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):
@@ -369,11 +370,18 @@ final class Fetches {
                 files.remove(relative)
                 return .failure(replacedBody)
             }
-            return .success((relative, info))
+            return .success(Judged(relative: relative, allocated: body.allocated, info: info))
         } catch {
             unlink(temporary)
             return .failure(.local("cannot install the file", error))
         }
+    }
+
+    /// A body that passed its checks and is in place: where, the disk space it takes, what image it is.
+    private struct Judged {
+        let relative: String
+        let allocated: Int64
+        let info: ImageInfo?
     }
 
     private func rememberCut(_ key: String, sha256: String) {
@@ -386,19 +394,19 @@ final class Fetches {
     }
 
     /// The body passed its checks and is in place under `files/`: it is indexed.
-    private func installed(_ result: FetchResult, relative: String, bytes: Int64, sha256: String, info: ImageInfo?) {
-        let now = wallClockMilliseconds()
+    private func installed(_ result: FetchResult, _ body: Judged, bytes: Int64, sha256: String) {
+        let now = wallClockMilliseconds(), info = body.info
         let entry = IndexEntry(
-            key: result.key, url: result.key, file: relative, bytes: bytes, sha256: sha256,
+            key: result.key, url: result.key, file: body.relative, bytes: bytes, sha256: sha256,
             contentType: result.headers.contentType, format: info?.format, width: info?.width, height: info?.height,
             etag: result.headers.etag, lastModified: result.headers.lastModified,
             freshUntil: result.headers.freshUntil(now: now, defaultTTL: defaultTTL),
             fetchedAt: now, lastAccess: now, hits: 0, mustRevalidate: result.headers.mustRevalidate,
             noStore: result.headers.noStore)
         do {
-            try store.put(entry)
+            try store.put(entry, allocated: body.allocated)
         } catch {
-            store.files.remove(relative)
+            store.files.remove(body.relative)
             return onEnd(result.key, result.lane, .failed(.local("cannot index the file", error)))
         }
         onEnd(result.key, result.lane, .fetched(entry, detail: info.map { ", \($0.format) \($0.width)x\($0.height)" } ?? ""))

@@ -43,21 +43,8 @@ struct ImageHeader: Equatable, Sendable {
     /// Whether the orientation turns the picture by 90° or 270°, so that width and height trade places.
     var swapsAxes: Bool { (5...8).contains(orientation) }
 
-    /// Reads the first `prefixLength` bytes of `path` and parses them.
-    static func read(_ path: String) throws(SystemError) -> ImageHeader {
-        let fd = try openRegularFile(path)
-        defer { close(fd) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: prefixLength, alignment: 1)
-        defer { buffer.deallocate() }
-        var filled = 0
-        while filled < buffer.count {
-            let count = try syscall("read", path) { Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
-            if count == 0 { break }
-            filled += count
-        }
-        let bytes = Array(UnsafeRawBufferPointer(rebasing: buffer[..<filled]))
-        return parse(bytes[...])
-    }
+    /// Parses the first `prefixLength` bytes of `file`.
+    static func read(_ file: ImageFile) -> ImageHeader { parse(file.prefix[...]) }
 
     /// Parses the first bytes of a file (fewer than the whole file is fine).
     static func parse(_ bytes: ArraySlice<UInt8>) -> ImageHeader {

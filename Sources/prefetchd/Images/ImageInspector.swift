@@ -20,14 +20,23 @@ enum ImageInspector {
     ///   an image that ends early, also before its JPEG frame header, is a transient `network` failure instead.
     static func inspect(_ path: String, policy: ImagePolicy, endKnown: Bool = true) -> ImageVerdict {
         do {
-            return try judge(path, policy: policy, endKnown: endKnown)
+            return try judge(ImageFile(path), policy: policy, endKnown: endKnown)
         } catch {
             return .rejected(.imageIO("cannot inspect \(path): \(error)"))
         }
     }
 
-    private static func judge(_ path: String, policy: ImagePolicy, endKnown: Bool) throws(SystemError) -> ImageVerdict {
-        let header = try ImageHeader.read(path)
+    /// The verdict on `file`, opened already (`inspect(_:policy:endKnown:)`).
+    static func inspect(_ file: ImageFile, policy: ImagePolicy, endKnown: Bool = true) -> ImageVerdict {
+        do {
+            return try judge(file, policy: policy, endKnown: endKnown)
+        } catch {
+            return .rejected(.imageIO("cannot inspect \(file.path): \(error)"))
+        }
+    }
+
+    private static func judge(_ file: ImageFile, policy: ImagePolicy, endKnown: Bool) throws(SystemError) -> ImageVerdict {
+        let header = ImageHeader.read(file)
         let sniffed: String
         switch header.kind {
         case .empty:
@@ -37,7 +46,7 @@ enum ImageInspector {
         case .unknown:
             // Formats the sniffer does not know may still be allowed by configuration: ask gdk-pixbuf about them.
             guard !policy.allowedFormats.isSubset(of: ImageHeader.recognisedFormats),
-                  let probed = gdkFileInfo(path) else {
+                  let probed = gdkFileInfo(file.path) else {
                 return notAnImage("the body is not an image of a known format", policy)
             }
             sniffed = probed.format
@@ -55,9 +64,9 @@ enum ImageInspector {
             // type for the same answer. The structure check below still reads the whole file.
             probed = ImageInfo(format: sniffed, width: width, height: height)
         } else if sniffed == "jpeg" {
-            guard let size = try ImageIntegrity.jpegFrameSize(path) else {
+            guard let size = try ImageIntegrity.jpegFrameSize(file) else {
                 // Metadata before the frame header can be large (an Exif thumbnail, an ICC profile): a cut there.
-                if !endKnown, let problem = try ImageIntegrity.problem(path, format: "jpeg"), ImageIntegrity.endsEarly(problem) {
+                if !endKnown, let problem = try ImageIntegrity.problem(file, format: "jpeg"), ImageIntegrity.endsEarly(problem) {
                     return .rejected(cutShort(problem))
                 }
                 return .rejected(.notAnImage("the JPEG has no frame header before its first scan (corrupt or truncated)"))
@@ -65,7 +74,7 @@ enum ImageInspector {
             probed = ImageInfo(format: sniffed, width: size.width, height: size.height)
         } else if Self.decodingProbes.contains(sniffed) {
             return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
-        } else if let info = gdkFileInfo(path) {
+        } else if let info = gdkFileInfo(file.path) {
             probed = info
         } else {
             return .rejected(.notAnImage("gdk-pixbuf cannot read the \(sniffed) header (corrupt or truncated)"))
@@ -77,7 +86,7 @@ enum ImageInspector {
         if probed.pixels > policy.maxPixels {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
         }
-        if let problem = try ImageIntegrity.problem(path, format: probed.format) {
+        if let problem = try ImageIntegrity.problem(file, format: probed.format) {
             guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }
             return .rejected(.notAnImage(problem))
         }

@@ -9,9 +9,9 @@ import QueueCore
 /// the RIFF length of WebP, the top-level boxes of AVIF — reading the file once and seeking over what it can.
 /// Data after the end (a JPEG's appended motion-photo video) is ignored. Other formats are not checked.
 enum ImageIntegrity {
-    /// Why `path` is not a whole image of `format`, or nil when it is whole (or `format` is not checked).
-    static func problem(_ path: String, format: String) throws(SystemError) -> String? {
-        let reader = try FileByteReader(path)
+    /// Why `file` is not a whole image of `format`, or nil when it is whole (or `format` is not checked).
+    static func problem(_ file: ImageFile, format: String) throws(SystemError) -> String? {
+        let reader = FileByteReader(file)
         switch format {
         case "jpeg": return try jpeg(reader)
         case "png": return try png(reader)
@@ -97,11 +97,11 @@ enum ImageIntegrity {
         }
     }
 
-    /// The size in the first frame header (SOF) of the JPEG at `path`, wherever it lies, or nil when there is none
+    /// The size in the first frame header (SOF) of the JPEG `file`, wherever it lies, or nil when there is none
     /// before the first scan: `ImageHeader` reads only the first 256 KB, and gdk-pixbuf's probe saves every comment
     /// on the way to the frame header, in time that grows with the square of their number (140,000: 21 s).
-    static func jpegFrameSize(_ path: String) throws(SystemError) -> (width: Int, height: Int)? {
-        let reader = try FileByteReader(path)
+    static func jpegFrameSize(_ file: ImageFile) throws(SystemError) -> (width: Int, height: Int)? {
+        let reader = FileByteReader(file)
         guard try reader.bytes(2) == [0xFF, 0xD8] else { return nil }
         while let marker = try reader.nextMarker() {
             switch marker {
@@ -188,7 +188,7 @@ enum ImageIntegrity {
         guard format == "jpeg" || format == "png" else { return nil }
         let kept: PieceList
         do throws(SystemError) {
-            let reader = try FileByteReader(path)
+            let reader = FileByteReader(try ImageFile(path))
             switch format {
             case "jpeg":
                 let stripping = JPEGStripping()
@@ -279,7 +279,7 @@ enum ImageIntegrity {
     /// 23170×23170 frame on a 16×16 screen: 540 MB).
     static func gifFirstFrame(_ path: String) throws(SystemError)
         -> (pieces: [PixbufLoader.Piece], width: Int, height: Int)? {
-        let reader = try FileByteReader(path)
+        let reader = FileByteReader(try ImageFile(path))
         let frame = GIFFirstFrame()
         guard try gif(reader, firstFrame: frame) == nil, let image = frame.image else { return nil }
         let pieces: [PixbufLoader.Piece] = [.file(0..<frame.screenEnd)]
@@ -357,10 +357,10 @@ enum ImageIntegrity {
         return reader.size < declared ? "the WebP has \(reader.size) of its \(declared) bytes (truncated)" : nil
     }
 
-    /// How many frames the WebP at `path` has: its `ANMF` chunks, 1 for a still picture. gdk-pixbuf's WebP loader
+    /// How many frames the WebP `file` has: its `ANMF` chunks, 1 for a still picture. gdk-pixbuf's WebP loader
     /// decodes every frame of an animation onto a canvas of its own before the first one is shown.
-    static func webpFrames(_ path: String) throws(SystemError) -> Int {
-        let reader = try FileByteReader(path)
+    static func webpFrames(_ file: ImageFile) throws(SystemError) -> Int {
+        let reader = FileByteReader(file)
         guard try reader.skip(12) else { return 1 }
         var frames = 0
         while let chunk = try reader.bytes(8) {
@@ -393,36 +393,29 @@ enum ImageIntegrity {
     }
 }
 
-/// A file read front to back through a 64 KiB buffer, seeking over what is skipped.
+/// A file read front to back from its prefix on (`ImageFile`), then through a 64 KiB buffer at explicit offsets,
+/// seeking over what is skipped: walks of one file share its descriptor.
 private final class FileByteReader {
     let path: String
     let size: Int64
-    private let fd: Int32
+    private let file: ImageFile
     private let buffer: UnsafeMutableRawBufferPointer
     private var start = 0
     private var end = 0
     /// The file offset of `buffer[end]`.
     private var bufferEndOffset: Int64 = 0
 
-    init(_ path: String) throws(SystemError) {
-        self.path = path
-        let descriptor = try openRegularFile(path)
-        var info = stat()
-        do throws(SystemError) {
-            try syscall("fstat", path) { fstat(descriptor, &info) }
-        } catch {
-            close(descriptor)
-            throw error
-        }
-        fd = descriptor
-        size = Int64(info.st_size)
-        buffer = .allocate(byteCount: 64 * 1024, alignment: 1)
+    init(_ file: ImageFile) {
+        self.file = file
+        path = file.path
+        size = file.size
+        buffer = .allocate(byteCount: max(64 * 1024, file.prefix.count), alignment: 1)
+        buffer.copyBytes(from: file.prefix)
+        end = file.prefix.count
+        bufferEndOffset = Int64(end)
     }
 
-    deinit {
-        close(fd)
-        buffer.deallocate()
-    }
+    deinit { buffer.deallocate() }
 
     /// The file offset of the next byte.
     var offset: Int64 { bufferEndOffset - Int64(end - start) }
@@ -430,7 +423,7 @@ private final class FileByteReader {
     /// Refills an empty buffer; false at the end of the file.
     private func fill() throws(SystemError) -> Bool {
         if start < end { return true }
-        let count = try syscall("read", path) { read(fd, buffer.baseAddress!, buffer.count) }
+        let count = try syscall("pread", path) { pread(file.descriptor, buffer.baseAddress!, buffer.count, off_t(bufferEndOffset)) }
         start = 0
         end = count
         bufferEndOffset += Int64(count)
@@ -464,7 +457,6 @@ private final class FileByteReader {
             start += Int(count)
             return true
         }
-        try syscall("lseek", path) { lseek(fd, off_t(target), SEEK_SET) }
         start = 0
         end = 0
         bufferEndOffset = target

@@ -19,8 +19,9 @@ enum Resizer {
     static func makeVariant(source: String, spec: VariantSpec, destination: String,
                             maxPixels: Int64 = ImagePolicy.defaultMaxPixels,
                             placed: PlacedDuringSweep? = nil) throws(Failure) -> ImageInfo {
-        let header: ImageHeader
-        do throws(SystemError) { header = try ImageHeader.read(source) } catch { throw .imageIO(error) }
+        let original: ImageFile
+        do throws(SystemError) { original = try ImageFile(source) } catch { throw .imageIO(error) }
+        let header = ImageHeader.read(original)
         let sniffed: String?
         switch header.kind {
         case .image(let format): sniffed = format
@@ -33,7 +34,7 @@ enum Resizer {
         if let sniffed {
             let problem: String?
             do throws(SystemError) {
-                problem = try ImageIntegrity.problem(source, format: sniffed)
+                problem = try ImageIntegrity.problem(original, format: sniffed)
             } catch {
                 throw .imageIO(error)
             }
@@ -41,7 +42,7 @@ enum Resizer {
         }
         if sniffed == "webp", let width = header.width, let height = header.height {
             let frames: Int
-            do throws(SystemError) { frames = try ImageIntegrity.webpFrames(source) } catch { throw .imageIO(error) }
+            do throws(SystemError) { frames = try ImageIntegrity.webpFrames(original) } catch { throw .imageIO(error) }
             let perFrame = max(ImageInfo.pixels(width, height), smallestFrameCost)
             if perFrame.saturatingMultiply(Int64(frames)) > maxPixels {
                 throw .pixelLimit(frames: frames, width: width, height: height, limit: maxPixels)

@@ -511,17 +511,17 @@ final class Store {
         return nil
     }
 
-    /// Records a newly installed file; replaces any earlier row for the key.
-    func put(_ entry: IndexEntry) throws(DatabaseError) {
+    /// Records a newly installed file, which takes `allocated` bytes of disk (its blocks, as `du` counts them);
+    /// replaces any earlier row for the key.
+    func put(_ entry: IndexEntry, allocated: Int64) throws(DatabaseError) {
         try write()
         if let old = try self.entry(entry.key) {
-            counts.bytes -= try allocated(entry.key)
+            counts.bytes -= try self.allocated(entry.key)
             counts.entries -= 1
             if old.file != entry.file { files.remove(old.file) }
             // Variants show the bytes they were made of: new bytes make them wrong.
             if old.sha256 != entry.sha256 { try removeVariants(of: entry.key) }
         }
-        let allocated = files.allocated(entry.file) ?? entry.bytes
         try db.statement("""
             INSERT OR REPLACE INTO entries(key, url, file, bytes, sha256, content_type, format, width, height, etag,
                 last_modified, fresh_until, fetched_at, last_access, hits, must_revalidate, no_store, allocated)

@@ -19,7 +19,8 @@ struct FileIdentity: Equatable {
         self.init(info)
     }
 
-    private init(_ info: stat) {
+    /// The file `info` (from `stat`, `lstat` or `fstat`) describes.
+    init(_ info: stat) {
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
     }

@@ -29,8 +29,13 @@ func syscall<T: BinaryInteger>(_ call: String, _ detail: @autoclosure () -> Stri
 /// Opens the regular file at `path` for reading. Anything else there (a symbolic link, a FIFO, a directory: put in
 /// place of a cache file behind the daemon's back) is refused at once, never followed nor waited on.
 func openRegularFile(_ path: String) throws(SystemError) -> Int32 {
-    let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) }
     var info = stat()
+    return try openRegularFile(path, info: &info)
+}
+
+/// `openRegularFile`, also giving what `fstat` said of the file.
+func openRegularFile(_ path: String, info: inout stat) throws(SystemError) -> Int32 {
+    let fd = try syscall("open", path) { open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) }
     guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
         close(fd)
         throw SystemError(call: "open", errno: EINVAL, detail: "\(path), which is not a regular file")
