@@ -29,4 +29,17 @@ struct SHA256Tests {
         #expect(SHA256.hex(ofFile: path) == digest)
         #expect(SHA256.hex(ofFile: path + ".missing") == nil)
     }
+
+    @Test("a fetched body's digest, as its checks read it: from the first 256 KiB read once, then on from there")
+    func imageFileDigest() throws {
+        let path = NSTemporaryDirectory() + "sha256-body-\(getpid())"
+        defer { unlink(path) }
+        for count in [0, 1_000, ImageHeader.prefixLength, ImageHeader.prefixLength + 1, 700_000] {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ count) }
+            _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+            let file = try ImageFile(path)
+            #expect(file.prefix.count == min(count, ImageHeader.prefixLength))
+            #expect(try file.sha256() == SHA256.hex(ofFile: path), "\(count) bytes")
+        }
+    }
 }

@@ -1,19 +1,16 @@
 import Glibc
 import Synchronization
 
-/// A transfer's body file, open for writing, with the checksum of the bytes it already holds. It is opened on the
-/// fetcher's file thread: making a file's inode can take a millisecond on a busy ext4 (it skips the inodes deleted in
-/// the last minutes one by one), and hashing the bytes a resume keeps reads the whole partial body, neither of which
-/// the loop thread may wait for. Made there, then used by the loop thread alone.
-struct BodyFile: @unchecked Sendable {
+/// A transfer's body file, open for writing. It is opened on the fetcher's file thread: making a file's inode can
+/// take a millisecond on a busy ext4 (it skips the inodes deleted in the last minutes one by one), which the loop
+/// thread may not wait for. Made there, then used by the loop thread alone.
+struct BodyFile: Sendable {
     let descriptor: Int32
-    /// The checksum of the `length` bytes already in the file.
-    let hash: SHA256
     /// Bytes kept from an earlier attempt: 0 unless resuming.
     let length: Int64
 
-    /// Opens the body file at `path`: empty, made if needed, or, when `resuming`, with the bytes it holds hashed and
-    /// the file positioned after them. Whatever else is found at `path` (a symbolic link planted there, a FIFO, a
+    /// Opens the body file at `path`: empty, made if needed, or, when `resuming`, positioned after the bytes it
+    /// holds. Whatever else is found at `path` (a symbolic link planted there, a FIFO, a
     /// directory) is removed, never opened through, and the download starts over: nothing outside the cache is written.
     static func open(_ path: String, resuming: Bool) throws(SystemError) -> BodyFile {
         var resuming = resuming
@@ -26,16 +23,14 @@ struct BodyFile: @unchecked Sendable {
         guard let descriptor = opened else {
             throw SystemError(call: "open", errno: EEXIST, detail: "\(path): something other than a regular file came back")
         }
-        let hash = SHA256()
-        guard resuming else { return BodyFile(descriptor: descriptor, hash: hash, length: 0) }
-        do {
-            let length = try hashContents(of: path, into: hash)
-            _ = lseek(descriptor, off_t(length), SEEK_SET)
-            return BodyFile(descriptor: descriptor, hash: hash, length: length)
-        } catch {
+        guard resuming else { return BodyFile(descriptor: descriptor, length: 0) }
+        let length = lseek(descriptor, 0, SEEK_END)
+        guard length >= 0 else {
+            let error = SystemError(call: "lseek", errno: errno, detail: path)
             close(descriptor)
             throw error
         }
+        return BodyFile(descriptor: descriptor, length: Int64(length))
     }
 
     /// Opens (or makes) the regular file at `path` for writing, without following a symbolic link or waiting for a
@@ -72,20 +67,6 @@ struct BodyFile: @unchecked Sendable {
         }
         guard descriptor >= 0 else { throw SystemError(call: "open", errno: errno, detail: path) }
         return descriptor
-    }
-
-    /// Feeds the bytes of the file at `path` to `hash`; returns their count.
-    private static func hashContents(of path: String, into hash: SHA256) throws(SystemError) -> Int64 {
-        let reader = try syscall("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
-        defer { close(reader) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        var total: Int64 = 0
-        while true {
-            let count = try syscall("read", path) { read(reader, &buffer, buffer.count) }
-            if count == 0 { return total }
-            buffer.withUnsafeBytes { hash.update(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-            total += Int64(count)
-        }
     }
 }
 

@@ -6,9 +6,10 @@ import QueueCore
 /// How a transfer ended, as the daemon needs it.
 struct FetchResult {
     enum Body {
-        /// A complete new body in `path`, checked and hashed; `file` is the file it was written into (what is at
-        /// `path` by the time it is judged may be something else: the cache directory is anyone's with its rights).
-        case downloaded(path: String, file: FileIdentity?, bytes: Int64, sha256: String)
+        /// A complete new body in `path`, checked against what the server announced; `file` is the file it was
+        /// written into (what is at `path` by the time it is judged may be something else: the cache directory is
+        /// anyone's with its rights).
+        case downloaded(path: String, file: FileIdentity?, bytes: Int64)
         /// The server confirmed the cached copy (304).
         case notModified
     }
@@ -533,9 +534,8 @@ final class CurlFetcher {
             return failed(incomplete)
         }
         let file = transfer.bodyFile
-        let sha256 = transfer.finishBody()
+        transfer.closeFile()
         return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers,
-                           outcome: .success(.downloaded(path: transfer.bodyPath, file: file, bytes: transfer.received,
-                                                         sha256: sha256)))
+                           outcome: .success(.downloaded(path: transfer.bodyPath, file: file, bytes: transfer.received)))
     }
 }

@@ -314,72 +314,87 @@ final class Fetches {
             }
             endGuardedStep(key)
             onEnd(key, result.lane, .revalidated)
-        case .success(.downloaded(let temporary, let file, let bytes, let sha256)):
+        case .success(.downloaded(let temporary, let file, let bytes)):
             do { try store.removePartial(key, deletingBody: false) } catch { Log.error("\(error)") }
             ending.insert(key)
             let (files, policy) = (store.files, images)
-            // The same bytes that ended inside the image last time: the server's file ends there (not_an_image).
-            let lastCut = cutBodies.removeValue(forKey: key)
-            let endKnown = !result.headers.endUnsure || lastCut == sha256
-            checks.run({ Self.judge(temporary, file: file, sha256: sha256, key: key, files: files, policy: policy,
-                                    endKnown: endKnown) },
+            let (endUnsure, lastCut) = (result.headers.endUnsure, cutBodies.removeValue(forKey: key))
+            checks.run({ Self.judge(temporary, file: file, key: key, files: files, policy: policy,
+                                    endUnsure: endUnsure, lastCut: lastCut) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
                 self.endGuardedStep(key)
                 if self.distrusted.remove(key) != nil {
                     // The file is named by the body: a cached copy of the same bytes has it too.
-                    if case .success(let body) = judged, (try? self.store.entry(key))??.file != body.relative {
+                    if case .success(let body) = judged.outcome, (try? self.store.entry(key))??.file != body.relative {
                         self.store.files.remove(body.relative)
                     }
                     self.alone.insert(key)
                     return self.onEnd(key, result.lane, .failed(Self.shiftedAnswer))
                 }
-                switch judged {
+                switch judged.outcome {
                 case .success(let body):
-                    self.installed(result, body, bytes: bytes, sha256: sha256)
+                    self.installed(result, body, bytes: bytes)
                 case .failure(let failure):
-                    if failure.endedInsideImage { self.rememberCut(key, sha256: sha256) }
+                    if failure.endedInsideImage, let sha256 = judged.sha256 { self.rememberCut(key, sha256: sha256) }
                     self.onEnd(key, result.lane, .failed(failure))
                 }
             })
         }
     }
 
-    /// On a worker, in one job: the body is judged, then moved into place under `files/` if it passed, or deleted.
-    /// Where it went, the space it takes and what it is, if an image, come back to be indexed. Only the file the body
-    /// was written into (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a FIFO) is
-    /// not. It is opened once for all of this.
-    private static func judge(_ temporary: String, file: FileIdentity?, sha256: String, key: String, files: CacheFiles,
-                              policy: ImagePolicy, endKnown: Bool) -> Result<Judged, Failure> {
+    /// On a worker, in one job: the body is hashed and judged, then moved into place under `files/` if it passed, or
+    /// deleted. Where it went, the space it takes and what it is, if an image, come back to be indexed. Only the file
+    /// the body was written into (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a
+    /// FIFO) is not. It is opened once for all of this. A body that ended inside its image where a cut cannot be told
+    /// from the end (`endUnsure`) is the server's file when it has the bytes of the last such body (`lastCut`).
+    private static func judge(_ temporary: String, file: FileIdentity?, key: String, files: CacheFiles,
+                              policy: ImagePolicy, endUnsure: Bool, lastCut: String?) -> Judgement {
         guard let file, let body = try? ImageFile(temporary), body.identity == file else {
             deleteEntry(temporary)
-            return .failure(replacedBody)
+            return Judgement(sha256: nil, outcome: .failure(replacedBody))
+        }
+        let sha256: String
+        do {
+            sha256 = try body.sha256()
+        } catch {
+            unlink(temporary)
+            return Judgement(sha256: nil, outcome: .failure(.local("cannot read the body", error)))
         }
         let info: ImageInfo?
-        switch ImageInspector.inspect(body, policy: policy, endKnown: endKnown) {
+        switch ImageInspector.inspect(body, policy: policy, endKnown: !endUnsure || lastCut == sha256) {
         case .image(let image): info = image
         case .nonImage: info = nil
         case .rejected(let failure):
             unlink(temporary)
-            return .failure(failure)
+            return Judgement(sha256: sha256, outcome: .failure(failure))
         }
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key, body: sha256))
         do {
             try files.install(temporary: temporary, as: relative)
             guard file.isEntry(files.absolute(relative)) else {
                 files.remove(relative)
-                return .failure(replacedBody)
+                return Judgement(sha256: sha256, outcome: .failure(replacedBody))
             }
-            return .success(Judged(relative: relative, allocated: body.allocated, info: info))
+            return Judgement(sha256: sha256, outcome: .success(Placed(relative: relative, sha256: sha256,
+                                                                      allocated: body.allocated, info: info)))
         } catch {
             unlink(temporary)
-            return .failure(.local("cannot install the file", error))
+            return Judgement(sha256: sha256, outcome: .failure(.local("cannot install the file", error)))
         }
     }
 
-    /// A body that passed its checks and is in place: where, the disk space it takes, what image it is.
-    private struct Judged {
+    /// What a worker found of a finished body: its SHA-256 (nil when it could not be read), and where it went or why
+    /// it was not kept.
+    private struct Judgement {
+        let sha256: String?
+        let outcome: Result<Placed, Failure>
+    }
+
+    /// A body that passed its checks and is in place: where, its SHA-256, the disk space it takes, what image it is.
+    private struct Placed {
         let relative: String
+        let sha256: String
         let allocated: Int64
         let info: ImageInfo?
     }
@@ -394,10 +409,10 @@ final class Fetches {
     }
 
     /// The body passed its checks and is in place under `files/`: it is indexed.
-    private func installed(_ result: FetchResult, _ body: Judged, bytes: Int64, sha256: String) {
+    private func installed(_ result: FetchResult, _ body: Placed, bytes: Int64) {
         let now = wallClockMilliseconds(), info = body.info
         let entry = IndexEntry(
-            key: result.key, url: result.key, file: body.relative, bytes: bytes, sha256: sha256,
+            key: result.key, url: result.key, file: body.relative, bytes: bytes, sha256: body.sha256,
             contentType: result.headers.contentType, format: info?.format, width: info?.width, height: info?.height,
             etag: result.headers.etag, lastModified: result.headers.lastModified,
             freshUntil: result.headers.freshUntil(now: now, defaultTTL: defaultTTL),

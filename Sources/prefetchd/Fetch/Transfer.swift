@@ -84,7 +84,6 @@ final class Transfer {
     /// The receive buffer a background connection gets (`background_window`), 0 for the kernel's.
     fileprivate let backgroundWindow: Int32
     private var fd: Int32
-    private var hash: SHA256
     private let maxBytes: Int64
     /// Seconds with less than `low_speed_limit` bytes/s that stop the transfer.
     let lowSpeedTime: Int64
@@ -119,7 +118,6 @@ final class Transfer {
         conditional = request.conditional != nil
         bodyPath = request.bodyPath
         fd = body.descriptor
-        hash = body.hash
 
         // RFC 9218 priorities, for the servers and CDNs that order their sending by them: background is the least
         // urgent and incremental.
@@ -269,12 +267,6 @@ final class Transfer {
     /// The file the body is written into, while it is open.
     var bodyFile: FileIdentity? { fd >= 0 ? FileIdentity(descriptor: fd) : nil }
 
-    /// Closes the file and returns the body's SHA-256.
-    func finishBody() -> String {
-        closeFile()
-        return hash.hex()
-    }
-
     /// Closes the file and deletes it.
     func discardBody() {
         closeFile()
@@ -290,7 +282,6 @@ final class Transfer {
     private func startOver() {
         _ = ftruncate(fd, 0)
         _ = lseek(fd, 0, SEEK_SET)
-        hash = SHA256()
         received = 0
         resumedFrom = 0
     }
@@ -379,7 +370,6 @@ final class Transfer {
             }
             offset += written
         }
-        hash.update(data)
         received += Int64(data.count)
         if !resumeRecorded, received >= Self.resumeWorthRecording, continuation.resumeValidator != nil {
             resumeRecorded = true

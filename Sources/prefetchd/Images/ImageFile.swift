@@ -33,6 +33,22 @@ final class ImageFile {
 
     deinit { close(descriptor) }
 
+    /// The SHA-256 of the whole file as lowercase hex: its prefix, then the rest read on from there.
+    func sha256() throws(SystemError) -> String {
+        let hash = SHA256()
+        prefix.withUnsafeBytes { hash.update($0) }
+        var offset = Int64(prefix.count)
+        guard offset < size else { return hash.hex() }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ImageHeader.prefixLength, alignment: 1)
+        defer { buffer.deallocate() }
+        while true {
+            let count = try syscall("pread", path) { pread(descriptor, buffer.baseAddress!, buffer.count, off_t(offset)) }
+            if count == 0 { return hash.hex() }
+            hash.update(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+            offset += Int64(count)
+        }
+    }
+
     /// Up to `count` bytes from the start (fewer if the file is shorter now than `fstat` said).
     private static func readPrefix(_ fd: Int32, path: String, count: Int) throws(SystemError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
