@@ -319,7 +319,7 @@ final class Fetches {
             ending.insert(key)
             let (files, policy) = (store.files, images)
             let (endUnsure, lastCut) = (result.headers.endUnsure, cutBodies.removeValue(forKey: key))
-            checks.run({ Self.judge(temporary, file: file, key: key, files: files, policy: policy,
+            checks.run({ Self.judge(temporary, file: file, bytes: bytes, key: key, files: files, policy: policy,
                                     endUnsure: endUnsure, lastCut: lastCut) },
                         completion: { [unowned self] judged in
                 self.ending.remove(key)
@@ -348,27 +348,52 @@ final class Fetches {
     /// the body was written into (`file`) is judged and kept: one put at its path meanwhile (another file, a link, a
     /// FIFO) is not. It is opened once for all of this. A body that ended inside its image where a cut cannot be told
     /// from the end (`endUnsure`) is the server's file when it has the bytes of the last such body (`lastCut`).
-    private static func judge(_ temporary: String, file: FileIdentity?, key: String, files: CacheFiles,
+    private static func judge(_ temporary: String, file: FileIdentity?, bytes: Int64, key: String, files: CacheFiles,
                               policy: ImagePolicy, endUnsure: Bool, lastCut: String?) -> Judgement {
-        guard let file, let body = try? ImageFile(temporary), body.identity == file else {
+        let body: ImageFile
+        do throws(SystemError) {
+            body = try ImageFile(temporary)
+        } catch {
+            // Gone, or something other than a regular file in its place (a link, a FIFO, a directory).
+            let replaced = [ENOENT, ELOOP, EINVAL, ENOTDIR, ENXIO].contains(error.errno)
+            if replaced { deleteEntry(temporary) } else { unlink(temporary) }
+            return Judgement(sha256: nil, outcome: .failure(replaced ? replacedBody : .local("cannot open the body", error)))
+        }
+        guard let file, body.identity == file else {
             deleteEntry(temporary)
             return Judgement(sha256: nil, outcome: .failure(replacedBody))
         }
-        let sha256: String
-        do {
-            sha256 = try body.sha256()
+        guard body.size == bytes else {
+            unlink(temporary)
+            return Judgement(sha256: nil, outcome: .failure(Failure(
+                code: .internal, message: "the downloaded body's file in tmp/ has \(body.size) bytes, not the \(bytes) "
+                + "received: it was changed behind the daemon's back before it was moved into place; not kept",
+                isTransient: true)))
+        }
+        do throws(SystemError) {
+            // Hashed first only when the verdict depends on it: bytes the last cut body had too.
+            let early = endUnsure ? try body.sha256() : nil
+            let info: ImageInfo?
+            switch ImageInspector.inspect(body, policy: policy, endKnown: !endUnsure || lastCut == early) {
+            case .image(let image): info = image
+            case .nonImage: info = nil
+            case .rejected(let failure):
+                unlink(temporary)
+                return Judgement(sha256: early, outcome: .failure(failure))
+            }
+            let sha256: String
+            if let early { sha256 = early } else { sha256 = try body.sha256() }
+            return install(temporary, file: file, sha256: sha256, allocated: body.allocated, info: info, key: key,
+                           files: files)
         } catch {
             unlink(temporary)
             return Judgement(sha256: nil, outcome: .failure(.local("cannot read the body", error)))
         }
-        let info: ImageInfo?
-        switch ImageInspector.inspect(body, policy: policy, endKnown: !endUnsure || lastCut == sha256) {
-        case .image(let image): info = image
-        case .nonImage: info = nil
-        case .rejected(let failure):
-            unlink(temporary)
-            return Judgement(sha256: sha256, outcome: .failure(failure))
-        }
+    }
+
+    /// The judged body goes into place under `files/`, named by its key and its bytes.
+    private static func install(_ temporary: String, file: FileIdentity, sha256: String, allocated: Int64,
+                                info: ImageInfo?, key: String, files: CacheFiles) -> Judgement {
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key, body: sha256))
         do {
             try files.install(temporary: temporary, as: relative)
@@ -377,7 +402,7 @@ final class Fetches {
                 return Judgement(sha256: sha256, outcome: .failure(replacedBody))
             }
             return Judgement(sha256: sha256, outcome: .success(Placed(relative: relative, sha256: sha256,
-                                                                      allocated: body.allocated, info: info)))
+                                                                      allocated: allocated, info: info)))
         } catch {
             unlink(temporary)
             return Judgement(sha256: sha256, outcome: .failure(.local("cannot install the file", error)))

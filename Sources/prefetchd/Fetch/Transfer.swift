@@ -22,7 +22,7 @@ struct TransferRequest {
     var ownConnection = false
 }
 
-/// One download in progress: its easy handle, the body file it streams into (resuming what is there), its checksum.
+/// One download in progress: its easy handle and the body file it streams into (resuming what is there).
 final class Transfer {
     let key: String
     let easy: UnsafeMutableRawPointer

@@ -44,7 +44,7 @@ struct ImageHeader: Equatable, Sendable {
     var swapsAxes: Bool { (5...8).contains(orientation) }
 
     /// Parses the first `prefixLength` bytes of `file`.
-    static func read(_ file: ImageFile) -> ImageHeader { parse(file.prefix[...]) }
+    static func read(_ file: ImageFile) -> ImageHeader { parse(Array(file.prefix)[...]) }
 
     /// Parses the first bytes of a file (fewer than the whole file is fine).
     static func parse(_ bytes: ArraySlice<UInt8>) -> ImageHeader {

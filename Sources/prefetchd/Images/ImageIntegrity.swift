@@ -393,26 +393,28 @@ enum ImageIntegrity {
     }
 }
 
-/// A file read front to back from its prefix on (`ImageFile`), then through a 64 KiB buffer at explicit offsets,
-/// seeking over what is skipped: walks of one file share its descriptor.
+/// A file read front to back from its prefix (`ImageFile`), then through a 64 KiB buffer at explicit offsets,
+/// seeking over what is skipped: walks of one file share its descriptor and its prefix.
 private final class FileByteReader {
     let path: String
     let size: Int64
     private let file: ImageFile
+    /// The bytes at hand: the file's prefix, or `buffer` after a read past it.
+    private var window: UnsafeRawBufferPointer
     private let buffer: UnsafeMutableRawBufferPointer
     private var start = 0
     private var end = 0
-    /// The file offset of `buffer[end]`.
+    /// The file offset of `window[end]`.
     private var bufferEndOffset: Int64 = 0
 
     init(_ file: ImageFile) {
         self.file = file
         path = file.path
         size = file.size
-        buffer = .allocate(byteCount: max(64 * 1024, file.prefix.count), alignment: 1)
-        buffer.copyBytes(from: file.prefix)
-        end = file.prefix.count
+        window = file.prefix
+        end = window.count
         bufferEndOffset = Int64(end)
+        buffer = .allocate(byteCount: 64 * 1024, alignment: 1)
     }
 
     deinit { buffer.deallocate() }
@@ -420,10 +422,12 @@ private final class FileByteReader {
     /// The file offset of the next byte.
     var offset: Int64 { bufferEndOffset - Int64(end - start) }
 
-    /// Refills an empty buffer; false at the end of the file.
+    /// Refills an empty window (reading only moves forward: past the prefix, never back into it); false at the end
+    /// of the file.
     private func fill() throws(SystemError) -> Bool {
         if start < end { return true }
         let count = try syscall("pread", path) { pread(file.descriptor, buffer.baseAddress!, buffer.count, off_t(bufferEndOffset)) }
+        window = UnsafeRawBufferPointer(buffer)
         start = 0
         end = count
         bufferEndOffset += Int64(count)
@@ -433,7 +437,7 @@ private final class FileByteReader {
     func byte() throws(SystemError) -> UInt8? {
         guard try fill() else { return nil }
         defer { start += 1 }
-        return buffer[start]
+        return window[start]
     }
 
     /// Exactly `count` bytes, or nil when the file ends first.
@@ -443,7 +447,7 @@ private final class FileByteReader {
         while result.count < count {
             guard try fill() else { return nil }
             let take = min(count - result.count, end - start)
-            result.append(contentsOf: buffer[start..<start + take])
+            result.append(contentsOf: window[start..<start + take])
             start += take
         }
         return result
@@ -470,7 +474,7 @@ private final class FileByteReader {
         while left > 0 {
             guard try fill() else { return false }
             let take = Int(min(left, Int64(end - start)))
-            crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: buffer[start..<start + take]))
+            crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: window[start..<start + take]))
             start += take
             left -= Int64(take)
         }
@@ -485,8 +489,8 @@ private final class FileByteReader {
     func nextMarker() throws(SystemError) -> UInt8? {
         while true {
             guard try fill() else { return nil }
-            let found = memchr(buffer.baseAddress! + start, 0xFF, end - start)
-                .map { UnsafeRawPointer(buffer.baseAddress!).distance(to: UnsafeRawPointer($0)) }
+            let found = memchr(window.baseAddress! + start, 0xFF, end - start)
+                .map { window.baseAddress!.distance(to: UnsafeRawPointer($0)) }
             if let index = found {
                 start = index + 1
                 markerStart = offset - 1
