@@ -34,7 +34,8 @@ _prefetchctl() {
             return ;;
         get) flags+=" --timeout --max-stale --offline -o --output --size --fit --format --quality --upscale" ;;
         queue) flags+=" --now --wait --timeout" ;;
-        evict) flags+=" --all" ;;
+        evict) flags+=" --all --timeout" ;;
+        demote|promote|cancel) flags+=" --timeout" ;;
         list) flags+=" --limit --timeout" ;;
         info|status|formats|metrics|ping) flags+=" --timeout" ;;
         view) flags+=" --ahead --behind --size --fit --format --quality --upscale" ;;

@@ -23,7 +23,7 @@ complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a watch -d 
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a view -d 'A list someone scrolls: give it once, then visible ranges on stdin'
 complete -c prefetchctl -n "not __fish_seen_subcommand_from $verbs" -a ping -d 'Is the daemon there?'
 
-complete -c prefetchctl -n "not __fish_seen_subcommand_from demote promote cancel evict watch view" -l timeout -x -d 'Stop waiting after SEC seconds'
+complete -c prefetchctl -n "not __fish_seen_subcommand_from watch view" -l timeout -x -d 'Stop waiting after SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l max-stale -x -d 'Answer from an entry stale by at most SEC seconds'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -l offline -d 'Answer only from the cache'
 complete -c prefetchctl -n "__fish_seen_subcommand_from get" -s o -l output -r -F -d 'Write the content to FILE, - for stdout'

@@ -175,9 +175,12 @@ final class Client {
         return .failure(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
     }
 
-    /// How long (ms) a request that fetches nothing (`status`, `info`, `list`…) waits for its reply: `--timeout`, else
-    /// a minute.
-    var answerWithin: Int64 = 60_000
+    /// How long (ms) a request that fetches nothing (`status`, `info`, `list`…, and each part of a `demote`,
+    /// `promote`, `cancel` or `evict` list) waits for its reply: `--timeout`, else `answerWait`.
+    var answerWithin = Client.answerWait
+    /// A minute: how long a request waits for its reply when `--timeout` does not say (`queue`'s bounds the wait for
+    /// the fetches).
+    static let answerWait: Int64 = 60_000
 
     /// Sends one request that fetches nothing and waits for its result, at most `answerWithin`.
     func call<T: Codable & Sendable>(_ request: Request, _ type: T.Type) throws(CLIError) -> T {

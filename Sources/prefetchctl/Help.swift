@@ -26,9 +26,10 @@ enum Help {
                               else /tmp/prefetchd-$UID/ctl.sock; when that does not exist but the system
                               service's /run/prefetchd/ctl.sock does, that one)
           --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
-          --timeout SEC       info, status, list, formats, metrics, ping: wait at most SEC for the answer (default
-                              60; exit 5); and at most SEC of the 5 s prefetchctl waits for the daemon's greeting
-                              (none: exit 3)
+          --timeout SEC       info, status, list, formats, metrics, ping, and demote, promote, cancel, evict (each
+                              answer): wait at most SEC for the answer (default 60; exit 5); get, queue --wait: for
+                              the fetches (default: no limit); and at most SEC of the 5 s prefetchctl waits for the
+                              daemon's greeting (none: exit 3)
           -h, --help          this text, or `prefetchctl VERB --help`
           --version
 
@@ -124,17 +125,17 @@ enum Help {
               printf '%s\\n' https://example.com/1.jpg https://example.com/2.jpg '' '0 1' | prefetchctl view -
             """
         case "demote", "promote", "cancel", "evict": return """
-            Usage: prefetchctl \(verb) URL...|-\(verb == "evict" ? "|--all" : "") [--json]
+            Usage: prefetchctl \(verb) URL...|-\(verb == "evict" ? "|--all" : "") [--timeout SEC] [--json]
 
             \(["demote": "Moves urgent work to the background lane; running transfers keep their bytes.",
                "promote": "Moves background work to the urgent lane.",
                "cancel": "Drops the URLs' tasks (and queued entries); waiting `get`s receive `cancelled`.",
                "evict": "Deletes the URLs' cached files (and their variants)."][verb]!)
-            Prints `URL STATUS` per URL.\(verb == "evict" ? """
+            Prints `URL STATUS` per URL.
+              --timeout SEC   wait at most SEC (default 60) for each answer of the daemon (exit 5)\(verb == "evict" ? """
 
-
-              --all   delete every cached entry (but those a waiting `get` or a variant being made needs) and print
-                      `evicted N entries`; takes no URLs
+              --all           delete every cached entry (but those a waiting `get` or a variant being made needs) and
+                              print `evicted N entries`; takes no URLs
             """ : "")
 
             Example:

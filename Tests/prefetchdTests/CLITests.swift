@@ -466,6 +466,21 @@ struct CLITests {
         #expect(daemon.lines().allSatisfy { !$0.contains("\"get\"") }, "no get was sent")
     }
 
+    @Test("demote, promote, cancel and evict end at --timeout when the daemon never answers, saying how many URLs were answered (they waited for ever; queue waits a minute, the same code)")
+    func batchVerbsStopWaitingForASilentDaemon() throws {
+        for verb in ["demote", "promote", "cancel", "evict"] {
+            let silent = try RecordingDaemon { _ in nil }
+            let began = Date()
+            let result = run(Paths.prefetchctl, ["--socket", silent.socket, verb, "--timeout", "0.5",
+                                                 "http://a/x.jpg", "http://a/y.jpg"])
+            #expect(result.status == 5, "\(verb): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("prefetchd did not answer within 0.5 s")
+                    && result.stderr.contains("Answers came for 0 URLs of the 2 sent"), "\(verb): \(result.stderr)")
+            #expect(Date().timeIntervalSince(began) < 5, "\(verb) waited for ever")
+            #expect(silent.lines().count == 1, "\(verb): the list went in one request")
+        }
+    }
+
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")
     func slashesAreNotEscaped() throws {
         let recorder = try RecordingDaemon { line in

@@ -36,6 +36,9 @@ enum BatchCommand {
         var unknownHidingPassword = false
         var exhausted = false
         var total = 0
+        var answered = 0
+        var unanswered = false
+        let answerWithin = op == .queue ? Client.answerWait : client.answerWithin
         while true {
             while !exhausted, pending.count < inFlight {
                 guard let urls = try parts.next() else {
@@ -54,6 +57,7 @@ enum BatchCommand {
             }
             while let part = pending.first, let results = part.results {
                 pending.removeFirst()
+                answered += part.urls.count
                 // A daemon that does not know `summary` sends every result, and no counts. A part holds at most
                 // `maximumBatch` URLs, so no count can be larger (nor the sum overflow).
                 for (status, count) in part.counts ?? [:] {
@@ -76,14 +80,21 @@ enum BatchCommand {
                 }
             }
             guard !pending.isEmpty else { break }
+            // A daemon stopped (SIGSTOP) or hung would be waited for for ever: each answer is awaited at most a
+            // minute, or --timeout (but queue's, which bounds the wait for the fetches).
+            let deadline = monotonicNow() + answerWithin
             let received: (id: Int64?, line: [UInt8])?
-            if let waiter { received = try waiter.receive(client) } else { received = try client.receive() }
-            guard let reply = received, let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
+            if let waiter { received = try waiter.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
+            guard let reply = received else {
+                unanswered = true
+                break
+            }
+            guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
             let result = try client.decode(BatchResult.self, reply.line)
             pending[index].results = result.results
             pending[index].counts = result.counts
         }
-        guard total > 0 else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
+        guard total > 0 || unanswered else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
         func summarise() {
             guard op == .queue, !arguments.json else { return }
@@ -92,6 +103,12 @@ enum BatchCommand {
             let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
             Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
+        }
+        if unanswered {
+            summarise()  // what was acknowledged
+            throw .timeout("prefetchd did not answer within \(Double(answerWithin) / 1000) s: is it stopped (SIGSTOP) "
+                           + "or hung? Answers came for \(Units.count(answered, "URL")) of the \(total) sent; whether the "
+                           + "daemon took the others is not known")
         }
         if let waiter {
             do {
@@ -197,18 +214,20 @@ final class QueueWait {
         }
     }
 
-    /// The next reply on `client` that is not one of ours, following the events meanwhile. The timeout waits for the
-    /// list to be sent: it counts what is still to come of URLs the daemon acknowledged.
-    func receive(_ client: Client) throws(CLIError) -> (id: Int64?, line: [UInt8]) {
-        while true {
+    /// The next reply on `client` that is not one of ours, following the events meanwhile; nil when `deadline`
+    /// passes first. The timeout waits for the list to be sent: it counts what is still to come of URLs the daemon
+    /// acknowledged.
+    func receive(_ client: Client, deadline: Int64) throws(CLIError) -> (id: Int64?, line: [UInt8])? {
+        while monotonicNow() < deadline {
             try follow(client, timing: false)
-            guard let reply = try client.receive(deadline: monotonicNow() + 100) else { continue }
+            guard let reply = try client.receive(deadline: min(deadline, monotonicNow() + 100)) else { continue }
             if let id = reply.id, let key = checking.removeValue(forKey: id) {
                 checked(key, reply.line, client)
                 continue
             }
             return reply
         }
+        return nil
     }
 
     /// Waits until nothing is awaited; names the failures; exit 1 when there were any.
