@@ -64,12 +64,14 @@ struct Arguments {
     /// `view`: rows after and before the visible ones to prefetch.
     var ahead: Int?
     var behind: Int?
+    /// Whether prefetchctl was started with stdin closed (`<&-`): `-` then has no list to read (a usage error).
+    var stdinClosed = false
 
     /// Reads the words; anything wrong is a usage error here, before anything is sent. The words are sorted into
     /// verb, operands and options first, so that an option the verb does not take is named as such, whatever its
     /// value and wherever it stands; then the values are read and the verb checks what it got.
-    static func parse(_ words: [String]) throws(CLIError) -> Arguments {
-        var parsed = Arguments()
+    static func parse(_ words: [String], stdinClosed: Bool) throws(CLIError) -> Arguments {
+        var parsed = Arguments(stdinClosed: stdinClosed)
         var verbName: String?
         var rest = words[...]
         var onlyOperands = false
@@ -189,6 +191,12 @@ struct Arguments {
         }
     }
 
+    /// Why a verb that takes URLs got none: operands are checked before anything is sent, so the list read from stdin
+    /// (`-`) was empty.
+    func noURLs(_ verb: String) -> CLIError {
+        .usage("\(verb) -: stdin held no URL (empty lines and lines that start with # are skipped)")
+    }
+
     /// The daemon's socket: `--socket`, else as docs/cli.md says (also for commands that open a second connection).
     var socketPath: String {
         DefaultPaths.clientSocket(flag: socket, environment: ProcessInfo.processInfo.environment)
@@ -200,7 +208,6 @@ struct Arguments {
             var operands = operands.makeIterator()
             return { operands.next() }
         }
-        // A closed stdin reads as an empty list.
         let stdin = fdopen(0, "r").map { ListFile($0, name: "stdin") }
         return {
             while let text = try stdin?.nextLine() {

@@ -72,6 +72,8 @@ struct Verb: Sendable {
                 throw .usage("\(name) needs at least one URL (or - to read them from stdin)")
             } else if operands.count > 1, operands.contains("-") {
                 throw .usage("- reads the URLs from stdin and goes alone")
+            } else if operands == ["-"], arguments.stdinClosed {
+                throw .usage("- reads the URLs from stdin, but stdin is closed")
             }
         }
         if arguments.size == nil, arguments.fit != nil || arguments.format != nil || arguments.quality != nil || arguments.upscale {

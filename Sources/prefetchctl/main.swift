@@ -3,9 +3,9 @@ import Glibc
 import CSystem
 import PrefetchProtocol
 
-func runCommand() -> Int32 {
+func runCommand(stdinClosed: Bool) -> Int32 {
     do throws(CLIError) {
-        let arguments = try Arguments.parse(try textArguments())
+        let arguments = try Arguments.parse(try textArguments(), stdinClosed: stdinClosed)
         if arguments.version {
             print("prefetchctl \(prefetchVersion)")
             return ExitCode.ok
@@ -48,11 +48,12 @@ func textArguments() throws(CLIError) -> [String] {
     return words
 }
 
-/// Fills closed standard descriptors, and says whether stdout was closed (`>&-`). Else the next descriptor opened (the
-/// daemon's socket) would take its number, and the output would go there. Stdout gets an unlinked temporary file,
-/// so that what lands in it can be told: it was never written.
-func fillClosedStandardDescriptors() -> Bool {
-    if fcntl(0, F_GETFD) < 0 { _ = open("/dev/null", O_RDONLY) }
+/// Fills closed standard descriptors, and says whether stdin and stdout were closed (`<&-`, `>&-`). Else the next
+/// descriptor opened (the daemon's socket) would take their number, and URLs would be read from it or the output go
+/// there. Stdout gets an unlinked temporary file, so that what lands in it can be told: it was never written.
+func fillClosedStandardDescriptors() -> (stdin: Bool, stdout: Bool) {
+    let stdinClosed = fcntl(0, F_GETFD) < 0
+    if stdinClosed { _ = open("/dev/null", O_RDONLY) }
     var stdoutClosed = false
     if fcntl(1, F_GETFD) < 0 {
         var template = Array("/tmp/prefetchctl-stdout-XXXXXX".utf8CString)
@@ -62,11 +63,11 @@ func fillClosedStandardDescriptors() -> Bool {
         if fd >= 0, fd != 1 { close(fd) }
     }
     if fcntl(2, F_GETFD) < 0 { _ = open("/dev/null", O_WRONLY) }
-    return stdoutClosed
+    return (stdinClosed, stdoutClosed)
 }
 
-let stdoutClosed = fillClosedStandardDescriptors()
-let status = runCommand()
+let (stdinClosed, stdoutClosed) = fillClosedStandardDescriptors()
+let status = runCommand(stdinClosed: stdinClosed)
 // Output that never arrived (a full disk, a closed stdout) was not given: a script must not take it for an answer.
 let flushed = fflush(nil) == 0
 let reason = !flushed ? String(cString: strerror(errno)) : ferror(pf_stdout()) != 0 ? "a write failed"

@@ -466,6 +466,22 @@ struct CLITests {
         #expect(daemon.lines().allSatisfy { !$0.contains("\"get\"") }, "no get was sent")
     }
 
+    @Test("`-` with stdin closed is a usage error before connecting, and an empty list on stdin says that it held no URL (both said a URL was needed, as if no - had been given)")
+    func emptyOrClosedStdin() throws {
+        let directory = try TemporaryDirectory()
+        for verb in ["get", "queue", "demote"] {
+            let closed = run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" \"$2\" - <&-", Paths.prefetchctl,
+                                         directory.path + "/nothing.sock", verb])
+            #expect(closed.status == 2 && closed.stderr == "prefetchctl: - reads the URLs from stdin, but stdin is closed\n",
+                    "\(verb): \(closed.stderr)")
+            let daemon = try RecordingDaemon { line in "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{}}" }
+            let empty = run(Paths.prefetchctl, ["--socket", daemon.socket, verb, "-"], stdin: "\n# only a comment\n")
+            #expect(empty.status == 2 && empty.stderr == "prefetchctl: \(verb) -: stdin held no URL (empty lines and lines "
+                    + "that start with # are skipped)\n", "\(verb): \(empty.stderr)")
+            #expect(daemon.lines() == [], "\(verb): nothing sent")
+        }
+    }
+
     @Test("demote, promote, cancel and evict end at --timeout when the daemon never answers, saying how many URLs were answered (they waited for ever; queue waits a minute, the same code)")
     func batchVerbsStopWaitingForASilentDaemon() throws {
         for verb in ["demote", "promote", "cancel", "evict"] {

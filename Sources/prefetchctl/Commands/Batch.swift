@@ -94,7 +94,7 @@ enum BatchCommand {
             pending[index].results = result.results
             pending[index].counts = result.counts
         }
-        guard total > 0 || unanswered else { throw .usage("\(op.rawValue) needs at least one URL (or - to read them from stdin)") }
+        guard total > 0 || unanswered else { throw arguments.noURLs(op.rawValue) }
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
         func summarise() {
             guard op == .queue, !arguments.json else { return }

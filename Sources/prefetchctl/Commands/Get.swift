@@ -12,7 +12,7 @@ enum GetCommand {
         let source = arguments.urls()
         var urls: [String] = []
         while let url = try source() { urls.append(url) }
-        guard !urls.isEmpty else { throw .usage("get needs at least one URL (or - to read them from stdin)") }
+        guard !urls.isEmpty else { throw arguments.noURLs("get") }
         if arguments.output != nil, urls.count != 1 { throw .usage("-o takes exactly one URL") }
         let deadline = arguments.timeout.map { monotonicNow() + Int64($0 * 1000) }
         // One URL and stderr on a terminal: a progress bar when the answer takes a while.
