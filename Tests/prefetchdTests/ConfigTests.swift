@@ -320,10 +320,17 @@ struct ConfigTests {
             #expect(result.status == 1 && result.stderr.contains("must be percent-encoded (# as %23"), "\(proxy): \(result.stderr)")
             #expect(!result.stderr.contains("ss@") && !result.stderr.contains("secret"), "\(result.stderr)")
         }
+        // curl sent %zz as it is: a mistyped escape was a wrong password that nothing named.
+        for proxy in ["http://u:se%zzcret@h:1", "http://u:secret%2@h:1", "http://u%:secret@h:1"] {
+            let (result, _) = check(["--proxy", proxy])
+            #expect(result.status == 1 && result.stderr.contains("has a % that does not start a %HH escape (a % itself is %25)"),
+                    "\(proxy): \(result.stderr)")
+            #expect(!result.stderr.contains("secret"), "\(result.stderr)")
+        }
         for proxy in ["http://proxy.example:3128", "proxy.example", "HTTPS://proxy:443", "socks5h://[::1]:1080",
-                      "http://u:p%23ss@h:1"] {
+                      "http://u:p%23ss@h:1", "http://u%40corp:p%25%2fx@h:1"] {
             let (result, settings) = check(["--proxy", proxy])
-            let shown = proxy.replacingOccurrences(of: ":p%23ss@", with: ":***@")
+            let shown = proxy.replacingOccurrences(of: ":p%23ss@", with: ":***@").replacingOccurrences(of: ":p%25%2fx@", with: ":***@")
             #expect(result.status == 0 && settings["proxy"] == shown, "\(proxy): \(result.stderr) \(settings)")
         }
     }

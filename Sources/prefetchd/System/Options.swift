@@ -617,6 +617,11 @@ struct Options {
                 throw BadValue("the proxy's user or password holds a character that must be percent-encoded "
                                + "(# as %23, a space as %20, / as %2F, ? as %3F, @ as %40)")
             }
+            // curl sends a % not followed by two hex digits as it is: a typo would be a wrong password, unsaid.
+            let parts = authority[..<at].split(separator: "%", omittingEmptySubsequences: false).dropFirst()
+            guard parts.allSatisfy({ $0.prefix(2).count == 2 && $0.prefix(2).allSatisfy(\.isHexDigit) }) else {
+                throw BadValue("the proxy's user or password has a % that does not start a %HH escape (a % itself is %25)")
+            }
             authority = authority[authority.index(after: at)...]
         }
         var host = authority, port: Substring?
