@@ -109,13 +109,28 @@ final class Client {
         nextID += 1
         bytes.append(0x0A)
         var offset = 0
+        // A daemon stopped (SIGSTOP) or hung takes no more once the socket's buffer is full: at most `answerWithin`
+        // without a byte taken.
+        var deadline = monotonicNow() + answerWithin
         while offset < bytes.count {
-            let count = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+            let count = bytes.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw .unreachable("the daemon closed the connection (\(String(cString: strerror(errno))))")
+                guard errno == EAGAIN || errno == EWOULDBLOCK else {
+                    throw .unreachable("the daemon closed the connection (\(String(cString: strerror(errno))))")
+                }
+                var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                let wait = Int32(clamping: max(0, deadline - monotonicNow()))
+                guard wait > 0, poll(&poller, 1, wait) != 0 else {
+                    throw .timeout("prefetchd took no more of a request for \(Units.seconds(answerWithin)): is it stopped "
+                                   + "(SIGSTOP) or hung?")
+                }
+                continue
             }
             offset += count
+            deadline = monotonicNow() + answerWithin
         }
         return nextID
     }
@@ -175,12 +190,10 @@ final class Client {
         return .failure(reply.error ?? WireError(.internal, "the reply has neither result nor error"))
     }
 
-    /// How long (ms) a request that fetches nothing (`status`, `info`, `list`…, and each part of a `demote`,
-    /// `promote`, `cancel` or `evict` list) waits for its reply: `--timeout`, else `answerWait`.
-    var answerWithin = Client.answerWait
-    /// A minute: how long a request waits for its reply when `--timeout` does not say (`queue`'s bounds the wait for
-    /// the fetches).
-    static let answerWait: Int64 = 60_000
+    /// How long (ms) a request that fetches nothing (`status`, `info`, `list`…, and each part of a list) waits for its
+    /// reply, and the daemon may take no byte of a request being sent: `--timeout` (but `get`'s and `queue`'s, which
+    /// bound the wait for the fetches), else a minute.
+    var answerWithin: Int64 = 60_000
 
     /// Sends one request that fetches nothing and waits for its result, at most `answerWithin`.
     func call<T: Codable & Sendable>(_ request: Request, _ type: T.Type) throws(CLIError) -> T {
@@ -188,7 +201,7 @@ final class Client {
         let deadline = monotonicNow() + answerWithin
         while true {
             guard let reply = try receive(deadline: deadline) else {
-                throw .timeout("prefetchd did not answer within \(Double(answerWithin) / 1000) s: is it stopped "
+                throw .timeout("prefetchd did not answer within \(Units.seconds(answerWithin)): is it stopped "
                                + "(SIGSTOP) or hung?")
             }
             if reply.id == id { return try decode(type, reply.line) }

@@ -52,6 +52,11 @@ struct ProgressBar {
 
 /// Human units: decimal byte sizes, rates, short durations, local clock time.
 enum Units {
+    /// `60 s`, `0.5 s`: milliseconds as seconds, without a fraction that is zero.
+    static func seconds(_ milliseconds: Int64) -> String {
+        milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(Double(milliseconds) / 1000) s"
+    }
+
     /// `1 URL`, `2 URLs`, `0 entries`: the count and the noun that agrees with it.
     static func count(_ count: some BinaryInteger, _ singular: String, _ plural: String? = nil) -> String {
         "\(count) " + (count == 1 ? singular : plural ?? singular + "s")

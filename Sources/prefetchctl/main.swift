@@ -27,7 +27,8 @@ func runCommand(stdinClosed: Bool) -> Int32 {
         let timeout = arguments.timeout.map { max(1, Int64($0 * 1000)) }
         let client = try Client(socketPath: arguments.socketPath,
                                 greetingWithin: min(Client.greetingWait, timeout ?? .max))
-        if let timeout { client.answerWithin = timeout }
+        // get's and queue's --timeout bound the wait for the fetches, not the daemon's answers.
+        if let timeout, verb.name != "get", verb.name != "queue" { client.answerWithin = timeout }
         return try verb.run(arguments, client)
     } catch {
         Output.message(error.message)

@@ -11,9 +11,11 @@ final class RecordingDaemon: @unchecked Sendable {
     private let listener: Int32
     private let received = Mutex<[String]>([])
     private let finished = DispatchSemaphore(value: 0)
+    private let released = DispatchSemaphore(value: 0)
 
-    /// `reply` gives each request line's reply, or nil for none.
-    init(greeting: String = "{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}",
+    /// `reply` gives each request line's reply, or nil for none. Not `reading`, it reads nothing after its greeting
+    /// (a daemon stopped with SIGSTOP) until it goes.
+    init(greeting: String = "{\"hello\":\"prefetchd\",\"version\":\"0.1.0\",\"protocol\":1}", reading: Bool = true,
          reply: @escaping @Sendable (String) -> String?) throws {
         directory = try TemporaryDirectory()
         socket = directory.path + "/ctl.sock"
@@ -45,6 +47,10 @@ final class RecordingDaemon: @unchecked Sendable {
                 }
             }
             write(greeting + "\n")
+            guard reading else {
+                _ = released.wait(timeout: .now() + 60)
+                return
+            }
             var buffer = LineBuffer(limit: 1 << 24)
             while true {
                 while case .line(let bytes)? = buffer.next() {
@@ -62,6 +68,7 @@ final class RecordingDaemon: @unchecked Sendable {
 
     /// Also wakes the accepting thread when prefetchctl never connected.
     deinit {
+        released.signal()
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
     }
@@ -482,7 +489,7 @@ struct CLITests {
         }
     }
 
-    @Test("demote, promote, cancel and evict end at --timeout when the daemon never answers, saying how many URLs were answered (they waited for ever; queue waits a minute, the same code)")
+    @Test("demote, promote, cancel and evict end at --timeout when the daemon never answers or takes no more of the list, saying how many URLs were answered (they waited for ever; queue waits a minute, the same code)")
     func batchVerbsStopWaitingForASilentDaemon() throws {
         for verb in ["demote", "promote", "cancel", "evict"] {
             let silent = try RecordingDaemon { _ in nil }
@@ -495,6 +502,30 @@ struct CLITests {
             #expect(Date().timeIntervalSince(began) < 5, "\(verb) waited for ever")
             #expect(silent.lines().count == 1, "\(verb): the list went in one request")
         }
+        // One that answers every part of the list but the second: the parts answered after it count, and are shown.
+        let skipping = try RecordingDaemon { line in
+            let request = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+            let id = request["id"] as? Int ?? 0, urls = request["urls"] as? [String] ?? []
+            guard id != 2 else { return nil }
+            let results = urls.map { "{\"url\":\"\($0)\",\"status\":\"demoted\"}" }.joined(separator: ",")
+            return "{\"id\":\(id),\"ok\":true,\"result\":{\"results\":[\(results)]}}"
+        }
+        let list = (0..<10_000).map { "http://a/\($0).jpg" }
+        let partly = run(Paths.prefetchctl, ["--socket", skipping.socket, "demote", "--timeout", "0.5", "-"],
+                         stdin: list.joined(separator: "\n") + "\n")
+        let parts = skipping.lines().map { ((try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any])?["urls"] as? [String] ?? [] }
+        #expect(parts.count >= 3 && parts.map(\.count).reduce(0, +) == list.count, "\(parts.map(\.count))")
+        let shown = list.count - (parts.count > 1 ? parts[1].count : 0)
+        #expect(partly.status == 5 && partly.stderr.contains("Answers came for \(shown) URLs of the 10000 sent"), "\(partly.stderr)")
+        #expect(partly.stdout.split(separator: "\n").count == shown, "every URL answered is shown")
+        // One that takes no more of a long list once the socket's buffers are full: sending it waited for ever.
+        let deaf = try RecordingDaemon(reading: false) { _ in nil }
+        let began = Date()
+        let urls = (0..<50_000).map { "http://a/\($0).jpg" }.joined(separator: "\n") + "\n"
+        let result = run(Paths.prefetchctl, ["--socket", deaf.socket, "demote", "--timeout", "1", "-"], stdin: urls)
+        #expect(result.status == 5 && result.stderr.contains("prefetchd did not answer within 1 s")
+                && result.stderr.contains("Answers came for 0 URLs of the "), "\(result.stderr)")
+        #expect(Date().timeIntervalSince(began) < 10, "sending waited for ever")
     }
 
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")

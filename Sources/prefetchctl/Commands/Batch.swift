@@ -38,8 +38,33 @@ enum BatchCommand {
         var total = 0
         var answered = 0
         var unanswered = false
-        let answerWithin = op == .queue ? Client.answerWait : client.answerWithin
-        while true {
+        func take(_ part: Part, _ results: [ItemResult]) {
+            answered += part.urls.count
+            // A daemon that does not know `summary` sends every result, and no counts. A part holds at most
+            // `maximumBatch` URLs, so no count can be larger (nor the sum overflow).
+            for (status, count) in part.counts ?? [:] {
+                tally[ItemStatus(rawValue: status), default: 0] += min(max(count, 0), Request.maximumBatch)
+            }
+            for (index, item) in results.enumerated() {
+                if part.counts == nil { tally[item.status, default: 0] += 1 }
+                let sent = index < part.urls.count ? part.urls[index] : item.url
+                waiter?.track(item, sent: sent)
+                if item.status == .unknown, Output.hidesPassword(sent) { unknownHidingPassword = true }
+                if let error = item.error, item.status == .rejected {
+                    exitCode = max(exitCode, ExitCode.rejected)
+                    if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
+                }
+                if arguments.json {
+                    Output.json(item)
+                } else if op != .queue {
+                    Output.line("\(item.url) \(item.status.rawValue)")
+                }
+            }
+        }
+        // A daemon stopped (SIGSTOP) or hung would be waited for for ever: it must take the requests and answer one
+        // at least every `answerWithin` (a minute, or --timeout; queue's bounds the wait for the fetches instead).
+        var deadline = monotonicNow() + client.answerWithin
+        exchange: while true {
             while !exhausted, pending.count < inFlight {
                 guard let urls = try parts.next() else {
                     exhausted = true
@@ -50,39 +75,25 @@ enum BatchCommand {
                     pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls, now: arguments.now ? true : nil,
                                                                     summary: summary ? true : nil)), urls: urls))
                 } catch {
-                    // Only a URL too long for any request line is refused before sending; it went alone.
-                    guard case .failed(let refusal) = error else { throw error }
-                    pending.append(Part(results: urls.map { ItemResult(url: Output.shown($0), status: .rejected, error: refusal) }))
+                    switch error {
+                    case .failed(let refusal):
+                        // Only a URL too long for any request line is refused before sending; it went alone.
+                        pending.append(Part(urls: urls, results: urls.map {
+                            ItemResult(url: Output.shown($0), status: .rejected, error: refusal)
+                        }))
+                    case .timeout:
+                        unanswered = true
+                        break exchange
+                    default:
+                        throw error
+                    }
                 }
             }
             while let part = pending.first, let results = part.results {
                 pending.removeFirst()
-                answered += part.urls.count
-                // A daemon that does not know `summary` sends every result, and no counts. A part holds at most
-                // `maximumBatch` URLs, so no count can be larger (nor the sum overflow).
-                for (status, count) in part.counts ?? [:] {
-                    tally[ItemStatus(rawValue: status), default: 0] += min(max(count, 0), Request.maximumBatch)
-                }
-                for (index, item) in results.enumerated() {
-                    if part.counts == nil { tally[item.status, default: 0] += 1 }
-                    let sent = index < part.urls.count ? part.urls[index] : item.url
-                    waiter?.track(item, sent: sent)
-                    if item.status == .unknown, Output.hidesPassword(sent) { unknownHidingPassword = true }
-                    if let error = item.error, item.status == .rejected {
-                        exitCode = max(exitCode, ExitCode.rejected)
-                        if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
-                    }
-                    if arguments.json {
-                        Output.json(item)
-                    } else if op != .queue {
-                        Output.line("\(item.url) \(item.status.rawValue)")
-                    }
-                }
+                take(part, results)
             }
             guard !pending.isEmpty else { break }
-            // A daemon stopped (SIGSTOP) or hung would be waited for for ever: each answer is awaited at most a
-            // minute, or --timeout (but queue's, which bounds the wait for the fetches).
-            let deadline = monotonicNow() + answerWithin
             let received: (id: Int64?, line: [UInt8])?
             if let waiter { received = try waiter.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
             guard let reply = received else {
@@ -93,6 +104,11 @@ enum BatchCommand {
             let result = try client.decode(BatchResult.self, reply.line)
             pending[index].results = result.results
             pending[index].counts = result.counts
+            deadline = monotonicNow() + client.answerWithin
+        }
+        if unanswered {
+            // Parts answered after the one that was not: their results too.
+            for part in pending { if let results = part.results { take(part, results) } }
         }
         guard total > 0 || unanswered else { throw arguments.noURLs(op.rawValue) }
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
@@ -106,7 +122,7 @@ enum BatchCommand {
         }
         if unanswered {
             summarise()  // what was acknowledged
-            throw .timeout("prefetchd did not answer within \(Double(answerWithin) / 1000) s: is it stopped (SIGSTOP) "
+            throw .timeout("prefetchd did not answer within \(Units.seconds(client.answerWithin)): is it stopped (SIGSTOP) "
                            + "or hung? Answers came for \(Units.count(answered, "URL")) of the \(total) sent; whether the "
                            + "daemon took the others is not known")
         }

@@ -229,8 +229,8 @@ final class Fetches {
     }
 
     /// Why a body whose file was replaced behind the daemon's back is not kept.
-    static let replacedBody = Failure(code: .internal, message: "the downloaded body's file in tmp/ was replaced "
-                                      + "behind the daemon's back before it was moved into place: not kept",
+    static let replacedBody = Failure(code: .internal, message: "the downloaded body's file in tmp/ was deleted or "
+                                      + "replaced behind the daemon's back before it was moved into place: not kept",
                                       isTransient: true)
 
     /// Why a distrusted answer is not kept.
