@@ -481,6 +481,32 @@ struct DescriptorBudgetTests {
     }
 }
 
+extension DescriptorBudgetTests {
+    @Test("transfers that find no descriptor for their socket fail as out of descriptors here, never against the server (curl said it could not connect, and the healthy host was paused)")
+    func noSocketIsNotTheServersFault() throws {
+        let origin = try Origin()
+        // Which of a transfer's descriptors runs out first (its body file's or its socket's) depends on how many are
+        // free: limits are tried until sockets ran out too.
+        var socketsRanOut = false
+        for limit in stride(from: 40, through: 64, by: 3) where !socketsRanOut {
+            let directory = try TemporaryDirectory()
+            let socket = directory.path + "/ctl.sock"
+            let daemon = try ChildProcess("/usr/bin/prlimit", ["--nofile=\(limit):\(limit)", Paths.prefetchd, "--socket", socket,
+                                                              "--cache-dir", directory.path + "/cache", "--fast-width", "32"],
+                                          stderrPath: directory.path + "/daemon.log")
+            defer { daemon.stop() }
+            #expect(waitUntil(seconds: 5) { run(Paths.prefetchctl, ["--socket", socket, "ping"]).status == 0 })
+            let urls = (0..<30).map { origin.url("/nofd\(limit)-\($0).jpg?delay=1") }
+            let got = run(Paths.prefetchctl, ["--socket", socket, "get"] + urls)
+            let log = daemon.stderrText
+            socketsRanOut = log.contains("out of file descriptors here")
+            #expect(!got.stderr.contains(": network:") && !got.stderr.contains("host_paused"), "limit \(limit): \(got.stderr)")
+            #expect(!log.contains("pausing"), "limit \(limit): no host was paused: \(log)")
+        }
+        #expect(socketsRanOut, "at some limit a transfer found no descriptor for its socket")
+    }
+}
+
 /// Output buffered for clients that do not read is bounded per client and in all.
 @Suite(.serialized)
 struct OutputBudgetTests {

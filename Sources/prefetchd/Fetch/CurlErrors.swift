@@ -29,6 +29,8 @@ enum CurlErrors {
         let text = String(cString: curl_easy_strerror(code))
         var osError = 0
         pf_easy_getinfo_long(transfer.easy, CURLINFO_OS_ERRNO, &osError)
+        // curl leaves no errno when the socket it asked for could not be made: the transfer noted it.
+        if let socketError = transfer.socketError { osError = Int(socketError) }
         if osError == EMFILE || osError == ENFILE {
             // This machine ran out of descriptors: a local condition, never counted against the server.
             return Failure(code: .internal, message: "out of file descriptors here (\(text)); RLIMIT_NOFILE is too low",

@@ -46,6 +46,9 @@ final class Transfer {
     private(set) var resumeRefused = false
     /// Set when `allows` refused the address curl was to connect to, or connected to: the address and the network.
     private(set) var refusedAddress: (address: String, network: IPNetwork)?
+    /// Why the last socket this transfer asked for could not be made (`errno`; EMFILE when out of descriptors): curl
+    /// then reports only that it could not connect.
+    fileprivate(set) var socketError: Int32?
     /// Whether the request was sent, on a connection made (handshakes included) or reused: false when the server was
     /// not reached.
     fileprivate(set) var requestSent = false
@@ -525,7 +528,9 @@ private let transferOpenSocket: curl_opensocket_callback = { userdata, _, addres
     }
     let text = String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     guard transfer.allows(named == 0 ? text : "") else { return -1 }  // CURL_SOCKET_BAD
-    return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    let made = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    transfer.socketError = made < 0 ? errno : nil
+    return made
 }
 
 /// Before a name is looked up (not one curl has cached): an error written by then is another transfer's.
