@@ -240,7 +240,7 @@ import Testing
         let jpeg = scratch.write("two-exif.jpg", Array(stored[0..<2]) + Bytes.exifSegment(orientation: 6)
             + Bytes.exifSegment(orientation: 1) + comments + xmp + Array(stored[2...]))
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy()) == .image(ImageInfo(format: "jpeg", width: 48, height: 64)))
-        let pieces = try #require(try ImageIntegrity.variantPieces(jpeg, format: "jpeg"))
+        let pieces = try #require(try ImageIntegrity.variantPieces(ImageFile(jpeg), format: "jpeg"))
         let fed = fedBytes(jpeg, pieces)
         #expect(fed == Array(stored[0..<2]) + Bytes.exifSegment(orientation: 6) + Array(stored[2...]),
                 "what the loader is fed: \(fed.count) bytes of \(Bytes.read(jpeg).count)")
@@ -268,7 +268,7 @@ import Testing
             } else {
                 #expect(try Resizer.makeVariant(source: jpeg, spec: spec, destination: scratch.file("v"))
                         == ImageInfo(format: "jpeg", width: 32, height: 24))
-                #expect(try #require(try ImageIntegrity.variantPieces(jpeg, format: "jpeg")).count > 9_000)
+                #expect(try #require(try ImageIntegrity.variantPieces(ImageFile(jpeg), format: "jpeg")).count > 9_000)
             }
         }
     }
@@ -283,7 +283,7 @@ import Testing
         let jpeg = scratch.write("smuggled.jpg", Array(stored[0..<2]) + smuggled + Array(stored[2..<(stored.count - 2)])
             + smuggled + [0xFF, 0xD9])
         #expect(ImageInspector.inspect(jpeg, policy: ImagePolicy()) == .image(ImageInfo(format: "jpeg", width: 64, height: 48)))
-        let pieces = try #require(try ImageIntegrity.variantPieces(jpeg, format: "jpeg"))
+        let pieces = try #require(try ImageIntegrity.variantPieces(ImageFile(jpeg), format: "jpeg"))
         #expect(fedBytes(jpeg, pieces) == stored)
     }
 
@@ -306,7 +306,7 @@ import Testing
         let text = Bytes.pngChunk("tEXt", Array("Comment\0hello".utf8)) + Bytes.pngChunk("zTXt", Array("Big\0\0".utf8) + [0x78, 0x9C, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01])
             + Bytes.pngChunk("gAMA", [0, 0, 0xB1, 0x8F])
         let withText = scratch.write("text.png", Array(png[..<afterHeader]) + text + Array(png[afterHeader...]))
-        let pieces = try #require(try ImageIntegrity.variantPieces(withText, format: "png"))
+        let pieces = try #require(try ImageIntegrity.variantPieces(ImageFile(withText), format: "png"))
         let kept = fedBytes(withText, pieces)
         #expect(kept.count < png.count && kept.firstRange(of: Array("tEXt".utf8)) == nil && kept.firstRange(of: Array("zTXt".utf8)) == nil,
                 "\(kept.count) of \(png.count) bytes")
@@ -381,7 +381,7 @@ import Testing
         // gdk-pixbuf reads no JPEG profile in two segments back: its bytes are there, and not fed to the decoder.
         #expect(try profile(of: source) != nil || (original == "jpeg" && size > 65_519), "the original has one")
         if original == "jpeg" {
-            let fed = fedBytes(source, try #require(try ImageIntegrity.variantPieces(source, format: "jpeg")))
+            let fed = fedBytes(source, try #require(try ImageIntegrity.variantPieces(ImageFile(source), format: "jpeg")))
             #expect((fed.firstRange(of: Array("ICC_PROFILE".utf8)) != nil) == (size <= 65_519), "one segment holds it")
         }
         for output in ["jpeg", "png"] {

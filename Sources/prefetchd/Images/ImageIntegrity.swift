@@ -168,7 +168,7 @@ enum ImageIntegrity {
         }
     }
 
-    /// What a loader is fed to decode the JPEG or PNG at `path` for a variant, or nil when it is not whole (or of
+    /// What a loader is fed to decode the JPEG or PNG `file` for a variant, or nil when it is not whole (or of
     /// another format): the picture without the metadata a loader would keep. libjpeg saves each comment and APPn
     /// segment by walking the list of those it saved, so 140,000 empty comments (560 KB) took a worker 21 s; libpng
     /// inflates every zTXt chunk into an option of the picture, so 900 of them (6.9 MB) took 79 s and 13.9 GB.
@@ -184,11 +184,11 @@ enum ImageIntegrity {
     /// carry more; display profiles are under 4 KB).
     static let mostProfileBytes = 65_518
 
-    static func variantPieces(_ path: String, format: String) throws(Failure) -> [PixbufLoader.Piece]? {
+    static func variantPieces(_ file: ImageFile, format: String) throws(Failure) -> [PixbufLoader.Piece]? {
         guard format == "jpeg" || format == "png" else { return nil }
         let kept: PieceList
         do throws(SystemError) {
-            let reader = FileByteReader(try ImageFile(path))
+            let reader = FileByteReader(file)
             switch format {
             case "jpeg":
                 let stripping = JPEGStripping()
@@ -270,16 +270,16 @@ enum ImageIntegrity {
         }
     }
 
-    /// What a loader is fed to decode the first frame of the GIF at `path`, or nil when it has no whole image: the
+    /// What a loader is fed to decode the first frame of the GIF `file`, or nil when it has no whole image: the
     /// header and global colour table, the last graphic control extension before the first image (rebuilt, so one
     /// with a short block is left out as browsers do), the image and a trailer. gdk-pixbuf's GIF loader keeps every
     /// frame it is given, in time that grows with the square of their number (100,000 frames of 8×8, 2.3 MB: 14 s
     /// of a worker), and every extension before the first image would be parsed too.
     /// The frame's own size comes too: gdk-pixbuf decodes a frame larger than the logical screen at its size (a
     /// 23170×23170 frame on a 16×16 screen: 540 MB).
-    static func gifFirstFrame(_ path: String) throws(SystemError)
+    static func gifFirstFrame(_ file: ImageFile) throws(SystemError)
         -> (pieces: [PixbufLoader.Piece], width: Int, height: Int)? {
-        let reader = FileByteReader(try ImageFile(path))
+        let reader = FileByteReader(file)
         let frame = GIFFirstFrame()
         guard try gif(reader, firstFrame: frame) == nil, let image = frame.image else { return nil }
         let pieces: [PixbufLoader.Piece] = [.file(0..<frame.screenEnd)]

@@ -49,7 +49,7 @@ enum Resizer {
             }
         }
 
-        let (decoded, stored, sourceFormat) = try decode(source, format: sniffed, spec: spec,
+        let (decoded, stored, sourceFormat) = try decode(original, format: sniffed, spec: spec,
                                                          orientation: header.orientation, maxPixels: maxPixels)
         let outputFormat = spec.outputFormat(forSource: sourceFormat)
         // The orientation the loader found is the one applied, whatever the header parse guessed.
@@ -82,7 +82,7 @@ enum Resizer {
 
     /// Feeds the file to a loader, asking scaling loaders for the size the spec needs; returns the picture, the
     /// stored size of the original and its format (as the loader named it when the header did not).
-    private static func decode(_ source: String, format sniffed: String?, spec: VariantSpec, orientation: Int,
+    private static func decode(_ source: ImageFile, format sniffed: String?, spec: VariantSpec, orientation: Int,
                                maxPixels: Int64) throws(Failure)
         -> (Pixbuf, stored: (width: Int, height: Int), format: String) {
         var overLimit: (width: Int, height: Int)?
@@ -119,7 +119,7 @@ enum Resizer {
         }
         var failure: Failure?
         do throws(ImageReadError) {
-            try loader.feed(path: source, pieces: pieces ?? [.file(0 ..< .max)], stop: { overLimit != nil })
+            try loader.feed(path: source.path, pieces: pieces ?? [.file(0 ..< .max)], stop: { overLimit != nil })
             do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
         } catch {
             switch error {
