@@ -28,8 +28,8 @@ enum Help {
           --json              machine-readable output (one JSON object per line; schemas in docs/protocol.md)
           --timeout SEC       info, status, list, formats, metrics, ping, and demote, promote, cancel, evict (each
                               answer): wait at most SEC for the answer (default 60; exit 5); get, queue --wait: for
-                              the fetches (default: no limit); and at most SEC of the 5 s prefetchctl waits for the
-                              daemon's greeting (none: exit 3)
+                              the fetches (default: no limit); and, but for queue, at most SEC of the 5 s prefetchctl
+                              waits for the daemon's greeting (none: exit 3)
           -h, --help          this text, or `prefetchctl VERB --help`
           --version
 

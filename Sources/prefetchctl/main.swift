@@ -23,10 +23,12 @@ func runCommand(stdinClosed: Bool) -> Int32 {
             print(Help.verb(verb.name) ?? Help.general)
             return ExitCode.ok
         }
-        // --timeout bounds the whole wait, the greeting's too.
+        // --timeout bounds the whole wait, the greeting's too, except queue's: that bounds only the wait for the
+        // fetches once every URL is queued (the list is sent whatever it says).
         let timeout = arguments.timeout.map { max(1, Int64($0 * 1000)) }
+        let greetingTimeout = verb.name == "queue" ? nil : timeout
         let client = try Client(socketPath: arguments.socketPath,
-                                greetingWithin: min(Client.greetingWait, timeout ?? .max))
+                                greetingWithin: min(Client.greetingWait, greetingTimeout ?? .max))
         // get's and queue's --timeout bound the wait for the fetches, not the daemon's answers.
         if let timeout, verb.name != "get", verb.name != "queue" { client.answerWithin = timeout }
         return try verb.run(arguments, client)

@@ -410,10 +410,14 @@ struct CLITests {
         #expect(evicted == "prefetchctl: evicted \(count ?? -1) \(count == 1 ? "entry" : "entries")\n", "\(evicted)")
     }
 
-    @Test("queue --wait --timeout shorter than sending the list: every URL is sent and queued, and the message counts them all (the rest of the list was dropped silently)")
+    @Test("queue --wait --timeout shorter than sending the list, or than the daemon takes to greet: every URL is sent and queued, and the message counts them all (the rest of the list was dropped silently; a greeting later than --timeout was exit 3, nothing queued)")
     func queueWaitTimeoutSendsAll() throws {
         let daemon = try DaemonUnderTest()
+        let pid = try #require(daemon.child?.process.processIdentifier)
         let urls = (0..<20_000).map { Self.origin.url("/timeout-list/\($0).jpg?delay=30") }
+        // Stopped, the daemon greets 0.3 s after prefetchctl connects, long after the --timeout.
+        kill(pid, SIGSTOP)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { kill(pid, SIGCONT) }
         let waited = daemon.ctl("queue", "--wait", "--timeout", "0.001", "-", stdin: urls.joined(separator: "\n") + "\n")
         #expect(waited.status == 5)
         #expect(waited.stderr.contains("20000 queued; 0 finished, 0 failed"), "\(waited.stderr)")
