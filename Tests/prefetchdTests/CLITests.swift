@@ -532,6 +532,24 @@ struct CLITests {
         #expect(Date().timeIntervalSince(began) < 10, "sending waited for ever")
     }
 
+    @Test("a reply that accounts for fewer URLs than its request sent (a result short, or counts short) is exit 3, not a shorter list and exit 0")
+    func shortReplyRefused() throws {
+        for (verb, status) in [("demote", "demoted"), ("cancel", "cancelled"), ("queue", "queued")] {
+            let short = try RecordingDaemon { line in
+                let request = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+                let id = request["id"] as? Int ?? 0, urls = (request["urls"] as? [String] ?? []).dropLast()
+                if request["summary"] as? Bool == true {
+                    return "{\"id\":\(id),\"ok\":true,\"result\":{\"results\":[],\"counts\":{\"\(status)\":\(urls.count)}}}"
+                }
+                let results = urls.map { "{\"url\":\"\($0)\",\"status\":\"\(status)\"}" }.joined(separator: ",")
+                return "{\"id\":\(id),\"ok\":true,\"result\":{\"results\":[\(results)]}}"
+            }
+            let result = run(Paths.prefetchctl, ["--socket", short.socket, verb, "http://a/x.jpg", "http://a/y.jpg"])
+            #expect(result.status == 3 && result.stderr.contains("answered a request of 2 URLs with results for 1"),
+                    "\(verb): \(result.status) \(result.stdout) \(result.stderr)")
+        }
+    }
+
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")
     func slashesAreNotEscaped() throws {
         let recorder = try RecordingDaemon { line in

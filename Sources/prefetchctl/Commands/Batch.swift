@@ -102,6 +102,14 @@ enum BatchCommand {
             }
             guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
             let result = try client.decode(BatchResult.self, reply.line)
+            // A result per URL sent, or counts of them all: a reply that leaves some out would drop them unsaid.
+            let sent = pending[index].urls.count
+            let accounted = result.counts.map { $0.values.reduce(0) { $0 + min(max($1, 0), Request.maximumBatch) } }
+                ?? result.results.count
+            guard accounted == sent, result.results.count <= sent else {
+                throw .unreachable("the daemon answered a request of \(Units.count(sent, "URL")) with results for "
+                                   + "\(accounted): not a reply this prefetchctl can trust")
+            }
             pending[index].results = result.results
             pending[index].counts = result.counts
             deadline = monotonicNow() + client.answerWithin
