@@ -123,6 +123,31 @@ struct SplitMix {
         #expect(try ImageIntegrity.problem(ImageFile(cut), format: "jpeg") != nil)
     }
 
+    @Test("an AVIF with bytes after its meta and mdat boxes is whole, as libavif decodes it (it was refused as truncated or for a box size); cut anywhere before their end, it is not")
+    func avifWithDataAfterItsBoxesIsWhole() throws {
+        let avif = Bytes.read(Fixtures.path("halves.avif"))  // ftyp, meta, mdat
+        let noise = (0..<100).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        for (name, tail) in [("3 bytes", Array("abc".utf8)), ("noise", noise),
+                             ("a box past the end", Bytes.bigEndian(0xFFFF_FFF0) + Array("mdat".utf8))] {
+            let path = scratch.write("trailing.avif", avif + tail)
+            #expect(try ImageIntegrity.problem(ImageFile(path), format: "avif") == nil, "\(name)")
+        }
+        for length in 1..<avif.count {  // at 274 the meta box is whole and the mdat missing: that was whole too
+            let path = scratch.write("cut.avif", Array(avif[..<length]))
+            #expect(try ImageIntegrity.problem(ImageFile(path), format: "avif")?.contains("(truncated)") == true, "\(length)")
+        }
+        // Its data in the meta box itself (an idat) is whole without an mdat; a meta box of 2^63 - 1 bytes is cut.
+        func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
+        let ftyp = Array(avif[..<32])
+        let inMeta = scratch.write("idat.avif", ftyp + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2]) + box("idat", [3, 4, 5])))
+        #expect(try ImageIntegrity.problem(ImageFile(inMeta), format: "avif") == nil)
+        let huge = scratch.write("huge.avif", ftyp + Bytes.bigEndian(1) + Array("meta".utf8) + Bytes.bigEndian(0x7FFF_FFFF)
+                                 + Bytes.bigEndian(0xFFFF_FFFF) + Array(avif[40...]))
+        #expect(try ImageIntegrity.problem(ImageFile(huge), format: "avif")?.contains("(truncated)") == true)
+        let overlong = scratch.write("overlong.avif", ftyp + box("meta", [0, 0, 0, 0] + Bytes.bigEndian(100) + Array("hdlr".utf8)) + avif[274...])
+        #expect(try ImageIntegrity.problem(ImageFile(overlong), format: "avif") == "the AVIF has a box of an impossible size")
+    }
+
     @Test func pngMustReachIEND() throws {
         let png = Bytes.read(try scratch.image("a.png", width: 64, height: 48, type: "png"))
         #expect(try ImageIntegrity.problem(ImageFile(scratch.write("whole.png", png)), format: "png") == nil)

@@ -7,7 +7,8 @@ import QueueCore
 /// truncated body would otherwise be cached and served as if it were whole. Each check walks the container the way
 /// a decoder would skip through it — JPEG markers to the end-of-image marker, PNG chunks to IEND, GIF blocks,
 /// the RIFF length of WebP, the top-level boxes of AVIF — reading the file once and seeking over what it can.
-/// Data after the end (a JPEG's appended motion-photo video) is ignored. Other formats are not checked.
+/// Data after the end (a JPEG's appended motion-photo video, bytes after an AVIF's `meta` and `mdat`) is ignored.
+/// Other formats are not checked.
 enum ImageIntegrity {
     /// Why `file` is not a whole image of `format`, or nil when it is whole (or `format` is not checked).
     static func problem(_ file: ImageFile, format: String) throws(SystemError) -> String? {
@@ -371,25 +372,53 @@ enum ImageIntegrity {
         return max(frames, 1)
     }
 
-    /// ISO base media (AVIF, HEIF): every top-level box fits in the file, and there is a `meta` box.
+    /// ISO base media (AVIF, HEIF): every top-level box fits in the file, there is a `meta` box, and the data its
+    /// items point into: an `mdat` box, or an `idat` box in the `meta`. Once both are whole, what follows is not
+    /// looked at: libavif decodes such a file, trailing bytes and all.
     private static func isoBoxes(_ reader: FileByteReader, format: String) throws(SystemError) -> String? {
         let truncated = "the \(format) ends inside a box (truncated)"
-        var sawMeta = false
-        while reader.offset < reader.size {
-            guard let header = try reader.bytes(8) else { return truncated }
+        /// The next box's type and the length of its body (to the end of the file for size 0); nil when the file
+        /// ends first, a negative length for a size smaller than the box's header.
+        func nextBox() throws(SystemError) -> (type: [UInt8], length: Int64)? {
+            guard let header = try reader.bytes(8) else { return nil }
             var size = Int64(header.bigEndian32(at: 0))
             var headerLength: Int64 = 8
             if size == 1 {
-                guard let large = try reader.bytes(8) else { return truncated }
+                guard let large = try reader.bytes(8) else { return nil }
                 size = Int64(bitPattern: UInt64(large.bigEndian32(at: 0)) << 32 | UInt64(large.bigEndian32(at: 4)))
                 headerLength = 16
+            } else if size == 0 {
+                size = reader.size - reader.offset + headerLength
             }
-            if header[4...7].elementsEqual("meta".utf8) { sawMeta = true }
-            if size == 0 { break }
-            guard size >= headerLength else { return "the \(format) has a box of size \(size)" }
-            guard try reader.skip(size - headerLength) else { return truncated }
+            return (Array(header[4...7]), size < headerLength ? -1 : size - headerLength)
         }
-        return sawMeta ? nil : "the \(format) has no meta box (truncated)"
+        let malformed = "the \(format) has a box of an impossible size"
+        var sawMeta = false
+        var sawData = false
+        while reader.offset < reader.size, !(sawMeta && sawData) {
+            guard let box = try nextBox() else { return truncated }
+            guard box.length >= 0 else { return malformed }
+            if box.type.elementsEqual("meta".utf8) {
+                // A full box: version and flags, then boxes of its own.
+                sawMeta = true
+                guard box.length >= 4 else { return malformed }
+                guard box.length <= reader.size - reader.offset else { return truncated }
+                let end = reader.offset + box.length
+                guard try reader.skip(4) else { return truncated }
+                while reader.offset < end {
+                    guard let child = try nextBox() else { return truncated }
+                    guard child.length >= 0, child.length <= end - reader.offset else { return malformed }
+                    guard try reader.skip(child.length) else { return truncated }
+                    if child.type.elementsEqual("idat".utf8) { sawData = true }
+                }
+                guard reader.offset == end else { return malformed }
+            } else {
+                guard try reader.skip(box.length) else { return truncated }
+                if box.type.elementsEqual("mdat".utf8) { sawData = true }
+            }
+        }
+        guard sawMeta else { return "the \(format) has no meta box (truncated)" }
+        return sawData ? nil : "the \(format) has no mdat box for its data (truncated)"
     }
 }
 
