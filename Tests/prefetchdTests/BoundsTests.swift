@@ -50,6 +50,7 @@ struct BoundsTests {
         _ = first.receive()  // the greeting
         first.send("{\"id\":1,\"op\":\"watch\"}\n")
         #expect(waitUntil(seconds: 5) { first.receive()?["event"] as? String == "snapshot" })
+        let subscribed = Date()
         var others: [RawConnection] = []
         for _ in 0..<300 {
             let other = try RawConnection(socket: daemon.socket)
@@ -62,7 +63,9 @@ struct BoundsTests {
         var snapshots = 0
         let end = Date().addingTimeInterval(1.2)
         while Date() < end, let event = first.receive() { if event["event"] as? String == "snapshot" { snapshots += 1 } }
-        #expect(snapshots <= 4, "two a second, not one per new watcher: \(snapshots)")
+        // Those read include the ones that waited unread while the 300 subscribed: two a second since the first.
+        let allowed = Int(Date().timeIntervalSince(subscribed) / 0.5) + 2
+        #expect(snapshots <= allowed, "two a second, not one per new watcher: \(snapshots) in \(allowed)")
     }
 
     @Test("unfinished request lines are bounded for all clients together: past 16 MiB the clients that have held theirs longest are closed, and the daemon serves on (4,000 clients each half-way through a 64 KiB line held 258 MB)")
@@ -229,7 +232,7 @@ struct BoundsTests {
             let connection = try RawConnection(socket: daemon.socket)
             _ = connection.receive()  // the greeting
             connection.send((0..<300).map {
-                "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(origin.url("/gone/\($0).jpg?delay=1"))\"}\n"
+                "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(origin.url("/gone/\($0).jpg?delay=3"))\"}\n"
             }.joined() + "{\"id\":\"p\",\"op\":\"ping\"}\n")
             #expect(connection.receive()?["id"] as? String == "p")
         }  // the client goes, 8 of its gets running
@@ -305,13 +308,13 @@ struct BoundsTests {
     func releasedRowsAreParked() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        // 60 KB at 100 KB/s: still running 0.3 s after they start, with a strong ETag (resumable).
+        // 60 KB at 30 KB/s: well begun and still running 0.6 s after they start, with a strong ETag (resumable).
         let paths = (0..<40).map { "/p\($0).jpg" }
-        let query = "?size=60000&drip=100000"
+        let query = "?size=60000&drip=30000"
         let view = try ViewClient(socket: daemon.socket)
         try view.send(["urls": paths.map { origin.url($0 + query) }, "first": 0, "last": 9, "ahead": 0, "behind": 0])
         #expect(view.read { $0.replies.count == 1 })
-        usleep(300_000)
+        usleep(600_000)
         try view.send(["first": 30, "last": 39, "ahead": 0, "behind": 0])
         #expect(view.read { $0.replies.count == 2 })
         let widths = try Self.status(daemon)

@@ -39,11 +39,11 @@ struct EndToEndTests {
     @Test("an urgent get overtakes the slow lane, and a get of a queued URL promotes it")
     func urgentOvertakesBackground() throws {
         let origin = try Origin()
-        try origin.setDelay(1)
+        try origin.setDelay(3)
         let daemon = try DaemonUnderTest()
         let queued = (1...20).map { origin.url("/q\($0).jpg") }
         #expect(daemon.ctl(arguments: ["queue"] + queued).status == 0)
-        usleep(200_000)
+        #expect(try waitUntil(seconds: 10) { try origin.count("/q1.jpg") == 1 }, "q1 runs while the get is made")
         #expect(daemon.ctl("get", origin.url("/urgent.jpg")).status == 0)
         #expect(daemon.ctl("get", origin.url("/q15.jpg")).status == 0)
 
@@ -226,7 +226,7 @@ struct EndToEndTests {
         let result = daemon.ctl("get", "--timeout", "0.5", url)
         #expect(result.status == 5)
         #expect(result.stderr.contains("timeout"))
-        usleep(2_500_000)
+        #expect(waitUntil(seconds: 15) { daemon.ctl("get", "--offline", url).status == 0 }, "the fetch went on")
         #expect(daemon.ctl("get", "--json", url).stdout.contains("\"from_cache\":true"))
         #expect(try origin.count("/slow.jpg") == 1)
     }

@@ -187,11 +187,11 @@ final class ChildProcess {
 
     var stderrText: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Sends `signal` and waits for the exit; after 2 s, SIGKILL.
+    /// Sends `signal` and waits for the exit; after 10 s (a loaded machine), SIGKILL.
     func stop(_ signal: Int32 = SIGTERM) {
         guard process.isRunning else { return }
         kill(pid, signal)
-        waitUntil(seconds: 2) { !process.isRunning }
+        waitUntil(seconds: 10) { !process.isRunning }
         if process.isRunning { kill(pid, SIGKILL) }
         process.waitUntilExit()
         Leftovers.forget(pid: pid)

@@ -260,7 +260,7 @@ struct TrustTests {
     func fileDeletedDuringRevalidation() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest(["--max-attempts", "1"])
-        let url = origin.url("/vanishing.jpg?cc=max-age%3D0&delay=1")
+        let url = origin.url("/vanishing.jpg?cc=max-age%3D0&delay=3")
         let path = daemon.ctl("get", url).stdout.trimmingCharacters(in: .newlines)
         nonisolated(unsafe) var again: CommandResult?
         let done = DispatchSemaphore(value: 0)
@@ -268,7 +268,8 @@ struct TrustTests {
             again = daemon.ctl("get", "--json", url)
             done.signal()
         }
-        usleep(400_000)
+        // Deleted once the revalidation is asked, while its answer waits 3 s.
+        #expect(try waitUntil(seconds: 10) { try origin.count("/vanishing.jpg") == 2 })
         try FileManager.default.removeItem(atPath: path)
         done.wait()
         let result = try object(try #require(again))
