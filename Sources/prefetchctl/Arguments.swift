@@ -175,19 +175,25 @@ struct Arguments {
         }
     }
 
-    /// A destination that cannot be a file (a directory, or in a directory that does not exist) is a usage error,
-    /// found before prefetchctl connects.
+    /// A destination that cannot be a file (a directory, or in a directory that does not exist) or that this user
+    /// cannot write (its permissions or its directory's, a read-only file system) is a usage error, found before
+    /// prefetchctl connects: nothing is fetched for a copy that would fail.
     private static func checkDestination(_ destination: String) throws(CLIError) {
         var info = stat()
-        if stat(destination, &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
+        let exists = stat(destination, &info) == 0
+        if exists, info.st_mode & S_IFMT == S_IFDIR {
             throw .usage("-o \(destination) is a directory: give the file to write")
         }
         let directory = destination.contains("/") ? String(destination[..<destination.lastIndex(of: "/")!]) : "."
-        if stat(directory.isEmpty ? "/" : directory, &info) != 0 {
+        let parent = directory.isEmpty ? "/" : directory
+        if stat(parent, &info) != 0 {
             throw .usage("-o \(destination): \(directory) does not exist")
         }
         if info.st_mode & S_IFMT != S_IFDIR {
             throw .usage("-o \(destination): \(directory) is not a directory")
+        }
+        if exists ? access(destination, W_OK) != 0 : access(parent, W_OK | X_OK) != 0 {
+            throw .usage("-o \(destination) cannot be written: \(exists ? "" : "in \(parent): ")\(String(cString: strerror(errno)))")
         }
     }
 

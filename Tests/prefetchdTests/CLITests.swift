@@ -477,6 +477,24 @@ struct CLITests {
         #expect(daemon.lines().allSatisfy { !$0.contains("\"get\"") }, "no get was sent")
     }
 
+    @Test("-o to a file that cannot be written (a read-only file system, new or existing) is exit 2 before connecting (the URL was fetched first, then the copy failed, exit 1)")
+    func unwritableOutputRefusedFirst() throws {
+        try #require(getuid() == 0, "a read-only bind mount needs root")
+        let directory = try TemporaryDirectory()
+        let readOnly = directory.path + "/ro"
+        try FileManager.default.createDirectory(atPath: readOnly, withIntermediateDirectories: false)
+        try Data("old".utf8).write(to: URL(fileURLWithPath: readOnly + "/old.jpg"))
+        try #require(mount(readOnly, readOnly, nil, UInt(MS_BIND), nil) == 0)
+        defer { umount2(readOnly, Int32(MNT_DETACH)) }
+        try #require(mount(nil, readOnly, nil, UInt(MS_REMOUNT | MS_BIND | MS_RDONLY), nil) == 0)
+        // No daemon: trying to reach one would be exit 3.
+        for (output, said) in [(readOnly + "/new.jpg", "cannot be written: in \(readOnly): Read-only file system"),
+                               (readOnly + "/old.jpg", "cannot be written: Read-only file system")] {
+            let result = run(Paths.prefetchctl, ["--socket", directory.path + "/nothing.sock", "get", "-o", output, "http://a/x.jpg"])
+            #expect(result.status == 2 && result.stderr.contains(said), "\(output): \(result.status) \(result.stderr)")
+        }
+    }
+
     @Test("`-` with stdin closed is a usage error before connecting, and an empty list on stdin says that it held no URL (both said a URL was needed, as if no - had been given)")
     func emptyOrClosedStdin() throws {
         let directory = try TemporaryDirectory()
