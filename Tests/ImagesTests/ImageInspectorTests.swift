@@ -102,6 +102,23 @@ import Testing
             .pixelLimit(width: 100_000, height: 100_000, limit: ImagePolicy.defaultMaxPixels)))
     }
 
+    @Test("an AVIF whose meta box comes after more pixel data than the header parser reads (mdat first) is sized from its meta box, and its pixel limit holds (it was not_an_image: no size in the first 256 KiB)")
+    func avifWithItsMetaLast() throws {
+        let avif = Bytes.read(Fixtures.path("halves.avif"))  // ftyp 0..<32, meta 32..<274, mdat 274..<408
+        let padding = [UInt8](repeating: 0, count: ImageHeader.prefixLength)
+        let mdat = Bytes.bigEndian(UInt32(134 + padding.count)) + Array(avif[278..<408]) + padding
+        let metaLast = Array(avif[..<32]) + mdat + Array(avif[32..<274])
+        #expect(ImageInspector.inspect(scratch.write("meta-last.avif", metaLast), policy: policy)
+                == .image(ImageInfo(format: "avif", width: 48, height: 32)))
+        let ispe = try #require(metaLast.indices.last { Array(metaLast[$0..<min($0 + 4, metaLast.count)]) == Array("ispe".utf8) })
+        var huge = metaLast
+        huge.replaceSubrange(ispe + 8..<ispe + 16, with: Bytes.bigEndian(100_000) + Bytes.bigEndian(100_000))
+        #expect(ImageInspector.inspect(scratch.write("huge-meta-last.avif", huge), policy: policy) == .rejected(
+            .pixelLimit(width: 100_000, height: 100_000, limit: ImagePolicy.defaultMaxPixels)))
+        let cut = Array(metaLast.dropLast(10))  // its meta box cut: no size, and not whole
+        #expect(ImageInspector.inspect(scratch.write("cut-meta-last.avif", cut), policy: policy).code == .notAnImage)
+    }
+
     @Test("sizes whose product passes Int64 (4294967295 x 4294967295 killed the daemon) are over the limit")
     func largestDeclaredSizesAreOverTheLimit() {
         let png = scratch.write("widest.png", Bytes.pngHeader(width: 0xFFFF_FFFF, height: 0xFFFF_FFFF, idat: true))

@@ -73,7 +73,12 @@ enum ImageInspector {
             }
             probed = ImageInfo(format: sniffed, width: size.width, height: size.height)
         } else if Self.decodingProbes.contains(sniffed) {
-            return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
+            // Not in the prefix: its meta box may come after the pixel data.
+            guard let meta = try ImageIntegrity.isoMetaBox(file), let size = ImageHeader.isoPrimarySize(meta) else {
+                return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
+            }
+            probed = ImageInfo(format: sniffed, width: size.turned ? size.height : size.width,
+                               height: size.turned ? size.width : size.height)
         } else if let info = gdkFileInfo(file.path) {
             probed = info
         } else {

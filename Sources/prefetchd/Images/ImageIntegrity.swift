@@ -377,26 +377,11 @@ enum ImageIntegrity {
     /// looked at: libavif decodes such a file, trailing bytes and all.
     private static func isoBoxes(_ reader: FileByteReader, format: String) throws(SystemError) -> String? {
         let truncated = "the \(format) ends inside a box (truncated)"
-        /// The next box's type and the length of its body (to the end of the file for size 0); nil when the file
-        /// ends first, a negative length for a size smaller than the box's header.
-        func nextBox() throws(SystemError) -> (type: [UInt8], length: Int64)? {
-            guard let header = try reader.bytes(8) else { return nil }
-            var size = Int64(header.bigEndian32(at: 0))
-            var headerLength: Int64 = 8
-            if size == 1 {
-                guard let large = try reader.bytes(8) else { return nil }
-                size = Int64(bitPattern: UInt64(large.bigEndian32(at: 0)) << 32 | UInt64(large.bigEndian32(at: 4)))
-                headerLength = 16
-            } else if size == 0 {
-                size = reader.size - reader.offset + headerLength
-            }
-            return (Array(header[4...7]), size < headerLength ? -1 : size - headerLength)
-        }
         let malformed = "the \(format) has a box of an impossible size"
         var sawMeta = false
         var sawData = false
         while reader.offset < reader.size, !(sawMeta && sawData) {
-            guard let box = try nextBox() else { return truncated }
+            guard let box = try reader.isoBox() else { return truncated }
             guard box.length >= 0 else { return malformed }
             if box.type.elementsEqual("meta".utf8) {
                 // A full box: version and flags, then boxes of its own.
@@ -406,7 +391,7 @@ enum ImageIntegrity {
                 let end = reader.offset + box.length
                 guard try reader.skip(4) else { return truncated }
                 while reader.offset < end {
-                    guard let child = try nextBox() else { return truncated }
+                    guard let child = try reader.isoBox() else { return truncated }
                     guard child.length >= 0, child.length <= end - reader.offset else { return malformed }
                     guard try reader.skip(child.length) else { return truncated }
                     if child.type.elementsEqual("idat".utf8) { sawData = true }
@@ -419,6 +404,23 @@ enum ImageIntegrity {
         }
         guard sawMeta else { return "the \(format) has no meta box (truncated)" }
         return sawData ? nil : "the \(format) has no mdat box for its data (truncated)"
+    }
+
+    /// The top-level `meta` box of an ISO base media file (AVIF, HEIF), whole, for a file whose `meta` lies past the
+    /// prefix the header parser reads (an encoder that writes the pixel data first); nil when there is none, or it
+    /// is larger than a mebibyte.
+    static func isoMetaBox(_ file: ImageFile) throws(SystemError) -> [UInt8]? {
+        let reader = FileByteReader(file)
+        while reader.offset < reader.size, let box = try reader.isoBox(), box.length >= 0 {
+            guard box.type.elementsEqual("meta".utf8) else {
+                guard try reader.skip(box.length) else { return nil }
+                continue
+            }
+            guard box.length <= 1 << 20, let body = try reader.bytes(Int(box.length)) else { return nil }
+            let size = UInt32(8 + body.count)
+            return [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: size >> $0) } + box.type + body
+        }
+        return nil
     }
 }
 
@@ -480,6 +482,22 @@ private final class FileByteReader {
             start += take
         }
         return result
+    }
+
+    /// The next ISO base media box's type and the length of its body (to the end of the file for size 0); nil when
+    /// the file ends first, a negative length for a size smaller than the box's header.
+    func isoBox() throws(SystemError) -> (type: [UInt8], length: Int64)? {
+        guard let header = try bytes(8) else { return nil }
+        var size = Int64(header.bigEndian32(at: 0))
+        var headerLength: Int64 = 8
+        if size == 1 {
+            guard let large = try bytes(8) else { return nil }
+            size = Int64(bitPattern: UInt64(large.bigEndian32(at: 0)) << 32 | UInt64(large.bigEndian32(at: 4)))
+            headerLength = 16
+        } else if size == 0 {
+            size = self.size - offset + headerLength
+        }
+        return (Array(header[4...7]), size < headerLength ? -1 : size - headerLength)
     }
 
     /// Moves `count` bytes on; false when that is past the end of the file.
