@@ -123,29 +123,50 @@ struct SplitMix {
         #expect(try ImageIntegrity.problem(ImageFile(cut), format: "jpeg") != nil)
     }
 
-    @Test("an AVIF with bytes after its meta and mdat boxes is whole, as libavif decodes it (it was refused as truncated or for a box size); cut anywhere before their end, it is not")
-    func avifWithDataAfterItsBoxesIsWhole() throws {
-        let avif = Bytes.read(Fixtures.path("halves.avif"))  // ftyp, meta, mdat
+    @Test("an AVIF is whole when the data its items point to (iloc) is in the file, as libavif decodes it: bytes after that data were refused as truncated or for a box size, a cut right after the meta box, in an mdat of size 0 or in an mdat whose size lies were whole")
+    func avifWholeByItsItemLocations() throws {
+        let avif = Bytes.read(Fixtures.path("halves.avif"))  // ftyp 0..<32, meta 32..<274, mdat 274..<408 (data 282..<408)
+        func problem(_ bytes: [UInt8]) throws -> String? {
+            try ImageIntegrity.problem(ImageFile(scratch.write("test.avif", bytes)), format: "avif")
+        }
         let noise = (0..<100).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
         for (name, tail) in [("3 bytes", Array("abc".utf8)), ("noise", noise),
-                             ("a box past the end", Bytes.bigEndian(0xFFFF_FFF0) + Array("mdat".utf8))] {
-            let path = scratch.write("trailing.avif", avif + tail)
-            #expect(try ImageIntegrity.problem(ImageFile(path), format: "avif") == nil, "\(name)")
+                             ("a box past the end", Bytes.bigEndian(0xFFFF_FFF0) + Array("mdat".utf8)),
+                             ("a box of 64-bit size 0", Bytes.bigEndian(1) + Array("free".utf8) + [UInt8](repeating: 0, count: 8))] {
+            #expect(try problem(avif + tail) == nil, "\(name)")
         }
-        for length in 1..<avif.count {  // at 274 the meta box is whole and the mdat missing: that was whole too
-            let path = scratch.write("cut.avif", Array(avif[..<length]))
-            #expect(try ImageIntegrity.problem(ImageFile(path), format: "avif")?.contains("(truncated)") == true, "\(length)")
+        for length in 1..<avif.count {  // at 274 the meta box is whole and the data missing: that was whole
+            #expect(try problem(Array(avif[..<length]))?.contains("(truncated)") == true, "\(length)")
         }
-        // Its data in the meta box itself (an idat) is whole without an mdat; a meta box of 2^63 - 1 bytes is cut.
+        // The mdat's size 0 (to the end of the file), cut inside: its data is not all there.
+        let toTheEnd = Array(avif[..<274]) + Bytes.bigEndian(0) + Array(avif[278...])
+        #expect(try problem(toTheEnd) == nil)
+        #expect(try problem(Array(toTheEnd[..<350]))?.contains("(truncated)") == true)
+        // An mdat whose size says it ends where the file does, which ends before the data.
+        let shortMdat = Array(avif[..<274]) + Bytes.bigEndian(8 + 50) + Array(avif[278..<332])
+        #expect(try problem(shortMdat) == "the AVIF's image data lies past its end (truncated)")
+        // The last box's size as 64-bit 0: libavif decodes it, the data being in the file.
+        #expect(try problem(Array(avif[..<274]) + Bytes.bigEndian(1) + Array("mdat".utf8) + [UInt8](repeating: 0, count: 8)
+                            + Array(avif[282...])) == nil)
+        // A meta box of size 0 (to the end of the file) libavif refuses.
+        #expect(try problem(Array(avif[..<32]) + Array(avif[274...]) + Bytes.bigEndian(0) + Array(avif[36..<274]))
+                == "the AVIF has a meta box without a size")
+        // Data in the meta box itself (an idat, construction method 1): whole without an mdat, if the idat holds it.
         func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
-        let ftyp = Array(avif[..<32])
-        let inMeta = scratch.write("idat.avif", ftyp + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2]) + box("idat", [3, 4, 5])))
-        #expect(try ImageIntegrity.problem(ImageFile(inMeta), format: "avif") == nil)
-        let huge = scratch.write("huge.avif", ftyp + Bytes.bigEndian(1) + Array("meta".utf8) + Bytes.bigEndian(0x7FFF_FFFF)
-                                 + Bytes.bigEndian(0xFFFF_FFFF) + Array(avif[40...]))
-        #expect(try ImageIntegrity.problem(ImageFile(huge), format: "avif")?.contains("(truncated)") == true)
-        let overlong = scratch.write("overlong.avif", ftyp + box("meta", [0, 0, 0, 0] + Bytes.bigEndian(100) + Array("hdlr".utf8)) + avif[274...])
-        #expect(try ImageIntegrity.problem(ImageFile(overlong), format: "avif") == "the AVIF has a box of an impossible size")
+        func inIdat(_ data: [UInt8]) -> [UInt8] {
+            let iloc = box("iloc", [1, 0, 0, 0, 0x44, 0x00, 0, 1, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(0) + Bytes.bigEndian(3))
+            return Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2]) + iloc + box("idat", data))
+        }
+        #expect(try problem(inIdat([3, 4, 5])) == nil)
+        #expect(try problem(inIdat([3, 4])) == "the AVIF points to data past its idat box")
+        // A meta box of 2^63 - 1 bytes is cut (an overflow trap before its bound check); one whose box runs past it
+        // is malformed; one without item locations cannot be decoded.
+        #expect(try problem(Array(avif[..<32]) + Bytes.bigEndian(1) + Array("meta".utf8) + Bytes.bigEndian(0x7FFF_FFFF)
+                            + Bytes.bigEndian(0xFFFF_FFFF) + Array(avif[40...]))?.contains("(truncated)") == true)
+        #expect(try problem(Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + Bytes.bigEndian(100) + Array("hdlr".utf8))
+                            + avif[274...]) == "the AVIF's meta box holds a box larger than itself")
+        #expect(try problem(Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2])) + avif[274...])
+                == "the AVIF's meta box has no item locations (iloc)")
     }
 
     @Test func pngMustReachIEND() throws {

@@ -75,6 +75,9 @@ enum ImageInspector {
         } else if Self.decodingProbes.contains(sniffed) {
             // Not in the prefix: its meta box may come after the pixel data.
             guard let meta = try ImageIntegrity.isoMetaBox(file), let size = ImageHeader.isoPrimarySize(meta) else {
+                if !endKnown, let problem = try ImageIntegrity.problem(file, format: sniffed), ImageIntegrity.endsEarly(problem) {
+                    return .rejected(cutShort(problem))
+                }
                 return .rejected(.notAnImage("the \(sniffed) header declares no size (corrupt or truncated)"))
             }
             probed = ImageInfo(format: sniffed, width: size.turned ? size.height : size.width,

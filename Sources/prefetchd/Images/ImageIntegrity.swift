@@ -6,8 +6,8 @@ import QueueCore
 /// gdk-pixbuf decodes a JPEG cut short without an error (libjpeg only warns and paints the rest grey), so a
 /// truncated body would otherwise be cached and served as if it were whole. Each check walks the container the way
 /// a decoder would skip through it — JPEG markers to the end-of-image marker, PNG chunks to IEND, GIF blocks,
-/// the RIFF length of WebP, the top-level boxes of AVIF — reading the file once and seeking over what it can.
-/// Data after the end (a JPEG's appended motion-photo video, bytes after an AVIF's `meta` and `mdat`) is ignored.
+/// the RIFF length of WebP, the item locations of AVIF — reading the file once and seeking over what it can.
+/// Data after the end (a JPEG's appended motion-photo video, bytes after an AVIF's image data) is ignored.
 /// Other formats are not checked.
 enum ImageIntegrity {
     /// Why `file` is not a whole image of `format`, or nil when it is whole (or `format` is not checked).
@@ -372,43 +372,48 @@ enum ImageIntegrity {
         return max(frames, 1)
     }
 
-    /// ISO base media (AVIF, HEIF): every top-level box fits in the file, there is a `meta` box, and the data its
-    /// items point into: an `mdat` box, or an `idat` box in the `meta`. Once both are whole, what follows is not
-    /// looked at: libavif decodes such a file, trailing bytes and all.
+    /// ISO base media (AVIF, HEIF): the top-level boxes up to the `meta` box fit in the file, and the data its items
+    /// point to (`iloc`) lies within the file, as libavif demands; what comes after that data is not looked at,
+    /// boxes that run past the end and trailing bytes included, as libavif does not.
     private static func isoBoxes(_ reader: FileByteReader, format: String) throws(SystemError) -> String? {
         let truncated = "the \(format) ends inside a box (truncated)"
-        let malformed = "the \(format) has a box of an impossible size"
-        var sawMeta = false
-        var sawData = false
-        while reader.offset < reader.size, !(sawMeta && sawData) {
-            guard let box = try reader.isoBox() else { return truncated }
-            guard box.length >= 0 else { return malformed }
-            if box.type.elementsEqual("meta".utf8) {
-                // A full box: version and flags, then boxes of its own.
-                sawMeta = true
-                guard box.length >= 4 else { return malformed }
-                guard box.length <= reader.size - reader.offset else { return truncated }
-                let end = reader.offset + box.length
-                guard try reader.skip(4) else { return truncated }
-                while reader.offset < end {
-                    guard let child = try reader.isoBox() else { return truncated }
-                    guard child.length >= 0, child.length <= end - reader.offset else { return malformed }
-                    guard try reader.skip(child.length) else { return truncated }
-                    if child.type.elementsEqual("idat".utf8) { sawData = true }
+        /// Once the meta box was read: whether the data its items point to is all in the file.
+        var dataInFile: Bool?
+        while reader.offset < reader.size {
+            // Past the data, a box cut short or of no possible size is trailing bytes.
+            guard let box = try reader.isoBox() else { return dataInFile == true ? nil : truncated }
+            guard box.length >= 0 else { return dataInFile == true ? nil : "the \(format) has a box of an impossible size" }
+            guard box.length <= reader.size - reader.offset else { return dataInFile == true ? nil : truncated }
+            guard box.type.elementsEqual("meta".utf8), dataInFile == nil else {
+                _ = try reader.skip(box.length)
+                continue
+            }
+            guard !box.toTheEnd else { return "the \(format) has a meta box without a size" }  // libavif refuses it
+            guard box.length <= maximumMetaBox else { return "the \(format)'s meta box is larger than 4 MiB" }
+            guard let body = try reader.bytes(Int(box.length)) else { return truncated }
+            do throws(ISOItemLocations.Problem) {
+                let locations = try ISOItemLocations.read(meta: body[...])
+                guard locations.idatFits else { return "the \(format) points to data past its idat box" }
+                dataInFile = locations.fits(fileSize: reader.size)
+            } catch {
+                switch error {
+                case .overrun: return "the \(format)'s meta box holds a box larger than itself"
+                case .noLocations: return "the \(format)'s meta box has no item locations (iloc)"
+                case .malformedLocations: return "the \(format)'s item locations (iloc) cannot be read"
                 }
-                guard reader.offset == end else { return malformed }
-            } else {
-                guard try reader.skip(box.length) else { return truncated }
-                if box.type.elementsEqual("mdat".utf8) { sawData = true }
             }
         }
-        guard sawMeta else { return "the \(format) has no meta box (truncated)" }
-        return sawData ? nil : "the \(format) has no mdat box for its data (truncated)"
+        guard let dataInFile else { return "the \(format) has no meta box (truncated)" }
+        return dataInFile ? nil : "the \(format)'s image data lies past its end (truncated)"
     }
+
+    /// The largest `meta` box read whole: the items, where their data is and their properties (a colour profile
+    /// the largest of them).
+    static let maximumMetaBox: Int64 = 4 << 20
 
     /// The top-level `meta` box of an ISO base media file (AVIF, HEIF), whole, for a file whose `meta` lies past the
     /// prefix the header parser reads (an encoder that writes the pixel data first); nil when there is none, or it
-    /// is larger than a mebibyte.
+    /// is larger than `maximumMetaBox`.
     static func isoMetaBox(_ file: ImageFile) throws(SystemError) -> [UInt8]? {
         let reader = FileByteReader(file)
         while reader.offset < reader.size, let box = try reader.isoBox(), box.length >= 0 {
@@ -416,7 +421,7 @@ enum ImageIntegrity {
                 guard try reader.skip(box.length) else { return nil }
                 continue
             }
-            guard box.length <= 1 << 20, let body = try reader.bytes(Int(box.length)) else { return nil }
+            guard box.length <= maximumMetaBox, let body = try reader.bytes(Int(box.length)) else { return nil }
             let size = UInt32(8 + body.count)
             return [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: size >> $0) } + box.type + body
         }
@@ -484,9 +489,9 @@ private final class FileByteReader {
         return result
     }
 
-    /// The next ISO base media box's type and the length of its body (to the end of the file for size 0); nil when
-    /// the file ends first, a negative length for a size smaller than the box's header.
-    func isoBox() throws(SystemError) -> (type: [UInt8], length: Int64)? {
+    /// The next ISO base media box's type and the length of its body (to the end of the file for size 0,
+    /// `toTheEnd`); nil when the file ends first, a negative length for a size smaller than the box's header.
+    func isoBox() throws(SystemError) -> (type: [UInt8], length: Int64, toTheEnd: Bool)? {
         guard let header = try bytes(8) else { return nil }
         var size = Int64(header.bigEndian32(at: 0))
         var headerLength: Int64 = 8
@@ -495,9 +500,9 @@ private final class FileByteReader {
             size = Int64(bitPattern: UInt64(large.bigEndian32(at: 0)) << 32 | UInt64(large.bigEndian32(at: 4)))
             headerLength = 16
         } else if size == 0 {
-            size = self.size - offset + headerLength
+            return (Array(header[4...7]), self.size - offset, true)
         }
-        return (Array(header[4...7]), size < headerLength ? -1 : size - headerLength)
+        return (Array(header[4...7]), size < headerLength ? -1 : size - headerLength, false)
     }
 
     /// Moves `count` bytes on; false when that is past the end of the file.
