@@ -179,8 +179,12 @@ struct Arguments {
     /// cannot write (its permissions or its directory's, a read-only file system) is a usage error, found before
     /// prefetchctl connects: nothing is fetched for a copy that would fail.
     private static func checkDestination(_ destination: String) throws(CLIError) {
+        guard !destination.isEmpty else { throw .usage("-o needs a file name (or - for stdout)") }
         var info = stat()
         let exists = stat(destination, &info) == 0
+        if !exists, lstat(destination, &info) == 0 {
+            throw .usage("-o \(destination) is a link to nothing: give -o the file itself")  // it may point into the cache
+        }
         if exists, info.st_mode & S_IFMT == S_IFDIR {
             throw .usage("-o \(destination) is a directory: give the file to write")
         }
@@ -192,8 +196,10 @@ struct Arguments {
         if info.st_mode & S_IFMT != S_IFDIR {
             throw .usage("-o \(destination): \(directory) is not a directory")
         }
-        if exists ? access(destination, W_OK) != 0 : access(parent, W_OK | X_OK) != 0 {
-            throw .usage("-o \(destination) cannot be written: \(exists ? "" : "in \(parent): ")\(String(cString: strerror(errno)))")
+        // As the effective user and group, as open will be.
+        if faccessat(AT_FDCWD, exists ? destination : parent, exists ? W_OK : W_OK | X_OK, AT_EACCESS) != 0 {
+            let cause = String(cString: strerror(errno))
+            throw .usage("-o \(destination) cannot be written: \(exists ? "" : "in \(parent): ")\(cause)")
         }
     }
 

@@ -415,9 +415,10 @@ struct CLITests {
         let daemon = try DaemonUnderTest()
         let pid = try #require(daemon.child?.process.processIdentifier)
         let urls = (0..<20_000).map { Self.origin.url("/timeout-list/\($0).jpg?delay=30") }
-        // Stopped, the daemon greets 0.3 s after prefetchctl connects, long after the --timeout.
+        // Stopped for 2 s, the daemon greets long after the --timeout (however slowly prefetchctl starts), and
+        // within the 5 s prefetchctl waits for a greeting.
         kill(pid, SIGSTOP)
-        DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { kill(pid, SIGCONT) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 2) { kill(pid, SIGCONT) }
         let waited = daemon.ctl("queue", "--wait", "--timeout", "0.001", "-", stdin: urls.joined(separator: "\n") + "\n")
         #expect(waited.status == 5)
         #expect(waited.stderr.contains("20000 queued; 0 finished, 0 failed"), "\(waited.stderr)")
@@ -448,7 +449,7 @@ struct CLITests {
         #expect(text.status == 0 && text.stdout.utf8.count > 16 << 20, "\(text.status) \(text.stderr)")
     }
 
-    @Test("a daemon of another protocol is refused (it was used); one that never answers ends status at its --timeout (it waited for ever); --timeout takes decimal seconds only (0x10 and 1e3 were read); --socket '' and -o DIR are usage errors before anything is sent")
+    @Test("a daemon of another protocol is refused (it was used); one that never answers ends status at its --timeout (it waited for ever); --timeout takes decimal seconds only (0x10 and 1e3 were read); --socket '' and -o DIR, -o '' and -o to a link to nothing are usage errors before anything is sent (the last two after fetching)")
     func refusalsBeforeSending() throws {
         let newer = try RecordingDaemon(greeting: "{\"hello\":\"prefetchd\",\"version\":\"9.0\",\"protocol\":2}") { line in
             "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{}}"
@@ -471,16 +472,19 @@ struct CLITests {
         #expect(Date().timeIntervalSince(began) < 5, "it waited for ever")
         let empty = run(Paths.prefetchctl, ["--socket", "", "ping"])
         #expect(empty.status == 2 && empty.stderr.contains("--socket needs a path"), "\(empty.stderr)")
+        let dangling = directory.path + "/dangling.jpg"
+        try FileManager.default.createSymbolicLink(atPath: dangling, withDestinationPath: directory.path + "/nothing/x.jpg")
         for (output, said) in [("/tmp", "/tmp is a directory"), ("/nonexistent-dir/x.jpg", "/nonexistent-dir does not exist"),
-                               ("/etc/hostname/x.jpg", "/etc/hostname is not a directory")] {
+                               ("/etc/hostname/x.jpg", "/etc/hostname is not a directory"), ("", "-o needs a file name"),
+                               (dangling, "is a link to nothing")] {
             let result = run(Paths.prefetchctl, ["--socket", nothing, "get", "-o", output, "http://a/x.jpg"])
             #expect(result.status == 2 && result.stderr.contains(said), "\(output): \(result.status) \(result.stderr)")
         }
     }
 
-    @Test("-o to a file that cannot be written (a read-only file system, new or existing) is exit 2 before connecting (the URL was fetched first, then the copy failed, exit 1)")
+    @Test("-o to a file that cannot be written (a read-only file system, new or existing) is exit 2 before connecting (the URL was fetched first, then the copy failed, exit 1)",
+          .enabled(if: getuid() == 0, "a read-only bind mount needs root"))
     func unwritableOutputRefusedFirst() throws {
-        try #require(getuid() == 0, "a read-only bind mount needs root")
         let directory = try TemporaryDirectory()
         let readOnly = directory.path + "/ro"
         try FileManager.default.createDirectory(atPath: readOnly, withIntermediateDirectories: false)
@@ -564,9 +568,23 @@ struct CLITests {
                 return "{\"id\":\(id),\"ok\":true,\"result\":{\"results\":[\(results)]}}"
             }
             let result = run(Paths.prefetchctl, ["--socket", short.socket, verb, "http://a/x.jpg", "http://a/y.jpg"])
-            #expect(result.status == 3 && result.stderr.contains("answered a request of 2 URLs with results for 1"),
+            let said = verb == "queue" ? "with 0 results and counts of 1" : "with 1 result:"
+            #expect(result.status == 3 && result.stderr.contains("answered a request of 2 URLs \(said)"),
                     "\(verb): \(result.status) \(result.stdout) \(result.stderr)")
         }
+        // Counts nobody asked for stand for no result; counts that balance a negative one are no counts.
+        for (verb, counts) in [("demote", "{\"demoted\":2}"), ("queue", "{\"queued\":-3,\"already\":5}"),
+                               ("queue", "{\"queued\":-9223372036854775808,\"already\":2}")] {
+            let lying = try RecordingDaemon { line in
+                "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{\"results\":[],\"counts\":\(counts)}}"
+            }
+            let result = run(Paths.prefetchctl, ["--socket", lying.socket, verb, "http://a/x.jpg", "http://a/y.jpg"])
+            #expect(result.status == 3 && result.stderr.contains("answered a request of 2 URLs with 0 results"),
+                    "\(verb) \(counts): \(result.status) \(result.stdout) \(result.stderr)")
+        }
+        let negative = try RecordingDaemon { line in "{\"id\":\(RecordingDaemon.id(line)),\"ok\":true,\"result\":{\"results\":[],\"evicted\":-1}}" }
+        let evicted = run(Paths.prefetchctl, ["--socket", negative.socket, "evict", "--all"])
+        #expect(evicted.status == 3 && evicted.stderr.contains("said it evicted -1 entries"), "\(evicted.stderr)")
     }
 
     @Test("request lines carry / as is, not as \\/ (a byte per slash)")

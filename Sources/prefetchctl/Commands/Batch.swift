@@ -18,6 +18,7 @@ enum BatchCommand {
     static func run(_ op: Operation, _ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
         if op == .evict, arguments.all {
             let result = try client.call(Request(id: nil, op: .evict, all: true), BatchResult.self)
+            guard (result.evicted ?? 0) >= 0 else { throw .unreachable("the daemon said it evicted \(result.evicted!) entries") }
             if arguments.json {
                 Output.json(result)
             } else {
@@ -40,11 +41,9 @@ enum BatchCommand {
         var unanswered = false
         func take(_ part: Part, _ results: [ItemResult]) {
             answered += part.urls.count
-            // A daemon that does not know `summary` sends every result, and no counts. A part holds at most
-            // `maximumBatch` URLs, so no count can be larger (nor the sum overflow).
-            for (status, count) in part.counts ?? [:] {
-                tally[ItemStatus(rawValue: status), default: 0] += min(max(count, 0), Request.maximumBatch)
-            }
+            // A daemon that does not know `summary` sends every result, and no counts. Counts were checked to add up
+            // to the part's URLs, so the sums cannot overflow.
+            for (status, count) in part.counts ?? [:] { tally[ItemStatus(rawValue: status), default: 0] += count }
             for (index, item) in results.enumerated() {
                 if part.counts == nil { tally[item.status, default: 0] += 1 }
                 let sent = index < part.urls.count ? part.urls[index] : item.url
@@ -102,16 +101,18 @@ enum BatchCommand {
             }
             guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
             let result = try client.decode(BatchResult.self, reply.line)
-            // A result per URL sent, or counts of them all: a reply that leaves some out would drop them unsaid.
+            // A result per URL sent, or (asked for) counts of them all: a reply that leaves some out would drop them
+            // unsaid. A daemon that does not know `summary` sends the results.
             let sent = pending[index].urls.count
-            let accounted = result.counts.map { $0.values.reduce(0) { $0 + min(max($1, 0), Request.maximumBatch) } }
-                ?? result.results.count
-            guard accounted == sent, result.results.count <= sent else {
-                throw .unreachable("the daemon answered a request of \(Units.count(sent, "URL")) with results for "
-                                   + "\(accounted): not a reply this prefetchctl can trust")
+            let counts = summary ? result.counts : nil
+            let counted = counts.map { $0.values.allSatisfy { (0...Request.maximumBatch).contains($0) } ? $0.values.reduce(0, +) : -1 }
+            guard (counted ?? result.results.count) == sent, result.results.count <= sent else {
+                throw .unreachable("the daemon answered a request of \(Units.count(sent, "URL")) with "
+                                   + Units.count(result.results.count, "result") + (counted.map { " and counts of \($0)" } ?? "")
+                                   + ": not a reply this prefetchctl can trust")
             }
             pending[index].results = result.results
-            pending[index].counts = result.counts
+            pending[index].counts = counts
             deadline = monotonicNow() + client.answerWithin
         }
         if unanswered {
