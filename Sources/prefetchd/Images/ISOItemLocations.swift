@@ -14,7 +14,7 @@ struct ISOItemLocations: Equatable {
     /// Whether the data kept in the meta box itself lies within its `idat` box.
     var idatFits: Bool { idatReach == 0 || idatReach <= idatLength ?? 0 }
 
-    /// What the body of a `meta` box (after its version and flags) is short of or malformed in.
+    /// What a `meta` box's body is short of or malformed in.
     enum Problem: Error, Equatable {
         /// A box in it runs past its end.
         case overrun
