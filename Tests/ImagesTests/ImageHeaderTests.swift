@@ -167,6 +167,29 @@ struct SplitMix {
                             + avif[274...]) == "the AVIF's meta box holds a box larger than itself")
         #expect(try problem(Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2])) + avif[274...])
                 == "the AVIF's meta box has no item locations (iloc)")
+        #expect(try problem(Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + box("hdlr", [1, 2]) + Bytes.bigEndian(0)
+                                                        + Array("free".utf8)) + avif[274...])
+                == "the AVIF's meta box holds a box larger than itself", "a child of size 0, which libavif refuses")
+        // Offsets past 2^64: no file holds them (not a cut, which would be fetched again).
+        let past = [1, 0, 0, 0, 0x44, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 1]
+            + Bytes.bigEndian(0xFFFF_FFFF) + Bytes.bigEndian(1)
+        #expect(try problem(Array(avif[..<32]) + box("meta", [0, 0, 0, 0] + box("iloc", past)) + avif[274...])
+                == "the AVIF points to data past the end of any file")
+        // A data reference other than this file's: libavif reads the data from this file all the same.
+        var referenced = avif
+        referenced[117] = 1  // the item's data_reference_index (iloc body at 106: version and flags, sizes, count, ID)
+        #expect(try problem(referenced) == nil)
+        #expect(try problem(Array(referenced[..<348]))?.contains("(truncated)") == true)
+        // An image sequence (brand avis): libavif reads its moov box too.
+        var sequence = avif
+        sequence.replaceSubrange(16..<20, with: Array("avis".utf8))  // the first compatible brand
+        let movie = box("moov", box("free", [UInt8](repeating: 7, count: 100)))
+        #expect(try problem(sequence + movie) == nil)
+        #expect(try problem(Array((sequence + movie).dropLast(10))) == "the AVIF ends inside a box (truncated)")
+        #expect(try problem(sequence) == "the AVIF's image sequence has no moov box (truncated)")
+        // A meta box of 5 MiB (a large colour profile) is walked, not read: whole.
+        let profile = box("free", [UInt8](repeating: 0, count: 5 << 20))
+        #expect(try problem(Array(avif[..<32]) + box("meta", Array(avif[40..<274]) + profile) + avif[274...]) == nil)
     }
 
     @Test func pngMustReachIEND() throws {

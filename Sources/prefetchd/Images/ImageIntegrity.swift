@@ -372,43 +372,88 @@ enum ImageIntegrity {
         return max(frames, 1)
     }
 
-    /// ISO base media (AVIF, HEIF): the top-level boxes up to the `meta` box fit in the file, and the data its items
-    /// point to (`iloc`) lies within the file, as libavif demands; what comes after that data is not looked at,
-    /// boxes that run past the end and trailing bytes included, as libavif does not.
+    /// ISO base media (AVIF, HEIF): the top-level boxes up to the `meta` box fit in the file, the data its items
+    /// point to (`iloc`) lies within the file, and so does the `moov` box of an image sequence (brand `avis`), as
+    /// libavif demands; what comes after is not looked at, boxes that run past the end and trailing bytes included,
+    /// as libavif does not.
     private static func isoBoxes(_ reader: FileByteReader, format: String) throws(SystemError) -> String? {
         let truncated = "the \(format) ends inside a box (truncated)"
         /// Once the meta box was read: whether the data its items point to is all in the file.
         var dataInFile: Bool?
+        var sequence = false
+        var sawMovie = false
         while reader.offset < reader.size {
-            // Past the data, a box cut short or of no possible size is trailing bytes.
-            guard let box = try reader.isoBox() else { return dataInFile == true ? nil : truncated }
-            guard box.length >= 0 else { return dataInFile == true ? nil : "the \(format) has a box of an impossible size" }
-            guard box.length <= reader.size - reader.offset else { return dataInFile == true ? nil : truncated }
-            guard box.type.elementsEqual("meta".utf8), dataInFile == nil else {
-                _ = try reader.skip(box.length)
-                continue
-            }
-            guard !box.toTheEnd else { return "the \(format) has a meta box without a size" }  // libavif refuses it
-            guard box.length <= maximumMetaBox else { return "the \(format)'s meta box is larger than 4 MiB" }
-            guard let body = try reader.bytes(Int(box.length)) else { return truncated }
-            do throws(ISOItemLocations.Problem) {
-                let locations = try ISOItemLocations.read(meta: body[...])
-                guard locations.idatFits else { return "the \(format) points to data past its idat box" }
-                dataInFile = locations.fits(fileSize: reader.size)
-            } catch {
-                switch error {
-                case .overrun: return "the \(format)'s meta box holds a box larger than itself"
-                case .noLocations: return "the \(format)'s meta box has no item locations (iloc)"
-                case .malformedLocations: return "the \(format)'s item locations (iloc) cannot be read"
+            // Past what libavif reads, a box cut short or of no possible size is trailing bytes.
+            let done = dataInFile == true && (!sequence || sawMovie)
+            guard let box = try reader.isoBox() else { return done ? nil : truncated }
+            guard box.length >= 0 else { return done ? nil : "the \(format) has a box of an impossible size" }
+            guard box.length <= reader.size - reader.offset else { return done ? nil : truncated }
+            switch String(decoding: box.type, as: UTF8.self) {
+            case "ftyp" where box.length <= 4096:
+                // The major brand, the minor version, then the compatible brands.
+                guard let body = try reader.bytes(Int(box.length)) else { return truncated }
+                sequence = ([0] + stride(from: 8, through: body.count - 4, by: 4)).contains {
+                    $0 + 4 <= body.count && body[$0..<$0 + 4].elementsEqual("avis".utf8)
                 }
+            case "meta" where dataInFile == nil:
+                switch try itemDataInFile(reader, meta: box) {
+                case .success(let inFile): dataInFile = inFile
+                case .failure(let problem): return "the \(format)\(problem.rawValue)"
+                }
+            default:
+                _ = try reader.skip(box.length)
+                if box.type.elementsEqual("moov".utf8) { sawMovie = true }
             }
         }
         guard let dataInFile else { return "the \(format) has no meta box (truncated)" }
-        return dataInFile ? nil : "the \(format)'s image data lies past its end (truncated)"
+        guard dataInFile else { return "the \(format)'s image data lies past its end (truncated)" }
+        return !sequence || sawMovie ? nil : "the \(format)'s image sequence has no moov box (truncated)"
     }
 
-    /// The largest `meta` box read whole: the items, where their data is and their properties (a colour profile
-    /// the largest of them).
+    /// What makes a `meta` box unreadable, or its items' data impossible.
+    private enum MetaProblem: String, Error {
+        case sizeless = " has a meta box without a size"  // libavif refuses it
+        case overrun = "'s meta box holds a box larger than itself"
+        case noLocations = "'s meta box has no item locations (iloc)"
+        case malformedLocations = "'s item locations (iloc) cannot be read"
+        case hugeLocations = "'s item locations (iloc) take more than 4 MiB"
+        case pastIdat = " points to data past its idat box"
+        case pastAnyFile = " points to data past the end of any file"
+    }
+
+    /// Whether the data the items of the `meta` box whose header `reader` just read point to lies in the file; the
+    /// reader is left after the box. Only its `iloc` box is read into memory.
+    private static func itemDataInFile(_ reader: FileByteReader, meta: (type: [UInt8], length: Int64, toTheEnd: Bool))
+        throws(SystemError) -> Result<Bool, MetaProblem> {
+        guard !meta.toTheEnd else { return .failure(.sizeless) }
+        guard meta.length >= 4 else { return .failure(.overrun) }
+        let end = reader.offset + meta.length  // the box fits in the file
+        _ = try reader.skip(4)  // version and flags
+        var locations: ISOItemLocations?
+        var idatLength: Int64 = 0
+        while reader.offset < end {
+            guard let child = try reader.isoBox(), !child.toTheEnd, child.length >= 0, child.length <= end - reader.offset else {
+                return .failure(.overrun)
+            }
+            if child.type.elementsEqual("iloc".utf8), locations == nil {
+                guard child.length <= maximumMetaBox else { return .failure(.hugeLocations) }
+                guard let body = try reader.bytes(Int(child.length)), let read = ISOItemLocations(iloc: body[...]) else {
+                    return .failure(.malformedLocations)
+                }
+                locations = read
+                continue
+            }
+            if child.type.elementsEqual("idat".utf8), idatLength == 0 { idatLength = child.length }
+            _ = try reader.skip(child.length)
+        }
+        guard let locations else { return .failure(.noLocations) }
+        guard locations.idatReach <= UInt64(idatLength) else { return .failure(.pastIdat) }
+        guard locations.fileReach < .max else { return .failure(.pastAnyFile) }
+        return .success(locations.fileReach <= UInt64(reader.size))
+    }
+
+    /// The largest `meta` box read whole to size a file whose `meta` lies past the prefix (the properties, a colour
+    /// profile the largest of them), and the largest `iloc` box read.
     static let maximumMetaBox: Int64 = 4 << 20
 
     /// The top-level `meta` box of an ISO base media file (AVIF, HEIF), whole, for a file whose `meta` lies past the
