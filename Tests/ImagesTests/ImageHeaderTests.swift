@@ -187,6 +187,8 @@ struct SplitMix {
         #expect(try problem(sequence + movie) == nil)
         #expect(try problem(Array((sequence + movie).dropLast(10))) == "the AVIF ends inside a box (truncated)")
         #expect(try problem(sequence) == "the AVIF's image sequence has no moov box (truncated)")
+        #expect(try problem(sequence + Bytes.bigEndian(0) + movie[4...]) == "the AVIF has a moov box without a size",
+                "libavif refuses it, and a cut in it could not be seen")
         // A meta box of 5 MiB (a large colour profile) is walked, not read: whole.
         let profile = box("free", [UInt8](repeating: 0, count: 5 << 20))
         #expect(try problem(Array(avif[..<32]) + box("meta", Array(avif[40..<274]) + profile) + avif[274...]) == nil)

@@ -400,9 +400,12 @@ enum ImageIntegrity {
                 case .success(let inFile): dataInFile = inFile
                 case .failure(let problem): return "the \(format)\(problem.rawValue)"
                 }
+            case "moov" where sequence:
+                guard !box.toTheEnd else { return "the \(format) has a moov box without a size" }  // libavif refuses it
+                _ = try reader.skip(box.length)
+                sawMovie = true
             default:
                 _ = try reader.skip(box.length)
-                if box.type.elementsEqual("moov".utf8) { sawMovie = true }
             }
         }
         guard let dataInFile else { return "the \(format) has no meta box (truncated)" }
