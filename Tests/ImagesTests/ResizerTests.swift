@@ -461,7 +461,7 @@ import Testing
 
     @Test func loaderDecodesAJPEGAtTheRequestedScale() throws {
         let loader = PixbufLoader { _, _ in (500, 375) }
-        try loader.feed(path: try photo())
+        try loader.feed(try ImageFile(try photo()))
         try loader.close()
         #expect(loader.storedSize! == (4000, 3000))
         let pixbuf = try #require(loader.pixbuf)

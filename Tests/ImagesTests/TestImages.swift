@@ -154,7 +154,7 @@ enum Bytes {
 /// Decodes a whole file with gdk-pixbuf, for looking at a variant's pixels.
 func decodeForTest(_ path: String) throws -> Pixbuf {
     let loader = PixbufLoader()
-    try loader.feed(path: path)
+    try loader.feed(try ImageFile(path))
     try loader.close()
     return try #require(loader.pixbuf)
 }

@@ -63,16 +63,10 @@ final class PixbufLoader {
         case bytes([UInt8])
     }
 
-    /// Writes `pieces` of the file at `path` (all of it by default) in chunks of at most 64 KiB, stopping early when
-    /// `stop` says so after a chunk.
-    func feed(path: String, pieces: [Piece] = [.file(0 ..< .max)], stop: () -> Bool = { false }) throws(ImageReadError) {
-        let fd: Int32
-        do throws(SystemError) {
-            fd = try openRegularFile(path)
-        } catch {
-            throw .io(error)
-        }
-        defer { Glibc.close(fd) }
+    /// Writes `pieces` of `file` (all of it by default) in chunks of at most 64 KiB, stopping early when `stop` says
+    /// so after a chunk. The file is read through the descriptor it was opened with, not opened again by its path.
+    func feed(_ file: ImageFile, pieces: [Piece] = [.file(0 ..< .max)], stop: () -> Bool = { false }) throws(ImageReadError) {
+        let fd = file.descriptor, path = file.path
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
         for piece in pieces {

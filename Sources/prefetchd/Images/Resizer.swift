@@ -119,7 +119,7 @@ enum Resizer {
         }
         var failure: Failure?
         do throws(ImageReadError) {
-            try loader.feed(path: source.path, pieces: pieces ?? [.file(0 ..< .max)], stop: { overLimit != nil })
+            try loader.feed(source, pieces: pieces ?? [.file(0 ..< .max)], stop: { overLimit != nil })
             do throws(GLibError) { try loader.close() } catch { throw .decode(error) }
         } catch {
             switch error {
