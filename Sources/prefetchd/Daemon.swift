@@ -481,8 +481,21 @@ final class Daemon {
         if let full = connection.waitsFull { return fail(connection, id, full) }
         telemetry.cacheMiss()
         let waiter = connection.addWait(for: url.key, variant: variant, recipient: .request(id))
-        if !scheduler.hasTask(url.key) { taskCreated(url.key) }
-        apply(scheduler.get(url, waiter: waiter, cache: state, now: .now))
+        let moment = Moment.now
+        let actions = scheduler.batch(now: moment) { scheduler in
+            let loaded = loadIfQueued(url, cache: state, into: &scheduler, now: moment)
+            return loaded + getting(url, waiter: waiter, cache: state, into: &scheduler, now: moment)
+        }
+        apply(actions)
+    }
+
+    /// `Scheduler.get`, and the queue wait of a task it creates starts now (one answered at once makes none).
+    func getting(_ url: CanonicalURL, waiter: Waiter, cache: CacheState, tentative: Bool = false,
+                 into scheduler: inout Scheduler, now: Moment) -> [Action] {
+        let existed = scheduler.hasTask(url.key)
+        let actions = scheduler.get(url, waiter: waiter, cache: cache, now: now, tentative: tentative)
+        if !existed, scheduler.hasTask(url.key) { taskCreated(url.key) }
+        return actions
     }
 
     // MARK: Scheduler actions
@@ -741,18 +754,41 @@ final class Daemon {
                 taken += 1
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
                                                          now: .now)
-                switch outcome {
-                case .cached, .skipped: try store.dequeue(row.key)
-                case .queued:
-                    backlog.hold(row.key)
-                    taskCreated(row.key)
-                case .already:
-                    backlog.hold(row.key)
-                }
+                try loadedFromBacklog(row.key, outcome)
                 apply(actions)
             }
         } catch {
             Log.error("cannot load the backlog: \(error)")
+        }
+    }
+
+    /// A queued URL was offered to the scheduler as background work: a task holds it now, or the cache or a
+    /// remembered failure answered it and its queue entry goes.
+    func loadedFromBacklog(_ key: String, _ outcome: QueueOutcome) throws(DatabaseError) {
+        switch outcome {
+        case .cached, .skipped: try store.dequeue(key)
+        case .queued:
+            backlog.hold(key)
+            taskCreated(key)
+        case .already:
+            backlog.hold(key)
+        }
+    }
+
+    /// Loads `url` from the durable queue ahead of the backlog's reads when the queue holds it and no task does, so
+    /// that an urgent request for it (a get, a view's visible row) attaches to the queue's task, which outlives the
+    /// request. The request's own task would have been the only one: a row's, scrolled far away before it ran, was
+    /// forgotten with the acknowledged queue entry; a get's spent the URL's attempts as a get's. Returns the actions.
+    func loadIfQueued(_ url: CanonicalURL, cache: CacheState, into scheduler: inout Scheduler, now: Moment) -> [Action] {
+        guard !scheduler.hasTask(url.key) else { return [] }
+        do {
+            guard try store.isQueued(url.key) else { return [] }
+            let (outcome, actions) = scheduler.queue(url, cache: cache, now: now)
+            try loadedFromBacklog(url.key, outcome)
+            return actions
+        } catch {
+            Log.error("cannot look \(url.key) up in the durable queue: \(error)")
+            return []
         }
     }
 

@@ -42,6 +42,20 @@ struct ObservabilityTests {
         #expect(!after.keys.contains { $0.contains("127.0.0.1") || $0.contains("m1.jpg") }, "no URL or host as a label")
     }
 
+    @Test("a get answered by a remembered failure makes no task: the queue wait of the URL's next fetch starts when that fetch is asked for")
+    func queueWaitStartsWithTheTask() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--negative-ttl", "1"])
+        let url = origin.url("/gone.jpg?status=404")
+        #expect(daemon.ctl("get", url).status == 1)  // fetched: 404, remembered for 1 s
+        #expect(daemon.ctl("get", url).status == 1)  // the remembered failure answers: nothing to fetch
+        Thread.sleep(forTimeInterval: 1.5)
+        #expect(daemon.ctl("get", url).status == 1)  // fetched again
+        let after = try metrics(daemon)
+        #expect(after["prefetchd_queue_wait_seconds_count{lane=fast}"] == 2)
+        #expect(try #require(after["prefetchd_queue_wait_seconds_sum{lane=fast}"]) < 1, "the first answer's time was taken as the task's creation")
+    }
+
     /// Runs a verb with `--json` and returns its first line as an object.
     func json(_ daemon: DaemonUnderTest, _ arguments: String...) throws -> [String: Any] {
         let result = daemon.ctl(arguments: arguments + ["--json"])

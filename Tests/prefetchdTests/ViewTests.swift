@@ -238,12 +238,38 @@ struct ViewTests {
         let far = try view.send(["first": 39, "last": 39, "ahead": 0, "behind": 0])  // rows 1-10 are far now: dropped
         #expect(view.read { $0.replies[far] != nil })
         let status = try daemon.status()
-        // (Row 0's task, shown, then scrolled away before its response began, lingers: it is counted in the backlog too.)
-        #expect(status.slow.waiting + status.slow.running + Int(status.backlog) >= 1100, "every queued URL is still queued: \(status)")
+        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
+        #expect(counted + Int(status.backlog) == 1100, "every queued URL is still queued, once: \(status)")
         for url in listed[1...10] {
             let task = try Self.info(daemon, url)["task"] as? [String: Any]
             #expect(task != nil, "\(url) stays queued")
         }
+    }
+
+    @Test("a visible row whose URL the durable queue holds, scrolled far away before it ran, stays queued, counted once; so does a get's")
+    func shownRowsKeepWhatTheQueueHolds() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<1100).map { origin.url("/shown/\($0).jpg?delay=30") }  // the first one holds the slow lane
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let listed = Array(urls[1060..<1100])  // past the backlog's first read
+        let view = try ViewClient(socket: daemon.socket)
+        // 20 rows visible: 8 run (the fast lane's width), 12 wait; then all 20 are far away.
+        let id = try view.send(["urls": listed, "first": 0, "last": 19, "ahead": 0, "behind": 0])
+        #expect(view.read { $0.replies[id] != nil })
+        let far = try view.send(["first": 39, "last": 39, "ahead": 0, "behind": 0])
+        #expect(view.read { $0.replies[far] != nil })
+        for url in listed[0..<20] {
+            let task = try Self.info(daemon, url)["task"] as? [String: Any]
+            #expect(task != nil, "\(url) stays queued")
+        }
+        // A get of a queued URL, given up: its task, the queue's, goes on.
+        #expect(daemon.ctl("get", "--timeout", "0.3", listed[30]).status != 0)
+        #expect(try Self.info(daemon, listed[30])["task"] as? [String: Any] != nil)
+        // Each queued URL once: a row's task, or a get's, is not also counted as held only by the durable backlog.
+        let status = try daemon.status()
+        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
+        #expect(counted + Int(status.backlog) == 1100, "\(status)")
     }
 
     @Test("bad view requests get bad_request and change nothing; rejected URLs are listed and reported when visible")

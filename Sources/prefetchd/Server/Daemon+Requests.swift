@@ -113,15 +113,11 @@ extension Daemon {
                 guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
                 apply(actions)
+                try loadedFromBacklog(url.key, outcome)
                 switch outcome {
-                case .cached:
-                    try store.dequeue(url.key)
-                    return .cached
-                case .skipped:
-                    try store.dequeue(url.key)
-                    return .skipped
-                case .queued, .already:
-                    backlog.hold(url.key)
+                case .cached: return .cached
+                case .skipped: return .skipped
+                case .queued, .already: break
                 }
             }
             apply(scheduler.promote(url.key, now: moment))  // a fast one too: taken back if a client abandoned it

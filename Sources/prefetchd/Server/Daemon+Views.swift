@@ -117,12 +117,9 @@ extension Daemon {
                     let cache = exists ? .missing : cacheState(try store.liveEntry(url.key), now: now)
                     // A URL the durable queue holds (not loaded yet) is its task, not the view's: let go of, a view's
                     // task is forgotten, and the queue's entry with it (scrolling past such rows dropped them).
-                    let durable = try !exists && store.isQueued(url.key)
-                    let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: !durable, atFront: true)
-                    if outcome == .queued {
-                        taskCreated(url.key)
-                        if durable { backlog.hold(url.key) }
-                    }
+                    actions += loadIfQueued(url, cache: cache, into: &scheduler, now: moment)
+                    let (outcome, queued) = scheduler.queue(url, cache: cache, now: moment, tentative: true, atFront: true)
+                    if outcome == .queued { taskCreated(url.key) }
                     actions += queued
                 } catch {
                     Log.error("cannot look up \(url.key) for a view: \(error)")
@@ -166,8 +163,8 @@ extension Daemon {
             telemetry.cacheMiss()
             let waiter = connection.addWait(for: url.key, variant: view.variant, recipient: recipient)
             view.rowWaits(row, as: waiter)
-            if !scheduler.hasTask(url.key) { taskCreated(url.key) }
-            return scheduler.get(url, waiter: waiter, cache: state, now: moment, tentative: true)
+            let loaded = loadIfQueued(url, cache: state, into: &scheduler, now: moment)
+            return loaded + getting(url, waiter: waiter, cache: state, tentative: true, into: &scheduler, now: moment)
         }
     }
 }
