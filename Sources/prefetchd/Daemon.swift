@@ -474,8 +474,8 @@ final class Daemon {
         if state == .stale, let entry, !entry.mustRevalidate, let staleAllowance,
            now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
             answer(entry, stale: true)
-            taskCreated(url.key)
-            let (_, actions) = scheduler.queue(url, cache: .stale, now: .now)
+            let (outcome, actions) = scheduler.queue(url, cache: .stale, now: .now)
+            if outcome == .queued { taskCreated(url.key) }
             return apply(actions)
         }
         if let full = connection.waitsFull { return fail(connection, id, full) }
