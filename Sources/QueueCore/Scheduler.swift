@@ -135,7 +135,7 @@ public struct Scheduler: Sendable {
     private var delayedKeys: Set<String> = []
     private var runningPerHost: [String: Int] = [:]
     private var waitersByClient: [UInt64: [Waiter: String]] = [:]
-    private var negative: [String: (failure: Failure, until: Moment)] = [:]
+    private var negative = NegativeCache(capacity: Scheduler.failuresRemembered)
     /// Per host: transient failures in a row, when the last one came, and the connection whose end it came with.
     private var hostFailures: [String: (count: Int, last: Moment, connection: String?)] = [:]
     private var pausedHosts: [String: Moment] = [:]
@@ -204,8 +204,7 @@ public struct Scheduler: Sendable {
 
     /// The remembered permanent failure for `key`, if it has not expired at `now`.
     public func rememberedFailure(_ key: String, now: Moment) -> Failure? {
-        guard let entry = negative[key], entry.until > now else { return nil }
-        return entry.failure
+        negative.failure(key, at: now)
     }
 
     /// Hosts the circuit breaker paused, with the end of each pause (expired pauses go in `advance(to:)`).
@@ -418,8 +417,11 @@ public struct Scheduler: Sendable {
 
     /// Restores a permanent failure remembered before a restart.
     public mutating func remember(_ key: String, _ failure: Failure, until: Moment) {
-        negative[key] = (failure, until)
+        negative.remember(key, failure, until: until)
     }
+
+    /// At most this many permanent failures are remembered; past it, the one remembered first is forgotten first.
+    public static let failuresRemembered = 10_000
 
     /// A client went away: its waiters leave without an answer; their fetches go on. Each task's waiters are
     /// filtered once, however many of them were the client's (one at a time, 100,000 gets of one URL cost seconds).
@@ -566,7 +568,8 @@ public struct Scheduler: Sendable {
         case .failure(let failure):
             if !failure.isTransient {
                 let until = now + configuration.retry.negativeTTL
-                negative[key] = (failure, until)
+                negative.expire(at: now)
+                negative.remember(key, failure, until: until)
                 actions.append(.remember(key: key, failure, until: until))
             }
             remove(key, answering: .failed(failure), into: &actions)
@@ -629,7 +632,7 @@ public struct Scheduler: Sendable {
             return (until, key)
         }.sorted { $0 < $1 }
         for (_, key) in due { wake(key) }
-        negative = negative.filter { $0.value.until > now }
+        negative.expire(at: now)
         let paused = pausedHosts.count
         pausedHosts = pausedHosts.filter { $0.value > now }
         if pausedHosts.count < paused {  // a pause ended: failure counts gone stale go too

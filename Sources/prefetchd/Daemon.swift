@@ -546,7 +546,7 @@ final class Daemon {
                 }
             case .remember(let key, let failure, let until):
                 do {
-                    try store.saveFailure(key, failure, until: until.wallClockMilliseconds)
+                    try store.saveFailure(key, failure, until: until.wallClockMilliseconds, now: wallClockMilliseconds())
                 } catch {
                     Log.error("cannot remember the failure of \(key): \(error)")
                 }

@@ -160,8 +160,8 @@ import Testing
         try withCacheDirectory { directory in
             do {
                 let store = try Store(directory: directory)
-                try store.saveFailure("https://example.com/404", notFound, until: 2000)
-                try store.saveFailure("https://example.com/policy", policy, until: 5000)
+                try store.saveFailure("https://example.com/404", notFound, until: 2000, now: 0)
+                try store.saveFailure("https://example.com/policy", policy, until: 5000, now: 0)
                 try store.commit()
             }
             do {
@@ -176,6 +176,41 @@ import Testing
             let store = try Store(directory: directory)
             #expect(try store.failures(now: 0).map(\.key) == ["https://example.com/policy"])
             #expect(try store.failures(now: 5000).isEmpty)
+        }
+    }
+
+    @Test("the failures table keeps what the scheduler remembers: expired rows and the oldest past the newest 10,000 are deleted every 1,000 saves and at start")
+    func failuresPruned() throws {
+        let notFound = Failure.httpStatus(404)
+        let limit = Scheduler.failuresRemembered
+        try withCacheDirectory { directory in
+            let path = directory + "/index.sqlite"
+            func rows(_ condition: String = "1") throws -> Int64 {
+                try Database(path: path).integer("SELECT count(*) FROM failures WHERE \(condition)")
+            }
+            do {
+                let store = try Store(directory: directory)
+                for n in 0..<999 { try store.saveFailure("https://example.com/a\(n)", notFound, until: 1_000, now: 0) }
+                try store.commit()
+                #expect(try rows() == 999)
+                // The thousandth save, later: the 999 before it have expired.
+                try store.saveFailure("https://example.com/last", notFound, until: 9_000, now: 1_000)
+                try store.commit()
+                #expect(try rows() == 1)
+                for n in 0..<(limit + 1_000) { try store.saveFailure("https://example.com/b\(n)", notFound, until: 9_000, now: 2_000) }
+                try store.commit()
+                #expect(try rows() == Int64(limit), "the newest \(limit)")
+                #expect(try rows("key = 'https://example.com/b\(limit + 999)'") == 1)
+                #expect(try rows("key IN ('https://example.com/b1000', 'https://example.com/b999')") == 1)
+                for n in 0..<5 { try store.saveFailure("https://example.com/c\(n)", notFound, until: 9_000, now: 2_000) }
+                try store.commit()
+            }
+            let store = try Store(directory: directory)
+            let kept = try store.failures(now: 2_000)
+            try store.commit()
+            #expect(kept.count == limit)
+            #expect(try rows() == Int64(limit))
+            #expect(kept.last?.key == "https://example.com/c4" && kept.first?.key == "https://example.com/b1005", "oldest first")
         }
     }
 

@@ -12,7 +12,7 @@ extension Daemon {
                                   + "while handling this URL's response", isTransient: false)
             let until = Moment.now + options.retry.negativeTTL
             scheduler.remember(key, failure, until: until)
-            try store.saveFailure(key, failure, until: until.wallClockMilliseconds)
+            try store.saveFailure(key, failure, until: until.wallClockMilliseconds, now: wallClockMilliseconds())
             try store.dequeue(key)
             try store.removePartial(key)
             try store.remove(key)

@@ -748,18 +748,32 @@ final class Store {
 
     // MARK: Negative cache
 
-    /// Remembers a permanent failure until `until` (the negative cache), across restarts.
-    func saveFailure(_ key: String, _ failure: Failure, until: Int64) throws(DatabaseError) {
+    /// Remembers a permanent failure until `until` (the negative cache), across restarts. Every thousandth one
+    /// prunes the table (`pruneFailures`): it grew by every URL that ever failed while the daemon ran.
+    func saveFailure(_ key: String, _ failure: Failure, until: Int64, now: Int64) throws(DatabaseError) {
         try write()
         try db.statement("INSERT OR REPLACE INTO failures(key, code, message, status, until) VALUES (?1, ?2, ?3, ?4, ?5)")
             .bind(key, failure.code.rawValue, failure.message, failure.httpStatus, until).run()
+        failuresSaved += 1
+        if failuresSaved % 1_000 == 0 { try pruneFailures(now: now) }
     }
 
-    /// Unexpired failures; expired ones are deleted. A code this version does not know reads as `internal`.
+    private var failuresSaved = 0
+
+    /// Deletes the expired failures, and the oldest past the `Scheduler.failuresRemembered` newest (which the
+    /// scheduler remembers; an INSERT OR REPLACE gives the row a new, larger rowid).
+    private func pruneFailures(now: Int64) throws(DatabaseError) {
+        try db.statement("DELETE FROM failures WHERE until <= ?1").bind(now).run()
+        try db.statement("DELETE FROM failures WHERE rowid <= (SELECT rowid FROM failures ORDER BY rowid DESC LIMIT 1 OFFSET ?1)")
+            .bind(Int64(Scheduler.failuresRemembered)).run()
+    }
+
+    /// Unexpired failures, the oldest first; the others are deleted (`pruneFailures`). A code this version does not
+    /// know reads as `internal`.
     func failures(now: Int64) throws(DatabaseError) -> [(key: String, failure: Failure, until: Int64)] {
         try write()
-        try db.statement("DELETE FROM failures WHERE until <= ?1").bind(now).run()
-        let select = try db.statement("SELECT key, code, message, status, until FROM failures")
+        try pruneFailures(now: now)
+        let select = try db.statement("SELECT key, code, message, status, until FROM failures ORDER BY rowid")
         var rows: [(String, Failure, Int64)] = []
         while try select.step() {
             let failure = Failure(code: ErrorCode(rawValue: select.text(1)) ?? .internal, message: select.text(2),
