@@ -40,16 +40,22 @@ extension CanonicalURL {
         return out
     }
 
-    /// Where the authority starting at `start` ends (at `/`, `?`, `#`, a quote, whitespace or a control character),
-    /// and its last `@`, if any.
+    /// Where the authority starting at `start` ends (at `/`, `?`, `#`, a quote, a control character or a space),
+    /// and its last `@`, if any. A space ends it unless no `@` came before it and one follows with no space after it:
+    /// a userinfo may hold spaces (the parser takes `http://us er:secret@host/` and encodes them), a host may not.
     private static func authorityEnd(_ bytes: [UInt8], from start: Int) -> (end: Int, at: Int?) {
         var at: Int? = nil
+        var firstSpace: (index: Int, at: Int?)? = nil, spaceAfterAt = false
         var j = start
         while j < bytes.endIndex {
             let b = bytes[j]
-            if b <= 0x20 || b == 0x7F || b == UInt8(ascii: "/") || b == UInt8(ascii: "?") || b == UInt8(ascii: "#")
+            if b < 0x20 || b == 0x7F || b == UInt8(ascii: "/") || b == UInt8(ascii: "?") || b == UInt8(ascii: "#")
                 || b == UInt8(ascii: "\"") {
                 break
+            }
+            if b == 0x20 {
+                if firstSpace == nil { firstSpace = (j, at) }
+                spaceAfterAt = true
             }
             if b == UInt8(ascii: "\\") {
                 // A JSON escape pair; `\/` is an escaped slash and ends the authority.
@@ -57,9 +63,13 @@ extension CanonicalURL {
                 j += 2
                 continue
             }
-            if b == UInt8(ascii: "@") { at = j }
+            if b == UInt8(ascii: "@") {
+                at = j
+                spaceAfterAt = false
+            }
             j += 1
         }
+        if let firstSpace, firstSpace.at != nil || at == nil || spaceAfterAt { return (firstSpace.index, firstSpace.at) }
         return (min(j, bytes.endIndex), at)
     }
 }

@@ -14,6 +14,11 @@ struct RedactionTests {
         ("'http://u:p@h.example' failed", "'http://u:***@h.example' failed"),
         ("http://ü:pässword@h.example/é", "http://ü:***@h.example/é"),
         ("http://u:p%40ss@h.example/", "http://u:***@h.example/"),
+        // A userinfo with spaces, which the parser takes (encoded): the reply that echoed the text showed the password.
+        ("http://us er:secret@h.example/x", "http://us er:***@h.example/x"),
+        ("http://user:sec ret@h.example", "http://user:***@h.example"),
+        (#"{"url":"http://a b:c d@h.example/x"}"#, #"{"url":"http://a b:***@h.example/x"}"#),
+        ("get http://u:p@h.example and then mail a@b.example", "get http://u:***@h.example and then mail a@b.example"),
     ])
     func passwordsHidden(text: String, shown: String) {
         #expect(CanonicalURL.redactingUserinfo(in: text) == shown)
@@ -30,6 +35,7 @@ struct RedactionTests {
         "http://h.example/a@b", "http://h.example?q=a@b", "http://h.example#a@b", "http://@h.example/",
         "mail me at a@b.example", "mailto:a@b.example", "user:pass@host", "no url at all", "", "://", "http://",
         "http://user:***@h.example/", "http://***@h.example/",
+        "http://h.example and a@b c", "http://h.example/ mail a@b.example",
     ])
     func untouched(text: String) {
         #expect(CanonicalURL.redactingUserinfo(in: text) == text)

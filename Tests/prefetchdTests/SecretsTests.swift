@@ -75,7 +75,7 @@ struct SecretsTests {
         let daemon = try DaemonUnderTest(["--log-level", "debug"])
         let secret = "s3cr3t-Pw"
         let base = "http://user:\(secret)@127.0.0.1:\(origin.port)"
-        let slow = base + "/secret-slow.jpg?size=60000&drip=30000"   // about 2 s: seen running by list and watch
+        let slow = base + "/secret-slow.jpg?size=60000&drip=12000"   // 5 s: seen running by list and watch, also when slow
         let missing = base + "/secret-missing.jpg?status=404"
 
         let watcher = try RawConnection(socket: daemon.socket)
