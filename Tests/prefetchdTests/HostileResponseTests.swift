@@ -35,6 +35,27 @@ struct HostileResponseTests {
         }
     }
 
+    @Test("a body in 1-byte chunks is written in a few system calls, whole: one write per chunk (300,000 here) stopped the loop for seconds with a few such servers")
+    func oneByteChunks() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let pid = try #require(daemon.child?.pid)
+        /// Write system calls the daemon made so far, all threads (task I/O accounting).
+        func writes() throws -> Int {
+            let io = try String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8)
+            return try #require(io.split(separator: "\n").first { $0.hasPrefix("syscw:") }.flatMap { Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces)) })
+        }
+        let path = "/chunks.jpg?size=300000&chunked=1"
+        let before = try writes()
+        let got = daemon.ctl("get", origin.url(path))
+        #expect(got.status == 0, "\(got.stderr)")
+        let made = try writes() - before
+        #expect(made < 3_000, "\(made) write system calls for a body of 300,000 1-byte chunks")
+        let file = got.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(FileManager.default.contents(atPath: file) == (try origin.body("/chunks.jpg?size=300000")))
+        #expect(try origin.count("/chunks.jpg") == 2, "fetched once by the daemon (and once by the test)")
+    }
+
     @Test("Age: 9223372036854775807 killed the daemon; now the image is served, stale at once")
     func hugeAge() throws {
         let origin = try Origin()

@@ -410,10 +410,12 @@ final class CurlFetcher {
         var ended = false
         while let message = curl_multi_info_read(pool.multi, &pending) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
-            let code = message.pointee.data.result
             var pointer: UnsafeMutableRawPointer?
             pf_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &pointer)
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
+            // The body's last bytes are written now: a full disk then fails the transfer as a write in curl would.
+            var code = message.pointee.data.result
+            if !transfer.writeBody(), code == CURLE_OK { code = CURLE_WRITE_ERROR }
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
             pool.idleConnections.transferEnded(easy, key: transfer.key)

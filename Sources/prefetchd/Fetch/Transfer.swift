@@ -87,6 +87,11 @@ final class Transfer {
     /// The receive buffer a background connection gets (`background_window`), 0 for the kernel's.
     fileprivate let backgroundWindow: Int32
     private var fd: Int32
+    /// Body bytes received and not written yet: curl hands over each chunk of a chunked body apart, and a server
+    /// sending 1-byte chunks made one `write` per byte (about 270,000 in one call into curl, which stopped the loop for
+    /// seconds). Written at `bodyBufferSize`, at the end, and before the file is closed.
+    private var unwritten: [UInt8] = []
+    private static let bodyBufferSize = 64 * 1024
     private let maxBytes: Int64
     /// Seconds with less than `low_speed_limit` bytes/s that stop the transfer.
     let lowSpeedTime: Int64
@@ -272,17 +277,44 @@ final class Transfer {
 
     /// Closes the file and deletes it.
     func discardBody() {
+        unwritten.removeAll()
         closeFile()
         unlink(bodyPath)
     }
 
     func closeFile() {
-        if fd >= 0 { close(fd) }
+        if fd >= 0 {
+            _ = writeBody()
+            close(fd)
+        }
         fd = -1
+    }
+
+    /// Writes the bytes received and not written yet; false, with the reason in `stopReason`, when it cannot.
+    func writeBody() -> Bool {
+        guard !unwritten.isEmpty else { return true }
+        defer { unwritten.removeAll(keepingCapacity: true) }
+        let count = unwritten.count
+        return unwritten.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < count {
+                let written = Glibc.write(fd, bytes.baseAddress! + offset, count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    let full = errno == ENOSPC || errno == EDQUOT
+                    stopReason = Failure(code: full ? .diskFull : .internal,
+                                         message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
+                    return false
+                }
+                offset += written
+            }
+            return true
+        }
     }
 
     /// Drops what a resume had kept: the server sent the whole body again, or the bytes held cannot be trusted.
     private func startOver() {
+        unwritten.removeAll(keepingCapacity: true)
         _ = ftruncate(fd, 0)
         _ = lseek(fd, 0, SEEK_SET)
         received = 0
@@ -361,18 +393,9 @@ final class Transfer {
             stopReason = Failure(code: .tooLarge, message: "the body exceeds the \(maxBytes)-byte limit", isTransient: false)
             return 0
         }
-        var offset = 0
-        while offset < data.count {
-            let written = Glibc.write(fd, data.baseAddress! + offset, data.count - offset)
-            if written < 0 {
-                if errno == EINTR { continue }
-                let full = errno == ENOSPC || errno == EDQUOT
-                stopReason = Failure(code: full ? .diskFull : .internal,
-                                     message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
-                return 0
-            }
-            offset += written
-        }
+        if unwritten.isEmpty { unwritten.reserveCapacity(Self.bodyBufferSize) }
+        unwritten.append(contentsOf: data)
+        if unwritten.count >= Self.bodyBufferSize, !writeBody() { return 0 }
         received += Int64(data.count)
         if !resumeRecorded, received >= Self.resumeWorthRecording, continuation.resumeValidator != nil {
             resumeRecorded = true

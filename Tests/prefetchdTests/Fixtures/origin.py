@@ -43,6 +43,7 @@ Query parameters (combine freely):
     redirect_loop=1    redirect to itself forever (adds incrementing hop=N)
     redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
     no_length=1        no Content-Length, Connection: close, stream then close
+    chunked=N          Transfer-Encoding: chunked, the body in chunks of N bytes
     short=K            full Content-Length but only K bytes sent, then close
     reset_after=K      headers + K bytes, then TCP RST (SO_LINGER 0)
     hangup=1           read the request, then close the connection without a
@@ -763,6 +764,7 @@ class Handler(BaseHTTPRequestHandler):
 
         length = end - start
         no_length = truthy(q, "no_length")
+        chunked = parse_int(q, "chunked", None)
         short = parse_int(q, "short", None)
         reset_after = parse_int(q, "reset_after", None)
         drip = parse_float(q, "drip", None)
@@ -777,6 +779,8 @@ class Handler(BaseHTTPRequestHandler):
         if no_length:
             self.send_header("Connection", "close")
             self.close_connection = True
+        elif chunked:
+            self.send_header("Transfer-Encoding", "chunked")
         else:
             self.send_header("Content-Length", str(length))
         self.end_headers()
@@ -793,7 +797,12 @@ class Handler(BaseHTTPRequestHandler):
         if reset_after is not None:
             limit = reset_after if limit is None else min(limit, reset_after)
             limit = min(limit, length)
-        self._write_body(body, start, end, limit, drip)
+        if chunked:
+            data = b"".join(body.iter_range(start, end))
+            self.wfile.write(b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + chunked]), data[i:i + chunked])
+                                      for i in range(0, len(data), chunked)) + b"0\r\n\r\n")
+        else:
+            self._write_body(body, start, end, limit, drip)
 
         if reset_after is not None:
             time.sleep(0.05)  # let the client read the bytes before the RST
