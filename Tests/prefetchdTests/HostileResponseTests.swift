@@ -149,6 +149,20 @@ struct HostileResponseTests {
         #expect(requests.dropFirst().first?.status == 206)
     }
 
+    @Test("a Last-Modified no later than the response's Date is a weak validator: it was sent as If-Range, and a file replaced within that second had its rest joined to the bytes kept; now such a download starts over")
+    func weakLastModifiedNotForResume() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-attempts", "2"])
+        let query = "size=19419&cut_first=5000&no_etag=1&modified_now=1"
+        let weak = daemon.ctl("get", "--json", origin.url("/weak.jpg?\(query)"))
+        #expect(try origin.stats().log.filter { $0.path == "/weak.jpg" }.map(\.range) == [nil, nil], "\(weak.stdout)")
+        #expect(try entry(weak)["sha256"] as? String == (try sha256Hex(origin.body("/weak.jpg?size=19419"))))
+        // With a Last-Modified older than its Date, the same cut resumes.
+        let strong = daemon.ctl("get", "--json", origin.url("/strong.jpg?size=19419&cut_first=5000&no_etag=1"))
+        #expect(try origin.stats().log.filter { $0.path == "/strong.jpg" }.map(\.range) == [nil, "bytes=5000-"], "\(strong.stdout)")
+        #expect(try entry(strong)["sha256"] as? String == (try sha256Hex(origin.body("/strong.jpg?size=19419"))))
+    }
+
     @Test("a resume answered 206 without a validator, with the rest of another version, was joined to the bytes kept (the review's second pass: a 206 with no ETag or Last-Modified); now nothing is joined that no validator vouches for")
     func resumeWithoutValidator() throws {
         _ = try refusedResume("/bare.jpg", "changed=1&ignore_if_range=1&bare_206=1", whole: "&changed=1")

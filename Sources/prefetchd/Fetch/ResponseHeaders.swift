@@ -259,6 +259,15 @@ struct ResponseHeaders: Equatable {
         return .mismatch("the server answered a request for \(asked) with Content-Range: \(contentRange.prefix(60))")
     }
 
+    /// `Last-Modified` when it is a strong validator (RFC 9110 section 8.8.2.2): the response's `Date` is a second or
+    /// more later, so the file cannot have changed again within the second it names. Only a strong one may be an
+    /// `If-Range` (section 13.1.5): a file replaced within that second, rest and all, would be joined to the bytes kept.
+    var strongLastModified: String? {
+        guard let lastModified, let date, let modified = Self.parseDate(lastModified), let sent = Self.parseDate(date),
+              sent.saturatingSubtract(modified) >= 1000 else { return nil }
+        return lastModified
+    }
+
     /// An HTTP date as Unix ms (curl's date parser); dates past the year 292 million saturate.
     static func parseDate(_ text: String) -> Int64? {
         let seconds = curl_getdate(text, nil)

@@ -375,8 +375,9 @@ final class Transfer {
                 }
                 startOver()
             }
-            // An encoded body is stored decoded: its bytes are not the ones a range would count.
-            let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.lastModified
+            // An encoded body is stored decoded: its bytes are not the ones a range would count. Only a strong
+            // validator may join a rest to it.
+            let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.strongLastModified
             continuation.conditional = nil
             continuation.resumeValidator = validator
             var version = 0

@@ -72,6 +72,8 @@ Query parameters (combine freely):
     ignore_if_range=1  a Range is served whatever If-Range says
     gzip_later=1       gzip=1 from the second request for this path on
     bare_206=1         a 206 carries neither ETag nor Last-Modified
+    no_etag=1          no ETag
+    modified_now=1     Last-Modified is now (as Date: a weak validator, RFC 9110 section 8.8.2.2)
     etag_304=TAG       a 304 carries ETag TAG instead of the body's
     lie_range=A        a request with a Range header gets 206 with the bytes
                        from A to the end (and a Content-Range saying so),
@@ -701,9 +703,11 @@ class Handler(BaseHTTPRequestHandler):
         ranges_on = q.get("ranges", "1") != "0" and not gzipped
         common = [
             ("ETag", etag),
-            ("Last-Modified", LAST_MODIFIED),
+            ("Last-Modified", self.date_time_string() if truthy(q, "modified_now") else LAST_MODIFIED),
             ("Accept-Ranges", "bytes" if ranges_on else "none"),
         ]
+        if truthy(q, "no_etag"):
+            common = common[1:]
         cache_control = q["cc"] if "cc" in q else DEFAULT_CACHE_CONTROL
         if cache_control:
             common.append(("Cache-Control", cache_control))
