@@ -352,6 +352,17 @@ struct HostileResponseTests {
         #expect(try origin.count("/garbled.jpg") == 3)
     }
 
+    @Test("zstd was asked for and decoded: a frame may ask for a 128 MiB window, which curl grants (50 MB of memory a transfer for 10 KB of zstd); now it is not asked for, and a zstd body is refused before curl decodes it")
+    func zstdNotAskedFor() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/zstd.jpg?header=Content-Encoding:zstd")))
+        #expect(failed.code == "network" && failed.message.contains("did not ask for") && failed.message.contains("zstd"),
+                "\(failed)")
+        let asked = try origin.stats().log.filter { $0.path == "/zstd.jpg" }.map { $0.headers?["Accept-Encoding"] }
+        #expect(asked == ["gzip, deflate, br"], "once, without zstd")
+    }
+
     @Test("host_start_rate 1e-300 was accepted and crashed the daemon when a host waited for a start; now it is refused")
     func tinyHostStartRate() throws {
         let refused = run(Paths.prefetchd, ["--check-config", "--host-start-rate", "1e-300"])

@@ -207,9 +207,12 @@ struct ResponseHeaders: Equatable {
     /// Whether a coding other than `identity` was applied to the body.
     var isEncoded: Bool { !codings.isEmpty }
 
-    /// The first coding applied to the body that curl does not decode (it asks for the ones it does), if any.
+    /// The codings the daemon asks for (`Accept-Encoding`), which curl decodes.
+    static let decodedCodings = ["gzip", "deflate", "br"]
+
+    /// The first coding applied to the body that the daemon did not ask for, if any.
     var undecodableCoding: String? {
-        codings.first { !["gzip", "x-gzip", "deflate", "br", "zstd"].contains($0) }
+        codings.first { $0 != "x-gzip" && !Self.decodedCodings.contains($0) }
     }
 
     /// When the response stops being fresh (Unix ms), per RFC 9111 section 4.2: the freshness lifetime from
