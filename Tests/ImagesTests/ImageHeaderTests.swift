@@ -24,6 +24,22 @@ import Testing
         #expect(after.orientation == 6 && after.width == 64 && after.height == 48)
     }
 
+    @Test("a progressive JPEG's coefficients for the whole picture, whatever the scale: the variants' memory budget counts them")
+    func progressiveJPEGCoefficients() {
+        /// SOI, an APP0 segment, then a frame header of `marker`: 200×100, `components` components.
+        func jpeg(_ marker: UInt8, components: UInt8 = 3) -> [UInt8] {
+            [0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0x4A, 0x46, 0xFF, marker, 0x00, 0x11, 0x08, 0x00, 0x64, 0x00, 0xC8, components]
+                + [UInt8](repeating: 0x11, count: 9)
+        }
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC2)) == Int64(200 * 100 * 3 * 2))
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xCA, components: 1)) == Int64(200 * 100 * 2), "arithmetic")
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC0)) == 0, "baseline")
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC1)) == 0, "extended sequential")
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes(Array(jpeg(0xC2).prefix(12))) == nil, "the header cut")
+        #expect(ImageHeader.progressiveJPEGCoefficientBytes([0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x08]) == nil, "a scan first")
+        #expect(parse(jpeg(0xC2)).width == 200 && parse(jpeg(0xC2)).height == 100)
+    }
+
     @Test func tellsMarkupApart() {
         #expect(parse("<svg xmlns='http://www.w3.org/2000/svg'/>").kind == .image("svg"))
         #expect(parse("\u{FEFF}  <!DOCTYPE svg PUBLIC '-//W3C//DTD SVG 1.1//EN' 'x'><svg/>").kind == .image("svg"))

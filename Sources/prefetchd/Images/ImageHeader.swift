@@ -117,6 +117,39 @@ struct ImageHeader: Equatable, Sendable {
     private static func jpeg(_ b: [UInt8]) -> ImageHeader {
         var header = ImageHeader(kind: .image("jpeg"))
         var sawExif = false
+        walkJPEG(b) { marker, body, end in
+            if isStartOfFrame(marker), header.width == nil, body + 5 <= b.count {
+                header.height = Int(b.bigEndian16(at: body + 1))
+                header.width = Int(b.bigEndian16(at: body + 3))
+            }
+            if marker == 0xE1, !sawExif, body < end, b[body..<end].starts(with: "Exif\0\0".utf8) {
+                sawExif = true
+                header.orientation = exifOrientation(b[body..<end]) ?? 1
+            }
+            return true
+        }
+        return header
+    }
+
+    /// The bytes of DCT coefficients libjpeg holds for the whole picture while it decodes a progressive JPEG, at any
+    /// scale (2 bytes a coefficient, one per pixel and component); 0 for a baseline one; nil when the first frame
+    /// header is not among `bytes` (the first bytes of a JPEG).
+    static func progressiveJPEGCoefficientBytes(_ bytes: [UInt8]) -> Int64? {
+        var found: Int64?
+        walkJPEG(bytes) { marker, body, _ in
+            guard isStartOfFrame(marker) else { return true }
+            if body + 6 <= bytes.count {
+                let height = Int64(bytes.bigEndian16(at: body + 1)), width = Int64(bytes.bigEndian16(at: body + 3))
+                found = [0xC2, 0xC6, 0xCA, 0xCE].contains(marker) ? width * height * Int64(bytes[body + 5]) * 2 : 0
+            }
+            return false
+        }
+        return found
+    }
+
+    /// Walks a JPEG's marker segments up to its first scan, as libjpeg does: `visit` gets each segment's marker, the
+    /// start of its body and its end (within `b`), and says whether to go on.
+    private static func walkJPEG(_ b: [UInt8], _ visit: (_ marker: UInt8, _ body: Int, _ end: Int) -> Bool) {
         var offset = 2
         while offset + 4 <= b.count {
             guard b[offset] == 0xFF else { break }
@@ -126,19 +159,9 @@ struct ImageHeader: Equatable, Sendable {
             if marker == 0xD9 || marker == 0xDA { break }
             let length = Int(b.bigEndian16(at: offset + 2))
             guard length >= 2 else { break }
-            let body = offset + 4
-            let end = min(offset + 2 + length, b.count)
-            if isStartOfFrame(marker), header.width == nil, body + 5 <= b.count {
-                header.height = Int(b.bigEndian16(at: body + 1))
-                header.width = Int(b.bigEndian16(at: body + 3))
-            }
-            if marker == 0xE1, !sawExif, body < end, b[body..<end].starts(with: "Exif\0\0".utf8) {
-                sawExif = true
-                header.orientation = exifOrientation(b[body..<end]) ?? 1
-            }
+            guard visit(marker, offset + 4, min(offset + 2 + length, b.count)) else { return }
             offset += 2 + length
         }
-        return header
     }
 
     /// Whether a JPEG marker starts a frame header (SOF0–SOF15, which share C4 DHT, C8 JPG and CC DAC's range).

@@ -87,7 +87,7 @@ final class Variants {
                 return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
             }
         }
-        let pixels = pixels(of: original, spec: spec)
+        let pixels = pixels(of: original, source: source, spec: spec)
         // Decoding an original is a risky step (`CrashGuard`).
         waiting.append((pixels, { [unowned self] passed in
             crashGuard.whenFree { [unowned self] in
@@ -128,9 +128,10 @@ final class Variants {
     }
 
     /// The pixels a job holds at once: the picture decoded (smaller than the original for loaders that scale while
-    /// decoding) and the output. From the size the index recorded; an original of unknown size counts as the
-    /// largest allowed.
-    private func pixels(of original: IndexEntry, spec: VariantSpec) -> Int64 {
+    /// decoding) and the output, and for a progressive JPEG the coefficients libjpeg keeps for the whole picture (in
+    /// pixels of 4 bytes: a 7071×7071 one held 300 MB to make a 100×100 thumbnail, counted as 0.8 Mpx). From the
+    /// size the index recorded; an original of unknown size counts as the largest allowed.
+    private func pixels(of original: IndexEntry, source: String, spec: VariantSpec) -> Int64 {
         guard let width = original.width, let height = original.height, (1...Int(Int32.max)).contains(width),
               (1...Int(Int32.max)).contains(height) else { return maxPixels }
         let geometry = VariantGeometry(sourceWidth: width, sourceHeight: height, spec: spec)
@@ -139,7 +140,14 @@ final class Variants {
            let smaller = geometry.decodeSize(storedWidth: width, storedHeight: height) {
             decoded = smaller
         }
+        var coefficients: Int64 = 0
+        if original.format == "jpeg" {
+            // A frame header past the first 256 KiB (or a file unreadable now) counts as progressive, 3 components.
+            let prefix = (try? ImageFile(source)).map { Array($0.prefix) } ?? []
+            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(prefix) ?? Int64(width) * Int64(height) * 6) / 4
+        }
         return Int64(decoded.width) * Int64(decoded.height) + Int64(geometry.outputWidth) * Int64(geometry.outputHeight)
+            + coefficients
     }
 
     /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made
