@@ -15,7 +15,12 @@ extension Daemon {
         }
         // Read first, so that the bytes a view holds are counted as it holds them (a key may be three times the text).
         let rows = urls.map { text in Result { try CanonicalURL(text) }.mapError(Self.wireError) }
-        let adding = zip(urls, rows).reduce(0) { $0 + ((try? $1.1.get())?.key ?? $1.0).utf8.count }
+        let adding = zip(urls, rows).reduce(0) { total, row in
+            switch row.1 {
+            case .success(let url): total + url.key.utf8.count
+            case .failure(let error): total + ViewRows.heldBytes(row.0, error)
+            }
+        }
         guard urls.isEmpty || (keepsRows ? existing?.urlBytes ?? 0 : 0) + adding <= View.maximumURLBytes else {
             return fail(connection, id, WireError(.badRequest, "a view lists at most \(View.maximumURLBytes >> 20) MiB of URLs"))
         }

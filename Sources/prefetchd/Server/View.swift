@@ -26,7 +26,7 @@ final class View {
         urlBytes += url.key.utf8.count
     }
 
-    /// The bytes of its rows' URLs (canonical keys, or the texts of rejected rows), each row counted.
+    /// The bytes of its rows' URLs (canonical keys, or what rejected rows hold), each row counted.
     private(set) var urlBytes = 0
 
     /// The most URL bytes one view may list (100,000 rows of 8 KB URLs held 860 MB): 671 bytes a row on average.
@@ -35,7 +35,7 @@ final class View {
     /// Appends a row that cannot be fetched: the text the client sent, and why.
     func reject(_ text: String, _ error: WireError) {
         rows.reject(text, error)
-        urlBytes += text.utf8.count
+        urlBytes += ViewRows.heldBytes(text, error)
     }
 
     /// The variant every visible row is answered with, when the view asked for a size.
