@@ -237,7 +237,7 @@ struct ConfigTests {
         #expect(result.stderr.contains("\(config):2: per_host:"), "\(result.stderr)")
     }
 
-    @Test("metrics_textfile on the socket, the configuration or in the cache directory (it replaced the socket, and the index with its queue) is refused; so is a missing directory")
+    @Test("metrics_textfile on the socket, the configuration or in the cache directory (it replaced the socket, and the index with its queue) is refused; so is a missing directory, and a socket in the cache's files/ or tmp/")
     func metricsTextfileClashes() throws {
         let directory = try TemporaryDirectory()
         let config = directory.path + "/prefetchd.conf", socket = directory.path + "/ctl.sock"
@@ -259,6 +259,12 @@ struct ConfigTests {
         #expect(link.status == 0, "a symbolic link is replaced, not written through: \(link.stderr)")
         let (missing, _) = check(base + ["--metrics-textfile", directory.path + "/none/m.prom"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot use the directory of"), "\(missing.stderr)")
+        // The socket where the start deletes what the index does not name: it deleted its own socket, and served on.
+        for swept in ["/files/ab/ctl.sock", "/tmp/ctl.sock", "/../cache/files/ctl.sock"] {
+            let (result, _) = check(["--socket", cache + swept, "--cache-dir", cache])
+            #expect(result.status == 1 && result.stderr.contains("where the daemon deletes every file"), "\(swept): \(result.stderr)")
+        }
+        #expect(check(["--socket", cache + "/ctl.sock", "--cache-dir", cache]).0.status == 0, "beside the index it stays")
         let (good, settings) = check(base + ["--metrics-textfile", directory.path + "/prefetchd.prom"])
         #expect(good.status == 0 && settings["metrics_textfile"] == directory.path + "/prefetchd.prom", "\(good.stderr)")
     }

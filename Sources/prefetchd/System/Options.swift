@@ -410,12 +410,22 @@ struct Options {
     }
 
     /// The socket's path as it will be bound, a default or a relative one made absolute, fits a Unix socket address
-    /// (a socket systemd passes is not bound here).
+    /// and is not where the daemon deletes what its index does not name, the cache's `files/` and `tmp/` (a socket
+    /// systemd passes is not bound here).
     private func checkSocketPath() throws {
+        guard environment["LISTEN_FDS"] == nil else { return }
         let limit = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
-        guard environment["LISTEN_FDS"] == nil, socketPath.utf8.count > limit else { return }
-        throw DaemonError("socket: \(socketPath) is \(socketPath.utf8.count) bytes long: a Unix socket's path has at most "
-                          + "\(limit); set socket (or --socket) to a shorter path")
+        if socketPath.utf8.count > limit {
+            throw DaemonError("socket: \(socketPath) is \(socketPath.utf8.count) bytes long: a Unix socket's path has at "
+                              + "most \(limit); set socket (or --socket) to a shorter path")
+        }
+        // Its directories may not exist yet: the start makes them.
+        let socket = resolvingDirectory(socketPath) ?? lexicallyNormal(socketPath)
+        let caches = [realPath(cacheDirectory), lexicallyNormal(cacheDirectory)].compactMap { $0 }
+        for swept in ["/files/", "/tmp/"] where caches.contains(where: { socket.hasPrefix($0 + swept) }) {
+            throw DaemonError("socket: \(socketPath) is in the cache's \(swept.dropFirst()) directory, where the daemon "
+                              + "deletes every file its index does not name (its own socket among them): put it elsewhere")
+        }
     }
 
     /// Whether the metrics may replace what is at `path`: nothing, a regular file, or a symbolic link (the link is
@@ -731,6 +741,15 @@ private func realPath(_ path: String) -> String? {
 }
 
 /// An absolute `path` with its directory resolved (the file itself need not exist); nil when the directory does not.
+/// An absolute `path` without `.` and `..` components, worked out from its text alone.
+private func lexicallyNormal(_ path: String) -> String {
+    var parts: [Substring] = []
+    for part in path.split(separator: "/") where part != "." {
+        if part == ".." { _ = parts.popLast() } else { parts.append(part) }
+    }
+    return "/" + parts.joined(separator: "/")
+}
+
 private func resolvingDirectory(_ path: String) -> String? {
     guard let slash = path.lastIndex(of: "/"), let directory = realPath(slash == path.startIndex ? "/" : String(path[..<slash]))
     else { return nil }
