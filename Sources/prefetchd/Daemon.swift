@@ -156,6 +156,10 @@ final class Daemon {
     /// that damage, to start again with (`StartAgain`).
     func run() throws -> DatabaseError? {
         let descriptorLimit = Self.raiseDescriptorLimit()
+        // The listening socket is one more of the daemon's own.
+        if let tooFew = Self.descriptorShortage(limit: descriptorLimit, own: openDescriptorCount() + 1, options: options) {
+            throw DaemonError(tooFew)
+        }
         let (fd, path, activation) = try openListeningSocket()
         clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
         try clients.listen(on: fd, path: path, activation: activation, options: options)
@@ -222,10 +226,25 @@ final class Daemon {
     private static let descriptorsPerCheck = 1
 
     /// The descriptors kept from the clients for every transfer the lanes may run and the workers of both pools.
-    var workDescriptors: Int {
-        (options.fastWidth + options.slowWidth) * Self.descriptorsPerTransfer
-            + options.workerThreads * (Self.descriptorsPerResize + Self.descriptorsPerCheck)
+    var workDescriptors: Int { Self.workDescriptors(options) }
+
+    static func workDescriptors(_ options: Options) -> Int {
+        (options.fastWidth + options.slowWidth) * descriptorsPerTransfer
+            + options.workerThreads * (descriptorsPerResize + descriptorsPerCheck)
     }
+
+    /// Why `limit` (RLIMIT_NOFILE) is too low for `options`, if it is: the lanes' transfers and the workers, with the
+    /// `own` descriptors the daemon holds, would leave fewer than `fewestClients` for clients. (Started anyway, every
+    /// transfer past the limit failed as `internal`, and `status` blamed the disk.)
+    static func descriptorShortage(limit: Int, own: Int, options: Options) -> String? {
+        let work = workDescriptors(options)
+        guard limit - own - work < fewestClients else { return nil }
+        return "RLIMIT_NOFILE is \(limit): fast_width \(options.fastWidth) and slow_width \(options.slowWidth) need \(work) "
+            + "descriptors for their transfers and the workers, the daemon holds \(own), and at least \(fewestClients) are "
+            + "needed for clients: raise the limit (LimitNOFILE= under systemd, ulimit -n) or narrow the lanes"
+    }
+
+    static let fewestClients = 16
 
     // MARK: Loop hooks
 

@@ -24,10 +24,10 @@ final class Clients {
     /// The most unsent output all clients may hold; the ones holding the most are closed beyond it.
     private var outputBudget: Int
     /// RLIMIT_NOFILE.
-    private var descriptorLimit = 1024
+    private(set) var descriptorLimit = 1024
     /// Descriptors open when the daemon started listening (its own files), and descriptors kept for the work
     /// (transfers, workers): neither is for clients.
-    private var baseDescriptors = 0
+    private(set) var baseDescriptors = 0
     private var workDescriptors = 0
     /// A request line from a client.
     var onLine: (_ line: [UInt8], _ connection: Connection) -> Void = { _, _ in }

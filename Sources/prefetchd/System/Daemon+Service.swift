@@ -55,6 +55,10 @@ extension Daemon {
         } catch {
             return Log.error("SIGHUP: keeping the running configuration: \(error)")
         }
+        if let tooFew = Self.descriptorShortage(limit: clients.descriptorLimit, own: clients.baseDescriptors,
+                                                options: reloaded) {
+            return Log.error("SIGHUP: keeping the running configuration: \(tooFew)")
+        }
         options = reloaded
         Log.threshold = options.logLevel
         clients.reconfigure(options)
