@@ -41,11 +41,12 @@ extension CanonicalURL {
     }
 
     /// Where the authority starting at `start` ends (at `/`, `?`, `#`, a quote, a control character or a space),
-    /// and its last `@`, if any. A space ends it unless no `@` came before it and one follows with no space after it:
-    /// a userinfo may hold spaces (the parser takes `http://us er:secret@host/` and encodes them), a host may not.
+    /// and its last `@`, if any. A userinfo may hold spaces (the parser takes `http://us er:secret@host/` and encodes
+    /// them), a host may not: a space before any `@` with an `@` after it belongs to the userinfo, and the authority
+    /// ends at the first space after the last `@`. (Prose with an `@` further on is hidden too, which is harmless.)
     private static func authorityEnd(_ bytes: [UInt8], from start: Int) -> (end: Int, at: Int?) {
         var at: Int? = nil
-        var firstSpace: (index: Int, at: Int?)? = nil, spaceAfterAt = false
+        var firstSpace: (index: Int, at: Int?)? = nil, spaceAfterAt: Int? = nil
         var j = start
         while j < bytes.endIndex {
             let b = bytes[j]
@@ -55,7 +56,7 @@ extension CanonicalURL {
             }
             if b == 0x20 {
                 if firstSpace == nil { firstSpace = (j, at) }
-                spaceAfterAt = true
+                if spaceAfterAt == nil { spaceAfterAt = j }
             }
             if b == UInt8(ascii: "\\") {
                 // A JSON escape pair; `\/` is an escaped slash and ends the authority.
@@ -65,11 +66,12 @@ extension CanonicalURL {
             }
             if b == UInt8(ascii: "@") {
                 at = j
-                spaceAfterAt = false
+                spaceAfterAt = nil
             }
             j += 1
         }
-        if let firstSpace, firstSpace.at != nil || at == nil || spaceAfterAt { return (firstSpace.index, firstSpace.at) }
-        return (min(j, bytes.endIndex), at)
+        guard let firstSpace else { return (min(j, bytes.endIndex), at) }
+        if firstSpace.at != nil || at == nil { return (firstSpace.index, firstSpace.at) }
+        return (spaceAfterAt ?? min(j, bytes.endIndex), at)
     }
 }

@@ -156,10 +156,7 @@ final class Daemon {
     /// that damage, to start again with (`StartAgain`).
     func run() throws -> DatabaseError? {
         let descriptorLimit = Self.raiseDescriptorLimit()
-        // The listening socket is one more of the daemon's own.
-        if let tooFew = Self.descriptorShortage(limit: descriptorLimit, own: openDescriptorCount() + 1, options: options) {
-            throw DaemonError(tooFew)
-        }
+        if let tooFew = Self.descriptorShortage(limit: descriptorLimit, options: options) { throw DaemonError(tooFew) }
         let (fd, path, activation) = try openListeningSocket()
         clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
         try clients.listen(on: fd, path: path, activation: activation, options: options)
@@ -233,18 +230,17 @@ final class Daemon {
             + options.workerThreads * (descriptorsPerResize + descriptorsPerCheck)
     }
 
-    /// Why `limit` (RLIMIT_NOFILE) is too low for `options`, if it is: the lanes' transfers and the workers, with the
-    /// `own` descriptors the daemon holds, would leave fewer than `fewestClients` for clients. (Started anyway, every
-    /// transfer past the limit failed as `internal`, and `status` blamed the disk.)
-    static func descriptorShortage(limit: Int, own: Int, options: Options) -> String? {
+    /// Why `limit` (RLIMIT_NOFILE) is too low for `options`, if it is: the lanes' transfers and the workers alone
+    /// would need more descriptors than it allows. (Started anyway, most transfers failed as `internal`, `status`
+    /// blamed the disk, and one client at a time was served.) A limit merely tight is served as it can be: its
+    /// transfers that find no descriptor fail as `internal`, never blamed on a host.
+    static func descriptorShortage(limit: Int, options: Options) -> String? {
         let work = workDescriptors(options)
-        guard limit - own - work < fewestClients else { return nil }
+        guard work >= limit else { return nil }
         return "RLIMIT_NOFILE is \(limit): fast_width \(options.fastWidth) and slow_width \(options.slowWidth) need \(work) "
-            + "descriptors for their transfers and the workers, the daemon holds \(own), and at least \(fewestClients) are "
-            + "needed for clients: raise the limit (LimitNOFILE= under systemd, ulimit -n) or narrow the lanes"
+            + "descriptors for their transfers and the workers, more than it allows: raise the limit (LimitNOFILE= "
+            + "under systemd, ulimit -n) or narrow the lanes"
     }
-
-    static let fewestClients = 16
 
     // MARK: Loop hooks
 
@@ -493,9 +489,13 @@ final class Daemon {
         if state == .stale, let entry, !entry.mustRevalidate, let staleAllowance,
            now.saturatingSubtract(entry.freshUntil) <= staleAllowance {
             answer(entry, stale: true)
-            let (outcome, actions) = scheduler.queue(url, cache: .stale, now: .now)
-            if outcome == .queued { taskCreated(url.key) }
-            return apply(actions)
+            let moment = Moment.now
+            return apply(scheduler.batch(now: moment) { scheduler in
+                let loaded = loadIfQueued(url, cache: .stale, into: &scheduler, now: moment)
+                let (outcome, actions) = scheduler.queue(url, cache: .stale, now: moment)
+                if outcome == .queued { taskCreated(url.key) }
+                return loaded + actions
+            })
         }
         if let full = connection.waitsFull { return fail(connection, id, full) }
         telemetry.cacheMiss()
@@ -773,7 +773,7 @@ final class Daemon {
                 taken += 1
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now),
                                                          now: .now)
-                try loadedFromBacklog(row.key, outcome)
+                try loadedFromQueue(row.key, outcome)
                 apply(actions)
             }
         } catch {
@@ -783,7 +783,7 @@ final class Daemon {
 
     /// A queued URL was offered to the scheduler as background work: a task holds it now, or the cache or a
     /// remembered failure answered it and its queue entry goes.
-    func loadedFromBacklog(_ key: String, _ outcome: QueueOutcome) throws(DatabaseError) {
+    func loadedFromQueue(_ key: String, _ outcome: QueueOutcome) throws(DatabaseError) {
         switch outcome {
         case .cached, .skipped: try store.dequeue(key)
         case .queued:
@@ -803,7 +803,7 @@ final class Daemon {
         do {
             guard try store.isQueued(url.key) else { return [] }
             let (outcome, actions) = scheduler.queue(url, cache: cache, now: now)
-            try loadedFromBacklog(url.key, outcome)
+            try loadedFromQueue(url.key, outcome)
             return actions
         } catch {
             Log.error("cannot look \(url.key) up in the durable queue: \(error)")

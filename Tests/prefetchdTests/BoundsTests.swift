@@ -311,7 +311,7 @@ struct BoundsTests {
                                                "--cache-dir", directory.path + "/cache", "--fast-width", "1024",
                                                "--slow-width", "1024"])
         #expect(refused.status == 1)
-        #expect(refused.stderr.contains("RLIMIT_NOFILE is 128: fast_width 1024 and slow_width 1024 need"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("RLIMIT_NOFILE is 128: fast_width 1024 and slow_width 1024 need 8"), "\(refused.stderr)")
         // The defaults fit; a reload to lanes that do not is refused, and the running ones stay.
         let config = directory.path + "/prefetchd.conf"
         try "fast_width = 8\n".write(toFile: config, atomically: true, encoding: .utf8)

@@ -260,9 +260,11 @@ struct ConfigTests {
         let (missing, _) = check(base + ["--metrics-textfile", directory.path + "/none/m.prom"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot use the directory of"), "\(missing.stderr)")
         // The socket where the start deletes what the index does not name: it deleted its own socket, and served on.
-        for swept in ["/files/ab/ctl.sock", "/tmp/ctl.sock", "/../cache/files/ctl.sock"] {
-            let (result, _) = check(["--socket", cache + swept, "--cache-dir", cache])
-            #expect(result.status == 1 && result.stderr.contains("where the daemon deletes every file"), "\(swept): \(result.stderr)")
+        #expect(symlink(cache, directory.path + "/link") == 0)
+        for socketPath in [cache + "/files/ab/ctl.sock", cache + "/tmp/ctl.sock", cache + "/../cache/files/ctl.sock",
+                           directory.path + "/link/files/new/ctl.sock"] {
+            let (result, _) = check(["--socket", socketPath, "--cache-dir", cache])
+            #expect(result.status == 1 && result.stderr.contains("where the daemon deletes every file"), "\(socketPath): \(result.stderr)")
         }
         #expect(check(["--socket", cache + "/ctl.sock", "--cache-dir", cache]).0.status == 0, "beside the index it stays")
         let (good, settings) = check(base + ["--metrics-textfile", directory.path + "/prefetchd.prom"])

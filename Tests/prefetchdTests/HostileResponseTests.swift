@@ -361,6 +361,9 @@ struct HostileResponseTests {
                 "\(failed)")
         let asked = try origin.stats().log.filter { $0.path == "/zstd.jpg" }.map { $0.headers?["Accept-Encoding"] }
         #expect(asked == ["gzip, deflate, br"], "once, without zstd")
+        // An error page in zstd is not decoded either: its status is the answer.
+        let page = try error(daemon.ctl("get", "--json", origin.url("/zstd-missing.jpg?status=404&header=Content-Encoding:zstd")))
+        #expect(page.code == "http_status" && page.message.contains("404"), "\(page)")
     }
 
     @Test("host_start_rate 1e-300 was accepted and crashed the daemon when a host waited for a start; now it is refused")

@@ -272,6 +272,24 @@ struct ViewTests {
         #expect(counted + Int(status.backlog) == 1100, "\(status)")
     }
 
+    @Test("a get --max-stale of a stale URL the durable queue holds but had not read: its revalidation is the queue's task, counted once; a promote of such a URL starts its queue wait")
+    func staleAnswerKeepsTheQueuesTask() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let stale = origin.url("/stale.jpg?cc=max-age%3D0")
+        #expect(daemon.ctl("get", stale).status == 0)
+        let urls = (0..<1100).map { origin.url("/held/\($0).jpg?delay=30") } + [stale]  // the first one holds the slow lane
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        #expect(daemon.ctl("get", "--max-stale", "3600", stale).status == 0)
+        let status = try daemon.status()
+        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
+        #expect(counted + Int(status.backlog) == 1101, "\(status)")
+        // A promote loads such a URL and starts it at once in the fast lane: its wait is measured.
+        #expect(daemon.ctl("promote", urls[1090]).status == 0)
+        let metrics = daemon.ctl("metrics").stdout
+        #expect(metrics.contains("prefetchd_queue_wait_seconds_count{lane=\"fast\"} 2\n"), "\(metrics)")
+    }
+
     @Test("bad view requests get bad_request and change nothing; rejected URLs are listed and reported when visible")
     func badRequests() throws {
         let origin = try Origin()

@@ -415,7 +415,7 @@ final class CurlFetcher {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer!).takeUnretainedValue()
             // The body's last bytes are written now: a full disk then fails the transfer as a write in curl would.
             var code = message.pointee.data.result
-            if !transfer.writeBody(), code == CURLE_OK { code = CURLE_WRITE_ERROR }
+            if code == CURLE_OK, !transfer.writeBody() { code = CURLE_WRITE_ERROR }
             transfer.narrowWindowAfterUrgentWork(stillOnConnection: false)
             transfers.removeValue(forKey: transfer.key)
             pool.idleConnections.transferEnded(easy, key: transfer.key)

@@ -207,8 +207,9 @@ struct ResponseHeaders: Equatable {
     /// Whether a coding other than `identity` was applied to the body.
     var isEncoded: Bool { !codings.isEmpty }
 
-    /// The codings the daemon asks for (`Accept-Encoding`), which curl decodes.
-    static let decodedCodings = ["gzip", "deflate", "br"]
+    /// The codings the daemon asks for (`Accept-Encoding`): gzip and deflate, and br when this libcurl decodes it.
+    static let decodedCodings = ["gzip", "deflate"]
+        + (Int(pf_version_info().pointee.features) & Int(CURL_VERSION_BROTLI) != 0 ? ["br"] : [])
 
     /// The first coding applied to the body that the daemon did not ask for, if any.
     var undecodableCoding: String? {

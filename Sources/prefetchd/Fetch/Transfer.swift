@@ -303,8 +303,10 @@ final class Transfer {
                 if written < 0 {
                     if errno == EINTR { continue }
                     let full = errno == ENOSPC || errno == EDQUOT
-                    stopReason = Failure(code: full ? .diskFull : .internal,
-                                         message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
+                    if stopReason == nil {
+                        stopReason = Failure(code: full ? .diskFull : .internal,
+                                             message: "writing \(bodyPath): \(String(cString: strerror(errno)))", isTransient: true)
+                    }
                     return false
                 }
                 offset += written
@@ -435,10 +437,13 @@ final class Transfer {
             return false
         }
         // At the end of a final response's headers: curl would decode a coding it knows but the daemon did not ask
-        // for (zstd) before anything could look at it.
-        if line.count <= 2, (200...299).contains(responseCode), let coding = headers.undecodableCoding {
-            stopReason = Failure(code: .network, message: "the body is in a coding the daemon did not ask for and does "
-                                 + "not decode (Content-Encoding: \(coding.prefix(40)))", isTransient: false)
+        // for (zstd) before anything could look at it, an error page's too. (A redirect's body curl does not read.)
+        let status = line.count <= 2 ? responseCode : 0
+        if status >= 200, !(300...399).contains(status), let coding = headers.undecodableCoding {
+            stopReason = (200...299).contains(status)
+                ? Failure(code: .network, message: "the body is in a coding the daemon did not ask for and does not "
+                          + "decode (Content-Encoding: \(coding.prefix(40)))", isTransient: false)
+                : Failure.httpStatus(status, retryAfter: headers.retryAfterMilliseconds(now: wallClockMilliseconds()))
             return false
         }
         return true

@@ -142,12 +142,23 @@ final class Variants {
         }
         var coefficients: Int64 = 0
         if original.format == "jpeg" {
-            // A frame header past the first 256 KiB (or a file unreadable now) counts as progressive, 3 components.
-            let prefix = (try? ImageFile(source)).map { Array($0.prefix) } ?? []
-            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(prefix) ?? Int64(width) * Int64(height) * 6) / 4
+            // Read here, on the loop thread: 64 KiB. A frame header past them (or a file unreadable now) counts as
+            // progressive, 3 components.
+            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(Self.firstBytes(of: source, 64 * 1024))
+                            ?? Int64(width) * Int64(height) * 6) / 4
         }
         return Int64(decoded.width) * Int64(decoded.height) + Int64(geometry.outputWidth) * Int64(geometry.outputHeight)
             + coefficients
+    }
+
+    /// The first `count` bytes of the file at `path`: fewer when it is shorter, none when it cannot be read.
+    private static func firstBytes(of path: String, _ count: Int) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, 0) }
+        return Array(bytes.prefix(max(0, read)))
     }
 
     /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made

@@ -27,7 +27,7 @@ final class Clients {
     private(set) var descriptorLimit = 1024
     /// Descriptors open when the daemon started listening (its own files), and descriptors kept for the work
     /// (transfers, workers): neither is for clients.
-    private(set) var baseDescriptors = 0
+    private var baseDescriptors = 0
     private var workDescriptors = 0
     /// A request line from a client.
     var onLine: (_ line: [UInt8], _ connection: Connection) -> Void = { _, _ in }

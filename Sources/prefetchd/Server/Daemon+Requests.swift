@@ -112,8 +112,8 @@ extension Daemon {
             if task == nil {
                 guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
+                try loadedFromQueue(url.key, outcome)  // first: the actions may start it, and its queue wait ends there
                 apply(actions)
-                try loadedFromBacklog(url.key, outcome)
                 switch outcome {
                 case .cached: return .cached
                 case .skipped: return .skipped

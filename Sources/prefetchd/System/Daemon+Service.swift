@@ -55,8 +55,7 @@ extension Daemon {
         } catch {
             return Log.error("SIGHUP: keeping the running configuration: \(error)")
         }
-        if let tooFew = Self.descriptorShortage(limit: clients.descriptorLimit, own: clients.baseDescriptors,
-                                                options: reloaded) {
+        if let tooFew = Self.descriptorShortage(limit: clients.descriptorLimit, options: reloaded) {
             return Log.error("SIGHUP: keeping the running configuration: \(tooFew)")
         }
         options = reloaded

@@ -420,9 +420,8 @@ struct Options {
                               + "most \(limit); set socket (or --socket) to a shorter path")
         }
         // Its directories may not exist yet: the start makes them.
-        let socket = resolvingDirectory(socketPath) ?? lexicallyNormal(socketPath)
-        let caches = [realPath(cacheDirectory), lexicallyNormal(cacheDirectory)].compactMap { $0 }
-        for swept in ["/files/", "/tmp/"] where caches.contains(where: { socket.hasPrefix($0 + swept) }) {
+        let socket = resolvingExistingAncestor(socketPath), cache = resolvingExistingAncestor(cacheDirectory)
+        for swept in ["/files/", "/tmp/"] where socket.hasPrefix(cache + swept) {
             throw DaemonError("socket: \(socketPath) is in the cache's \(swept.dropFirst()) directory, where the daemon "
                               + "deletes every file its index does not name (its own socket among them): put it elsewhere")
         }
@@ -740,7 +739,20 @@ private func realPath(_ path: String) -> String? {
     return String(cString: resolved)
 }
 
-/// An absolute `path` with its directory resolved (the file itself need not exist); nil when the directory does not.
+/// An absolute `path` with its longest existing ancestor resolved, the rest (which the start may make) taken from its
+/// text: what it names once made, through the links above it.
+private func resolvingExistingAncestor(_ path: String) -> String {
+    var parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+    var rest: [String] = []
+    while !parts.isEmpty {
+        if let real = realPath("/" + parts.joined(separator: "/")) {
+            return lexicallyNormal((real == "/" ? "" : real) + "/" + rest.joined(separator: "/"))
+        }
+        rest.insert(parts.removeLast(), at: 0)
+    }
+    return lexicallyNormal(path)
+}
+
 /// An absolute `path` without `.` and `..` components, worked out from its text alone.
 private func lexicallyNormal(_ path: String) -> String {
     var parts: [Substring] = []
@@ -750,6 +762,7 @@ private func lexicallyNormal(_ path: String) -> String {
     return "/" + parts.joined(separator: "/")
 }
 
+/// An absolute `path` with its directory resolved (the file itself need not exist); nil when the directory does not.
 private func resolvingDirectory(_ path: String) -> String? {
     guard let slash = path.lastIndex(of: "/"), let directory = realPath(slash == path.startIndex ? "/" : String(path[..<slash]))
     else { return nil }
