@@ -156,7 +156,7 @@ final class Daemon {
     /// that damage, to start again with (`StartAgain`).
     func run() throws -> DatabaseError? {
         let descriptorLimit = Self.raiseDescriptorLimit()
-        if let tooFew = Self.descriptorShortage(limit: descriptorLimit, options: options) { throw DaemonError(tooFew) }
+        if let tooFew = Self.descriptorShortage(limit: descriptorLimit, options: options) { Log.warning(tooFew) }
         let (fd, path, activation) = try openListeningSocket()
         clients.budgetDescriptors(limit: descriptorLimit, work: workDescriptors)
         try clients.listen(on: fd, path: path, activation: activation, options: options)
@@ -231,15 +231,15 @@ final class Daemon {
     }
 
     /// Why `limit` (RLIMIT_NOFILE) is too low for `options`, if it is: the lanes' transfers and the workers alone
-    /// would need more descriptors than it allows. (Started anyway, most transfers failed as `internal`, `status`
-    /// blamed the disk, and one client at a time was served.) A limit merely tight is served as it can be: its
-    /// transfers that find no descriptor fail as `internal`, never blamed on a host.
+    /// would need more descriptors than it allows. Said at start and at a reload: the daemon serves as it can (its
+    /// transfers that find no descriptor fail as `internal`, never blamed on a host, and few clients fit), but
+    /// nothing said why.
     static func descriptorShortage(limit: Int, options: Options) -> String? {
         let work = workDescriptors(options)
         guard work >= limit else { return nil }
         return "RLIMIT_NOFILE is \(limit): fast_width \(options.fastWidth) and slow_width \(options.slowWidth) need \(work) "
-            + "descriptors for their transfers and the workers, more than it allows: raise the limit (LimitNOFILE= "
-            + "under systemd, ulimit -n) or narrow the lanes"
+            + "descriptors for their transfers and the workers, more than it allows: transfers that find none fail as "
+            + "internal, and few clients fit; raise the limit (LimitNOFILE= under systemd, ulimit -n) or narrow the lanes"
     }
 
     // MARK: Loop hooks

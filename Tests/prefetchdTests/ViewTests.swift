@@ -41,6 +41,20 @@ final class ViewClient {
 /// `view`: scrolling a long list against a slow origin, the per-host start rate, bad requests, `prefetchctl view`.
 @Suite(.serialized)
 struct ViewTests {
+    /// 1,100 URLs queued: the first one holds the slow lane for 30 s, the last 76 are past the backlog's first read.
+    static func queueBehindTheWindow(_ daemon: DaemonUnderTest, _ origin: Origin, _ name: String) -> [String] {
+        let urls = (0..<1100).map { origin.url("/\(name)/\($0).jpg?delay=30") }
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        return urls
+    }
+
+    /// The queued URLs `status` counts: the tasks, and those only the durable backlog holds.
+    static func queued(_ daemon: DaemonUnderTest) throws -> Int {
+        let status = try daemon.status()
+        return status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
+            + Int(status.backlog)
+    }
+
     static func info(_ daemon: DaemonUnderTest, _ url: String) throws -> [String: Any] {
         let result = daemon.ctl("info", "--json", url)
         return try #require(try JSONSerialization.jsonObject(with: result.stdoutData) as? [String: Any], "\(result.stderr)")
@@ -228,8 +242,7 @@ struct ViewTests {
     func lookAheadKeepsWhatTheQueueHolds() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let urls = (0..<1100).map { origin.url("/held/\($0).jpg?delay=30") }  // the first one holds the slow lane
-        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let urls = Self.queueBehindTheWindow(daemon, origin, "held")
         let listed = Array(urls[1060..<1100])
         #expect(try Self.info(daemon, listed[5])["task"].flatMap { ($0 as? [String: Any])?["state"] as? String } == "backlog")
         let view = try ViewClient(socket: daemon.socket)
@@ -237,9 +250,7 @@ struct ViewTests {
         #expect(view.read { $0.replies[id] != nil })
         let far = try view.send(["first": 39, "last": 39, "ahead": 0, "behind": 0])  // rows 1-10 are far now: dropped
         #expect(view.read { $0.replies[far] != nil })
-        let status = try daemon.status()
-        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
-        #expect(counted + Int(status.backlog) == 1100, "every queued URL is still queued, once: \(status)")
+        #expect(try Self.queued(daemon) == 1100, "every queued URL is still queued, once")
         for url in listed[1...10] {
             let task = try Self.info(daemon, url)["task"] as? [String: Any]
             #expect(task != nil, "\(url) stays queued")
@@ -250,8 +261,7 @@ struct ViewTests {
     func shownRowsKeepWhatTheQueueHolds() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let urls = (0..<1100).map { origin.url("/shown/\($0).jpg?delay=30") }  // the first one holds the slow lane
-        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let urls = Self.queueBehindTheWindow(daemon, origin, "shown")
         let listed = Array(urls[1060..<1100])  // past the backlog's first read
         let view = try ViewClient(socket: daemon.socket)
         // 20 rows visible: 8 run (the fast lane's width), 12 wait; then all 20 are far away.
@@ -267,9 +277,7 @@ struct ViewTests {
         #expect(daemon.ctl("get", "--timeout", "0.3", listed[30]).status != 0)
         #expect(try Self.info(daemon, listed[30])["task"] as? [String: Any] != nil)
         // Each queued URL once: a row's task, or a get's, is not also counted as held only by the durable backlog.
-        let status = try daemon.status()
-        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
-        #expect(counted + Int(status.backlog) == 1100, "\(status)")
+        #expect(try Self.queued(daemon) == 1100)
     }
 
     @Test("a get --max-stale of a stale URL the durable queue holds but had not read: its revalidation is the queue's task, counted once; a promote of such a URL starts its queue wait")
@@ -278,12 +286,10 @@ struct ViewTests {
         let daemon = try DaemonUnderTest()
         let stale = origin.url("/stale.jpg?cc=max-age%3D0")
         #expect(daemon.ctl("get", stale).status == 0)
-        let urls = (0..<1100).map { origin.url("/held/\($0).jpg?delay=30") } + [stale]  // the first one holds the slow lane
-        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let urls = Self.queueBehindTheWindow(daemon, origin, "held")
+        #expect(daemon.ctl("queue", stale).status == 0)
         #expect(daemon.ctl("get", "--max-stale", "3600", stale).status == 0)
-        let status = try daemon.status()
-        let counted = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
-        #expect(counted + Int(status.backlog) == 1101, "\(status)")
+        #expect(try Self.queued(daemon) == 1101)
         // A promote loads such a URL and starts it at once in the fast lane: its wait is measured.
         #expect(daemon.ctl("promote", urls[1090]).status == 0)
         let metrics = daemon.ctl("metrics").stdout

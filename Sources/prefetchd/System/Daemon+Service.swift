@@ -56,7 +56,7 @@ extension Daemon {
             return Log.error("SIGHUP: keeping the running configuration: \(error)")
         }
         if let tooFew = Self.descriptorShortage(limit: clients.descriptorLimit, options: reloaded) {
-            return Log.error("SIGHUP: keeping the running configuration: \(tooFew)")
+            Log.warning("SIGHUP: \(tooFew)")
         }
         options = reloaded
         Log.threshold = options.logLevel
