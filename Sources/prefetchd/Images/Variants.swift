@@ -145,16 +145,18 @@ final class Variants {
             // Read here, on the loop thread: 64 KiB. A frame header past them (or a file unreadable now) counts as
             // progressive, 3 components.
             coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(Self.firstBytes(of: source, 64 * 1024))
-                            ?? Int64(width) * Int64(height) * 6) / 4
+                            ?? Int64(width).saturatingMultiply(Int64(height)).saturatingMultiply(6)) / 4
         }
-        return Int64(decoded.width) * Int64(decoded.height) + Int64(geometry.outputWidth) * Int64(geometry.outputHeight)
-            + coefficients
+        // Sizes from the index, each up to 2^31: their products and sum saturate.
+        return Int64(decoded.width).saturatingMultiply(Int64(decoded.height))
+            .saturatingAdd(Int64(geometry.outputWidth).saturatingMultiply(Int64(geometry.outputHeight)))
+            .saturatingAdd(coefficients)
     }
 
-    /// The first `count` bytes of the file at `path`: fewer when it is shorter, none when it cannot be read.
+    /// The first `count` bytes of the regular file at `path`: fewer when it is shorter, none when it cannot be read
+    /// (`openRegularFile`: a FIFO put in its place would have held the loop thread in `open`).
     private static func firstBytes(of path: String, _ count: Int) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return [] }
+        guard let fd = try? openRegularFile(path) else { return [] }
         defer { close(fd) }
         var bytes = [UInt8](repeating: 0, count: count)
         let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, 0) }

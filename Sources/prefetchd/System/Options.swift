@@ -440,7 +440,7 @@ struct Options {
     func checkMetricsTextfile() throws {
         guard let path = metricsTextfile else { return }
         let file = resolvingDirectory(path) ?? path
-        let cache = realPath(cacheDirectory) ?? cacheDirectory
+        let cache = resolvingExistingAncestor(cacheDirectory)
         let clash = file == resolvingDirectory(socketPath) ? "the socket"
             : file == configPath.flatMap(resolvingDirectory) ? "the configuration file"
             : file == cache || file.hasPrefix(cache + "/") ? "in the cache directory" : nil
