@@ -19,7 +19,9 @@
 /// place) leaves its place in the lane to the next one, whose request then reaches the server before this response
 /// runs out, or at once, so that the connection never idles between files:
 /// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
-/// last.
+/// last. A slow task that ran longer than `backgroundSlice` (a server that trickles, a huge file) steps aside the
+/// same way, and while it runs the slow lane passes over its host's other work: one slow server does not hold the
+/// background lane from every other.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -41,9 +43,13 @@ public struct Scheduler: Sendable {
         public var hostPause: Int64
         /// At most this many starts per second per host, with bursts (a token bucket per host), when set.
         public var hostStartRate: StartRate?
+        /// How long (ms) a slow task runs before it steps aside (takes no place in the lane, its host passed over
+        /// while it runs); nil never.
+        public var backgroundSlice: Int64?
 
         public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy(),
-                    hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000, hostStartRate: StartRate? = nil) {
+                    hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000, hostStartRate: StartRate? = nil,
+                    backgroundSlice: Int64? = 30_000) {
             self.fastWidth = max(1, fastWidth)
             self.slowWidth = max(1, slowWidth)
             self.perHostLimit = perHostLimit.map { max(1, $0) }
@@ -51,6 +57,7 @@ public struct Scheduler: Sendable {
             self.hostFailureThreshold = hostFailureThreshold.map { max(1, $0) }
             self.hostPause = max(0, hostPause)
             self.hostStartRate = hostStartRate
+            self.backgroundSlice = backgroundSlice.map { max(1, $0) }
         }
     }
 
@@ -92,9 +99,12 @@ public struct Scheduler: Sendable {
         var promoted = false
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
-        /// Running in the slow lane near its end (its tail): it takes no place in the lane. Meaningful only while it
-        /// runs (a start clears it).
+        /// Running in the slow lane near its end (its tail), or past its slice: it takes no place in the lane.
+        /// Meaningful only while it runs (a start clears it).
         var inTail = false
+        /// Stepped aside after running longer than `backgroundSlice` (its `inTail` is set too): the slow lane passes
+        /// over its host while it runs there.
+        var overran = false
         /// Its transfer's response has begun (`responseStarted`); a start clears it.
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
@@ -151,6 +161,11 @@ public struct Scheduler: Sendable {
     /// someone asks for them, not at the end of their backoff.
     private var diskDelayedKeys: Set<String> = []
     private var reportedHold = false
+    /// The running slow tasks that take a place in the lane (not in their tail, not lingering), with when each
+    /// started: each steps aside once it has run for `backgroundSlice`.
+    private var sliceStarts: [String: Moment] = [:]
+    /// Per host, its running slow tasks that stepped aside after their slice: its other slow work waits for them.
+    private var overrunHosts: [String: Int] = [:]
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
     /// How many view rows hold each key.
@@ -221,13 +236,15 @@ public struct Scheduler: Sendable {
         return tasks.values.count { $0.state == .waiting && $0.lane == .slow && isPaused($0.host, at: now) }
     }
 
-    /// When `advance(to:)` next has something to do (a retry becoming due, a host pause ending), if ever.
+    /// When `advance(to:)` next has something to do (a retry becoming due, a host pause ending, a slow task's slice
+    /// running out), if ever.
     public var nextDeadline: Moment? {
         let retries = delayedKeys.lazy.compactMap { key -> Moment? in
             if case .delayed(let until) = self.tasks[key]?.state { return until }
             return nil
         }
-        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil].compactMap { $0 }.min()
+        let sliceEnd = configuration.backgroundSlice.flatMap { slice in sliceStarts.values.min().map { $0 + slice } }
+        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd].compactMap { $0 }.min()
     }
 
     /// How many view rows hold `key`.
@@ -367,6 +384,7 @@ public struct Scheduler: Sendable {
         }
         tasks[key]!.inTail = true
         counts.slowInTail += 1
+        sliceStarts.removeValue(forKey: key)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -624,7 +642,8 @@ public struct Scheduler: Sendable {
         enqueue(key, lane: tasks[key]!.lane, atFront: false)
     }
 
-    /// Time passed: due retries rejoin their lanes, expired negative entries go.
+    /// Time passed: due retries rejoin their lanes, expired negative entries go, slow tasks past their slice step
+    /// aside.
     public mutating func advance(to now: Moment) -> [Action] {
         // Earliest deadline first (then by key): a Set's order changes from run to run, the actions must not.
         let due = delayedKeys.compactMap { key -> (Moment, String)? in
@@ -641,6 +660,7 @@ public struct Scheduler: Sendable {
         if let rate = configuration.hostStartRate {
             buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
         }
+        stepAsideAfterSlice(now: now)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -656,6 +676,19 @@ public struct Scheduler: Sendable {
     }
 
     // MARK: Internals
+
+    /// Slow tasks that have run for `backgroundSlice` step aside: as in their tail, they take no place in the lane
+    /// (up to `slowWidth` of them), and the slow lane passes over their hosts' other work while they run.
+    private mutating func stepAsideAfterSlice(now: Moment) {
+        guard let slice = configuration.backgroundSlice else { return }
+        for key in sliceStarts.filter({ $0.value + slice <= now }).keys.sorted() {
+            sliceStarts.removeValue(forKey: key)
+            tasks[key]!.inTail = true
+            tasks[key]!.overran = true
+            counts.slowInTail += 1
+            overrunHosts[tasks[key]!.host, default: 0] += 1
+        }
+    }
 
     /// How many tasks the slow lane may run: its width, none while background work is paused.
     private var slowCapacity: Int { backgroundPaused ? 0 : configuration.slowWidth }
@@ -748,6 +781,7 @@ public struct Scheduler: Sendable {
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
         if lane == .fast {
             leaveTail(key)
+            sliceStarts.removeValue(forKey: key)
             if tasks[key]!.lingering {
                 tasks[key]!.lingering = false
                 counts.lingering -= 1
@@ -759,6 +793,7 @@ public struct Scheduler: Sendable {
         } else {
             counts.fastRunning -= 1
             counts.slowRunning += 1
+            sliceStarts[key] = tasks[key]!.startedAt
         }
         tasks[key]!.lane = lane
         tasks[key]!.promotionPending = false
@@ -829,6 +864,7 @@ public struct Scheduler: Sendable {
             counts.lingering -= 1
             lingeringKeys.remove(key)
             counts.slowRunning += 1
+            sliceStarts[key] = tasks[key]!.startedAt
         }
         var parked = false
         for task in oldestFirst.reversed() {
@@ -967,6 +1003,15 @@ public struct Scheduler: Sendable {
         guard tasks[key]!.inTail else { return }
         tasks[key]!.inTail = false
         counts.slowInTail -= 1
+        if tasks[key]!.overran {
+            tasks[key]!.overran = false
+            passOverNoLonger(tasks[key]!.host)
+        }
+    }
+
+    private mutating func passOverNoLonger(_ host: String) {
+        overrunHosts[host, default: 1] -= 1
+        if overrunHosts[host] == 0 { overrunHosts.removeValue(forKey: host) }
     }
 
     private mutating func leaveRunning(_ task: Task) {
@@ -979,6 +1024,8 @@ public struct Scheduler: Sendable {
             counts.slowRunning -= 1
         }
         if task.inTail { counts.slowInTail -= 1 }
+        if task.overran { passOverNoLonger(task.host) }
+        sliceStarts.removeValue(forKey: task.key)
         runningPerHost[task.host, default: 1] -= 1
         if runningPerHost[task.host] == 0 { runningPerHost.removeValue(forKey: task.host) }
     }
@@ -1037,6 +1084,7 @@ public struct Scheduler: Sendable {
         }
         let limit = configuration.perHostLimit
         let running = runningPerHost
+        let overrun = lane == .slow ? overrunHosts : [:]
         let paused = pausedHosts
         let rate = configuration.hostStartRate
         let buckets = self.buckets
@@ -1048,6 +1096,7 @@ public struct Scheduler: Sendable {
             if task.promotionPending { return true }
             let host = task.host
             if let until = paused[host], until > now { return false }
+            if overrun[host] != nil { return false }
             if let limit, running[host, default: 0] >= limit {
                 hostsAtLimit.insert(host)
                 return false
@@ -1088,6 +1137,7 @@ public struct Scheduler: Sendable {
         var task = tasks[key]!
         task.state = .running
         task.inTail = false
+        task.overran = false
         task.responded = false
         if task.parked {
             task.parked = false
@@ -1107,6 +1157,7 @@ public struct Scheduler: Sendable {
         } else {
             counts.slowWaiting -= 1
             counts.slowRunning += 1
+            sliceStarts[key] = now
         }
         runningPerHost[task.host, default: 0] += 1
         if let rate = configuration.hostStartRate {

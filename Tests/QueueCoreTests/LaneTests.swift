@@ -111,6 +111,49 @@ struct LaneTests {
         #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
     }
 
+    @Test("a slow task past its slice steps aside: the next one of another host starts beside it, its own host's wait for it; at width 1 one such task counts")
+    func sliceEnds() {
+        var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)
+        for u in [U.s1, U.s2, U.b, U.c] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.nextDeadline == t(30_000))
+        #expect(s.advance(to: t(29_999)) == [])
+        // s1 (a server that trickles) ran for its slice: s2 waits for it, b starts beside it.
+        #expect(s.advance(to: t(30_000)) == [start(U.b, .slow)])
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+        #expect(s.nextDeadline == t(60_000))
+        // b runs long too: it takes its place, only one stepped-aside task is free of one, so c waits.
+        #expect(s.advance(to: t(60_000)) == [])
+        #expect(s.counts.slowRunning == 2)
+        // s1 ends: its host's work may start again, in the lane's order, but b (past its slice) now takes no place
+        // and its host is passed over: s2 starts.
+        #expect(s.finish(U.s1.key, .success, now: t(61_000)) == [.forget(key: U.s1.key), start(U.s2, .slow)])
+        #expect(s.finish(U.s2.key, .success, now: t(62_000)) == [.forget(key: U.s2.key), start(U.c, .slow)])
+    }
+
+    @Test("a task past its slice that is promoted leaves that state: its host's background work starts again; no slice, no stepping aside")
+    func sliceLeft() {
+        var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 1_000), seed: 1)
+        for u in [U.s1, U.s2] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.advance(to: t(1_000)) == [])
+        #expect(s.counts.slowInTail == 1)
+        #expect(s.get(U.s1, waiter: w(1, 1), cache: .missing, now: t(1_100))
+                == [.changeLane(key: U.s1.key, lane: .fast), .holdBackground(true)])
+        #expect(s.finish(U.s1.key, .success, now: t(1_200))
+                == [.answer(w(1, 1), .ready), .forget(key: U.s1.key), start(U.s2, .slow), .holdBackground(false)])
+        // Demoted back into the slow lane, a long-running urgent fetch steps aside at the next advance.
+        _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(1_300))
+        _ = s.finish(U.s2.key, .success, now: t(1_300))
+        #expect(s.demote(U.a.key, now: t(5_000)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(s.nextDeadline == t(2_300))
+        _ = s.advance(to: t(5_000))
+        #expect(s.counts.slowInTail == 1)
+
+        var never = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: nil), seed: 1)
+        for u in [U.s1, U.b] { _ = never.queue(u, cache: .missing, now: t(0)) }
+        #expect(never.nextDeadline == nil)
+        #expect(never.advance(to: t(10_000_000)) == [])
+    }
+
     @Test("slow width: at most slowWidth slow tasks run, in queue order")
     func slowWidth() {
         var s = makeScheduler(slow: 2)

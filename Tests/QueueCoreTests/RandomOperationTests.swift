@@ -175,6 +175,8 @@ enum Situation: String, CaseIterable {
     case diskTaskRetried = "a task that waited for the disk started again"
     case parkedByPause = "background paused: what ran in the slow lane parked"
     case startedBesideTail = "a slow task in its tail: the next one started"
+    case steppedAside = "a slow task ran past its slice and stepped aside"
+    case passedOverAfterSlice = "slow work waited for its host's task past its slice"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
     case lingered = "a running fast task demoted before its response with the slow lane full: it lingers"
     case lingeringPromoted = "a lingering task promoted: back in the fast lane in place, or its promotion pending"
@@ -202,8 +204,10 @@ struct Runner {
         var order: Int
         /// When it started: a try that reached nothing for longer than anyone waits is not repeated for waiters.
         var startedAt: Moment
-        /// A slow task near its end: it takes no place in the lane (unless background is paused).
+        /// A slow task near its end, or past its slice: it takes no place in the lane (unless background is paused).
         var inTail = false
+        /// A slow task that ran for `backgroundSlice` (`inTail` too): no other slow task of its host starts meanwhile.
+        var overran = false
         /// Its response began.
         var responded = false
         /// Demoted before its response with the slow lane full: in no lane, its request out.
@@ -644,6 +648,14 @@ struct Runner {
 
         case .advance(let by):
             now = now + by
+            if let slice = configuration.backgroundSlice {
+                for (key, task) in running where task.lane == .slow && !task.lingering && !task.inTail
+                    && task.startedAt + slice <= now {
+                    running[key]?.inTail = true
+                    running[key]?.overran = true
+                    coverage.note(.steppedAside)
+                }
+            }
             pausedHosts = pausedHosts.filter { $0.value > now }
             if let until = diskWaitUntil, until <= now {
                 diskWaitUntil = nil
@@ -817,6 +829,9 @@ struct Runner {
                 if lane == .slow, let until = diskWaitUntil {
                     throw fail("slow start of \(key) while the disk wait lasts until \(until)")
                 }
+                if lane == .slow, running.values.contains(where: { $0.overran && $0.host == task.host }) {
+                    throw fail("slow start of \(key) while a slow task of \(task.host) runs past its slice")
+                }
                 if configuration.hostStartRate != nil {
                     let tokens = self.tokens(task.host)
                     guard tokens >= 1 else { throw fail("start of \(key) with \(tokens) tokens left on \(task.host)") }
@@ -850,6 +865,7 @@ struct Runner {
                 running[key]?.lane = lane
                 running[key]?.promotionPending = false
                 running[key]?.inTail = false
+                running[key]?.overran = false
                 if lane == .fast { running[key]?.lingering = false }
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
@@ -1102,9 +1118,12 @@ struct Runner {
         for (key, until) in diskDelayed where scheduler.task(key)?.state != .delayed(until: until) {
             throw fail("\(key) should wait for the disk until \(until), it is \(String(describing: scheduler.task(key)))")
         }
-        // nextDeadline is the earliest retry, end of a host pause or end of the disk wait (or, with start rates, a
-        // token that comes sooner).
-        let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil].compactMap { $0 }.min()
+        // nextDeadline is the earliest retry, end of a host pause, end of the disk wait or end of a slow task's slice
+        // (or, with start rates, a token that comes sooner).
+        let sliceEnd = configuration.backgroundSlice.flatMap { slice in
+            running.values.filter { $0.lane == .slow && !$0.lingering && !$0.inTail }.map { $0.startedAt + slice }.min()
+        }
+        let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
             ? scheduler.nextDeadline == expectedDeadline
             : expectedDeadline.map { expected in scheduler.nextDeadline.map { $0 <= expected } ?? false } ?? true
@@ -1167,6 +1186,10 @@ struct Runner {
             }
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }
+            if task.lane == .slow, running.values.contains(where: { $0.overran && $0.host == task.host }) {
+                hostFull = true
+                coverage.note(.passedOverAfterSlice)
+            }
             // The disk wait holds back the slow lane only: urgent work still starts.
             let slowLaneFull = counts.slowSuspended || slowOccupied >= slowCapacity
             let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
@@ -1253,7 +1276,9 @@ struct Scenario {
             fastWidth: roll(1...4), slowWidth: roll(1...2),
             perHostLimit: coin() ? roll(1...2) : nil, retry: retry,
             hostFailureThreshold: coin() ? roll(1...3) : nil, hostPause: Int64(roll(100...2_000)),
-            hostStartRate: coin() ? .init(perSecond: Double(roll(1...20)), burst: roll(1...3)) : nil)
+            hostStartRate: coin() ? .init(perSecond: Double(roll(1...20)), burst: roll(1...3)) : nil,
+            // From the seed, not the generator: the sequences stay the ones the coverage floors were set for.
+            backgroundSlice: seed % 3 == 0 ? nil : 200 + Int64(seed / 3 % 2_801))
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []

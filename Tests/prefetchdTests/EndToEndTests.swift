@@ -58,6 +58,26 @@ struct EndToEndTests {
         }
     }
 
+    @Test("one slow server does not hold the background lane: past background_slice the next fetch starts beside its fetch, the slow server's other URLs wait for it (a 1,100 B/s file held the lane 27 minutes)")
+    func slowServerStepsAside() throws {
+        let slow = try Origin(), other = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"])
+        // 2 MB at 20 KB/s: 100 s, well above the low-speed abort (1 KiB/s).
+        let trickle = slow.url("/trickle.jpg?size=2000000&drip=20000")
+        let elsewhere = (1...3).map { other.url("/e\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue", trickle, slow.url("/next.jpg")] + elsewhere).status == 0)
+        let waited = daemon.ctl(arguments: ["queue", "--wait", "--timeout", "30"] + elsewhere)
+        #expect(waited.status == 0, "the other server's URLs waited for the trickle: \(waited.stderr)")
+        #expect(try slow.count("/next.jpg") == 0, "the slow server's next URL waits for its fetch past the slice")
+        let running = daemon.ctl("list").stdout
+        #expect(running.contains("trickle.jpg"), "the trickle goes on beside the others: \(running)")
+        // The other server's fetches, one after the other: at most the trickle and one more ran at any moment.
+        let log = try other.stats().log
+        for (earlier, later) in zip(log, log.dropFirst()) {
+            #expect(try #require(earlier.end) <= later.start, "\(earlier.path) and \(later.path) overlapped")
+        }
+    }
+
     @Test("queue with summary: the reply counts every status and lists only the URLs with an error; without it, one result per URL; prefetchctl queue prints the same counts")
     func queueSummary() throws {
         let origin = try Origin()

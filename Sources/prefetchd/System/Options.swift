@@ -16,6 +16,8 @@ struct Options {
     var outputBudget = 64 << 20
     var fastWidth = 8
     var slowWidth = 1
+    /// Seconds a background fetch runs before the next one starts beside it; nil never.
+    var backgroundSlice: Int64? = 30
     var perHostLimit: Int?
     /// Starts per second per host (a token bucket), and the burst it allows; no limit when the rate is nil.
     var hostStartRate: Double?
@@ -157,6 +159,14 @@ struct Options {
         Setting(key: "slow_width", placeholder: "N", summary: "parallel background fetches",
                 read: { options, value throws(BadValue) in options.slowWidth = Int(try number(value, 1...1024)) },
                 show: { String($0.slowWidth) }),
+        Setting(key: "background_slice", placeholder: "SEC",
+                summary: "a background fetch running longer steps aside: the next one starts beside it, its server's "
+                    + "other background work waits for it; 0 for never",
+                read: { options, value throws(BadValue) in
+                    let seconds = try number(value, 0...86_400)
+                    options.backgroundSlice = seconds == 0 ? nil : seconds
+                },
+                show: { String($0.backgroundSlice ?? 0) }),
         Setting(key: "per_host", placeholder: "N", summary: "running fetches per host at most, 0 for no limit",
                 read: { options, value throws(BadValue) in
                     let limit = Int(try number(value, 0...1024))
@@ -579,7 +589,8 @@ struct Options {
     /// The scheduler's part of the settings.
     var schedulerConfiguration: Scheduler.Configuration {
         Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry,
-                                hostStartRate: hostStartRate.map { .init(perSecond: $0, burst: hostStartBurst) })
+                                hostStartRate: hostStartRate.map { .init(perSecond: $0, burst: hostStartBurst) },
+                                backgroundSlice: backgroundSlice.map { $0 * 1000 })
     }
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {
