@@ -266,13 +266,20 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var connections: Int
     public var fetched: Int64
     public var failed: Int64
-    /// Hosts the circuit breaker paused, and until when (Unix seconds).
+    /// Hosts the circuit breaker paused, and until when (Unix seconds): the `StatusReport.pausedHostsShown` paused
+    /// last, in host order.
     public var pausedHosts: [PausedHost]
+    /// How many hosts are paused, `pausedHosts` and those beyond it; nil from a daemon older than this field.
+    public var pausedHostCount: Int?
     /// While the disk is full: when the slow lane tries again (Unix seconds). Queued work waits; nothing is dropped.
     public var waitingForDisk: Int64?
     /// What the background lane may do (metered network, battery, power saver, quiet hours); nil from a daemon
     /// older than this field.
     public var background: BackgroundState?
+
+    /// At most this many paused hosts are listed: 5,000 made a 240 KB reply, refused as `too_large` under a small
+    /// `output_budget`.
+    public static let pausedHostsShown = 100
 
     public struct PausedHost: Codable, Equatable, Sendable {
         public var host: String
@@ -285,7 +292,7 @@ public struct StatusReport: Codable, Equatable, Sendable {
 
     public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
                 backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost],
-                waitingForDisk: Int64? = nil, background: BackgroundState? = nil) {
+                pausedHostCount: Int? = nil, waitingForDisk: Int64? = nil, background: BackgroundState? = nil) {
         self.version = version
         self.pid = pid
         self.uptime = uptime
@@ -299,13 +306,15 @@ public struct StatusReport: Codable, Equatable, Sendable {
         self.fetched = fetched
         self.failed = failed
         self.pausedHosts = pausedHosts
+        self.pausedHostCount = pausedHostCount
         self.waitingForDisk = waitingForDisk
         self.background = background
     }
 
     enum CodingKeys: String, CodingKey {
         case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed, background
-        case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts", waitingForDisk = "waiting_for_disk"
+        case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts", pausedHostCount = "paused_host_count"
+        case waitingForDisk = "waiting_for_disk"
     }
 }
 

@@ -26,6 +26,33 @@ struct OutageTests {
         #expect(pauses.count == 1, "\(pauses)")
     }
 
+    @Test("status lists the 100 hosts paused last, in host order, and counts them all (5,000 paused hosts made a 240 KB reply, too_large under a small output_budget)")
+    func manyPausedHosts() throws {
+        // Ports bound but not listening: a connect to one is refused at once.
+        let refusing = (0..<105).map { _ -> (fd: Int32, port: Int) in
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: 0,
+                                      sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            withUnsafeMutablePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length); _ = getsockname(fd, $0, &length) }
+            }
+            return (fd, Int(UInt16(bigEndian: address.sin_port)))
+        }
+        defer { for port in refusing { close(port.fd) } }
+        let daemon = try DaemonUnderTest(["--max-attempts", "1"])
+        // Five failures in a row pause a host.
+        let urls = refusing.flatMap { port in (0..<5).map { "http://127.0.0.1:\(port.port)/\($0).jpg" } }
+        #expect(daemon.ctl("get", "-", stdin: urls.joined(separator: "\n") + "\n").status == 1)
+        let status = try Self.json(daemon, "status")
+        let listed = (status["paused_hosts"] as? [[String: Any]] ?? []).compactMap { $0["host"] as? String }
+        #expect(status["paused_host_count"] as? Int == 105, "\(status)")
+        #expect(listed.count == 100 && listed == listed.sorted(), "\(listed)")
+        let printed = daemon.ctl("status")
+        #expect(printed.stdout.split(separator: "\n").count { $0.hasPrefix("paused host: ") } == 100)
+        #expect(printed.stdout.contains("paused hosts: 5 more (those paused last are listed)"), "\(printed.stdout)")
+    }
+
     @Test("the queued URLs of a paused host held the 1,024 places in memory, and the URLs of every other host queued behind them waited for hours (one try a minute at the dead host); now they are loaded and fetched while it is paused, also behind 5,000 of its URLs (more than memory holds), and nothing of the paused host is lost")
     func pausedHostDoesNotHoldTheBacklog() throws {
         let dead = try Origin(), good = try Origin()

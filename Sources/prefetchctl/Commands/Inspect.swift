@@ -68,6 +68,9 @@ enum InspectCommand {
             Output.line("paused host: \(paused.host) until \(HumanTime.instant(paused.until, now: now, dateWhenToday: false)): "
                         + "failed too often in a row")
         }
+        if let count = status.pausedHostCount, count > status.pausedHosts.count {
+            Output.line("paused hosts: \(count - status.pausedHosts.count) more (those paused last are listed)")
+        }
         return ExitCode.ok
     }
 

@@ -169,6 +169,13 @@ extension Daemon {
                       lingering: counts.lingering > 0 ? counts.lingering : nil))
     }
 
+    /// The hosts `status` lists: those paused last, in host order.
+    private var pausedHostsShown: [(host: String, until: Moment)] {
+        let paused = scheduler.paused, shown = StatusReport.pausedHostsShown
+        guard paused.count > shown else { return paused }
+        return paused.sorted { ($0.until, $1.host) > ($1.until, $0.host) }.prefix(shown).sorted { $0.host < $1.host }
+    }
+
     func status() -> StatusReport {
         let counts = scheduler.counts, lanes = self.lanes
         let lookups = telemetry.cacheLookups, fetched = telemetry.fetchTotals
@@ -181,7 +188,8 @@ extension Daemon {
             cache: .init(entries: store.entryCount, bytes: store.totalBytes, limit: options.maxCacheBytes,
                          hits: lookups.hits, misses: lookups.misses, directory: options.cacheDirectory),
             connections: clients.count, fetched: fetched.ok, failed: fetched.failed,
-            pausedHosts: scheduler.paused.map { .init(host: $0.host, until: $0.until.wallClockMilliseconds / 1000) },
+            pausedHosts: pausedHostsShown.map { .init(host: $0.host, until: $0.until.wallClockMilliseconds / 1000) },
+            pausedHostCount: scheduler.paused.count,
             waitingForDisk: scheduler.waitingForDiskUntil.map { $0.wallClockMilliseconds / 1000 }, background: backgroundState)
     }
 
