@@ -76,6 +76,12 @@ enum CurlErrors {
             }
             return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
+        case CURLE_WRITE_ERROR where transfer.headers.isEncoded:
+            // Each refusal of the daemon's own callbacks has its reason (`stopReason`, above): this is curl's decoder,
+            // which reports bytes after the end of a gzip stream (garbage, a second member) as a failed write.
+            return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
+                           + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): bytes follow the end of its stream",
+                           isTransient: true)
         case CURLE_PARTIAL_FILE:
             // A connection closed early, or an HTTP/2 session that a protocol error (a window overflow, an oversized
             // frame) ended: curl's detail says how many bytes were missing.

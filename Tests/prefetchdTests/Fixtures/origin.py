@@ -71,6 +71,7 @@ Query parameters (combine freely):
                        of the generated body (another ETag)
     ignore_if_range=1  a Range is served whatever If-Range says
     gzip_later=1       gzip=1 from the second request for this path on
+    gzip_trailer=S     with gzip=1: the bytes S after the end of the gzip stream
     bare_206=1         a 206 carries neither ETag nor Last-Modified
     no_etag=1          no ETag
     modified_now=1     Last-Modified is now (as Date: a weak validator, RFC 9110 section 8.8.2.2)
@@ -697,7 +698,8 @@ class Handler(BaseHTTPRequestHandler):
             ctype = q["ctype"]
         gzipped = truthy(q, "gzip") or (truthy(q, "gzip_later") and count > 1)
         if gzipped:
-            body = BytesBody(gzip.compress(b"".join(body.iter_range(0, body.size))))
+            body = BytesBody(gzip.compress(b"".join(body.iter_range(0, body.size)))
+                             + q.get("gzip_trailer", "").encode())
 
         etag = etag_for(body)
         ranges_on = q.get("ranges", "1") != "0" and not gzipped
