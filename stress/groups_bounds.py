@@ -8,6 +8,7 @@
 4. A descriptor limit of 64 with 200 clients each asking for a URL: no `host_paused`, no failure blamed on the
    origin, every client served or refused with a logged local reason.
 5. A full tmpfs with a queued backlog (root): every acknowledged URL is cached once space is freed.
+6. 40 clients pipelining `list`s (120 KB replies) and never reading: peak RSS within reach of `output_budget`.
 """
 import hashlib
 import json
@@ -178,7 +179,7 @@ def run(args, table, processes, scratch_dirs):
     work = scratch(GROUP)
     scratch_dirs.append(work)
     origin = Origin(processes)
-    scenarios = [range_changes, silent_watchers, big_views, descriptor_limit, full_disk_backlog]
+    scenarios = [range_changes, silent_watchers, big_views, descriptor_limit, full_disk_backlog, unread_replies]
     for number, scenario in enumerate(scenarios):
         directory = os.path.join(work, str(number))
         os.mkdir(directory)
@@ -518,3 +519,41 @@ def full_disk_backlog(args, table, processes, work, origin):
                 processes.stop(process)
         if subprocess.run(["umount", mount]).returncode != 0:
             subprocess.run(["umount", "-l", mount])
+
+
+def unread_replies(args, table, processes, work, origin):
+    """40 clients that pipeline `list`s of 5,000 queued URLs (120 KB each) and never read. What they hold unsent is
+    bounded by `output_budget`; what the process holds must stay near it (glibc kept the freed large buffers in its
+    heap: 164 MB for a 64 MiB budget)."""
+    budget_mib = 64
+    daemon = Daemon(processes, args.binary, work, "--output-budget", f"{budget_mib}M",
+                    "--quiet-hours", "00:00-23:59").start()
+    client = daemon.client(timeout=60)
+    for batch in range(5):
+        client.call({"op": "queue", "urls": [origin.url(f"/unread/q{batch}-{n}.jpg") for n in range(1000)]})
+    start_rss = settle_rss(daemon, 0.5)
+    request = b'{"op":"list","limit":1000}\n' * 2000
+    hogs = []
+    for _ in range(40):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(daemon.socket)
+        sock.settimeout(0.2)
+        try:
+            sock.sendall(request)
+        except OSError:
+            pass  # the daemon stopped reading it (it does not read its replies), or closed it
+        hogs.append(sock)
+    time.sleep(8)
+    daemon.sample()
+    t0 = time.monotonic()
+    client.call({"op": "ping"})
+    ping_ms = (time.monotonic() - t0) * 1000
+    for sock in hogs:
+        sock.close()
+    client.close()
+    bound = start_rss / 1024 + 1.5 * budget_mib
+    table.add(GROUP, "40 clients pipelining 120 KB lists, never reading: peak RSS",
+              f"< start + 1.5 x output_budget ({bound:.0f} MiB); another client's ping < 1 s",
+              f"start {start_rss / 1024:.1f} MiB, peak {daemon.peak / 1024:.1f} MiB, ping {ping_ms:.0f} ms",
+              daemon.peak / 1024 < bound and ping_ms < 1000)
+    finish(table, daemon)

@@ -21,6 +21,7 @@ do {
             writeStandardError("prefetchd: warning: \(warning)\n")
         }
     case .run(let options):
+        MemoryTrimmer.mapLargeBlocksApart()
         // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
         let passedSocket = try SocketActivation.receive(environment: options.environment)
         let before = StartAgain.takeDamage(environment: options.environment)

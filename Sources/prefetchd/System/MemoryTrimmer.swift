@@ -22,4 +22,10 @@ struct MemoryTrimmer {
 
     /// Gives memory back at the end of this turn.
     mutating func trimSoon() { nextTrim = 0 }
+
+    /// Blocks of 128 KiB and more (a client's unread output, a long reply, a view's rows) are mapped on their own
+    /// and given back when freed. glibc raises that threshold each time such a block is freed, after which the next
+    /// ones come from the heap and stay resident: 40 clients pipelining `list`s without reading peaked at 164 MB for
+    /// the 64 MiB `output_budget`.
+    static func mapLargeBlocksApart() { mallopt(M_MMAP_THRESHOLD, 128 * 1024) }
 }
