@@ -78,6 +78,28 @@ struct EndToEndTests {
         }
     }
 
+    @Test("demote withdraws a promotion still waiting for room in the fast lane (it was answered already, and the fetch became urgent work once room came)")
+    func demoteWithdrawsAPendingPromotion() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "1"])
+        let background = origin.url("/bg.jpg?size=600000&drip=100000")  // 6 s
+        #expect(daemon.ctl("queue", background).status == 0)
+        #expect(try waitUntil(seconds: 10) { try origin.count("/bg.jpg") == 1 })
+        // An urgent get fills the fast lane: the promotion of the running background fetch waits for room.
+        let urgent = try RawConnection(socket: daemon.socket)
+        urgent.send("{\"id\":1,\"op\":\"get\",\"url\":\"\(origin.url("/urgent.jpg?delay=1.5"))\"}\n")
+        #expect(try waitUntil(seconds: 10) { try origin.count("/urgent.jpg") == 1 })
+        #expect(daemon.ctl("promote", background).stdout.contains("promoted"))
+        let demoted = daemon.ctl("demote", background)
+        #expect(demoted.stdout.contains("demoted"), "\(demoted.stdout)\(demoted.stderr)")
+        var answer = urgent.receive()
+        while let line = answer, line["id"] == nil { answer = urgent.receive() }  // the greeting first
+        #expect(answer?["ok"] as? Bool == true, "\(String(describing: answer))")
+        let tasks = try #require(JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any])
+        let lanes = (tasks["tasks"] as? [[String: Any]] ?? []).map { $0["lane"] as? String }
+        #expect(lanes == ["slow"], "the background fetch goes on as background work once the lane has room: \(tasks)")
+    }
+
     @Test("queue with summary: the reply counts every status and lists only the URLs with an error; without it, one result per URL; prefetchctl queue prints the same counts")
     func queueSummary() throws {
         let origin = try Origin()

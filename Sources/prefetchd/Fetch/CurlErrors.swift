@@ -78,10 +78,11 @@ enum CurlErrors {
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): \(text)", isTransient: true)
         case CURLE_WRITE_ERROR where transfer.headers.isEncoded:
             // Each refusal of the daemon's own callbacks has its reason (`stopReason`, above): this is curl's decoder,
-            // which reports bytes after the end of a gzip stream (garbage, a second member) as a failed write.
+            // which reports bytes after the end of a gzip stream (garbage, a second member) as a failed write. The
+            // server sends the same body again: not retried, and not counted against the host (a retried failure is).
             return Failure(code: .network, message: "cannot decode the body (Content-Encoding: "
                            + "\(transfer.headers.contentEncoding?.prefix(40) ?? "?")): bytes follow the end of its stream",
-                           isTransient: true)
+                           isTransient: false)
         case CURLE_PARTIAL_FILE:
             // A connection closed early, or an HTTP/2 session that a protocol error (a window overflow, an oversized
             // frame) ended: curl's detail says how many bytes were missing.
