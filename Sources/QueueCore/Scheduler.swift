@@ -116,6 +116,11 @@ public struct Scheduler: Sendable {
         var startedAt = Moment(milliseconds: 0)
     }
 
+    /// Live entries the slow lane passes over at most to find one it may start: its queue in memory holds a few
+    /// backlog windows (1,024 each) of tasks whose hosts are held (paused, or passed over after a slice), and
+    /// another host's work may wait behind all of them.
+    static let slowPassLimit = 8_192
+
     /// The longest backoff someone waits out (milliseconds): past it (a `Retry-After` of minutes), the waiters get
     /// the failure at once, a `get` that comes meanwhile too, and the retry is background work. So it is after a try
     /// that reached nothing for longer than this (a connect timeout to a dead host): another would hold an urgent
@@ -230,10 +235,17 @@ public struct Scheduler: Sendable {
     /// Whether the circuit breaker has `host` paused at `now`.
     public func isPaused(_ host: String, at now: Moment) -> Bool { pausedHosts[host].map { $0 > now } ?? false }
 
-    /// Background tasks waiting for a host that is paused at `now`: nothing of theirs can start until the pause ends.
-    public func slowWaitingOnPausedHosts(at now: Moment) -> Int {
-        guard pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
-        return tasks.values.count { $0.state == .waiting && $0.lane == .slow && isPaused($0.host, at: now) }
+    /// Whether a background fetch of `host` ran past its slice: the slow lane passes over its host's other work until
+    /// it ends.
+    public func isPassedOver(_ host: String) -> Bool { overrunHosts[host] != nil }
+
+    /// Background tasks waiting for a host that is paused at `now` or passed over: nothing of theirs can start until
+    /// the pause, or the fetch past its slice, ends.
+    public func slowWaitingOnHeldHosts(at now: Moment) -> Int {
+        guard !overrunHosts.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
+        return tasks.values.count {
+            $0.state == .waiting && $0.lane == .slow && (isPaused($0.host, at: now) || isPassedOver($0.host))
+        }
     }
 
     /// When `advance(to:)` next has something to do (a retry becoming due, a host pause ending, a slow task's slice
@@ -1114,7 +1126,7 @@ public struct Scheduler: Sendable {
             return task.promotionPending ? "\u{0}" + task.key : task.host
         }
         guard lane == .fast else {
-            let entry = slowQueue.popFirst(isLive: isLive, group: host, accept: accept)
+            let entry = slowQueue.popFirst(isLive: isLive, group: host, accept: accept, passLimit: Self.slowPassLimit)
             self.nextToken = nextToken
             return entry?.key
         }

@@ -55,7 +55,7 @@ final class Daemon {
     private var sweepTimer: LoopTimer!
     /// Reads on in the durable queue past the rows of paused hosts, a read a turn.
     private var backlogTimer: LoopTimer!
-    /// `slowWaitingOnPausedHosts`, and until when (monotonic ms) it stands.
+    /// `slowWaitingOnHeldHosts`, and until when (monotonic ms) it stands.
     private var blockedCount = (count: 0, until: Int64(0))
     private var sweepStarted: Int64 = 0
     /// `evict --all` requests being carried out, a slice a turn (`evictSlice`), in the order they came.
@@ -734,14 +734,16 @@ final class Daemon {
     }
 
     /// Keeps up to `backlogWindow` slow tasks in memory, loading the oldest queued URLs from the index. URLs of a
-    /// host the circuit breaker paused stay in the index, and are read again once it is not paused.
+    /// host the circuit breaker paused, or whose fetch ran past its slice, stay in the index, and are read again once
+    /// it is not held.
     private func refillBacklog() {
         guard !shuttingDown else { return }
         let moment = Moment.now
-        let resumed = backlog.hostsPassedOver.keys.filter { !scheduler.isPaused($0, at: moment) }
+        let held = { [scheduler] (host: String) in scheduler.isPaused(host, at: moment) || scheduler.isPassedOver(host) }
+        let resumed = backlog.hostsPassedOver.keys.filter { !held($0) }
         if !resumed.isEmpty { backlog.resumeHosts(resumed) }
         let slowWaiting = scheduler.counts.slowWaiting
-        let blocked = slowWaiting < options.backlogWindow / 2 ? 0 : slowWaitingOnPausedHosts(at: moment)
+        let blocked = slowWaiting < options.backlogWindow / 2 ? 0 : slowWaitingOnHeldHosts(at: moment)
         guard let wanted = backlog.rowsWanted(slowWaiting: slowWaiting, blocked: blocked, window: options.backlogWindow)
         else { return }
         do {
@@ -764,7 +766,7 @@ final class Daemon {
                     try store.dequeue(row.key)
                     continue
                 }
-                if scheduler.isPaused(url.authority, at: moment), !scheduler.hasTask(url.key) {
+                if held(url.authority), !scheduler.hasTask(url.key) {
                     backlog.passedOver(row.seq, host: url.authority)
                     passedOver = true
                     continue
@@ -812,12 +814,12 @@ final class Daemon {
         }
     }
 
-    /// Background tasks waiting for a paused host (`Scheduler.slowWaitingOnPausedHosts`), counted again at most every
-    /// quarter of a second: the count looks at every task, and the backlog asks at the end of every turn.
-    func slowWaitingOnPausedHosts(at moment: Moment) -> Int {
+    /// Background tasks waiting for a paused or passed-over host (`Scheduler.slowWaitingOnHeldHosts`), counted again at
+    /// most every quarter of a second: the count looks at every task, and the backlog asks at the end of every turn.
+    func slowWaitingOnHeldHosts(at moment: Moment) -> Int {
         let now = monotonicMilliseconds()
         if now >= blockedCount.until {
-            blockedCount = (scheduler.slowWaitingOnPausedHosts(at: moment), now + 250)
+            blockedCount = (scheduler.slowWaitingOnHeldHosts(at: moment), now + 250)
         }
         return blockedCount.count
     }

@@ -1043,10 +1043,13 @@ struct Runner {
             throw fail("hasTask(\(url.key)) disagrees with task(_:)")
         }
         let counts = scheduler.counts
-        let pausedNow = Set(scheduler.paused.filter { $0.until > now }.map(\.host))
-        let blocked = tasks.count { $0.state == .waiting && $0.lane == .slow && pausedNow.contains($0.host) }
-        guard scheduler.slowWaitingOnPausedHosts(at: now) == blocked else {
-            throw fail("\(scheduler.slowWaitingOnPausedHosts(at: now)) slow tasks wait on paused hosts, recounted \(blocked)")
+        let heldNow = Set(scheduler.paused.filter { $0.until > now }.map(\.host) + running.values.filter(\.overran).map(\.host))
+        for host in RandomWorld.keys.map(\.authority) where scheduler.isPassedOver(host) != running.values.contains(where: { $0.overran && $0.host == host }) {
+            throw fail("isPassedOver(\(host)) is \(scheduler.isPassedOver(host)), the model disagrees")
+        }
+        let blocked = tasks.count { $0.state == .waiting && $0.lane == .slow && heldNow.contains($0.host) }
+        guard scheduler.slowWaitingOnHeldHosts(at: now) == blocked else {
+            throw fail("\(scheduler.slowWaitingOnHeldHosts(at: now)) slow tasks wait on paused or passed-over hosts, recounted \(blocked)")
         }
         var recomputed = LaneCounts()
         var earliest: Moment?

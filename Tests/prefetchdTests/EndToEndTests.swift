@@ -78,6 +78,23 @@ struct EndToEndTests {
         }
     }
 
+    @Test("a slow server with more URLs queued than memory holds does not hold the background lane either: its rows stay in the durable queue while its fetch runs past the slice, and another server's URLs queued behind them are loaded and fetched (they waited for the whole slow fetch)")
+    func slowServerWithALongQueue() throws {
+        let slow = try Origin(), other = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"])
+        let trickle = slow.url("/trickle.jpg?size=2000000&drip=20000")
+        let elsewhere = (1...3).map { other.url("/e\($0).jpg") }
+        let urls = [trickle] + (0..<1100).map { slow.url("/s\($0).jpg") } + elsewhere
+        #expect(daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        let waited = daemon.ctl(arguments: ["queue", "--wait", "--timeout", "30"] + elsewhere)
+        #expect(waited.status == 0, "the other server's URLs waited for the trickle: \(waited.stderr)")
+        #expect(try slow.stats().log.count == 1, "the slow server's other URLs wait for its fetch past the slice")
+        let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        let slowLane = status["slow"] as? [String: Any] ?? [:]
+        let queued = (status["backlog"] as? Int ?? 0) + (slowLane["waiting"] as? Int ?? 0) + (slowLane["running"] as? Int ?? 0)
+        #expect(queued == 1101, "nothing of the slow server lost: \(status)")
+    }
+
     @Test("demote withdraws a promotion still waiting for room in the fast lane (it was answered already, and the fetch became urgent work once room came)")
     func demoteWithdrawsAPendingPromotion() throws {
         let origin = try Origin()

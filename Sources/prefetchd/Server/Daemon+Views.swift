@@ -63,7 +63,7 @@ extension Daemon {
         // nearest first; the rest is let go of: closed views kept theirs without bound (100 views of an unreachable
         // host: 102,000 tasks, RSS 25 to 120 MB).
         let demoted = plan.hide.count  // visible rows still being fetched become background work too
-        let waiting = scheduler.counts.slowWaiting - slowWaitingOnPausedHosts(at: .now)  // those take no room
+        let waiting = scheduler.counts.slowWaiting - slowWaitingOnHeldHosts(at: .now)  // those take no room
         let excess = min(plan.release.count, max(0, waiting + demoted - options.backlogWindow))
         plan.drop += plan.release.suffix(excess)
         plan.release.removeLast(excess)
