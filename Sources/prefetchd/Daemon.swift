@@ -53,7 +53,7 @@ final class Daemon {
     /// Runs the start-up sweep (`Store.sweepStep`) a slice per turn once the daemon serves, after a start that did
     /// not follow a clean stop; `sweepStarted` is when it began (monotonic ms).
     private var sweepTimer: LoopTimer!
-    /// Reads on in the durable queue past the rows of paused hosts, a read a turn.
+    /// Reads on in the durable queue past the rows of held hosts (paused, or passed over after a slice), a read a turn.
     private var backlogTimer: LoopTimer!
     /// `slowWaitingOnHeldHosts`, and until when (monotonic ms) it stands.
     private var blockedCount = (count: 0, until: Int64(0))
@@ -739,7 +739,8 @@ final class Daemon {
     private func refillBacklog() {
         guard !shuttingDown else { return }
         let moment = Moment.now
-        let held = { [scheduler] (host: String) in scheduler.isPaused(host, at: moment) || scheduler.isPassedOver(host) }
+        // Not a closure capturing the scheduler: that copy would make the first `queue` below copy every task.
+        func held(_ host: String) -> Bool { scheduler.isPaused(host, at: moment) || scheduler.isPassedOver(host) }
         let resumed = backlog.hostsPassedOver.keys.filter { !held($0) }
         if !resumed.isEmpty { backlog.resumeHosts(resumed) }
         let slowWaiting = scheduler.counts.slowWaiting
