@@ -1,7 +1,7 @@
 import Glibc
 
 /// An image file opened once for all its checks: what `fstat` says of it and its first `ImageHeader.prefixLength`
-/// bytes, read at once. `ImageHeader` parses the prefix; `ImageIntegrity` walks on from it, reading the rest at
+/// bytes (or `prefixLength`), read at once. `ImageHeader` parses the prefix; `ImageIntegrity` walks on from it, reading the rest at
 /// explicit offsets, so that any number of walks share the descriptor. A small file is read once in all.
 final class ImageFile {
     let path: String
@@ -15,12 +15,13 @@ final class ImageFile {
     let prefix: UnsafeRawBufferPointer
     let descriptor: Int32
 
-    /// Opens the regular file at `path` (a symbolic link or anything else there is refused) and reads its prefix.
-    init(_ path: String) throws(SystemError) {
+    /// Opens the regular file at `path` (a symbolic link or anything else there is refused) and reads its first
+    /// `prefixLength` bytes.
+    init(_ path: String, prefixLength: Int = ImageHeader.prefixLength) throws(SystemError) {
         var info = stat()
         let fd = try openRegularFile(path, info: &info)
         let storage = UnsafeMutableRawBufferPointer.allocate(
-            byteCount: Int(min(max(Int64(info.st_size), 0), Int64(ImageHeader.prefixLength))), alignment: 1)
+            byteCount: Int(min(max(Int64(info.st_size), 0), Int64(prefixLength))), alignment: 1)
         var filled = 0
         do throws(SystemError) {
             while filled < storage.count {

@@ -144,23 +144,14 @@ final class Variants {
         if original.format == "jpeg" {
             // Read here, on the loop thread: 64 KiB. A frame header past them (or a file unreadable now) counts as
             // progressive, 3 components.
-            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(Self.firstBytes(of: source, 64 * 1024))
+            let head = (try? ImageFile(source, prefixLength: 64 * 1024)).map { Array($0.prefix) } ?? []
+            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(head)
                             ?? Int64(width).saturatingMultiply(Int64(height)).saturatingMultiply(6)) / 4
         }
         // Sizes from the index, each up to 2^31: their products and sum saturate.
         return Int64(decoded.width).saturatingMultiply(Int64(decoded.height))
             .saturatingAdd(Int64(geometry.outputWidth).saturatingMultiply(Int64(geometry.outputHeight)))
             .saturatingAdd(coefficients)
-    }
-
-    /// The first `count` bytes of the regular file at `path`: fewer when it is shorter, none when it cannot be read
-    /// (`openRegularFile`: a FIFO put in its place would have held the loop thread in `open`).
-    private static func firstBytes(of path: String, _ count: Int) -> [UInt8] {
-        guard let fd = try? openRegularFile(path) else { return [] }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: count)
-        let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, 0) }
-        return Array(bytes.prefix(max(0, read)))
     }
 
     /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made
