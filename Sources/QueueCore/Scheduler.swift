@@ -21,7 +21,9 @@
 /// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
 /// last. A slow task that ran longer than `backgroundSlice` (a server that trickles, a huge file) steps aside the
 /// same way, and while it runs the slow lane passes over its host's other work: one slow server does not hold the
-/// background lane from every other.
+/// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice is
+/// parked at the back of the slow lane instead, and resumes once fewer than `slowWidth` have stepped aside (its host
+/// passed over meanwhile): two slow servers do not hold it either.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -171,6 +173,11 @@ public struct Scheduler: Sendable {
     private var sliceStarts: [String: Moment] = [:]
     /// Per host, its running slow tasks that stepped aside after their slice: its other slow work waits for them.
     private var overrunHosts: [String: Int] = [:]
+    /// How many running slow tasks stepped aside after their slice (the sum of `overrunHosts`).
+    private var overrunCount = 0
+    /// Tasks parked at the back of the slow lane after their slice, while `slowWidth` others had stepped aside, with
+    /// the ticket of that entry: an entry whose task started, changed lane or went since (another ticket) is stale.
+    private var sliced: [String: UInt64] = [:]
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
     /// How many view rows hold each key.
@@ -235,14 +242,25 @@ public struct Scheduler: Sendable {
     /// Whether the circuit breaker has `host` paused at `now`.
     public func isPaused(_ host: String, at now: Moment) -> Bool { pausedHosts[host].map { $0 > now } ?? false }
 
-    /// Whether a background fetch of `host` ran past its slice: the slow lane passes over its host's other work until
-    /// it ends.
-    public func isPassedOver(_ host: String) -> Bool { overrunHosts[host] != nil }
+    /// Whether a background fetch of `host` ran past its slice (and runs, or was parked and waits for a place past a
+    /// slice): the slow lane passes over its host's other work until it ends.
+    public func isPassedOver(_ host: String) -> Bool { overrunHosts[host] != nil || slicedTask(of: host) != nil }
+
+    /// A task of `host` parked at the back of the slow lane after its slice, still waiting there.
+    private func slicedTask(of host: String) -> String? {
+        sliced.first { isSliced($0.key) && tasks[$0.key]!.host == host }?.key
+    }
+
+    /// Whether `key` waits at the back of the slow lane, where its slice parked it.
+    private func isSliced(_ key: String) -> Bool {
+        guard let ticket = sliced[key], let task = tasks[key] else { return false }
+        return task.ticket == ticket && task.state == .waiting && task.lane == .slow
+    }
 
     /// Background tasks waiting for a host that is paused at `now` or passed over: nothing of theirs can start until
     /// the pause, or the fetch past its slice, ends.
     public func slowWaitingOnHeldHosts(at now: Moment) -> Int {
-        guard !overrunHosts.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
+        guard !overrunHosts.isEmpty || !sliced.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
         return tasks.values.count {
             $0.state == .waiting && $0.lane == .slow && (isPaused($0.host, at: now) || isPassedOver($0.host))
         }
@@ -307,8 +325,10 @@ public struct Scheduler: Sendable {
                 task.queued = true
             }
             if atFront, task.lane == .slow, task.state == .waiting {
+                let wasSliced = isSliced(key)
                 task.ticket = takeTicket()
                 slowQueue.pushFront(.init(key: key, ticket: task.ticket))
+                if wasSliced { sliced[key] = task.ticket }  // first in line, still waiting for a place past a slice
             }
             tasks[key] = task
             return (.already, [])
@@ -672,8 +692,8 @@ public struct Scheduler: Sendable {
         if let rate = configuration.hostStartRate {
             buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
         }
-        stepAsideAfterSlice(now: now)
         var actions: [Action] = []
+        stepAsideAfterSlice(now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
     }
@@ -689,16 +709,24 @@ public struct Scheduler: Sendable {
 
     // MARK: Internals
 
-    /// Slow tasks that have run for `backgroundSlice` step aside: as in their tail, they take no place in the lane
-    /// (up to `slowWidth` of them), and the slow lane passes over their hosts' other work while they run.
-    private mutating func stepAsideAfterSlice(now: Moment) {
+    /// Slow tasks that have run for `backgroundSlice` step aside: as in their tail, they take no place in the lane,
+    /// and the slow lane passes over their hosts' other work while they run. Up to `slowWidth` of them: one more is
+    /// parked at the back of the slow lane, its bytes kept, and waits there until fewer have stepped aside.
+    private mutating func stepAsideAfterSlice(now: Moment, into actions: inout [Action]) {
         guard let slice = configuration.backgroundSlice else { return }
+        sliced = sliced.filter { isSliced($0.key) }
         for key in sliceStarts.filter({ $0.value + slice <= now }).keys.sorted() {
             sliceStarts.removeValue(forKey: key)
+            guard overrunCount < configuration.slowWidth else {
+                park(key, waitingIn: .slow, into: &actions, atBack: true)
+                sliced[key] = tasks[key]!.ticket
+                continue
+            }
             tasks[key]!.inTail = true
             tasks[key]!.overran = true
             counts.slowInTail += 1
             overrunHosts[tasks[key]!.host, default: 0] += 1
+            overrunCount += 1
         }
     }
 
@@ -812,9 +840,9 @@ public struct Scheduler: Sendable {
         actions.append(.changeLane(key: key, lane: lane))
     }
 
-    /// Stops a running task with its bytes kept: it waits first in `lane`, and its next start resumes the same
-    /// attempt.
-    private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action]) {
+    /// Stops a running task with its bytes kept: it waits first in `lane` (last, `atBack`), and its next start resumes
+    /// the same attempt.
+    private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action], atBack: Bool = false) {
         var task = tasks[key]!
         leaveRunning(task)
         task.lane = lane
@@ -829,7 +857,7 @@ public struct Scheduler: Sendable {
             if task.abandoned { abandonedQueue.pushFront(entry) } else { fastQueue.pushFront(entry) }
             counts.fastWaiting += 1
         } else {
-            slowQueue.pushFront(entry)
+            if atBack { slowQueue.pushBack(entry) } else { slowQueue.pushFront(entry) }
             counts.slowWaiting += 1
         }
         tasks[key] = task
@@ -1022,6 +1050,7 @@ public struct Scheduler: Sendable {
     }
 
     private mutating func passOverNoLonger(_ host: String) {
+        overrunCount -= 1
         overrunHosts[host, default: 1] -= 1
         if overrunHosts[host] == 0 { overrunHosts.removeValue(forKey: host) }
     }
@@ -1097,6 +1126,9 @@ public struct Scheduler: Sendable {
         let limit = configuration.perHostLimit
         let running = runningPerHost
         let overrun = lane == .slow ? overrunHosts : [:]
+        let sliced = lane == .slow ? self.sliced.filter { isSliced($0.key) } : [:]
+        let slicedHosts = Set(sliced.keys.map { tasks[$0]!.host })
+        let roomPastSlice = overrunCount < configuration.slowWidth
         let paused = pausedHosts
         let rate = configuration.hostStartRate
         let buckets = self.buckets
@@ -1109,6 +1141,9 @@ public struct Scheduler: Sendable {
             let host = task.host
             if let until = paused[host], until > now { return false }
             if overrun[host] != nil { return false }
+            // A task parked after its slice resumes once fewer than slowWidth have stepped aside; its host's other
+            // work waits for it.
+            if sliced[entry.key] != nil ? !roomPastSlice : slicedHosts.contains(host) { return false }
             if let limit, running[host, default: 0] >= limit {
                 hostsAtLimit.insert(host)
                 return false
@@ -1120,10 +1155,11 @@ public struct Scheduler: Sendable {
             nextToken = min(nextToken ?? wait, wait)
             return false
         }
-        // A promotion is a group of its own, never passed over for its host.
+        // A promotion is a group of its own, never passed over for its host, and so is a task parked after its
+        // slice (its host's other work is passed over for it).
         let host = { (entry: LaneQueue.Entry) -> String in
             let task = tasks[entry.key]!
-            return task.promotionPending ? "\u{0}" + task.key : task.host
+            return task.promotionPending || sliced[entry.key] != nil ? "\u{0}" + task.key : task.host
         }
         guard lane == .fast else {
             let entry = slowQueue.popFirst(isLive: isLive, group: host, accept: accept, passLimit: Self.slowPassLimit)

@@ -111,23 +111,51 @@ struct LaneTests {
         #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
     }
 
-    @Test("a slow task past its slice steps aside: the next one of another host starts beside it, its own host's wait for it; at width 1 one such task counts")
+    @Test("a slow task past its slice steps aside: the next one of another host starts beside it, its own host's work waits for it")
     func sliceEnds() {
         var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)
-        for u in [U.s1, U.s2, U.b, U.c] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        for u in [U.s1, U.s2, U.b] { _ = s.queue(u, cache: .missing, now: t(0)) }
         #expect(s.nextDeadline == t(30_000))
         #expect(s.advance(to: t(29_999)) == [])
         // s1 (a server that trickles) ran for its slice: s2 waits for it, b starts beside it.
         #expect(s.advance(to: t(30_000)) == [start(U.b, .slow)])
-        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+        #expect(s.counts.slowRunning == 2 && s.counts.slowInTail == 1 && s.isPassedOver(U.s1.authority))
         #expect(s.nextDeadline == t(60_000))
-        // b runs long too: it takes its place, only one stepped-aside task is free of one, so c waits.
-        #expect(s.advance(to: t(60_000)) == [])
-        #expect(s.counts.slowRunning == 2)
-        // s1 ends: its host's work may start again, in the lane's order, but b (past its slice) now takes no place
-        // and its host is passed over: s2 starts.
-        #expect(s.finish(U.s1.key, .success, now: t(61_000)) == [.forget(key: U.s1.key), start(U.s2, .slow)])
-        #expect(s.finish(U.s2.key, .success, now: t(62_000)) == [.forget(key: U.s2.key), start(U.c, .slow)])
+        // s1 ends: its host's work may start again, once the lane has room.
+        #expect(s.finish(U.s1.key, .success, now: t(31_000)) == [.forget(key: U.s1.key)])
+        #expect(s.finish(U.b.key, .success, now: t(32_000)) == [.forget(key: U.b.key), start(U.s2, .slow)])
+    }
+
+    @Test("at width 1, a second slow task past its slice is parked at the back, its host passed over, and resumes once the first has ended")
+    func sliceParksOneMore() {
+        var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)
+        for u in [U.s1, U.s2, U.b, U.b2, U.c] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.advance(to: t(30_000)) == [start(U.b, .slow)])
+        // b runs long too, while s1 already takes no place: b is parked (its bytes kept) behind everything, and c,
+        // of a third server, starts: two slow servers do not hold the lane.
+        #expect(s.advance(to: t(60_000)) == [.park(key: U.b.key), start(U.c, .slow)])
+        #expect(s.counts.slowRunning == 2 && s.parkedCount == 1 && s.isPassedOver(U.b.authority))
+        #expect(s.slowWaitingOnHeldHosts(at: t(60_000)) == 3)  // s2, b2 and b
+        // c ends with s1 still past its slice: s2 waits for s1, b2 for b, and b for s1 (a second restart would only
+        // be parked again).
+        #expect(s.finish(U.c.key, .success, now: t(61_000)) == [.forget(key: U.c.key)])
+        // s1 ends: s2, first in line, starts; b, parked last, resumes after it, before b2.
+        #expect(s.finish(U.s1.key, .success, now: t(62_000)) == [.forget(key: U.s1.key), start(U.s2, .slow)])
+        #expect(s.finish(U.s2.key, .success, now: t(63_000)) == [.forget(key: U.s2.key), start(U.b, .slow)])
+        #expect(s.task(U.b.key)?.attempts == 1 && s.parkedCount == 0 && !s.isPassedOver(U.b.authority))
+        #expect(s.finish(U.b.key, .success, now: t(64_000)) == [.forget(key: U.b.key), start(U.b2, .slow)])
+    }
+
+    @Test("a task parked after its slice and queued again at the front keeps waiting for a place past a slice; a get takes it out of that at once")
+    func slicedTaskAskedFor() {
+        var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)
+        for u in [U.s1, U.b, U.s2] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        _ = s.advance(to: t(30_000))
+        #expect(s.advance(to: t(60_000)) == [.park(key: U.b.key)])
+        #expect(s.queue(U.b, cache: .missing, now: t(60_001), atFront: true).1 == [])
+        #expect(s.isPassedOver(U.b.authority))
+        #expect(s.get(U.b, waiter: w(1, 1), cache: .missing, now: t(60_002)) == [start(U.b, .fast), .holdBackground(true)])
+        #expect(!s.isPassedOver(U.b.authority))
     }
 
     @Test("a task past its slice that is promoted leaves that state: its host's background work starts again; no slice, no stepping aside")

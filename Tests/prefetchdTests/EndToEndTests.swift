@@ -95,6 +95,26 @@ struct EndToEndTests {
         #expect(queued == 1101, "nothing of the slow server lost: \(status)")
     }
 
+    @Test("two slow servers do not hold the background lane either: at slow_width 1 the second fetch past its slice is parked at the back, and another server's URLs are fetched (they waited for one of the slow fetches to end)")
+    func twoSlowServers() throws {
+        let slow = try Origin(), slower = try Origin(), other = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"])
+        let trickles = [slow, slower].map { $0.url("/trickle.jpg?size=2000000&drip=20000") }  // 100 s each
+        let elsewhere = (1...3).map { other.url("/e\($0).jpg") }
+        #expect(daemon.ctl(arguments: ["queue"] + trickles + elsewhere).status == 0)
+        let waited = daemon.ctl(arguments: ["queue", "--wait", "--timeout", "30"] + elsewhere)
+        #expect(waited.status == 0, "the other server's URLs waited for the trickles: \(waited.stderr)")
+        // The second trickle was stopped at its slice and waits for the first to end: asked for once so far.
+        #expect(try slower.count("/trickle.jpg") == 1 && slow.count("/trickle.jpg") == 1)
+        let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        let slowLane = status["slow"] as? [String: Any] ?? [:]
+        #expect(slowLane["running"] as? Int == 1 && slowLane["waiting"] as? Int == 1, "\(status)")
+        let log = try other.stats().log
+        for (earlier, later) in zip(log, log.dropFirst()) {
+            #expect(try #require(earlier.end) <= later.start, "\(earlier.path) and \(later.path) overlapped")
+        }
+    }
+
     @Test("demote withdraws a promotion still waiting for room in the fast lane (it was answered already, and the fetch became urgent work once room came)")
     func demoteWithdrawsAPendingPromotion() throws {
         let origin = try Origin()
