@@ -381,6 +381,25 @@ struct HostileResponseTests {
         #expect(whole.status == 0, "\(whole.stderr)")
     }
 
+    @Test("a response curl cannot parse (a Content-Length of -1, a NUL byte in a header, six stacked codings) is refused once, in words that say so, and does not pause its server (each was retried and counted against the host, in curl's words)")
+    func malformedResponses() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let cases = [("length", "header=Content-Length:-1", "the server's response is malformed (Invalid Content-Length"),
+                     ("nul", "header=X-Note:a%00b", "the server's response is malformed (Nul byte in header)"),
+                     ("codings", "header=Content-Encoding:gzip,gzip,gzip,gzip,gzip,gzip",
+                      "the server's Content-Encoding is refused (Reject response due to more than 5 content encodings)")]
+        for round in 0..<2 {
+            for (name, query, words) in cases {
+                let failed = try error(daemon.ctl("get", "--json", origin.url("/\(name)\(round).jpg?\(query)")))
+                #expect(failed.code == "network" && failed.message.contains(words), "\(failed)")
+                #expect(try origin.count("/\(name)\(round).jpg") == 1, "the same response would come again")
+            }
+        }
+        let good = daemon.ctl("get", origin.url("/good.jpg"))
+        #expect(good.status == 0, "six malformed responses paused the server: \(good.stderr)")
+    }
+
     @Test("host_start_rate 1e-300 was accepted and crashed the daemon when a host waited for a start; now it is refused")
     func tinyHostStartRate() throws {
         let refused = run(Paths.prefetchd, ["--check-config", "--host-start-rate", "1e-300"])

@@ -68,6 +68,17 @@ enum CurlErrors {
         case CURLE_OUT_OF_MEMORY where !transfer.bodyStarted:
             // curl 7.88 reports a header line over its 100 KiB limit as "Out of memory".
             return Failure(code: .tooLarge, message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
+        case CURLE_WEIRD_SERVER_REPLY:
+            // curl refused a response it could not parse before handing the line over (a Content-Length of `-1`, a
+            // NUL byte in a header): the server sends the same again, so it is neither retried nor counted against
+            // the host (a retried failure is).
+            return Failure(code: .network, message: "the server's response is malformed (\(transfer.errorDetail ?? text)): "
+                           + "the response is refused", isTransient: false)
+        case CURLE_BAD_CONTENT_ENCODING where transfer.headers.contentEncoding == nil:
+            // curl refused the Content-Encoding line itself, before handing it over: more codings stacked than it
+            // decodes (five).
+            return Failure(code: .network, message: "the server's Content-Encoding is refused (\(transfer.errorDetail ?? text))",
+                           isTransient: false)
         case CURLE_BAD_CONTENT_ENCODING:
             if let coding = transfer.headers.undecodableCoding {
                 // Not a stream broken on the way: the server answered in a coding nobody asked for, and will again.
