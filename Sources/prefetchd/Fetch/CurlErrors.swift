@@ -38,8 +38,10 @@ enum CurlErrors {
         }
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
-            // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line).
-            return Failure(code: .network, message: "the server's reply is not HTTP (\(text))", isTransient: true)
+            // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line, a status
+            // code out of range). The server sends the same again.
+            return Failure(code: .network, message: "the server's reply is not valid HTTP (\(transfer.errorDetail ?? text))",
+                           isTransient: false)
         case CURLE_UNSUPPORTED_PROTOCOL:
             return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(text))",
                            isTransient: false)

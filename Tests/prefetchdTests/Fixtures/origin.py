@@ -54,6 +54,7 @@ Query parameters (combine freely):
     expires=S          Expires: S seconds from now
     ranges=0           disable Range support (Accept-Ranges: none)
     size=N             body size for generated bodies (underscores allowed)
+    status_line=S      the response's status line is S (HTTP/1.1 2000 OK: a status curl refuses)
     header=NAME:VALUE  add this header line to the response (repeatable; added
                        to the origin's own, so a second Content-Length is two)
     big_header=N       add one header line of N bytes (X-Big: aaa...)
@@ -482,8 +483,16 @@ class Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             pass
 
+    _status_line = None
+
     def send_response(self, code, message=None):
         self._status = code
+        if self._status_line is not None:  # status_line=S
+            self.log_request(code)
+            if not hasattr(self, "_headers_buffer"):
+                self._headers_buffer = []
+            self._headers_buffer.append(self._status_line.encode("latin-1") + b"\r\n")
+            return
         super().send_response(code, message)
 
     # ---- methods ----------------------------------------------------------
@@ -611,6 +620,7 @@ class Handler(BaseHTTPRequestHandler):
         if delay:
             time.sleep(delay)
 
+        self._status_line = q.get("status_line")
         extra = []
         if "retry_after" in q:
             extra.append(("Retry-After", q["retry_after"]))
