@@ -76,6 +76,10 @@ enum CurlErrors {
             // the host (a retried failure is).
             return Failure(code: .network, message: "the server's response is malformed (\(transfer.errorDetail ?? text)): "
                            + "the response is refused", isTransient: false)
+        case CURLE_RECV_ERROR where transfer.errorDetail?.hasSuffix(" in chunked-encoding") == true:
+            // A chunk size that is not hex, or too long for one: the server's body, not the connection.
+            return Failure(code: .network, message: "the server's chunked body is malformed (\(transfer.errorDetail!))",
+                           isTransient: false)
         case CURLE_BAD_CONTENT_ENCODING where transfer.headers.contentEncoding == nil:
             // curl refused the Content-Encoding line itself, before handing it over: more codings stacked than it
             // decodes (five).

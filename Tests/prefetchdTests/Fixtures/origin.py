@@ -44,6 +44,7 @@ Query parameters (combine freely):
     redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
     no_length=1        no Content-Length, Connection: close, stream then close
     chunked=N          Transfer-Encoding: chunked, the body in chunks of N bytes
+    chunk_line=S       with chunked=N: the second chunk's size line is S (zz: not hex)
     short=K            full Content-Length but only K bytes sent, then close
     reset_after=K      headers + K bytes, then TCP RST (SO_LINGER 0)
     hangup=1           read the request, then close the connection without a
@@ -815,8 +816,11 @@ class Handler(BaseHTTPRequestHandler):
             limit = min(limit, length)
         if chunked:
             data = b"".join(body.iter_range(start, end))
-            self.wfile.write(b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + chunked]), data[i:i + chunked])
-                                      for i in range(0, len(data), chunked)) + b"0\r\n\r\n")
+            sizes = [b"%x" % len(data[i:i + chunked]) for i in range(0, len(data), chunked)]
+            if "chunk_line" in q and len(sizes) > 1:
+                sizes[1] = q["chunk_line"].encode("latin-1")
+            self.wfile.write(b"".join(b"%s\r\n%s\r\n" % (size, data[i * chunked:(i + 1) * chunked])
+                                      for i, size in enumerate(sizes)) + b"0\r\n\r\n")
         else:
             self._write_body(body, start, end, limit, drip)
 
