@@ -27,5 +27,12 @@ struct MemoryTrimmer {
     /// and given back when freed. glibc raises that threshold each time such a block is freed, after which the next
     /// ones come from the heap and stay resident: 40 clients pipelining `list`s without reading peaked at 164 MB for
     /// the 64 MiB `output_budget`.
-    static func mapLargeBlocksApart() { mallopt(M_MMAP_THRESHOLD, 128 * 1024) }
+    ///
+    /// Fixing that threshold also fixes glibc's trim threshold at its 128 KiB, and a fetch's 64 KiB body buffer
+    /// freed at the heap's top gave pages back that the next fetch's buffer faulted in again: free memory at the top
+    /// is kept up to 8 MiB (the trims above give it back).
+    static func mapLargeBlocksApart() {
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+        mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024)
+    }
 }
