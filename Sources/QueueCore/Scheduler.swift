@@ -22,8 +22,8 @@
 /// last. A slow task that ran longer than `backgroundSlice` (a server that trickles, a huge file) steps aside the
 /// same way, and while it runs the slow lane passes over its host's other work: one slow server does not hold the
 /// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice is
-/// parked at the back of the slow lane instead, and resumes once fewer than `slowWidth` have stepped aside (its host
-/// passed over meanwhile): two slow servers do not hold it either.
+/// parked at the back of the slow lane instead, and resumes once fewer than `slowWidth` have stepped aside or resumed
+/// so and may run out their slice again (its host passed over meanwhile): two slow servers do not hold it either.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -107,6 +107,9 @@ public struct Scheduler: Sendable {
         /// Stepped aside after running longer than `backgroundSlice` (its `inTail` is set too): the slow lane passes
         /// over its host while it runs there.
         var overran = false
+        /// Its last start resumed it from the back of the slow lane, where its slice had parked it: until it steps
+        /// aside or ends, it holds the place past a slice that let it resume.
+        var resumedAfterSlice = false
         /// Its transfer's response has begun (`responseStarted`); a start clears it.
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
@@ -713,8 +716,8 @@ public struct Scheduler: Sendable {
     /// and the slow lane passes over their hosts' other work while they run. Up to `slowWidth` of them: one more is
     /// parked at the back of the slow lane, its bytes kept, and waits there until fewer have stepped aside.
     private mutating func stepAsideAfterSlice(now: Moment, into actions: inout [Action]) {
-        guard let slice = configuration.backgroundSlice else { return }
         sliced = sliced.filter { isSliced($0.key) }
+        guard let slice = configuration.backgroundSlice else { return }
         for key in sliceStarts.filter({ $0.value + slice <= now }).keys.sorted() {
             sliceStarts.removeValue(forKey: key)
             guard overrunCount < configuration.slowWidth else {
@@ -819,6 +822,7 @@ public struct Scheduler: Sendable {
 
     /// A running task changes lane without stopping (the caller made sure the lane has room).
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
+        tasks[key]!.resumedAfterSlice = false
         if lane == .fast {
             leaveTail(key)
             sliceStarts.removeValue(forKey: key)
@@ -1128,7 +1132,10 @@ public struct Scheduler: Sendable {
         let overrun = lane == .slow ? overrunHosts : [:]
         let sliced = lane == .slow ? self.sliced.filter { isSliced($0.key) } : [:]
         let slicedHosts = Set(sliced.keys.map { tasks[$0]!.host })
-        let roomPastSlice = overrunCount < configuration.slowWidth
+        // The places past a slice: those stepped aside take theirs, and so do those resumed into them that may run
+        // out their slice again (each of a place that freed once: one freed place resumes one).
+        let resumed = sliceStarts.keys.count { tasks[$0]!.resumedAfterSlice }
+        let roomPastSlice = overrunCount + resumed < configuration.slowWidth
         let paused = pausedHosts
         let rate = configuration.hostStartRate
         let buckets = self.buckets
@@ -1141,8 +1148,7 @@ public struct Scheduler: Sendable {
             let host = task.host
             if let until = paused[host], until > now { return false }
             if overrun[host] != nil { return false }
-            // A task parked after its slice resumes once fewer than slowWidth have stepped aside; its host's other
-            // work waits for it.
+            // A task parked after its slice resumes into a place past a slice; its host's other work waits for it.
             if sliced[entry.key] != nil ? !roomPastSlice : slicedHosts.contains(host) { return false }
             if let limit, running[host, default: 0] >= limit {
                 hostsAtLimit.insert(host)
@@ -1183,6 +1189,7 @@ public struct Scheduler: Sendable {
 
     private mutating func start(_ key: String, now: Moment, into actions: inout [Action]) {
         var task = tasks[key]!
+        task.resumedAfterSlice = isSliced(key)
         task.state = .running
         task.inTail = false
         task.overran = false

@@ -146,6 +146,23 @@ struct LaneTests {
         #expect(s.finish(U.b.key, .success, now: t(64_000)) == [.forget(key: U.b.key), start(U.b2, .slow)])
     }
 
+    @Test("one place past a slice that frees resumes one parked task, not every one waiting: another would only be parked again a slice later (and start over, without a validator)")
+    func sliceResumesOneAtATime() {
+        var s = Scheduler(configuration: .init(slowWidth: 2, retry: testRetry, backgroundSlice: 30_000), seed: 1)
+        let d = url("http://d.example/d"), e = url("http://e.example/e")
+        for u in [U.a, U.b, U.c, d, e] { _ = s.queue(u, cache: .missing, now: t(0)) }
+        #expect(s.advance(to: t(30_000)) == [start(U.c, .slow), start(d, .slow)])
+        #expect(s.advance(to: t(60_000)) == [.park(key: U.c.key), .park(key: d.key), start(e, .slow)])
+        #expect(s.finish(e.key, .success, now: t(60_500)) == [.forget(key: e.key)])
+        // a ends: one place past a slice is free, and c takes it; d waits, though the lane has room for it.
+        #expect(s.finish(U.a.key, .success, now: t(61_000)) == [.forget(key: U.a.key), start(U.c, .slow)])
+        #expect(s.counts.slowRunning == 2 && s.counts.slowWaiting == 1)
+        #expect(s.finish(U.b.key, .success, now: t(62_000)) == [.forget(key: U.b.key), start(d, .slow)])
+        // c runs out its slice again with d resumed beside it: c steps aside (one place past a slice is its own).
+        #expect(s.advance(to: t(91_000)) == [])
+        #expect(s.counts.slowInTail == 1 && s.parkedCount == 0)
+    }
+
     @Test("a task parked after its slice and queued again at the front keeps waiting for a place past a slice; a get takes it out of that at once")
     func slicedTaskAskedFor() {
         var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)

@@ -210,6 +210,9 @@ struct Runner {
         var inTail = false
         /// A slow task that ran for `backgroundSlice` (`inTail` too): no other slow task of its host starts meanwhile.
         var overran = false
+        /// Started from the back of the slow lane, where its slice parked it: until it steps aside (or changes lane),
+        /// it takes a place past a slice.
+        var resumedAfterSlice = false
         /// Its response began.
         var responded = false
         /// Demoted before its response with the slow lane full: in no lane, its request out.
@@ -661,6 +664,7 @@ struct Runner {
                     if overrunCount < configuration.slowWidth {
                         running[key]?.inTail = true
                         running[key]?.overran = true
+                        running[key]?.resumedAfterSlice = false
                         coverage.note(.steppedAside)
                     } else {
                         parks.append((key, .slow))
@@ -845,9 +849,10 @@ struct Runner {
                 if lane == .slow, running.values.contains(where: { $0.overran && $0.host == task.host }) {
                     throw fail("slow start of \(key) while a slow task of \(task.host) runs past its slice")
                 }
+                let resumedAfterSlice = lane == .slow && sliced.contains(key)
                 if lane == .slow, sliced.remove(key) != nil {
-                    guard overrunCount < configuration.slowWidth else {
-                        throw fail("\(key), parked after its slice, started with \(overrunCount) stepped aside")
+                    guard pastSlice < configuration.slowWidth else {
+                        throw fail("\(key), parked after its slice, started with \(pastSlice) places past a slice taken")
                     }
                     coverage.note(.slicedResumed)
                 } else if lane == .slow, let other = slicedTask(of: task.host) {
@@ -864,7 +869,8 @@ struct Runner {
                 }
                 if backFromDisk.remove(key) != nil { coverage.note(.diskTaskRetried) }
                 starts += 1
-                running[key] = Running(lane: lane, host: task.host, order: starts, startedAt: now)
+                running[key] = Running(lane: lane, host: task.host, order: starts, startedAt: now,
+                                       resumedAfterSlice: resumedAfterSlice)
                 if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
                 if tries[key, default: 0] > 1 { coverage.note(.retryStarted) }
 
@@ -887,6 +893,7 @@ struct Runner {
                 running[key]?.promotionPending = false
                 running[key]?.inTail = false
                 running[key]?.overran = false
+                running[key]?.resumedAfterSlice = false
                 if lane == .fast { running[key]?.lingering = false }
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
 
@@ -1060,6 +1067,12 @@ struct Runner {
     /// Running slow tasks that stepped aside after their slice.
     var overrunCount: Int { running.values.count(where: \.overran) }
 
+    /// The places past a slice taken: tasks stepped aside, and tasks resumed after their slice that may run it out
+    /// again (in their lane's place, not in their tail).
+    var pastSlice: Int {
+        overrunCount + running.values.count { $0.resumedAfterSlice && $0.lane == .slow && !$0.inTail && !$0.lingering }
+    }
+
     /// A task of `host` parked after its slice and waiting.
     func slicedTask(of host: String) -> String? {
         sliced.sorted().first { scheduler.task($0)?.host == host }
@@ -1225,7 +1238,7 @@ struct Runner {
                 hostFull = true
                 coverage.note(.passedOverAfterSlice)
             }
-            if task.lane == .slow, sliced.contains(task.key) ? overrunCount >= configuration.slowWidth
+            if task.lane == .slow, sliced.contains(task.key) ? pastSlice >= configuration.slowWidth
                 : slicedTask(of: task.host) != nil {
                 hostFull = true
             }
