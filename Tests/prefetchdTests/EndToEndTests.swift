@@ -115,6 +115,25 @@ struct EndToEndTests {
         }
     }
 
+    @Test("the bytes parked downloads keep stay within a quarter of max_cache_bytes: past it a park drops them (every slow server can have a download parked after its slice, and those bytes are not cache files)", arguments: [false, true])
+    func parkedBytesBounded(small: Bool) throws {
+        let slow = try Origin(), slower = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"]
+                                         + (small ? ["--max-cache-bytes", "1M"] : []))
+        // 4 MB at 300 KB/s each: the second is parked after its slice, with about 300 KB, over a quarter of 1M.
+        let trickles = [slow, slower].map { $0.url("/trickle.jpg?size=4000000&drip=300000") }
+        #expect(daemon.ctl(arguments: ["queue"] + trickles).status == 0)
+        let parked = try waitUntil(seconds: 15) {
+            guard try slow.count("/trickle.jpg") + slower.count("/trickle.jpg") == 2 else { return false }
+            let status = try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+            let lane = status?["slow"] as? [String: Any] ?? [:]
+            return lane["running"] as? Int == 1 && lane["waiting"] as? Int == 1
+        }
+        #expect(parked, "the second trickle was not parked")
+        let bodies = try FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")
+        #expect(bodies.count == (small ? 1 : 2), "bodies in tmp/: \(bodies)")
+    }
+
     @Test("demote withdraws a promotion still waiting for room in the fast lane (it was answered already, and the fetch became urgent work once room came)")
     func demoteWithdrawsAPendingPromotion() throws {
         let origin = try Origin()

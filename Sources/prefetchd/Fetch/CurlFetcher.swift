@@ -210,6 +210,9 @@ final class CurlFetcher {
     /// Whether `key`'s transfer ended and its end is still on its way to `onFinish`.
     func isEnding(_ key: String) -> Bool { ending.contains(key) }
 
+    /// The bytes a running transfer's body file holds (0 for one not running yet).
+    func bytesReceived(_ key: String) -> Int64 { transfers[key]?.received ?? 0 }
+
     /// The keys whose transfer ended and whose end is still on its way to `onFinish`.
     var endingKeys: Set<String> { ending }
 

@@ -51,6 +51,12 @@ final class Fetches {
     /// What the image checks allow, and the freshness of a response that says nothing.
     private var images: ImagePolicy
     private var defaultTTL: Int64
+    /// The bytes parked downloads keep on disk to resume from, per key, and at most how many in all (a quarter of
+    /// `max_cache_bytes`): a park beyond drops its bytes. Every slow server can have a download parked after its
+    /// slice, and these bytes are not the cache's files, which eviction bounds.
+    private var parkedBytes: [String: Int64] = [:]
+    private var parkedBytesTotal: Int64 = 0
+    private var parkedBytesBudget: Int64
     /// Called on the loop thread for every fetch that ends, also for one that could not start, with the lane its
     /// transfer ended in (a task cancelled while its body was checked has no lane in the scheduler any more).
     var onEnd: (_ key: String, _ lane: Lane, _ end: FetchEnd) -> Void = { _, _, _ in }
@@ -76,6 +82,7 @@ final class Fetches {
         self.crashGuard = crashGuard
         images = options.images
         defaultTTL = options.defaultTTL
+        parkedBytesBudget = options.maxCacheBytes / 4
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onDistrust = { [unowned self] keys in self.distrust(keys) }
         fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
@@ -96,6 +103,7 @@ final class Fetches {
     /// to stop) does not start again: that end is on its way, and the scheduler takes it as this start's. A second
     /// transfer would write into the body file the first one's is being moved out of.
     func start(_ key: String, lane: Lane, revalidate: Bool, retry: Bool) {
+        unpark(key)
         guard !isEnding(key) else {
             if fetcher.isEnding(key) { meanwhile[key] = .started(lane) }
             return Log.debug("\(key) is ending: not started again")
@@ -125,8 +133,18 @@ final class Fetches {
     /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
     /// resume it with (without one the next start begins at byte 0 anyway).
     func park(_ key: String) {
-        let keep = store.partialValidator(key) != nil
-        if keep { recordPartial(key) }
+        let bytes = fetcher.bytesReceived(key)
+        let keep = store.partialValidator(key) != nil && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
+        if keep {
+            recordPartial(key)
+            parkedBytes[key] = bytes
+            parkedBytesTotal += bytes
+        } else if store.partialValidator(key) != nil {
+            Log.debug("\(key) parked without its \(bytes) bytes: parked downloads keep \(parkedBytesTotal) already")
+            do { try store.removePartial(key, deletingBody: false) } catch {
+                Log.error("cannot forget the download of \(key): \(error)")
+            }
+        }
         if fetcher.isEnding(key) { meanwhile[key] = .stopped }
         fetcher.stop(key, keepingBody: keep)
     }
@@ -140,6 +158,7 @@ final class Fetches {
     /// left: a transfer that ends or stops without one deletes its body, and a finished one was moved into place.)
     func forget(_ key: String) throws(DatabaseError) {
         alone.remove(key)
+        unpark(key)
         guard store.partialValidator(key) != nil else { return }
         // A body whose transfer ended belongs to its end, which checks it and moves it into place or deletes it.
         try store.removePartial(key, deletingBody: !isEnding(key))
@@ -190,6 +209,7 @@ final class Fetches {
         fetcher.keepConnections(fastWidth: options.fastWidth, slowWidth: options.slowWidth)
         images = options.images
         defaultTTL = options.defaultTTL
+        parkedBytesBudget = options.maxCacheBytes / 4
     }
 
     /// The background pool's download rate in all while a condition says slow; nil for none.
@@ -209,6 +229,12 @@ final class Fetches {
         } catch {
             Log.error("cannot record the download of \(key): \(error)")
         }
+    }
+
+    /// A parked download starts again, or goes: its bytes are no longer counted as kept by a park.
+    private func unpark(_ key: String) {
+        guard let bytes = parkedBytes.removeValue(forKey: key) else { return }
+        parkedBytesTotal -= bytes
     }
 
     private func recordPartial(_ key: String) {
