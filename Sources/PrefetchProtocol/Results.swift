@@ -271,6 +271,9 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var pausedHosts: [PausedHost]
     /// How many hosts are paused, `pausedHosts` and those beyond it; nil from a daemon older than this field.
     public var pausedHostCount: Int?
+    /// Downloads stopped with their bytes kept, waiting to resume (demoted, a lane made narrower, a background
+    /// pause, past their slice); nil from a daemon older than this field.
+    public var parked: Int?
     /// While the disk is full: when the slow lane tries again (Unix seconds). Queued work waits; nothing is dropped.
     public var waitingForDisk: Int64?
     /// What the background lane may do (metered network, battery, power saver, quiet hours); nil from a daemon
@@ -292,7 +295,8 @@ public struct StatusReport: Codable, Equatable, Sendable {
 
     public init(version: String, pid: Int32, uptime: Int64, fast: Lane, slow: Lane, slowSuspended: Bool, delayed: Int,
                 backlog: Int64, cache: Cache, connections: Int, fetched: Int64, failed: Int64, pausedHosts: [PausedHost],
-                pausedHostCount: Int? = nil, waitingForDisk: Int64? = nil, background: BackgroundState? = nil) {
+                pausedHostCount: Int? = nil, parked: Int? = nil, waitingForDisk: Int64? = nil,
+                background: BackgroundState? = nil) {
         self.version = version
         self.pid = pid
         self.uptime = uptime
@@ -307,12 +311,13 @@ public struct StatusReport: Codable, Equatable, Sendable {
         self.failed = failed
         self.pausedHosts = pausedHosts
         self.pausedHostCount = pausedHostCount
+        self.parked = parked
         self.waitingForDisk = waitingForDisk
         self.background = background
     }
 
     enum CodingKeys: String, CodingKey {
-        case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed, background
+        case version, pid, uptime, fast, slow, delayed, backlog, cache, connections, fetched, failed, background, parked
         case slowSuspended = "slow_suspended", pausedHosts = "paused_hosts", pausedHostCount = "paused_host_count"
         case waitingForDisk = "waiting_for_disk"
     }

@@ -55,6 +55,10 @@ enum InspectCommand {
                 ? " (queued URLs are kept; prefetchctl queue --now fetches some anyway)" : ""))
         }
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
+        if let parked = status.parked, parked > 0 {
+            Output.line("parked: \(parked) (stopped with their bytes kept, to resume: demoted, a narrower lane, "
+                        + "a background pause, or past background_slice)")
+        }
         if let until = status.waitingForDisk {
             Output.line("slow lane waits for the cache to be writable (a full disk or a write error: see the log); "
                         + "trying again at " + HumanTime.instant(until, now: now, dateWhenToday: false)

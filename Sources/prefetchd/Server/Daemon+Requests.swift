@@ -190,7 +190,7 @@ extension Daemon {
                          hits: lookups.hits, misses: lookups.misses, directory: options.cacheDirectory),
             connections: clients.count, fetched: fetched.ok, failed: fetched.failed,
             pausedHosts: pausedHostsShown.map { .init(host: $0.host, until: $0.until.wallClockMilliseconds / 1000) },
-            pausedHostCount: scheduler.paused.count,
+            pausedHostCount: scheduler.paused.count, parked: scheduler.parkedCount,
             waitingForDisk: scheduler.waitingForDiskUntil.map { $0.wallClockMilliseconds / 1000 }, background: backgroundState)
     }
 
