@@ -486,6 +486,16 @@ struct HostileResponseTests {
         #expect(daemon.log.contains("(and on 7 more)"), "\(daemon.log.suffix(600))")
     }
 
+    @Test("bytes a server sent after a response, met by the next request on the reused connection, fail that try only: the URL is tried again on a connection of its own (it was refused for negative_ttl as \"not valid HTTP\")")
+    func strayBytesOnAReusedConnection() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "1"])
+        // The second starts on the first's connection as soon as the first ends, within the 50 ms before the CRLF.
+        let got = daemon.ctl("get", origin.url("/crlf-first.jpg?crlf_after=1"), origin.url("/second.jpg"))
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect(try origin.count("/second.jpg") == 2, "the second was not asked for on the connection with the CRLF")
+    }
+
     @Test("a server ending an idle connection (a 408, then the end of it, at its keep-alive timeout), or a body with an empty line more, was warned about as bytes nobody asked for; neither is a response: the next get goes out on another connection, without a warning")
     func idleConnectionClosedByTheServer() throws {
         let origin = try Origin()

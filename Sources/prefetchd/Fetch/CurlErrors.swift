@@ -39,9 +39,10 @@ enum CurlErrors {
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
             // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line, a status
-            // code out of range). The server sends the same again.
+            // code out of range). On a connection made for it, the server sends the same again; on a reused one,
+            // what it read may be bytes left after the last response, and a retry goes on a connection of its own.
             return Failure(code: .network, message: "the server's reply is not valid HTTP (\(transfer.errorDetail ?? text))",
-                           isTransient: false)
+                           isTransient: !transfer.madeItsConnection)
         case CURLE_UNSUPPORTED_PROTOCOL:
             return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(text))",
                            isTransient: false)
@@ -72,10 +73,10 @@ enum CurlErrors {
             return Failure(code: .tooLarge, message: "a response header line exceeds curl's 100 KiB limit", isTransient: false)
         case CURLE_WEIRD_SERVER_REPLY:
             // curl refused a response it could not parse before handing the line over (a Content-Length of `-1`, a
-            // NUL byte in a header): the server sends the same again, so it is neither retried nor counted against
-            // the host (a retried failure is).
+            // NUL byte in a header): on a connection made for it the server sends the same again, so it is neither
+            // retried nor counted against the host (a retried failure is). On a reused one, as above.
             return Failure(code: .network, message: "the server's response is malformed (\(transfer.errorDetail ?? text)): "
-                           + "the response is refused", isTransient: false)
+                           + "the response is refused", isTransient: !transfer.madeItsConnection)
         case CURLE_RECV_ERROR where transfer.errorDetail?.hasSuffix(" in chunked-encoding") == true:
             // A chunk size that is not hex, or too long for one: the server's body, not the connection.
             return Failure(code: .network, message: "the server's chunked body is malformed (\(transfer.errorDetail!))",

@@ -205,6 +205,14 @@ final class Transfer {
 
     /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
     /// check failed, which address refused), if it wrote one about this transfer.
+    /// Whether curl made a connection for this transfer (redirects included), rather than reusing one: on a reused
+    /// HTTP/1 connection, bytes the server sent after the last response may be what curl could not read.
+    var madeItsConnection: Bool {
+        var made = 0
+        pf_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &made)
+        return made > 0
+    }
+
     var errorDetail: String? {
         guard !detailIsStale else { return nil }
         let text = String(String(cString: errorBuffer).trimmingCharacters(in: " \n"))
