@@ -496,6 +496,15 @@ struct HostileResponseTests {
         #expect(try origin.count("/second.jpg") == 2, "the second was not asked for on the connection with the CRLF")
     }
 
+    @Test("a connection that ends inside the response's headers is a transient failure, tried again (curl took it for a response without a body: \"the body is empty\", refused for negative_ttl)")
+    func connectionEndsInsideTheHeaders() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let got = daemon.ctl("get", origin.url("/cut-headers.jpg?cut_headers_first=1"))
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect(try origin.count("/cut-headers.jpg") == 2)
+    }
+
     @Test("a server ending an idle connection (a 408, then the end of it, at its keep-alive timeout), or a body with an empty line more, was warned about as bytes nobody asked for; neither is a response: the next get goes out on another connection, without a warning")
     func idleConnectionClosedByTheServer() throws {
         let origin = try Origin()

@@ -522,6 +522,12 @@ final class CurlFetcher {
         if code != CURLE_OK {
             return failed(CurlErrors.failure(code, transfer: transfer))
         }
+        guard headers.sectionEnded else {
+            // curl 7.88 takes a connection closed inside the header section for the response's end, with no body:
+            // a server that went down mid-response, not an empty image.
+            return failed(Failure(code: .network, message: "the connection ended inside the response's headers",
+                                  isTransient: true))
+        }
         if status == 304 && transfer.conditional {
             transfer.discardBody()
             return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .success(.notModified))

@@ -32,7 +32,7 @@ struct ResponseHeaders: Equatable {
     var byteCount = 0
     /// The empty line that ends the header section came: what follows until another status line is a trailer
     /// section, whose fields are not merged into the header's (RFC 9110 section 6.5.1).
-    private var sectionEnded = false
+    private(set) var sectionEnded = false
     /// The list field of the last line, which a folded line continues.
     private var foldedList: Field?
 

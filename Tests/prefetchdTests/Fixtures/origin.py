@@ -69,6 +69,8 @@ Query parameters (combine freely):
     zeros=1            a body of size zero bytes (with gzip=1: a gzip bomb)
     cut_first=K        the first request for this path gets K bytes of its body
                        (full Content-Length), then the connection closes
+    cut_headers_first=1 the first request for this path gets its status line and one header line, then
+                       the connection closes
     changed=1          from the second request for this path on, another version
                        of the generated body (another ETag)
     ignore_if_range=1  a Range is served whatever If-Range says
@@ -636,6 +638,10 @@ class Handler(BaseHTTPRequestHandler):
             extra.append(("X-Big", "a" * big_header))
         for n in range(parse_int(q, "many_headers", 0)):
             extra.append(("X-Many-%d" % n, "m" * 1024))
+        if truthy(q, "cut_headers_first") and count == 1:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n")
+            self.close_connection = True
+            return
         hints = parse_int(q, "early_hints", 0)
         if hints:
             self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </hint.css>; rel=preload\r\n\r\n" * hints)
