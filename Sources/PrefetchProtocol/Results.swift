@@ -271,8 +271,8 @@ public struct StatusReport: Codable, Equatable, Sendable {
     public var pausedHosts: [PausedHost]
     /// How many hosts are paused, `pausedHosts` and those beyond it; nil from a daemon older than this field.
     public var pausedHostCount: Int?
-    /// Downloads stopped with their bytes kept, waiting to resume (demoted, a lane made narrower, a background
-    /// pause, past their slice); nil from a daemon older than this field.
+    /// Downloads stopped to resume later (demoted, a lane made narrower, a background pause, past their slice), their
+    /// bytes kept when they can be; nil from a daemon older than this field.
     public var parked: Int?
     /// While the disk is full: when the slow lane tries again (Unix seconds). Queued work waits; nothing is dropped.
     public var waitingForDisk: Int64?

@@ -109,7 +109,7 @@ struct EndToEndTests {
         let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
         let slowLane = status["slow"] as? [String: Any] ?? [:]
         #expect(slowLane["running"] as? Int == 1 && slowLane["waiting"] as? Int == 1 && status["parked"] as? Int == 1, "\(status)")
-        #expect(daemon.ctl("status").stdout.contains("parked: 1 (stopped with their bytes kept"))
+        #expect(daemon.ctl("status").stdout.contains("parked: 1 (stopped to resume later"))
         let log = try other.stats().log
         for (earlier, later) in zip(log, log.dropFirst()) {
             #expect(try #require(earlier.end) <= later.start, "\(earlier.path) and \(later.path) overlapped")

@@ -56,8 +56,8 @@ enum InspectCommand {
         }
         if status.delayed > 0 { Output.line("retrying later: \(status.delayed)") }
         if let parked = status.parked, parked > 0 {
-            Output.line("parked: \(parked) (stopped with their bytes kept, to resume: demoted, a narrower lane, "
-                        + "a background pause, or past background_slice)")
+            Output.line("parked: \(parked) (stopped to resume later: demoted, a narrower lane, a background pause, "
+                        + "or past background_slice)")
         }
         if let until = status.waitingForDisk {
             Output.line("slow lane waits for the cache to be writable (a full disk or a write error: see the log); "

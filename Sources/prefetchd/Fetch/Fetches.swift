@@ -131,7 +131,7 @@ final class Fetches {
     }
 
     /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
-    /// resume it with (without one the next start begins at byte 0 anyway).
+    /// resume it with (without one the next start begins at byte 0 anyway) and it fits in `parkedBytesBudget`.
     func park(_ key: String) {
         let bytes = fetcher.bytesReceived(key)
         let keep = store.partialValidator(key) != nil && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
