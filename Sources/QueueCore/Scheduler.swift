@@ -263,7 +263,9 @@ public struct Scheduler: Sendable {
     /// Background tasks waiting for a host that is paused at `now` or passed over: nothing of theirs can start until
     /// the pause, or the fetch past its slice, ends.
     public func slowWaitingOnHeldHosts(at now: Moment) -> Int {
-        guard !overrunHosts.isEmpty || !sliced.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else { return 0 }
+        guard !overrunHosts.isEmpty || !sliced.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else {
+            return 0
+        }
         return tasks.values.count {
             $0.state == .waiting && $0.lane == .slow && (isPaused($0.host, at: now) || isPassedOver($0.host))
         }
@@ -846,7 +848,8 @@ public struct Scheduler: Sendable {
 
     /// Stops a running task with its bytes kept: it waits first in `lane` (last, `atBack`), and its next start resumes
     /// the same attempt.
-    private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action], atBack: Bool = false) {
+    private mutating func park(_ key: String, waitingIn lane: Lane, into actions: inout [Action],
+                               atBack: Bool = false) {
         var task = tasks[key]!
         leaveRunning(task)
         task.lane = lane

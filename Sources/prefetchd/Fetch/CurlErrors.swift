@@ -27,6 +27,8 @@ enum CurlErrors {
                            isTransient: false)
         }
         let text = String(cString: curl_easy_strerror(code))
+        // curl's own words for this transfer's failure when it wrote some, else its code's.
+        let detail = transfer.errorDetail ?? text
         var osError = 0
         pf_easy_getinfo_long(transfer.easy, CURLINFO_OS_ERRNO, &osError)
         // curl leaves no errno when the socket it asked for could not be made: the transfer noted it.
@@ -41,7 +43,7 @@ enum CurlErrors {
             // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line, a status
             // code out of range). On a connection made for it, the server sends the same again; on a reused one,
             // what it read may be bytes left after the last response, and a retry goes on a connection of its own.
-            return Failure(code: .network, message: "the server's reply is not valid HTTP (\(transfer.errorDetail ?? text))",
+            return Failure(code: .network, message: "the server's reply is not valid HTTP (\(detail))",
                            isTransient: !transfer.madeItsConnection)
         case CURLE_UNSUPPORTED_PROTOCOL:
             return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(text))",
@@ -75,8 +77,8 @@ enum CurlErrors {
             // curl refused a response it could not parse before handing the line over (a Content-Length of `-1`, a
             // NUL byte in a header): on a connection made for it the server sends the same again, so it is neither
             // retried nor counted against the host (a retried failure is). On a reused one, as above.
-            return Failure(code: .network, message: "the server's response is malformed (\(transfer.errorDetail ?? text)): "
-                           + "the response is refused", isTransient: !transfer.madeItsConnection)
+            return Failure(code: .network, message: "the server's response is malformed (\(detail)): the response is refused",
+                           isTransient: !transfer.madeItsConnection)
         case CURLE_RECV_ERROR where transfer.errorDetail?.hasSuffix(" in chunked-encoding") == true:
             // A chunk size that is not hex, or too long for one: the server's body, not the connection.
             return Failure(code: .network, message: "the server's chunked body is malformed (\(transfer.errorDetail!))",
@@ -84,8 +86,7 @@ enum CurlErrors {
         case CURLE_BAD_CONTENT_ENCODING where transfer.headers.contentEncoding == nil:
             // curl refused the Content-Encoding line itself, before handing it over: more codings stacked than it
             // decodes (five).
-            return Failure(code: .network, message: "the server's Content-Encoding is refused (\(transfer.errorDetail ?? text))",
-                           isTransient: false)
+            return Failure(code: .network, message: "the server's Content-Encoding is refused (\(detail))", isTransient: false)
         case CURLE_BAD_CONTENT_ENCODING:
             if let coding = transfer.headers.undecodableCoding {
                 // Not a stream broken on the way: the server answered in a coding nobody asked for, and will again.
@@ -107,7 +108,7 @@ enum CurlErrors {
             return Failure(code: .network, message: "the connection ended before the whole body came"
                            + (transfer.errorDetail.map { " (\($0))" } ?? ""), isTransient: true)
         default:
-            return Failure(code: .network, message: transfer.errorDetail ?? text, isTransient: true,
+            return Failure(code: .network, message: detail, isTransient: true,
                            unreached: !transfer.requestSent)
         }
     }

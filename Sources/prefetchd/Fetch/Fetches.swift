@@ -133,13 +133,13 @@ final class Fetches {
     /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
     /// resume it with (without one the next start begins at byte 0 anyway) and it fits in `parkedBytesBudget`.
     func park(_ key: String) {
-        let bytes = fetcher.bytesReceived(key)
-        let keep = store.partialValidator(key) != nil && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
+        let bytes = fetcher.bytesReceived(key), resumable = store.partialValidator(key) != nil
+        let keep = resumable && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
         if keep {
             recordPartial(key)
             parkedBytes[key] = bytes
             parkedBytesTotal += bytes
-        } else if store.partialValidator(key) != nil {
+        } else if resumable {
             Log.debug("\(key) parked without its \(bytes) bytes: parked downloads keep \(parkedBytesTotal) already")
             do { try store.removePartial(key, deletingBody: false) } catch {
                 Log.error("cannot forget the download of \(key): \(error)")

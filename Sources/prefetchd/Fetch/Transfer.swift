@@ -203,8 +203,6 @@ final class Transfer {
         closeFile()
     }
 
-    /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
-    /// check failed, which address refused), if it wrote one about this transfer.
     /// Whether curl made a connection for this transfer (redirects included), rather than reusing one: on a reused
     /// HTTP/1 connection, bytes the server sent after the last response may be what curl could not read.
     var madeItsConnection: Bool {
@@ -213,6 +211,8 @@ final class Transfer {
         return made > 0
     }
 
+    /// curl's own account of the failure, naming what `curl_easy_strerror` only classifies (which certificate
+    /// check failed, which address refused), if it wrote one about this transfer.
     var errorDetail: String? {
         guard !detailIsStale else { return nil }
         let text = String(String(cString: errorBuffer).trimmingCharacters(in: " \n"))

@@ -1,8 +1,9 @@
 import Glibc
 
 /// An image file opened once for all its checks: what `fstat` says of it and its first `ImageHeader.prefixLength`
-/// bytes (or `prefixLength`), read at once. `ImageHeader` parses the prefix; `ImageIntegrity` walks on from it, reading the rest at
-/// explicit offsets, so that any number of walks share the descriptor. A small file is read once in all.
+/// bytes (or `prefixLength`), read at once. `ImageHeader` parses the prefix; `ImageIntegrity` walks on from it,
+/// reading the rest at explicit offsets, so that any number of walks share the descriptor. A small file is read once
+/// in all.
 final class ImageFile {
     let path: String
     /// Its size when it was opened: reading it for the prefix and the hash stops there.

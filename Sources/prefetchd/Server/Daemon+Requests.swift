@@ -105,7 +105,8 @@ extension Daemon {
         switch op {
         case .demote:
             guard let task else { return .unknown }
-            // A promotion waiting for room in the fast lane runs in the slow lane until then: withdrawn, it stays there.
+            // A promotion waiting for room in the fast lane runs in the slow lane until then: withdrawn, it stays
+            // there.
             guard task.lane == .fast || task.promotionPending else { return .already }
             apply(scheduler.demote(url.key, now: moment))
             return .demoted
