@@ -187,6 +187,14 @@ private let ceiling: Int64 = 2_147_483_648_000
         #expect(!headers("Content-Encoding: identity").isEncoded && !headers().isEncoded)
     }
 
+    @Test("Accept-Ranges without the bytes unit (none, another unit) refuses ranges; absent, or bytes among others, does not")
+    func acceptRanges() {
+        #expect(headers("Accept-Ranges: none").refusesRanges && headers("Accept-Ranges: pages").refusesRanges)
+        #expect(headers("accept-ranges:  NONE ").refusesRanges)
+        #expect(!headers().refusesRanges && !headers("Accept-Ranges: bytes").refusesRanges)
+        #expect(!headers("Accept-Ranges: pages", "Accept-Ranges: Bytes").refusesRanges)
+    }
+
     @Test("header bytes are counted across a transfer's responses (interim ones too: they were counted per response), so a server sending endless lines or endless 1xx responses can be stopped; fields are per response")
     func byteCount() {
         var response = headers("Content-Type: image/png", "X-A: " + String(repeating: "a", count: 1000))

@@ -244,7 +244,7 @@ import Testing
         }
     }
 
-    @Test("a noted download resumes in this run only, also after a rollback; recorded, it outlives a restart with the latest validator")
+    @Test("a noted download resumes in this run only, also after a rollback; recorded, it outlives a restart with the latest validator and the file's length")
     func notedPartials() throws {
         try withCacheDirectory { directory in
             let small = "https://example.com/small.png", large = "https://example.com/large.png"
@@ -259,13 +259,13 @@ import Testing
                 #expect(try store.enqueue(key: "https://example.com/other.png", now: 2))
                 store.rollback()
                 #expect(store.partialValidator(small) == "\"s\"" && store.partialValidator(large) == "\"l1\"")
-                // Another response for the recorded one: the record follows it.
-                try store.notePartial(large, validator: "\"l2\"")
+                // Another response for the recorded one: the record follows it, its length too.
+                try store.notePartial(large, validator: "\"l2\"", length: 19_419)
                 try store.commit()
             }
             let store = try Store(directory: directory)
             #expect(store.partialValidator(small) == nil)
-            #expect(store.partialValidator(large) == "\"l2\"")
+            #expect(store.partialValidator(large) == "\"l2\"" && store.partialLength(large) == 19_419)
         }
     }
 

@@ -149,6 +149,23 @@ struct HostileResponseTests {
         #expect(requests.dropFirst().first?.status == 206)
     }
 
+    @Test("a server that changed a file but kept its Last-Modified, and ignores If-Range, sent the rest of the new version (25,000 bytes in all), which was joined to the 5,000 bytes kept of the old (19,419); now a rest of a file of another length is refused and the new version fetched whole")
+    func resumeOfAnotherLength() throws {
+        let requests = try refusedResume("/longer.jpg", "changed=1&changed_size=25000&no_etag=1&ignore_if_range=1",
+                                         whole: "&changed=1&changed_size=25000")
+        #expect(requests.dropFirst().first?.status == 206)
+        #expect(requests.dropFirst().first?.headers?["If-Range"] == "Wed, 01 Jan 2020 00:00:00 GMT", "the validator matched")
+    }
+
+    @Test("a server that said Accept-Ranges: none was still sent a Range when its download was cut; now the download starts over without one")
+    func noRangesNoResume() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let result = daemon.ctl("get", "--json", origin.url("/whole.jpg?size=19419&cut_first=5000&ranges=0"))
+        #expect(try origin.stats().log.filter { $0.path == "/whole.jpg" }.map(\.range) == [nil, nil], "\(result.stdout)")
+        #expect(try entry(result)["sha256"] as? String == (try sha256Hex(origin.body("/whole.jpg?size=19419"))))
+    }
+
     @Test("a Last-Modified no later than the response's Date is a weak validator: it was sent as If-Range, and a file replaced within that second had its rest joined to the bytes kept; now such a download starts over")
     func weakLastModifiedNotForResume() throws {
         let origin = try Origin()

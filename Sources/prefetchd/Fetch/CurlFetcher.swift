@@ -135,8 +135,8 @@ final class CurlFetcher {
     private var rateHeld: Bool { rateTimer.due != nil }
     /// What the budget may save up while little arrives: a quarter second at the rate, at least 16 KiB.
     private var rateBurst: Int64 { max(16 << 10, (backgroundRateLimit ?? 0) / 4) }
-    /// Called when a transfer's 2xx body starts, with the validator that would let it resume.
-    var onBodyStart: (_ key: String, _ validator: String?) -> Void = { _, _ in }
+    /// Called when a transfer's 2xx body starts, with the validator that would let it resume and the file's length.
+    var onBodyStart: (_ key: String, _ validator: String?, _ length: Int64?) -> Void = { _, _, _ in }
     /// Called when a resumable body grew long enough for a durable record (`Transfer.onResumeWorthRecording`).
     var onResumeWorthRecording: (_ key: String) -> Void = { _ in }
     /// Called when background work on an HTTP/2 connection reaches its tail (`Transfer.onTail`), and when a
@@ -244,8 +244,8 @@ final class CurlFetcher {
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil,
                                         idleConnections: pool(pending.request.lane).idleConnections)
-            transfer.onBodyStart = { [unowned self] transfer, validator in
-                self.onBodyStart(transfer.key, validator)
+            transfer.onBodyStart = { [unowned self] transfer, validator, length in
+                self.onBodyStart(transfer.key, validator, length)
                 self.responding.append(transfer)
             }
             transfer.onResumeWorthRecording = { [unowned self] transfer in self.onResumeWorthRecording(transfer.key) }

@@ -85,7 +85,9 @@ final class Fetches {
         parkedBytesBudget = options.maxCacheBytes / 4
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onDistrust = { [unowned self] keys in self.distrust(keys) }
-        fetcher.onBodyStart = { [unowned self] key, validator in self.bodyStarted(key, validator: validator) }
+        fetcher.onBodyStart = { [unowned self] key, validator, length in
+            self.bodyStarted(key, validator: validator, length: length)
+        }
         fetcher.onResumeWorthRecording = { [unowned self] key in self.recordPartial(key) }
         fetcher.onConcluding = { [unowned self] keys in
             self.guarded.formUnion(keys)
@@ -117,6 +119,7 @@ final class Fetches {
                 request.conditional = (entry.etag, entry.lastModified)
             } else {
                 request.resumeValidator = store.partialValidator(key)
+                request.resumeLength = store.partialLength(key)
             }
             fetcher.start(request)
             Log.debug("start \(lane) \(key)")
@@ -219,10 +222,10 @@ final class Fetches {
 
     /// A body started arriving: note how to resume it should the transfer stop before the end. The note becomes a
     /// record once the body is worth resuming after a crash, or when the transfer stops keeping it.
-    private func bodyStarted(_ key: String, validator: String?) {
+    private func bodyStarted(_ key: String, validator: String?, length: Int64?) {
         do {
             if let validator {
-                try store.notePartial(key, validator: validator)
+                try store.notePartial(key, validator: validator, length: length)
             } else {
                 try store.removePartial(key, deletingBody: false)
             }

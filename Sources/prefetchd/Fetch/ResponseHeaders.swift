@@ -22,6 +22,8 @@ struct ResponseHeaders: Equatable {
     var age: Int64?
     var retryAfter: String?
     var vary: String?
+    /// The range units the server accepts for this resource, all occurrences joined.
+    var acceptRanges: String?
     /// Why the body's length cannot be trusted (RFC 9112 section 6.3), when it cannot.
     var framingProblem: String?
     /// The status line said HTTP/1.0 or 1.1, and a `Transfer-Encoding` named `chunked`: with neither a length nor
@@ -109,6 +111,7 @@ struct ResponseHeaders: Equatable {
         case .age: age = Self.deltaSeconds(value)
         case .retryAfter: retryAfter = value
         case .vary: vary = joined(vary)
+        case .acceptRanges: acceptRanges = joined(acceptRanges)
         case .transferEncoding: break  // taken from its bytes above
         }
     }
@@ -142,6 +145,7 @@ struct ResponseHeaders: Equatable {
         case contentType = "content-type", contentLength = "content-length", contentRange = "content-range"
         case contentEncoding = "content-encoding", etag, lastModified = "last-modified", cacheControl = "cache-control"
         case expires, date, age, retryAfter = "retry-after", vary, transferEncoding = "transfer-encoding"
+        case acceptRanges = "accept-ranges"
 
         private static let names = allCases.map { (field: $0, name: Array($0.rawValue.utf8)) }
 
@@ -261,6 +265,13 @@ struct ResponseHeaders: Equatable {
         }
         let asked = offset > 0 ? "the bytes from \(offset)" : "the whole file"
         return .mismatch("the server answered a request for \(asked) with Content-Range: \(contentRange.prefix(60))")
+    }
+
+    /// The server said it serves no byte ranges of this resource (`Accept-Ranges: none`, RFC 9110 section 14.3): a
+    /// download of it cannot be resumed, and asking would cost a request.
+    var refusesRanges: Bool {
+        guard let acceptRanges else { return false }
+        return !acceptRanges.split(separator: ",").contains { $0.trimmingCharacters(in: " \t").lowercased() == "bytes" }
     }
 
     /// `Last-Modified` when it is a strong validator (RFC 9110 section 8.8.2.2): the response's `Date` is a second or

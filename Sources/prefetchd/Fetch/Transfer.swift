@@ -13,6 +13,9 @@ struct TransferRequest {
     /// The body file; when it already holds bytes and `resumeValidator` is set, the transfer asks for the rest.
     var bodyPath: String
     var resumeValidator: String?
+    /// The length of the file whose first bytes the body file holds, when the server announced it: a rest of a file of
+    /// another length is another version's, whatever its validator says.
+    var resumeLength: Int64?
     /// A retry after a failed attempt: it opens a connection of its own. The connection that failed may be dead
     /// (an outage, a stall) and still kept by curl, and on HTTP/2 the retry would be multiplexed onto it.
     var freshConnection = false
@@ -53,8 +56,9 @@ final class Transfer {
     /// not reached.
     fileprivate(set) var requestSent = false
     private let deniedNetworks: [IPNetwork]
-    /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any).
-    var onBodyStart: (Transfer, String?) -> Void = { _, _ in }
+    /// Called once when a 2xx body starts arriving, with the validator a resume would need (if any) and the file's
+    /// length (if announced).
+    var onBodyStart: (Transfer, _ validator: String?, _ length: Int64?) -> Void = { _, _, _ in }
     /// Called once, inside curl's write callback, when a body with a validator holds `resumeWorthRecording` bytes:
     /// from then on a start after a crash should resume it rather than fetch it again.
     var onResumeWorthRecording: (Transfer) -> Void = { _ in }
@@ -373,6 +377,10 @@ final class Transfer {
                 case .rest(let bytes):
                     if let version = otherVersion(than: continuation.resumeValidator) { return refuseResume(version) }
                     expectedTotal = resumedFrom.saturatingAdd(bytes)
+                    if let kept = continuation.resumeLength, kept != expectedTotal {
+                        return refuseResume("the server sent the rest of a file of \(expectedTotal!) bytes, the bytes kept "
+                                            + "are of one of \(kept) bytes: another version of it")
+                    }
                 case .whole(let bytes):
                     if resumedFrom > 0 { startOver() }
                     expectedTotal = bytes
@@ -387,15 +395,18 @@ final class Transfer {
                 startOver()
             }
             // An encoded body is stored decoded: its bytes are not the ones a range would count. Only a strong
-            // validator may join a rest to it.
-            let validator = headers.isEncoded ? nil : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.strongLastModified
+            // validator may join a rest to it; nor to a server that serves no ranges.
+            let validator = headers.isEncoded || headers.refusesRanges ? nil
+                : headers.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? headers.strongLastModified
+            let length = expectedTotal ?? expectedBytes
             continuation.conditional = nil
             continuation.resumeValidator = validator
+            continuation.resumeLength = length
             var version = 0
             pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
             multiplexed = version >= Int(CURL_HTTP_VERSION_2_0)
             if !multiplexed, pool == .slow { pathWindows?.serial(socket) }
-            onBodyStart(self, validator)
+            onBodyStart(self, validator, length)
         }
         let count = Int64(data.count)
         if let expectedTotal, count > expectedTotal - received {

@@ -51,10 +51,12 @@ final class Store {
     private var lastSeq: Int64 = 0
 
     /// Downloads in progress that a resume can continue from, asked at every start, park and end of a transfer: the
-    /// validator a resume sends, and whether the `partials` table records it (only recorded ones outlive a crash).
+    /// validator a resume sends, the file's length when the server announced it, and whether the `partials` table
+    /// records it (only recorded ones outlive a crash).
     private var partials: [String: Partial] = [:]
     private struct Partial: Equatable {
         var validator: String
+        var length: Int64?
         var recorded: Bool
     }
 
@@ -101,6 +103,11 @@ final class Store {
         """
         CREATE TABLE clean_stop(at INTEGER NOT NULL);
         """,
+        // A partial download's file length: a resume answered with the rest of a file of another length is another
+        // version's, whatever its validator says.
+        """
+        ALTER TABLE partials ADD COLUMN length INTEGER;
+        """,
     ]
 
     /// The tables and columns this version reads and writes. An index whose `user_version` is this version's but that
@@ -110,7 +117,7 @@ final class Store {
             + "fetched_at, last_access, hits, must_revalidate, no_store, allocated"),
         ("queue", "seq, key, queued_at"),
         ("failures", "key, code, message, status, until"),
-        ("partials", "key, validator"),
+        ("partials", "key, validator, length"),
         ("hosts", "host, paused_until, failures"),
         ("variants", "key, spec, file, bytes, sha256, format, width, height, allocated"),
         ("working", "key, deaths, active"),
@@ -240,8 +247,8 @@ final class Store {
     /// The resumable downloads the index records.
     private func readPartials() throws(DatabaseError) {
         partials = partials.filter { !$0.value.recorded }
-        let rows = try db.statement("SELECT key, validator FROM partials")
-        while try rows.step() { partials[rows.text(0)] = Partial(validator: rows.text(1), recorded: true) }
+        let rows = try db.statement("SELECT key, validator, length FROM partials")
+        while try rows.step() { partials[rows.text(0)] = Partial(validator: rows.text(1), length: rows.optionalInt(2), recorded: true) }
         db.resetStatements()
     }
 
@@ -713,29 +720,33 @@ final class Store {
     /// The validator noted for `key`'s download in progress, if it can be resumed.
     func partialValidator(_ key: String) -> String? { partials[key]?.validator }
 
-    /// Records durably that `key`'s download can be resumed with `validator`.
-    func savePartial(_ key: String, validator: String) throws(DatabaseError) {
-        let partial = Partial(validator: validator, recorded: true)
+    /// The length of the file whose first bytes `key`'s download in progress holds, when the server announced it.
+    func partialLength(_ key: String) -> Int64? { partials[key]?.length }
+
+    /// Records durably that `key`'s download can be resumed with `validator` (a file of `length` bytes, if known).
+    func savePartial(_ key: String, validator: String, length: Int64? = nil) throws(DatabaseError) {
+        let partial = Partial(validator: validator, length: length, recorded: true)
         guard partials[key] != partial else { return }
         try write()
-        try db.statement("INSERT OR REPLACE INTO partials(key, validator) VALUES (?1, ?2)").bind(key, validator).run()
+        try db.statement("INSERT OR REPLACE INTO partials(key, validator, length) VALUES (?1, ?2, ?3)")
+            .bind(key, validator, length).run()
         partials[key] = partial
     }
 
     /// Notes in memory that `key`'s download can be resumed with `validator`: after a crash it starts over, unless
-    /// `recordPartial` made the note durable. A record of another validator is replaced by this one.
-    func notePartial(_ key: String, validator: String) throws(DatabaseError) {
+    /// `recordPartial` made the note durable. A record of another validator or length is replaced by this one.
+    func notePartial(_ key: String, validator: String, length: Int64? = nil) throws(DatabaseError) {
         guard let old = partials[key], old.recorded else {
-            partials[key] = Partial(validator: validator, recorded: false)
+            partials[key] = Partial(validator: validator, length: length, recorded: false)
             return
         }
-        try savePartial(key, validator: validator)
+        try savePartial(key, validator: validator, length: length)
     }
 
     /// Makes the note of `key`'s download durable, if there is one.
     func recordPartial(_ key: String) throws(DatabaseError) {
         guard let partial = partials[key], !partial.recorded else { return }
-        try savePartial(key, validator: partial.validator)
+        try savePartial(key, validator: partial.validator, length: partial.length)
     }
 
     /// Forgets a download in progress, deleting its body unless it is still being written.
@@ -857,10 +868,10 @@ final class Store {
         try write()
         try db.execute("DELETE FROM partials WHERE key NOT IN (SELECT key FROM queue)")
         var resumable: [String: String] = [:]
-        let kept = try db.statement("SELECT key, validator FROM partials")
+        let kept = try db.statement("SELECT key, validator, length FROM partials")
         partials = [:]
         while try kept.step() {
-            partials[kept.text(0)] = Partial(validator: kept.text(1), recorded: true)
+            partials[kept.text(0)] = Partial(validator: kept.text(1), length: kept.optionalInt(2), recorded: true)
             resumable[files.downloadPath(forName: CacheFiles.name(forKey: kept.text(0)))] = kept.text(0)
         }
         for (path, key) in resumable where access(path, F_OK) != 0 { try removePartial(key) }

@@ -73,6 +73,7 @@ Query parameters (combine freely):
                        the connection closes
     changed=1          from the second request for this path on, another version
                        of the generated body (another ETag)
+    changed_size=N     with changed=1: that other version is N bytes long
     ignore_if_range=1  a Range is served whatever If-Range says
     gzip_later=1       gzip=1 from the second request for this path on
     gzip_trailer=S     with gzip=1: the bytes S after the end of the gzip stream
@@ -705,10 +706,11 @@ class Handler(BaseHTTPRequestHandler):
             body = FileBody(*found)
             ctype = EXT_TYPES.get(ext_of(found[0]), "application/octet-stream")
         else:
-            size = parse_int(q, "size", DEFAULT_SIZE)
+            changed = truthy(q, "changed") and count > 1
+            size = parse_int(q, "changed_size" if changed and "changed_size" in q else "size", DEFAULT_SIZE)
             jpeg = ext_of(raw_path) in (".jpg", ".jpeg")
             # changed=1: a new version of the file (another seed, so another ETag) from the second request on.
-            seed = raw_path + ("#2" if truthy(q, "changed") and count > 1 else "")
+            seed = raw_path + ("#2" if changed else "")
             body = GeneratedBody(seed, size, jpeg)
             ctype = "image/jpeg" if jpeg else "application/octet-stream"
         if "ctype" in q:
