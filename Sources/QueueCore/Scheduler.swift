@@ -21,9 +21,11 @@
 /// up to `slowWidth` such tasks run beyond the width. A background pause parks them too; a narrower lane parks them
 /// last. A slow task that ran longer than `backgroundSlice` (a server that trickles, a huge file) steps aside the
 /// same way, and while it runs the slow lane passes over its host's other work: one slow server does not hold the
-/// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice is
-/// parked at the back of the slow lane instead, and resumes once fewer than `slowWidth` have stepped aside or resumed
-/// so and may run out their slice again (its host passed over meanwhile): two slow servers do not hold it either.
+/// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice keeps
+/// its place but yields it (*preemptible*, its host passed over): it is parked at the back of the slow lane as soon
+/// as another slow task could start there, and steps aside without a stop once fewer than `slowWidth` have. Tasks so
+/// parked start again, each with a slice of its own, only into a place nothing else could take: two slow servers do
+/// not hold the lane, and with nothing else to do it never idles while they wait.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -107,9 +109,6 @@ public struct Scheduler: Sendable {
         /// Stepped aside after running longer than `backgroundSlice` (its `inTail` is set too): the slow lane passes
         /// over its host while it runs there.
         var overran = false
-        /// Its last start resumed it from the back of the slow lane, where its slice had parked it: until it steps
-        /// aside or ends, it holds the place past a slice that let it resume.
-        var resumedAfterSlice = false
         /// Its transfer's response has begun (`responseStarted`); a start clears it.
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
@@ -178,8 +177,11 @@ public struct Scheduler: Sendable {
     private var overrunHosts: [String: Int] = [:]
     /// How many running slow tasks stepped aside after their slice (the sum of `overrunHosts`).
     private var overrunCount = 0
-    /// Tasks parked at the back of the slow lane after their slice, while `slowWidth` others had stepped aside, with
-    /// the ticket of that entry: an entry whose task started, changed lane or went since (another ticket) is stale.
+    /// Running slow tasks past their slice that keep their place while `slowWidth` others have stepped aside: each
+    /// yields it to any other slow task that could start (it is then parked), and steps aside once there is room.
+    private var preemptible: Set<String> = []
+    /// Tasks parked at the back of the slow lane after their slice, for another's start, with the ticket of that
+    /// entry: an entry whose task started, changed lane or went since (another ticket) is stale.
     private var sliced: [String: UInt64] = [:]
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
@@ -245,9 +247,11 @@ public struct Scheduler: Sendable {
     /// Whether the circuit breaker has `host` paused at `now`.
     public func isPaused(_ host: String, at now: Moment) -> Bool { pausedHosts[host].map { $0 > now } ?? false }
 
-    /// Whether a background fetch of `host` ran past its slice (and runs, or was parked and waits for a place past a
-    /// slice): the slow lane passes over its host's other work until it ends.
-    public func isPassedOver(_ host: String) -> Bool { overrunHosts[host] != nil || slicedTask(of: host) != nil }
+    /// Whether a background fetch of `host` ran past its slice (and runs, or was parked for another and waits): the
+    /// slow lane passes over its host's other work until it ends.
+    public func isPassedOver(_ host: String) -> Bool {
+        overrunHosts[host] != nil || preemptible.contains { tasks[$0]!.host == host } || slicedTask(of: host) != nil
+    }
 
     /// A task of `host` parked at the back of the slow lane after its slice, still waiting there.
     private func slicedTask(of host: String) -> String? {
@@ -263,7 +267,8 @@ public struct Scheduler: Sendable {
     /// Background tasks waiting for a host that is paused at `now` or passed over: nothing of theirs can start until
     /// the pause, or the fetch past its slice, ends.
     public func slowWaitingOnHeldHosts(at now: Moment) -> Int {
-        guard !overrunHosts.isEmpty || !sliced.isEmpty || pausedHosts.values.contains(where: { $0 > now }) else {
+        guard !overrunHosts.isEmpty || !preemptible.isEmpty || !sliced.isEmpty
+                || pausedHosts.values.contains(where: { $0 > now }) else {
             return 0
         }
         return tasks.values.count {
@@ -333,7 +338,7 @@ public struct Scheduler: Sendable {
                 let wasSliced = isSliced(key)
                 task.ticket = takeTicket()
                 slowQueue.pushFront(.init(key: key, ticket: task.ticket))
-                if wasSliced { sliced[key] = task.ticket }  // first in line, still waiting for a place past a slice
+                if wasSliced { sliced[key] = task.ticket }  // first in line, still one whose slice ran out
             }
             tasks[key] = task
             return (.already, [])
@@ -359,9 +364,10 @@ public struct Scheduler: Sendable {
     }
 
     /// Makes `key` background work: a waiting fast task goes to the front of the slow lane; a running one changes
-    /// lane in place, or, when the slow lane is full, lingers while its response has not begun (up to `fastWidth`
-    /// such) and is parked otherwise (stopped with its bytes kept) at the front of the slow lane to resume from where
-    /// it stopped. Its waiters stay attached. A running slow task waiting for its promotion stays background work.
+    /// lane in place (into a preemptible task's place if need be), or, when the slow lane is full, lingers while its
+    /// response has not begun (up to `fastWidth` such) and is parked otherwise (stopped with its bytes kept) at the
+    /// front of the slow lane to resume from where it stopped. Its waiters stay attached. A running slow task waiting
+    /// for its promotion stays background work.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
         guard tasks[key] != nil else { return [] }
         tasks[key]!.abandoned = false  // background work from now on
@@ -383,7 +389,8 @@ public struct Scheduler: Sendable {
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
             tasks[key] = task
-        case .running where slowOccupied < slowCapacity:
+        case .running where slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty:
+            if slowOccupied >= slowCapacity { yieldPlace(into: &actions) }
             moveRunning(key, to: .slow, into: &actions)
         case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
             counts.fastRunning -= 1
@@ -422,6 +429,7 @@ public struct Scheduler: Sendable {
         tasks[key]!.inTail = true
         counts.slowInTail += 1
         sliceStarts.removeValue(forKey: key)
+        preemptible.remove(key)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -697,8 +705,8 @@ public struct Scheduler: Sendable {
         if let rate = configuration.hostStartRate {
             buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
         }
+        stepAsideAfterSlice(now: now)
         var actions: [Action] = []
-        stepAsideAfterSlice(now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
     }
@@ -707,6 +715,7 @@ public struct Scheduler: Sendable {
     /// that ran beyond its new width.
     public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
         self.configuration = configuration
+        stepAsidePreemptible()
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -715,23 +724,41 @@ public struct Scheduler: Sendable {
     // MARK: Internals
 
     /// Slow tasks that have run for `backgroundSlice` step aside: as in their tail, they take no place in the lane,
-    /// and the slow lane passes over their hosts' other work while they run. Up to `slowWidth` of them: one more is
-    /// parked at the back of the slow lane, its bytes kept, and waits there until fewer have stepped aside.
-    private mutating func stepAsideAfterSlice(now: Moment, into actions: inout [Action]) {
+    /// and the slow lane passes over their hosts' other work while they run. Up to `slowWidth` of them: one more keeps
+    /// its place, preemptible, until another slow task could start there or there is room to step aside.
+    private mutating func stepAsideAfterSlice(now: Moment) {
         sliced = sliced.filter { isSliced($0.key) }
         guard let slice = configuration.backgroundSlice else { return }
         for key in sliceStarts.filter({ $0.value + slice <= now }).keys.sorted() {
             sliceStarts.removeValue(forKey: key)
-            guard overrunCount < configuration.slowWidth else {
-                park(key, waitingIn: .slow, into: &actions, atBack: true)
-                sliced[key] = tasks[key]!.ticket
-                continue
-            }
-            tasks[key]!.inTail = true
-            tasks[key]!.overran = true
-            counts.slowInTail += 1
-            overrunHosts[tasks[key]!.host, default: 0] += 1
-            overrunCount += 1
+            if overrunCount < configuration.slowWidth { stepAside(key) } else { preemptible.insert(key) }
+        }
+    }
+
+    /// A running slow task past its slice takes no place in the lane any more, and its host is passed over.
+    private mutating func stepAside(_ key: String) {
+        tasks[key]!.inTail = true
+        tasks[key]!.overran = true
+        counts.slowInTail += 1
+        overrunHosts[tasks[key]!.host, default: 0] += 1
+        overrunCount += 1
+    }
+
+    /// The preemptible task that ran longest: the first to step aside, or to yield its place.
+    private var oldestPreemptible: String? { preemptible.min { tasks[$0]!.startOrder < tasks[$1]!.startOrder } }
+
+    /// The preemptible task that ran longest gives its place up: it is parked at the back of the slow lane.
+    private mutating func yieldPlace(into actions: inout [Action]) {
+        let key = oldestPreemptible!
+        park(key, waitingIn: .slow, into: &actions, atBack: true)
+        sliced[key] = tasks[key]!.ticket
+    }
+
+    /// Room past a slice goes at once to the tasks already past theirs, without a stop.
+    private mutating func stepAsidePreemptible() {
+        while overrunCount < configuration.slowWidth, let key = oldestPreemptible {
+            preemptible.remove(key)
+            stepAside(key)
         }
     }
 
@@ -824,8 +851,8 @@ public struct Scheduler: Sendable {
 
     /// A running task changes lane without stopping (the caller made sure the lane has room).
     private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
-        tasks[key]!.resumedAfterSlice = false
         if lane == .fast {
+            preemptible.remove(key)
             leaveTail(key)
             sliceStarts.removeValue(forKey: key)
             if tasks[key]!.lingering {
@@ -897,15 +924,21 @@ public struct Scheduler: Sendable {
         return true
     }
 
-    /// Lingering tasks take the slow lane's free places (they run already: nothing starts), pending promotions and
-    /// then the earliest starts first; then those beyond `fastWidth` (made narrower) are parked, the most recent
-    /// start first, and while background work is paused every one that no urgent waiter wants. A pending promotion
-    /// is parked last, and then waits in the fast lane. Returns whether it parked any.
+    /// Lingering tasks take the slow lane's free places (they run already: nothing starts), and those of preemptible
+    /// tasks, which are parked; pending promotions and then the earliest starts first; then those beyond `fastWidth`
+    /// (made narrower) are parked, the most recent start first, and while background work is paused every one that no
+    /// urgent waiter wants. A pending promotion is parked last, and then waits in the fast lane. Returns whether it
+    /// parked any.
     private mutating func settleLingering(into actions: inout [Action]) -> Bool {
         guard !lingeringKeys.isEmpty else { return false }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
         var oldestFirst = lingeringKeys.map { tasks[$0]! }.sorted { rank($0) < rank($1) }
-        while slowOccupied < slowCapacity, !oldestFirst.isEmpty {
+        var parked = false
+        while !oldestFirst.isEmpty, slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty {
+            if slowOccupied >= slowCapacity {
+                yieldPlace(into: &actions)
+                parked = true
+            }
             let key = oldestFirst.removeFirst().key
             tasks[key]!.lingering = false
             counts.lingering -= 1
@@ -913,7 +946,6 @@ public struct Scheduler: Sendable {
             counts.slowRunning += 1
             sliceStarts[key] = tasks[key]!.startedAt
         }
-        var parked = false
         for task in oldestFirst.reversed() {
             let beyondWidth = counts.lingering > configuration.fastWidth
             guard beyondWidth || backgroundPaused && !task.promotionPending else { continue }
@@ -1060,6 +1092,7 @@ public struct Scheduler: Sendable {
         overrunCount -= 1
         overrunHosts[host, default: 1] -= 1
         if overrunHosts[host] == 0 { overrunHosts.removeValue(forKey: host) }
+        stepAsidePreemptible()
     }
 
     private mutating func leaveRunning(_ task: Task) {
@@ -1072,6 +1105,7 @@ public struct Scheduler: Sendable {
             counts.slowRunning -= 1
         }
         if task.inTail { counts.slowInTail -= 1 }
+        preemptible.remove(task.key)
         if task.overran { passOverNoLonger(task.host) }
         sliceStarts.removeValue(forKey: task.key)
         runningPerHost[task.host, default: 1] -= 1
@@ -1093,9 +1127,18 @@ public struct Scheduler: Sendable {
         if settleLingering(into: &actions) { fillFastLane(now: now, into: &actions) }
         while yieldHostToUrgentWork(into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
-        while !counts.slowSuspended, waitingForDiskUntil == nil, slowOccupied < slowCapacity,
-              let key = popStartable(lane: .slow, now: now) {
-            start(key, now: now, into: &actions)
+        while !counts.slowSuspended, waitingForDiskUntil == nil, slowCapacity > 0 {
+            if slowOccupied < slowCapacity {
+                // A task parked after its slice only takes a place nothing else could.
+                guard let key = popStartable(lane: .slow, now: now)
+                        ?? (sliced.isEmpty ? nil : popStartable(lane: .slow, now: now, sliced: true)) else { break }
+                start(key, now: now, into: &actions)
+            } else {
+                // A full lane: a preemptible task yields its place to another that could start.
+                guard !preemptible.isEmpty, let key = popStartable(lane: .slow, now: now) else { break }
+                yieldPlace(into: &actions)
+                start(key, now: now, into: &actions)
+            }
         }
         if (counts.fastRunning > 0) != reportedHold {
             reportedHold = counts.fastRunning > 0
@@ -1123,7 +1166,9 @@ public struct Scheduler: Sendable {
         }
     }
 
-    private mutating func popStartable(lane: Lane, now: Moment) -> String? {
+    /// The first task of `lane` that may start now, taken out of its queue; in the slow lane, `sliced`: only one
+    /// parked after its slice, else any other.
+    private mutating func popStartable(lane: Lane, now: Moment, sliced slicedOnly: Bool = false) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map {
@@ -1135,10 +1180,7 @@ public struct Scheduler: Sendable {
         let overrun = lane == .slow ? overrunHosts : [:]
         let sliced = lane == .slow ? self.sliced.filter { isSliced($0.key) } : [:]
         let slicedHosts = Set(sliced.keys.map { tasks[$0]!.host })
-        // The places past a slice: those stepped aside take theirs, and so do those resumed into them that may run
-        // out their slice again (each of a place that freed once: one freed place resumes one).
-        let resumed = sliceStarts.keys.count { tasks[$0]!.resumedAfterSlice }
-        let roomPastSlice = overrunCount + resumed < configuration.slowWidth
+        let yieldingHosts = lane == .slow ? Set(preemptible.map { tasks[$0]!.host }) : []
         let paused = pausedHosts
         let rate = configuration.hostStartRate
         let buckets = self.buckets
@@ -1150,9 +1192,9 @@ public struct Scheduler: Sendable {
             if task.promotionPending { return true }
             let host = task.host
             if let until = paused[host], until > now { return false }
-            if overrun[host] != nil { return false }
-            // A task parked after its slice resumes into a place past a slice; its host's other work waits for it.
-            if sliced[entry.key] != nil ? !roomPastSlice : slicedHosts.contains(host) { return false }
+            if overrun[host] != nil || yieldingHosts.contains(host) { return false }
+            // A task parked after its slice is looked for apart; its host's other work waits for it.
+            if sliced[entry.key] != nil ? !slicedOnly : slicedOnly || slicedHosts.contains(host) { return false }
             if let limit, running[host, default: 0] >= limit {
                 hostsAtLimit.insert(host)
                 return false
@@ -1192,7 +1234,6 @@ public struct Scheduler: Sendable {
 
     private mutating func start(_ key: String, now: Moment, into actions: inout [Action]) {
         var task = tasks[key]!
-        task.resumedAfterSlice = isSliced(key)
         task.state = .running
         task.inTail = false
         task.overran = false

@@ -95,7 +95,7 @@ struct EndToEndTests {
         #expect(queued == 1101, "nothing of the slow server lost: \(status)")
     }
 
-    @Test("two slow servers do not hold the background lane either: at slow_width 1 the second fetch past its slice is parked at the back, and another server's URLs are fetched (they waited for one of the slow fetches to end)")
+    @Test("two slow servers do not hold the background lane either: at slow_width 1 the second fetch past its slice yields its place to another server's URLs (they waited for one of the slow fetches to end), and resumes once they are fetched")
     func twoSlowServers() throws {
         let slow = try Origin(), slower = try Origin(), other = try Origin()
         let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"])
@@ -104,35 +104,60 @@ struct EndToEndTests {
         #expect(daemon.ctl(arguments: ["queue"] + trickles + elsewhere).status == 0)
         let waited = daemon.ctl(arguments: ["queue", "--wait", "--timeout", "30"] + elsewhere)
         #expect(waited.status == 0, "the other server's URLs waited for the trickles: \(waited.stderr)")
-        // The second trickle was stopped at its slice and waits for the first to end: asked for once so far.
-        #expect(try slower.count("/trickle.jpg") == 1 && slow.count("/trickle.jpg") == 1)
+        // The second trickle, parked at its slice for them, takes the place they left: it resumes where it stopped.
+        #expect(try waitUntil(seconds: 10) { try slower.count("/trickle.jpg") == 2 })
+        #expect(try slow.count("/trickle.jpg") == 1)
+        #expect(try slower.stats().log.last?.range?.hasPrefix("bytes=") == true, "resumed with a Range")
         let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
         let slowLane = status["slow"] as? [String: Any] ?? [:]
-        #expect(slowLane["running"] as? Int == 1 && slowLane["waiting"] as? Int == 1 && status["parked"] as? Int == 1, "\(status)")
-        #expect(daemon.ctl("status").stdout.contains("parked: 1 (stopped to resume later"))
+        #expect(slowLane["running"] as? Int == 2 && slowLane["waiting"] as? Int == 0 && status["parked"] as? Int == 0, "\(status)")
         let log = try other.stats().log
         for (earlier, later) in zip(log, log.dropFirst()) {
             #expect(try #require(earlier.end) <= later.start, "\(earlier.path) and \(later.path) overlapped")
         }
     }
 
+    @Test("at slow_width 1, three slow servers: the third fetch past its slice, with nothing else to start, keeps running beside the first (it was parked too, and the lane ran one trickle alone: 12 slow servers took 53.9 s against 36.7 s)")
+    func threeSlowServers() throws {
+        let origins = try (0..<3).map { _ in try Origin() }
+        let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"])
+        // At 200 KB/s: 10 s, then 5 s and 5 s. The first steps aside at its slice, the second yields to the third.
+        let urls = zip(origins, [2_000_000, 1_000_000, 1_000_000]).map { $0.url("/trickle.jpg?size=\($1)&drip=200000") }
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        #expect(try waitUntil(seconds: 10) { try origins[2].count("/trickle.jpg") == 1 })
+        var mostParked = 0, running = 0
+        let end = monotonicSeconds() + 4
+        while monotonicSeconds() < end {
+            let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+            mostParked = max(mostParked, status["parked"] as? Int ?? 0)
+            running = (status["slow"] as? [String: Any])?["running"] as? Int ?? 0
+            usleep(100_000)
+        }
+        #expect(mostParked == 1 && running == 2, "parked at most \(mostParked), running \(running)")
+        #expect(daemon.ctl("status").stdout.contains("parked: 1 (stopped to resume later"))
+        #expect(daemon.ctl(arguments: ["queue", "--wait", "--timeout", "60"] + urls).status == 0)
+    }
+
     @Test("the bytes parked downloads keep stay within a quarter of max_cache_bytes: past it a park drops them (every slow server can have a download parked after its slice, and those bytes are not cache files)", arguments: [false, true])
     func parkedBytesBounded(small: Bool) throws {
-        let slow = try Origin(), slower = try Origin()
+        let slow = try Origin(), slower = try Origin(), third = try Origin()
         let daemon = try DaemonUnderTest(["--slow-width", "1", "--background-slice", "1"]
                                          + (small ? ["--max-cache-bytes", "1M"] : []))
-        // 4 MB at 300 KB/s each: the second is parked after its slice, with about 300 KB, over a quarter of 1M.
+        // 4 MB at 300 KB/s each: the second is parked after its slice for the third server's URL (which then holds
+        // the place, unanswered), with about 300 KB, over a quarter of 1M.
         let trickles = [slow, slower].map { $0.url("/trickle.jpg?size=4000000&drip=300000") }
-        #expect(daemon.ctl(arguments: ["queue"] + trickles).status == 0)
+        #expect(daemon.ctl(arguments: ["queue"] + trickles + [third.url("/held.jpg?delay=60")]).status == 0)
         let parked = try waitUntil(seconds: 15) {
-            guard try slow.count("/trickle.jpg") + slower.count("/trickle.jpg") == 2 else { return false }
+            guard try slow.count("/trickle.jpg") + slower.count("/trickle.jpg") == 2, try third.count("/held.jpg") == 1
+            else { return false }
             let status = try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
             let lane = status?["slow"] as? [String: Any] ?? [:]
-            return lane["running"] as? Int == 1 && lane["waiting"] as? Int == 1
+            return lane["running"] as? Int == 2 && lane["waiting"] as? Int == 1
         }
         #expect(parked, "the second trickle was not parked")
         let bodies = try FileManager.default.contentsOfDirectory(atPath: daemon.cache + "/tmp")
-        #expect(bodies.count == (small ? 1 : 2), "bodies in tmp/: \(bodies)")
+        // The running ones' (the first trickle's, the third server's empty one) and the parked one's, kept or not.
+        #expect(bodies.count == (small ? 2 : 3), "bodies in tmp/: \(bodies)")
     }
 
     @Test("demote withdraws a promotion still waiting for room in the fast lane (it was answered already, and the fetch became urgent work once room came)")
