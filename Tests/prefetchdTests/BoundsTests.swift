@@ -369,6 +369,28 @@ struct BoundsTests {
         #expect(resumed >= 5, "only \(resumed) of the 7 parked transfers resumed with Range")
     }
 
+    @Test("the bodies a stop kept to resume count against the parked downloads' quarter of max_cache_bytes after the start (they were outside it: 0.94 MB against 0.5 MB); past it they are dropped, and those downloads start over", arguments: [false, true])
+    func stoppedBodiesWithinBudget(small: Bool) throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--slow-width", "2"])
+        // 900 KB at 300 KB/s each, stopped after 1.5 s: about 450 KB each, 900 KB against a 256 KB budget.
+        let urls = (0..<2).map { origin.url("/kept\($0).jpg?size=900000&drip=300000") }
+        #expect(daemon.ctl(arguments: ["queue"] + urls).status == 0)
+        #expect(try waitUntil(seconds: 10) { Self.temporaryFiles(daemon).count == 2 })
+        usleep(1_500_000)
+        daemon.child?.stop(SIGTERM)
+        #expect(Self.temporaryFiles(daemon).count == 2, "both kept to resume")
+        if small { daemon.arguments += ["--max-cache-bytes", "1M"] }
+        try daemon.start()
+        #expect(daemon.ctl(arguments: ["queue", "--wait", "--timeout", "30"] + urls).status == 0)
+        let log = try origin.stats().log
+        for n in 0..<2 {
+            let ranges = log.filter { $0.path == "/kept\(n).jpg" }.map(\.range)
+            #expect(ranges.count == 2 && (ranges.last! == nil) == small, "\(ranges)")
+        }
+        #expect(daemon.log.contains("dropped 2 partial downloads kept at the last stop") == small)
+    }
+
     @Test("SIGTERM with transfers running and parked leaves in tmp/ only the resumable partials of queued URLs; they resume")
     func shutdownLeavesOnlyResumablePartials() throws {
         let origin = try Origin()

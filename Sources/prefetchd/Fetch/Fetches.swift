@@ -83,6 +83,7 @@ final class Fetches {
         images = options.images
         defaultTTL = options.defaultTTL
         parkedBytesBudget = options.maxCacheBytes / 4
+        keepStoppedBodiesWithinBudget()
         fetcher.onFinish = { [unowned self] result in self.finished(result) }
         fetcher.onDistrust = { [unowned self] keys in self.distrust(keys) }
         fetcher.onBodyStart = { [unowned self] key, validator, length in
@@ -232,6 +233,25 @@ final class Fetches {
         } catch {
             Log.error("cannot record the download of \(key): \(error)")
         }
+    }
+
+    /// At a start, the bodies the last stop kept to resume count as parked ones until they start again or go; past
+    /// the budget, the largest are dropped (those downloads start over).
+    private func keepStoppedBodiesWithinBudget() {
+        var dropped = 0, droppedBytes: Int64 = 0
+        for (key, bytes) in store.recordedPartialBodies().sorted(by: { ($0.bytes, $0.key) < ($1.bytes, $1.key) }) {
+            if parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget {
+                parkedBytes[key] = bytes
+                parkedBytesTotal += bytes
+            } else {
+                forgetPartial(key)
+                dropped += 1
+                droppedBytes += bytes
+            }
+        }
+        guard dropped > 0 else { return }
+        Log.info("dropped \(dropped) partial downloads kept at the last stop (\(droppedBytes / 1024) KiB): the bytes parked "
+                 + "downloads keep stay within a quarter of max_cache_bytes (\(parkedBytesBudget / 1024) KiB); they start over")
     }
 
     /// A parked download starts again, or goes: its bytes are no longer counted as kept by a park.

@@ -749,6 +749,15 @@ final class Store {
         try savePartial(key, validator: partial.validator, length: partial.length)
     }
 
+    /// The recorded downloads whose bodies are on disk, with their sizes: at a start, those a stop kept.
+    func recordedPartialBodies() -> [(key: String, bytes: Int64)] {
+        partials.filter(\.value.recorded).compactMap { key, _ in
+            var info = stat()
+            guard stat(files.downloadPath(forName: CacheFiles.name(forKey: key)), &info) == 0 else { return nil }
+            return (key, Int64(info.st_size))
+        }
+    }
+
     /// Forgets a download in progress, deleting its body unless it is still being written.
     func removePartial(_ key: String, deletingBody: Bool = true) throws(DatabaseError) {
         if deletingBody { unlink(files.downloadPath(forName: CacheFiles.name(forKey: key))) }
