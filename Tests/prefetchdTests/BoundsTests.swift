@@ -132,6 +132,28 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
+    @Test("a request for a long URL counts one more against those bounds for each KiB of it: 65,536 gets of 8 KB URLs held 607 MB; now a client has 1,024 such waiting, the rest refused at once")
+    func longURLsWeighMore() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        _ = connection.receive()
+        let url = origin.url("/long.jpg?delay=2&pad=" + String(repeating: "x", count: 8_000))  // weighs 8
+        // 9 MB of requests, sent while the replies are read (the daemon stops reading a client whose replies back up).
+        connection.sendInBackground((0..<1_100).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined())
+        var refused: [String] = [], fetched = 0
+        for _ in 0..<1_100 {
+            guard let reply = connection.receive() else { break }
+            if let error = reply["error"] as? [String: Any], error["code"] as? String == "bad_request" {
+                refused.append(error["message"] as? String ?? "")
+            }
+            if reply["ok"] as? Bool == true { fetched += 1 }
+        }
+        #expect(refused.count == 1_100 - 1_024 && fetched == 1_024, "refused \(refused.count), fetched \(fetched)")
+        #expect(refused.first?.contains("8192 requests of this client wait for their answers already (one more for each KiB") == true,
+                "\(refused.first ?? "")")
+    }
+
     @Test("all clients together may have 65,536 requests and visible view rows waiting, an `evict --all` under way counting as one: past that a get, an evict --all or a view's scroll is refused `busy` at once, naming the bound (prefetchctl exits 3); a list is still taken")
     func waitingRequestsOfAllClientsAreBounded() throws {
         let origin = try Origin()

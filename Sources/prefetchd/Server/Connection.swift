@@ -29,6 +29,10 @@ struct Wait {
     let variant: VariantSpec?
     let recipient: Recipient
     let since: Int64
+
+    /// What waiting for `key` counts against the bounds on waiting requests: one, and one more for each KiB of a long
+    /// URL, which the daemon holds meanwhile (65,536 waits of 8 KB URLs held 607 MB when each counted one).
+    static func weight(of key: String) -> Int { 1 + key.utf8.count / 1024 }
 }
 
 /// One client: its socket, a line reader and a write buffer, and all the daemon keeps for it (what it waits for,
@@ -91,7 +95,7 @@ final class Connection {
     func addWait(for key: String, variant: VariantSpec?, recipient: Recipient) -> Waiter {
         lastRequest += 1
         waits[lastRequest] = Wait(key: key, variant: variant, recipient: recipient, since: monotonicMilliseconds())
-        waitLedger.add(1)
+        weigh(Wait.weight(of: key))
         return Waiter(client: id, request: lastRequest)
     }
 
@@ -99,14 +103,14 @@ final class Connection {
     @discardableResult
     func takeWait(_ waiter: Waiter) -> Wait? {
         guard let wait = waits.removeValue(forKey: waiter.request) else { return nil }
-        waitLedger.release(1)
+        weigh(-Wait.weight(of: wait.key))
         return wait
     }
 
     /// Takes every wait: the client closed, or the daemon is shutting down.
     func takeAllWaits() -> [Wait] {
         defer {
-            waitLedger.release(waits.count)
+            weigh(-waits.values.reduce(0) { $0 + Wait.weight(of: $1.key) })
             waits.removeAll()
         }
         return Array(waits.values)
@@ -124,25 +128,30 @@ final class Connection {
 
     /// Its `evict --all` requests under way (they count as waiting requests).
     var evictions = 0 {
-        didSet { waitLedger.add(evictions - oldValue) }
+        didSet { weigh(evictions - oldValue) }
     }
 
-    /// The most requests and visible rows one client may have waiting: a million pipelined gets of one slow URL held
-    /// 330 MB, then 407 MB of replies built in one turn.
+    /// The most requests and visible rows one client may have waiting, by weight (`Wait.weight`): a million
+    /// pipelined gets of one slow URL held 330 MB, then 407 MB of replies built in one turn.
     static let maximumWaits = 8_192
-    /// The most all clients together may have waiting: 100 clients of 8,192 gets each would hold 800,000 tasks, and
-    /// 700 views of 1,000 visible rows 700,000.
+    /// The most all clients together may have waiting, by weight: 100 clients of 8,192 gets each would hold 800,000
+    /// tasks, and 700 views of 1,000 visible rows 700,000.
     static let maximumWaitsInAll = 65_536
 
-    /// Its requests and visible rows waiting for a URL or a variant, and its `evict --all` requests under way.
-    private var waitCount: Int { waits.count + variantWaitCount + evictions }
-    private var variantWaitCount = 0
+    /// Its requests and visible rows waiting for a URL or a variant, and its `evict --all` requests under way, each
+    /// by its weight (`Wait.weight`).
+    private var waitCount = 0
+
+    private func weigh(_ weight: Int) {
+        waitCount += weight
+        waitLedger.add(weight)
+    }
 
     /// Why it may not have one more request waiting, if it may not.
     var waitsFull: WireError? {
         guard waitCount < Self.maximumWaits else {
-            return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already, the most "
-                             + "one client may have waiting: read those first")
+            return WireError(.badRequest, "\(waitCount) requests of this client wait for their answers already (one more for "
+                             + "each KiB of a long URL), the most one client may have waiting: read those first")
         }
         return allWaitsFull
     }
@@ -151,30 +160,28 @@ final class Connection {
     var allWaitsFull: WireError? {
         guard waitLedger.total >= Self.maximumWaitsInAll else { return nil }
         return WireError(.busy, "\(waitLedger.total) requests and view rows of all clients wait for their answers "
-                         + "already, the most the daemon lets wait: ask again once some are answered")
+                         + "already (one more for each KiB of a long URL), the most the daemon lets wait: ask again once "
+                         + "some are answered")
     }
 
     /// `recipient` gets the variant `job` makes.
     func waitForVariant(_ job: Variants.Job, recipient: Recipient) {
         variantWaits[job, default: []].append(recipient)
-        variantWaitCount += 1
-        waitLedger.add(1)
+        weigh(Wait.weight(of: job.key))
     }
 
     /// Takes who waits for `job`'s variant, in the order they asked.
     func takeVariantWaits(_ job: Variants.Job) -> [Recipient] {
         let recipients = variantWaits.removeValue(forKey: job) ?? []
-        variantWaitCount -= recipients.count
-        waitLedger.release(recipients.count)
+        weigh(-recipients.count * Wait.weight(of: job.key))
         return recipients
     }
 
     /// Takes who waits for any variant: the daemon is shutting down.
     func takeAllVariantWaits() -> [Recipient] {
         defer {
+            weigh(-variantWaits.reduce(0) { $0 + $1.value.count * Wait.weight(of: $1.key.key) })
             variantWaits.removeAll()
-            waitLedger.release(variantWaitCount)
-            variantWaitCount = 0
         }
         return variantWaits.values.flatMap { $0 }
     }
