@@ -24,8 +24,9 @@
 /// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice keeps
 /// its place but yields it (*preemptible*, its host passed over): it is parked at the back of the slow lane as soon
 /// as another slow task could start there, and steps aside without a stop once fewer than `slowWidth` have. Tasks so
-/// parked start again, each with a slice of its own, only into a place nothing else could take: two slow servers do
-/// not hold the lane, and with nothing else to do it never idles while they wait.
+/// parked start again, each with a slice of its own, twice as long as the last, only into a place nothing else could
+/// take: two slow servers do not hold the lane, with nothing else to do it never idles while they wait, and a fetch
+/// that cannot resume (it starts over each time) still ends while other work keeps coming.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -109,6 +110,8 @@ public struct Scheduler: Sendable {
         /// Stepped aside after running longer than `backgroundSlice` (its `inTail` is set too): the slow lane passes
         /// over its host while it runs there.
         var overran = false
+        /// How many times it yielded its place after its slice (`yieldPlace`): each doubles its next slice.
+        var placesYielded = 0
         /// Its transfer's response has begun (`responseStarted`); a start clears it.
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
@@ -283,7 +286,7 @@ public struct Scheduler: Sendable {
             if case .delayed(let until) = self.tasks[key]?.state { return until }
             return nil
         }
-        let sliceEnd = configuration.backgroundSlice.flatMap { slice in sliceStarts.values.min().map { $0 + slice } }
+        let sliceEnd = sliceStarts.lazy.compactMap { self.sliceEnd(of: $0.key, startedAt: $0.value) }.min()
         return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd].compactMap { $0 }.min()
     }
 
@@ -728,11 +731,17 @@ public struct Scheduler: Sendable {
     /// its place, preemptible, until another slow task could start there or there is room to step aside.
     private mutating func stepAsideAfterSlice(now: Moment) {
         sliced = sliced.filter { isSliced($0.key) }
-        guard let slice = configuration.backgroundSlice else { return }
-        for key in sliceStarts.filter({ $0.value + slice <= now }).keys.sorted() {
+        guard configuration.backgroundSlice != nil else { return }
+        for key in sliceStarts.filter({ sliceEnd(of: $0.key, startedAt: $0.value)! <= now }).keys.sorted() {
             sliceStarts.removeValue(forKey: key)
             if overrunCount < configuration.slowWidth { stepAside(key) } else { preemptible.insert(key) }
         }
+    }
+
+    /// When the slice of `key`, begun at `start`, ends: `backgroundSlice`, doubled for each place it yielded (up to
+    /// 64 times as long).
+    private func sliceEnd(of key: String, startedAt start: Moment) -> Moment? {
+        configuration.backgroundSlice.map { start + ($0 << min(tasks[key]!.placesYielded, 6)) }
     }
 
     /// A running slow task past its slice takes no place in the lane any more, and its host is passed over.
@@ -752,6 +761,7 @@ public struct Scheduler: Sendable {
         let key = oldestPreemptible!
         park(key, waitingIn: .slow, into: &actions, atBack: true)
         sliced[key] = tasks[key]!.ticket
+        tasks[key]!.placesYielded += 1
     }
 
     /// Room past a slice goes at once to the tasks already past theirs, without a stop.

@@ -181,6 +181,7 @@ enum Situation: String, CaseIterable {
     case preemptibleSteppedAside = "a preemptible task stepped aside when room past a slice freed"
     case preempted = "a preemptible task yielded its place to another's start: parked at the back"
     case demotedIntoYieldedPlace = "a running task demoted into the place a preemptible task yielded"
+    case yieldedAgain = "a task yielded its place a second time, after a slice twice as long"
 
     case slicedResumed = "a task parked after its slice started again, into a place nothing else could take"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
@@ -194,7 +195,7 @@ enum Situation: String, CaseIterable {
 
     /// What slices do past the first fetch that steps aside: counted in the sequences with slow servers.
     static let slices: [Situation] = [.becamePreemptible, .preemptibleSteppedAside, .preempted, .demotedIntoYieldedPlace,
-                                      .slicedResumed]
+                                      .slicedResumed, .yieldedAgain]
 }
 
 struct Coverage {
@@ -267,6 +268,8 @@ struct Runner {
     var parked: Set<String> = []
     /// Keys parked at the back of the slow lane after their slice (yielding to another start), while they wait there.
     var sliced: Set<String> = []
+    /// Per key, how many times its task yielded its place after its slice: each doubles its next slice (up to 64 times).
+    var yields: [String: Int] = [:]
     /// Keys an ordinary `queue` asked for while their task lives: a client leaving never lets them go.
     var queued: Set<String> = []
     /// Delayed tasks whose retry nobody waits for, with the failure and the retry's time: a get meanwhile is answered.
@@ -668,7 +671,7 @@ struct Runner {
             // preemptible (in key order).
             if let slice = configuration.backgroundSlice {
                 for (key, task) in running.sorted(by: { $0.key < $1.key }) where task.lane == .slow && !task.lingering
-                    && !task.inTail && !task.preemptible && task.startedAt + slice <= now {
+                    && !task.inTail && !task.preemptible && task.startedAt + (slice << min(yields[key, default: 0], 6)) <= now {
                     if overrunCount < configuration.slowWidth {
                         running[key]?.inTail = true
                         running[key]?.overran = true
@@ -956,6 +959,8 @@ struct Runner {
                     }
                     expected = (key, .slow)
                     sliced.insert(key)
+                    yields[key, default: 0] += 1
+                    if yields[key]! > 1 { coverage.note(.yieldedAgain) }
                     coverage.note(.preempted)
                 } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
@@ -1035,6 +1040,7 @@ struct Runner {
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
                 tentative.remove(key)
                 queued.remove(key)
+                yields[key] = nil
                 notWaitedFor[key] = nil
                 abandoned.remove(key)
                 promoted.remove(key)
@@ -1045,6 +1051,7 @@ struct Runner {
                 backFromDisk.remove(key)
 
             case .letGo(let key):
+                yields[key] = nil
                 notWaitedFor[key] = nil
                 abandoned.remove(key)
                 promoted.remove(key)
@@ -1227,7 +1234,8 @@ struct Runner {
         // nextDeadline is the earliest retry, end of a host pause, end of the disk wait or end of a slow task's slice
         // (or, with start rates, a token that comes sooner).
         let sliceEnd = configuration.backgroundSlice.flatMap { slice in
-            running.values.filter { $0.lane == .slow && !$0.lingering && !$0.inTail && !$0.preemptible }.map { $0.startedAt + slice }.min()
+            running.filter { $0.value.lane == .slow && !$0.value.lingering && !$0.value.inTail && !$0.value.preemptible }
+                .map { $0.value.startedAt + (slice << min(yields[$0.key, default: 0], 6)) }.min()
         }
         let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
@@ -1617,7 +1625,7 @@ struct RandomOperationTests {
         for situation in Situation.slices {
             let count = total.counts[situation, default: 0]
             // A demote with the slow lane full and a task in it past its slice: 32 times (LaneTests.demoteIntoYieldedPlace).
-            let floor = situation == .demotedIntoYieldedPlace ? 20 : 100
+            let floor = situation == .demotedIntoYieldedPlace ? 20 : situation == .yieldedAgain ? 10 : 100
             #expect(count >= floor, "\(situation.rawValue) happened only \(count) times in 2,000 sequences")
         }
     }
