@@ -24,9 +24,10 @@
 /// background lane from every other. Up to `slowWidth` tasks step aside so; one more that runs out its slice keeps
 /// its place but yields it (*preemptible*, its host passed over): it is parked at the back of the slow lane as soon
 /// as another slow task could start there, and steps aside without a stop once fewer than `slowWidth` have. Tasks so
-/// parked start again, each with a slice of its own, twice as long as the last, only into a place nothing else could
-/// take: two slow servers do not hold the lane, with nothing else to do it never idles while they wait, and a fetch
-/// that cannot resume (it starts over each time) still ends while other work keeps coming.
+/// parked start again, each with a slice of its own, only into a place nothing else could take: two slow servers do
+/// not hold the lane, and with nothing else to do it never idles while they wait. One whose park lost its bytes
+/// (`parkedWithoutBytes`: it starts over) gets a slice twice as long as its last, so that it still ends while other
+/// work keeps coming.
 ///
 /// Views (lists a client scrolls) create *tentative* tasks and *hold* keys: a tentative task that no view holds any
 /// more, nobody waits for and that has not started is dropped when a view lets go of it (`unhold(_:dropping:now:)`),
@@ -110,8 +111,9 @@ public struct Scheduler: Sendable {
         /// Stepped aside after running longer than `backgroundSlice` (its `inTail` is set too): the slow lane passes
         /// over its host while it runs there.
         var overran = false
-        /// How many times it yielded its place after its slice (`yieldPlace`): each doubles its next slice.
-        var placesYielded = 0
+        /// How many times it was parked after its slice without its bytes (`parkedWithoutBytes`): each doubles its
+        /// next slice.
+        var restarts = 0
         /// Its transfer's response has begun (`responseStarted`); a start clears it.
         var responded = false
         /// Running in no lane: demoted while it waited for its response, with the slow lane full.
@@ -714,6 +716,14 @@ public struct Scheduler: Sendable {
         return actions
     }
 
+    /// The owner parked `key` without its bytes (the server gave no validator to resume with, or parked downloads keep
+    /// too much already): it will start over. When its slice parked it, its next slices are twice as long, so that
+    /// it still ends while other work keeps coming; otherwise nothing changes.
+    public mutating func parkedWithoutBytes(_ key: String) {
+        guard isSliced(key) else { return }
+        tasks[key]!.restarts += 1
+    }
+
     /// Applies new lane widths and limits; more work may start at once, and a narrower lane parks the transfers
     /// that ran beyond its new width.
     public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
@@ -738,10 +748,10 @@ public struct Scheduler: Sendable {
         }
     }
 
-    /// When the slice of `key`, begun at `start`, ends: `backgroundSlice`, doubled for each place it yielded (up to
-    /// 64 times as long).
+    /// When the slice of `key`, begun at `start`, ends: `backgroundSlice`, doubled for each restart (up to 64 times
+    /// as long).
     private func sliceEnd(of key: String, startedAt start: Moment) -> Moment? {
-        configuration.backgroundSlice.map { start + ($0 << min(tasks[key]!.placesYielded, 6)) }
+        configuration.backgroundSlice.map { start + ($0 << min(tasks[key]!.restarts, 6)) }
     }
 
     /// A running slow task past its slice takes no place in the lane any more, and its host is passed over.
@@ -761,7 +771,6 @@ public struct Scheduler: Sendable {
         let key = oldestPreemptible!
         park(key, waitingIn: .slow, into: &actions, atBack: true)
         sliced[key] = tasks[key]!.ticket
-        tasks[key]!.placesYielded += 1
     }
 
     /// Room past a slice goes at once to the tasks already past theirs, without a stop.

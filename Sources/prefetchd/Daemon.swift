@@ -528,7 +528,7 @@ final class Daemon {
             case .changeLane(let key, let lane):
                 fetches.changeLane(key, to: lane)
             case .park(let key):
-                fetches.park(key)
+                if !fetches.park(key) { scheduler.parkedWithoutBytes(key) }
             case .pauseHost(let host, let until):
                 // The transfers that ran when a host was paused fail one after another and make the pause longer:
                 // said once per pause.

@@ -136,7 +136,9 @@ final class Fetches {
 
     /// `.park`: the transfer stops, and its partial body stays on disk, recorded, only when there is a validator to
     /// resume it with (without one the next start begins at byte 0 anyway) and it fits in `parkedBytesBudget`.
-    func park(_ key: String) {
+    /// Returns whether it did.
+    @discardableResult
+    func park(_ key: String) -> Bool {
         let bytes = fetcher.bytesReceived(key), resumable = store.partialValidator(key) != nil
         let keep = resumable && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
         if keep {
@@ -151,6 +153,7 @@ final class Fetches {
         }
         if fetcher.isEnding(key) { meanwhile[key] = .stopped }
         fetcher.stop(key, keepingBody: keep)
+        return keep
     }
 
     func abort(_ key: String) {

@@ -376,11 +376,12 @@ final class Transfer {
                 switch headers.partialBody(requestedFrom: resumedFrom) {
                 case .rest(let bytes):
                     if let version = otherVersion(than: continuation.resumeValidator) { return refuseResume(version) }
-                    expectedTotal = resumedFrom.saturatingAdd(bytes)
-                    if let kept = continuation.resumeLength, kept != expectedTotal {
-                        return refuseResume("the server sent the rest of a file of \(expectedTotal!) bytes, the bytes kept "
-                                            + "are of one of \(kept) bytes: another version of it")
+                    let total = resumedFrom.saturatingAdd(bytes)
+                    if let kept = continuation.resumeLength, kept != total {
+                        return refuseResume("the server sent the rest of a file of \(total) bytes, the bytes kept are of "
+                                            + "one of \(kept) bytes: another version of it")
                     }
+                    expectedTotal = total
                 case .whole(let bytes):
                     if resumedFrom > 0 { startOver() }
                     expectedTotal = bytes

@@ -142,6 +142,7 @@ final class Connection {
     /// by its weight (`Wait.weight`).
     private var waitCount = 0
 
+    /// Adds `weight` to this client's waits and to all clients' (a negative one takes it back).
     private func weigh(_ weight: Int) {
         waitCount += weight
         waitLedger.add(weight)

@@ -248,7 +248,9 @@ final class Store {
     private func readPartials() throws(DatabaseError) {
         partials = partials.filter { !$0.value.recorded }
         let rows = try db.statement("SELECT key, validator, length FROM partials")
-        while try rows.step() { partials[rows.text(0)] = Partial(validator: rows.text(1), length: rows.optionalInt(2), recorded: true) }
+        while try rows.step() {
+            partials[rows.text(0)] = Partial(validator: rows.text(1), length: rows.optionalInt(2), recorded: true)
+        }
         db.resetStatements()
     }
 
