@@ -184,7 +184,6 @@ enum Situation: String, CaseIterable {
     case preempted = "a preemptible task yielded its place to another's start: parked at the back"
     case demotedIntoYieldedPlace = "a running task demoted into the place a preemptible task yielded"
     case restartedAgain = "a task parked after its slice without its bytes a second time, after a slice twice as long"
-
     case slicedResumed = "a task parked after its slice started again, into a place nothing else could take"
     case waitedForPause = "a slow task with room to run held back only by the background pause"
     case lingered = "a running fast task demoted before its response with the slow lane full: it lingers"
