@@ -120,15 +120,14 @@ struct BoundsTests {
         let daemon = try DaemonUnderTest()
         let connection = try RawConnection(socket: daemon.socket)
         _ = connection.receive()
-        let url = origin.url("/waited.jpg?delay=2")
-        connection.send((0..<8_300).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined())
-        var refused = 0, fetched = 0
-        for _ in 0..<8_300 {
-            guard let reply = connection.receive() else { break }
-            if (reply["error"] as? [String: Any])?["code"] as? String == "bad_request" { refused += 1 }
-            if reply["ok"] as? Bool == true { fetched += 1 }
-        }
-        #expect(refused == 8_300 - 8_192 && fetched == 8_192, "refused \(refused), fetched \(fetched)")
+        let url = origin.url("/waited.jpg?hold=1")  // answered once every get has been read
+        connection.send((0..<8_300).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined()
+            + "{\"id\":\"p\",\"op\":\"ping\"}\n")
+        let (refused, early) = refusalsBeforePing(connection)
+        #expect(refused.count == 8_300 - 8_192 && early == 0, "refused \(refused.count), fetched \(early) before the ping")
+        try origin.release()
+        let fetched = answers(connection, count: 8_192)
+        #expect(fetched == 8_192, "fetched \(fetched)")
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
@@ -138,18 +137,15 @@ struct BoundsTests {
         let daemon = try DaemonUnderTest()
         let connection = try RawConnection(socket: daemon.socket)
         _ = connection.receive()
-        let url = origin.url("/long.jpg?delay=2&pad=" + String(repeating: "x", count: 8_000))  // weighs 8
+        let url = origin.url("/long.jpg?hold=1&pad=" + String(repeating: "x", count: 8_000))  // weighs 8
         // 9 MB of requests, sent while the replies are read (the daemon stops reading a client whose replies back up).
-        connection.sendInBackground((0..<1_100).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined())
-        var refused: [String] = [], fetched = 0
-        for _ in 0..<1_100 {
-            guard let reply = connection.receive() else { break }
-            if let error = reply["error"] as? [String: Any], error["code"] as? String == "bad_request" {
-                refused.append(error["message"] as? String ?? "")
-            }
-            if reply["ok"] as? Bool == true { fetched += 1 }
-        }
-        #expect(refused.count == 1_100 - 1_024 && fetched == 1_024, "refused \(refused.count), fetched \(fetched)")
+        connection.sendInBackground((0..<1_100).map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\(url)\"}\n" }.joined()
+            + "{\"id\":\"p\",\"op\":\"ping\"}\n")
+        let (refused, early) = refusalsBeforePing(connection)
+        #expect(refused.count == 1_100 - 1_024 && early == 0, "refused \(refused.count), fetched \(early) before the ping")
+        try origin.release()
+        let fetched = answers(connection, count: 1_024)
+        #expect(fetched == 1_024, "fetched \(fetched)")
         #expect(refused.first?.contains("8192 requests of this client wait for their answers already (one more for each KiB") == true,
                 "\(refused.first ?? "")")
     }
@@ -446,5 +442,22 @@ struct BoundsTests {
             #expect(requests.count == 2 && requests.last?.range?.hasPrefix("bytes=") == true
                     && requests.last?.range?.hasPrefix("bytes=0-") == false, "\(requests.map(\.range))")
         }
+    }
+
+    /// The `bad_request` refusals' messages and the number of `ok` replies a client got before its ping's reply.
+    private func refusalsBeforePing(_ connection: RawConnection) -> (refused: [String], fetched: Int) {
+        var refused: [String] = [], fetched = 0
+        while let reply = connection.receive(), reply["id"] as? String != "p" {
+            if let error = reply["error"] as? [String: Any], error["code"] as? String == "bad_request" {
+                refused.append(error["message"] as? String ?? "")
+            }
+            if reply["ok"] as? Bool == true { fetched += 1 }
+        }
+        return (refused, fetched)
+    }
+
+    /// How many of the next `count` replies are `ok`.
+    private func answers(_ connection: RawConnection, count: Int) -> Int {
+        (0..<count).reduce(0) { fetched, _ in fetched + (connection.receive()?["ok"] as? Bool == true ? 1 : 0) }
     }
 }

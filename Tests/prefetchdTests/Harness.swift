@@ -248,6 +248,9 @@ final class Origin: @unchecked Sendable {
 
     func setDelay(_ seconds: Double) throws { _ = try fetch("/__config", post: "{\"delay\": \(seconds)}") }
 
+    /// Lets the requests held by `hold=1` answer (and every later one at once).
+    func release() throws { _ = try fetch("/__release", post: "{}") }
+
     /// A request made with Python's urllib (Foundation on Linux has no HTTP client without FoundationNetworking).
     private func fetch(_ path: String, post: String? = nil) throws -> Data {
         let script = """

@@ -15,6 +15,7 @@ Control endpoints (not counted, not delayed):
     POST /__reset   -> clears counts and log (GET is accepted too)
     POST /__config  -> JSON body {"delay": seconds}: default delay before every
                        non-control response (a ``delay=`` query overrides it)
+    POST /__release -> lets every request held by ``hold=1`` go on (and later ones)
 
 Every other request is counted per path (path without query, as sent on the
 wire) and appended to the log as
@@ -33,6 +34,7 @@ generated bodies.
 
 Query parameters (combine freely):
     delay=S            sleep S seconds (float) before responding
+    hold=1             wait for POST /__release (120 s at most) before responding
     status=N           answer status N (!= 200) with a short text/plain body
     retry_after=S      add Retry-After: S to error / status responses
     fail_first=K       first K requests for this path answer 500, then normal
@@ -143,7 +145,7 @@ LAST_MODIFIED = email.utils.formatdate(LAST_MODIFIED_TS, usegmt=True)
 DEFAULT_CACHE_CONTROL = "max-age=3600"
 LOGGED_HEADERS = ("Range", "If-Range", "If-None-Match", "If-Modified-Since",
                   "User-Agent", "Accept", "Accept-Encoding")
-CONTROL_PATHS = ("/__stats", "/__reset", "/__config")
+CONTROL_PATHS = ("/__stats", "/__reset", "/__config", "/__release")
 EXT_TYPES = {
     ".jpg": "image/jpeg",
     ".jpeg": "image/jpeg",
@@ -173,6 +175,7 @@ class State:
         self.counts = {}
         self.log = []
         self.delay = 0.0
+        self.released = threading.Event()
 
     def begin(self, path, method, query, headers, client):
         entry = {
@@ -569,6 +572,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_json(400, {"error": str(e)})
                 return
             self._send_json(200, {"ok": True, "config": {"delay": STATE.delay}})
+        elif path == "/__release" and method == "POST":
+            STATE.released.set()
+            self._send_json(200, {"ok": True})
         else:
             self._send_json(405, {"error": "method not allowed"})
 
@@ -623,6 +629,8 @@ class Handler(BaseHTTPRequestHandler):
         delay = parse_float(q, "delay", STATE.delay)
         if delay:
             time.sleep(delay)
+        if q.get("hold") == "1":
+            STATE.released.wait(120)
 
         self._status_line = q.get("status_line")
         extra = []
