@@ -252,6 +252,43 @@ struct CLITests {
         #expect(full.status == 1 && full.stderr.contains("disk_full: cannot write /dev/full"), "\(full.stderr)")
     }
 
+    @Test("get -o /dev/stdout writes to the stream the shell gave it: a socket (open failed: ENXIO) and a file opened with >> (written over from its start), but never the cached file itself (appended to, it grew until the disk was full)")
+    func outputToItsOwnStream() throws {
+        let daemon = try DaemonUnderTest()
+        let directory = try TemporaryDirectory()
+        let url = Self.origin.url("/own-stream.jpg")
+        let body = try Self.origin.body("/own-stream.jpg")
+        let appended = directory.path + "/appended"
+        try Data("before\n".utf8).write(to: URL(fileURLWithPath: appended))
+        let shell = { (output: String, file: String) in
+            run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" get -o \(output) \"$2\" >> \"$3\"", Paths.prefetchctl,
+                            daemon.socket, url, file])
+        }
+        for name in ["/dev/stdout", "/proc/self/fd/1"] {
+            let result = shell(name, appended)
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+        }
+        #expect(FileManager.default.contents(atPath: appended) == Data("before\n".utf8) + body + body)
+        let onSocket = """
+            import socket, subprocess, sys
+            ours, theirs = socket.socketpair()
+            child = subprocess.Popen(sys.argv[1:], stdout=theirs)
+            theirs.close()
+            data = b""
+            while chunk := ours.recv(65536):
+                data += chunk
+            sys.stdout.buffer.write(data)
+            sys.exit(child.wait())
+            """
+        let socket = run("/usr/bin/env", ["python3", "-c", onSocket, Paths.prefetchctl, "--socket", daemon.socket,
+                                          "get", "-o", "/dev/stdout", url])
+        #expect(socket.status == 0 && socket.stdoutData == body, "\(socket.status) \(socket.stderr)")
+        let cached = daemon.ctl("get", url).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let onto = shell("/dev/stdout", cached)
+        #expect(onto.status == 2 && onto.stderr.contains("is the cached file itself"), "\(onto.stderr)")
+        #expect(FileManager.default.contents(atPath: cached) == body)
+    }
+
     @Test("output that cannot be written (a full disk, a closed stdout) fails the command, saying so (status, list, get… exited 0)",
           arguments: ["> /dev/full", ">&-"])
     func unwritableOutputFails(redirection: String) throws {

@@ -114,18 +114,18 @@ enum GetCommand {
                 throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
             }
         }
-        let output = destination == "-" ? 1 : open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        let own = destination == "-" ? 1 : ownDescriptor(named: destination)
+        let output = own ?? open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw writeFailure(destination) }
-        defer { if output != 1 { close(output) } }
-        if output != 1 {
-            // Truncated only once known not to be the cached file itself, which would be emptied under the daemon.
-            var from = stat(), to = stat()
-            guard fstat(input, &from) == 0, fstat(output, &to) == 0 else { throw writeFailure(destination) }
-            if from.st_dev == to.st_dev, from.st_ino == to.st_ino {
-                throw .usage("\(destination) is the cached file itself (\(path)): give -o another path")
-            }
-            if to.st_mode & S_IFMT == S_IFREG, ftruncate(output, 0) != 0 { throw writeFailure(destination) }
+        defer { if own == nil { close(output) } }
+        // Truncated only once known not to be the cached file itself, which would be emptied under the daemon (or,
+        // appended to, grow until the disk is full).
+        var from = stat(), to = stat()
+        guard fstat(input, &from) == 0, fstat(output, &to) == 0 else { throw writeFailure(destination) }
+        if from.st_dev == to.st_dev, from.st_ino == to.st_ino {
+            throw .usage("\(destination) is the cached file itself (\(path)): give -o another path")
         }
+        if own == nil, to.st_mode & S_IFMT == S_IFREG, ftruncate(output, 0) != 0 { throw writeFailure(destination) }
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let count = read(input, &buffer, buffer.count)
@@ -139,6 +139,16 @@ enum GetCommand {
             }
         }
         return true
+    }
+
+    /// The open descriptor a name of this process's own streams stands for (`/dev/stdout`, `/dev/stderr`,
+    /// `/dev/fd/N`, `/proc/self/fd/N`): written to as `-` writes stdout. Opened again, a socket's name fails (ENXIO),
+    /// and a file's is written over from its start, not where the shell's `>>` appends.
+    private static func ownDescriptor(named path: String) -> Int32? {
+        let number = ["/dev/stdout": "1", "/dev/stderr": "2"][path]
+            ?? ["/dev/fd/", "/proc/self/fd/"].first { path.hasPrefix($0) }.map { String(path.dropFirst($0.count)) }
+        guard let number, let descriptor = Int32(number), descriptor >= 0, fcntl(descriptor, F_GETFD) >= 0 else { return nil }
+        return descriptor
     }
 
     /// The cache directory a cached file's path is in (the daemon names them `CACHE/files/ab/…`), links resolved.
