@@ -175,8 +175,9 @@ public struct Scheduler: Sendable {
     /// someone asks for them, not at the end of their backoff.
     private var diskDelayedKeys: Set<String> = []
     private var reportedHold = false
-    /// The running slow tasks that take a place in the lane (not in their tail, not lingering), with when each
-    /// started: each steps aside once it has run for `backgroundSlice`.
+    /// The running slow tasks that take a place in the lane (not in their tail, not lingering), with when each took
+    /// it (started, demoted in place, or a lingering one settled): each steps aside once it has held it for
+    /// `backgroundSlice`.
     private var sliceStarts: [String: Moment] = [:]
     /// Per host, its running slow tasks that stepped aside after their slice: its other slow work waits for them.
     private var overrunHosts: [String: Int] = [:]
@@ -319,7 +320,7 @@ public struct Scheduler: Sendable {
         } else {
             if !tentative { tasks[key]!.tentative = false }
             takeBack(key)
-            promote(key, into: &actions)
+            promote(key, now: now, into: &actions)
         }
         tasks[key]!.waiters.append(waiter)
         waitersByClient[waiter.client, default: [:]][waiter] = key
@@ -363,7 +364,7 @@ public struct Scheduler: Sendable {
         var actions: [Action] = []
         takeBack(key)
         tasks[key]?.promoted = true
-        promote(key, into: &actions)
+        promote(key, now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
     }
@@ -396,7 +397,7 @@ public struct Scheduler: Sendable {
             tasks[key] = task
         case .running where slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty:
             if slowOccupied >= slowCapacity { yieldPlace(into: &actions) }
-            moveRunning(key, to: .slow, into: &actions)
+            moveRunning(key, to: .slow, now: now, into: &actions)
         case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
             counts.fastRunning -= 1
             counts.lingering += 1
@@ -842,7 +843,7 @@ public struct Scheduler: Sendable {
         return true
     }
 
-    private mutating func promote(_ key: String, into actions: inout [Action]) {
+    private mutating func promote(_ key: String, now: Moment, into actions: inout [Action]) {
         guard var task = tasks[key], task.lane == .slow, !task.promotionPending else { return }
         promotions &+= 1
         switch task.state {
@@ -852,7 +853,7 @@ public struct Scheduler: Sendable {
             tasks[key] = task
             enqueue(key, lane: .fast, atFront: false)
         case .running where counts.fastRunning < configuration.fastWidth:
-            moveRunning(key, to: .fast, into: &actions)
+            moveRunning(key, to: .fast, now: now, into: &actions)
         case .running:
             // The fast lane is full: the transfer goes on as background work and takes a fast slot in its turn.
             task.promotionPending = true
@@ -868,8 +869,9 @@ public struct Scheduler: Sendable {
         }
     }
 
-    /// A running task changes lane without stopping (the caller made sure the lane has room).
-    private mutating func moveRunning(_ key: String, to lane: Lane, into actions: inout [Action]) {
+    /// A running task changes lane without stopping (the caller made sure the lane has room); in the slow lane its
+    /// slice begins `now`.
+    private mutating func moveRunning(_ key: String, to lane: Lane, now: Moment, into actions: inout [Action]) {
         if lane == .fast {
             preemptible.remove(key)
             leaveTail(key)
@@ -885,7 +887,7 @@ public struct Scheduler: Sendable {
         } else {
             counts.fastRunning -= 1
             counts.slowRunning += 1
-            sliceStarts[key] = tasks[key]!.startedAt
+            sliceStarts[key] = now
         }
         tasks[key]!.lane = lane
         tasks[key]!.promotionPending = false
@@ -948,7 +950,7 @@ public struct Scheduler: Sendable {
     /// (made narrower) are parked, the most recent start first, and while background work is paused every one that no
     /// urgent waiter wants. A pending promotion is parked last, and then waits in the fast lane. Returns whether it
     /// parked any.
-    private mutating func settleLingering(into actions: inout [Action]) -> Bool {
+    private mutating func settleLingering(now: Moment, into actions: inout [Action]) -> Bool {
         guard !lingeringKeys.isEmpty else { return false }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
         var oldestFirst = lingeringKeys.map { tasks[$0]! }.sorted { rank($0) < rank($1) }
@@ -963,7 +965,7 @@ public struct Scheduler: Sendable {
             counts.lingering -= 1
             lingeringKeys.remove(key)
             counts.slowRunning += 1
-            sliceStarts[key] = tasks[key]!.startedAt
+            sliceStarts[key] = now
         }
         for task in oldestFirst.reversed() {
             let beyondWidth = counts.lingering > configuration.fastWidth
@@ -1143,7 +1145,7 @@ public struct Scheduler: Sendable {
         // A parked background transfer may free its host for urgent work.
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
         // A parked lingering transfer may free its host for urgent work too.
-        if settleLingering(into: &actions) { fillFastLane(now: now, into: &actions) }
+        if settleLingering(now: now, into: &actions) { fillFastLane(now: now, into: &actions) }
         while yieldHostToUrgentWork(into: &actions) { fillFastLane(now: now, into: &actions) }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
         while !counts.slowSuspended, waitingForDiskUntil == nil, slowCapacity > 0 {
@@ -1178,7 +1180,7 @@ public struct Scheduler: Sendable {
     private mutating func fillFastLane(now: Moment, into actions: inout [Action]) {
         while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
             if tasks[key]!.promotionPending {
-                moveRunning(key, to: .fast, into: &actions)
+                moveRunning(key, to: .fast, now: now, into: &actions)
             } else {
                 start(key, now: now, into: &actions)
             }

@@ -205,6 +205,23 @@ struct LaneTests {
         #expect(s.counts.slowRunning == 2 && s.parkedCount == 1 && s.counts.lingering == 0)
     }
 
+    @Test("a demoted fetch's slice begins when it takes a place in the slow lane, not at its urgent start: one demoted 0.6 s after its start ran out a 1 s slice 0.4 s later and waited behind an older trickle")
+    func demotedSliceFromItsPlace() {
+        var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 1_000), seed: 1)
+        _ = s.queue(U.b, cache: .missing, now: t(0))
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(100))
+        // Demoted before its response with the slow lane full: it lingers, and takes the place when b ends.
+        #expect(s.demote(U.a.key, now: t(700)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(s.counts.lingering == 1)
+        #expect(s.finish(U.b.key, .success, now: t(900)) == [.forget(key: U.b.key)])
+        #expect(s.counts.lingering == 0 && s.counts.slowRunning == 1)
+        #expect(s.nextDeadline == t(1_900))
+        _ = s.advance(to: t(1_899))
+        #expect(s.counts.slowInTail == 0)
+        _ = s.advance(to: t(1_900))
+        #expect(s.counts.slowInTail == 1)
+    }
+
     @Test("a task parked after its slice and queued again at the front still takes only a place nothing else could; a get takes it out of that at once")
     func slicedTaskAskedFor() {
         var s = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: 30_000), seed: 1)
@@ -227,12 +244,14 @@ struct LaneTests {
                 == [.changeLane(key: U.s1.key, lane: .fast), .holdBackground(true)])
         #expect(s.finish(U.s1.key, .success, now: t(1_200))
                 == [.answer(w(1, 1), .ready), .forget(key: U.s1.key), start(U.s2, .slow), .holdBackground(false)])
-        // Demoted back into the slow lane, a long-running urgent fetch steps aside at the next advance.
+        // Demoted back into the slow lane, a long-running urgent fetch gets a slice from its demotion.
         _ = s.get(U.a, waiter: w(1, 2), cache: .missing, now: t(1_300))
         _ = s.finish(U.s2.key, .success, now: t(1_300))
         #expect(s.demote(U.a.key, now: t(5_000)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
-        #expect(s.nextDeadline == t(2_300))
-        _ = s.advance(to: t(5_000))
+        #expect(s.nextDeadline == t(6_000))
+        _ = s.advance(to: t(5_999))
+        #expect(s.counts.slowInTail == 0)
+        _ = s.advance(to: t(6_000))
         #expect(s.counts.slowInTail == 1)
 
         var never = Scheduler(configuration: .init(slowWidth: 1, retry: testRetry, backgroundSlice: nil), seed: 1)

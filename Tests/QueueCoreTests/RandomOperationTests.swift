@@ -216,6 +216,8 @@ struct Runner {
         var order: Int
         /// When it started: a try that reached nothing for longer than anyone waits is not repeated for waiters.
         var startedAt: Moment
+        /// When its slice began: its start, or when it took a place in the slow lane (demoted, or settled lingering).
+        var sliceFrom: Moment
         /// A slow task near its end, or past its slice: it takes no place in the lane (unless background is paused).
         var inTail = false
         /// A slow task that ran for `backgroundSlice` (`inTail` too): no other slow task of its host starts meanwhile.
@@ -673,7 +675,7 @@ struct Runner {
             // preemptible (in key order).
             if let slice = configuration.backgroundSlice {
                 for (key, task) in running.sorted(by: { $0.key < $1.key }) where task.lane == .slow && !task.lingering
-                    && !task.inTail && !task.preemptible && task.startedAt + (slice << min(restarts[key, default: 0], 6)) <= now {
+                    && !task.inTail && !task.preemptible && task.sliceFrom + (slice << min(restarts[key, default: 0], 6)) <= now {
                     if overrunCount < configuration.slowWidth {
                         running[key]?.inTail = true
                         running[key]?.overran = true
@@ -884,7 +886,7 @@ struct Runner {
                 }
                 if backFromDisk.remove(key) != nil { coverage.note(.diskTaskRetried) }
                 starts += 1
-                running[key] = Running(lane: lane, host: task.host, order: starts, startedAt: now)
+                running[key] = Running(lane: lane, host: task.host, order: starts, startedAt: now, sliceFrom: now)
                 if lane == .slow { slowStarted = true; coverage.note(.slowStarted) }
                 if tries[key, default: 0] > 1 { coverage.note(.retryStarted) }
 
@@ -908,6 +910,7 @@ struct Runner {
                 running[key]?.inTail = false
                 running[key]?.overran = false
                 running[key]?.preemptible = false
+                running[key]?.sliceFrom = now
                 settlePreemptible()
                 if lane == .fast { running[key]?.lingering = false }
                 if lane == .fast { coverage.note(.promotedInPlace) } else { coverage.note(.demotedInPlace) }
@@ -1095,6 +1098,7 @@ struct Runner {
         while occupying(.slow) < slowCapacity,
               let next = running.filter({ $0.value.lingering }).min(by: { rank($0.value) < rank($1.value) }) {
             running[next.key]?.lingering = false
+            running[next.key]?.sliceFrom = now
             coverage.note(.lingeringTookPlace)
         }
     }
@@ -1240,7 +1244,7 @@ struct Runner {
         // (or, with start rates, a token that comes sooner).
         let sliceEnd = configuration.backgroundSlice.flatMap { slice in
             running.filter { $0.value.lane == .slow && !$0.value.lingering && !$0.value.inTail && !$0.value.preemptible }
-                .map { $0.value.startedAt + (slice << min(restarts[$0.key, default: 0], 6)) }.min()
+                .map { $0.value.sliceFrom + (slice << min(restarts[$0.key, default: 0], 6)) }.min()
         }
         let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
@@ -1502,7 +1506,7 @@ struct Scenario {
                     case 4: op = .promote(key: index(element(lingering)!))
                     case 5 where lingering.count > 1:
                         op = .widths(fast: lingering.count - 1, slow: runner.configuration.slowWidth)
-                    case 6, 7, 8, 9 where runner.configuration.perHostLimit != nil:
+                    case 6...9 where runner.configuration.perHostLimit != nil:
                         // Urgent work for the other URL of a lingering task's host: per_host may hold it back.
                         let waiter = Waiter(client: UInt64(roll(RandomWorld.clients)), request: nextRequest)
                         nextRequest += 1
