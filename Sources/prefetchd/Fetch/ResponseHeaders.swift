@@ -199,13 +199,17 @@ struct ResponseHeaders: Equatable {
 
     /// `Vary: *`: the response matches no later request, so it is never reused (RFC 9111 section 4.1).
     var variesOnEverything: Bool {
-        (vary ?? "").split(separator: ",").contains { $0.trimmingCharacters(in: " \t") == "*" }
+        Self.members(of: vary).contains("*")
+    }
+
+    /// The members of a comma-separated header value, trimmed and lowercased, empty ones left out.
+    private static func members(of value: String?) -> [String] {
+        (value ?? "").split(separator: ",").map { $0.trimmingCharacters(in: " \t").lowercased() }.filter { !$0.isEmpty }
     }
 
     /// The codings applied to the body, in order, lowercased (`identity` left out).
     private var codings: [String] {
-        (contentEncoding ?? "").split(separator: ",").map { $0.trimmingCharacters(in: " \t").lowercased() }
-            .filter { !$0.isEmpty && $0 != "identity" }
+        Self.members(of: contentEncoding).filter { $0 != "identity" }
     }
 
     /// Whether a coding other than `identity` was applied to the body.
@@ -270,8 +274,7 @@ struct ResponseHeaders: Equatable {
     /// The server said it serves no byte ranges of this resource (`Accept-Ranges: none`, RFC 9110 section 14.3): a
     /// download of it cannot be resumed, and asking would cost a request.
     var refusesRanges: Bool {
-        guard let acceptRanges else { return false }
-        return !acceptRanges.split(separator: ",").contains { $0.trimmingCharacters(in: " \t").lowercased() == "bytes" }
+        acceptRanges != nil && !Self.members(of: acceptRanges).contains("bytes")
     }
 
     /// `Last-Modified` when it is a strong validator (RFC 9110 section 8.8.2.2): the response's `Date` is a second or
