@@ -2,7 +2,7 @@
 #define PREFETCHD_CCURL_SHIM_H
 #include <curl/curl.h>
 
-/* curl_easy_setopt, curl_easy_getinfo and curl_multi_setopt are variadic, which Swift cannot call:
+/* curl_easy_setopt, curl_easy_getinfo, curl_multi_setopt and curl_share_setopt are variadic, which Swift cannot call:
    one typed wrapper per argument kind. */
 
 static inline CURLcode pf_easy_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
@@ -34,6 +34,8 @@ static inline CURLcode pf_easy_getinfo_socket(CURL *h, CURLINFO i, curl_socket_t
 
 /* CURLVERSION_NOW is a macro naming another macro: Swift sees neither. */
 static inline const curl_version_info_data *pf_version_info(void) { return curl_version_info(CURLVERSION_NOW); }
+
+static inline CURLSHcode pf_share_setopt_long(CURLSH *s, CURLSHoption o, long v) { return curl_share_setopt(s, o, v); }
 
 static inline CURLMcode pf_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
 static inline CURLMcode pf_multi_setopt_pointer(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }

@@ -49,6 +49,29 @@ struct TLSTests {
         #expect(FileManager.default.fileExists(atPath: fetched.stdout.trimmingCharacters(in: .newlines)))
     }
 
+    @Test("a new connection to a TLS server resumes the session an earlier one made, in either lane, as the curl tool's transfers do (every connection made a full handshake); a reload starts afresh")
+    func sessionsResumed() throws {
+        let ca = try PrivateCA()
+        let origin = try Origin(tls: (ca.certificate, ca.key))
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/prefetchd.conf"
+        try "ca_file = \(ca.caFile)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonUnderTest(["--config", config])
+        // Connection: close: each fetch has a connection of its own; one after the other, each may resume the last.
+        let url = { (name: String) in origin.url("/\(name).jpg?header=Connection:close") }
+        for name in ["first", "second"] { #expect(daemon.ctl("get", url(name)).status == 0) }
+        #expect(daemon.ctl("queue", "--wait", "--timeout", "30", url("background")).status == 0)
+        kill(try #require(daemon.child?.pid), SIGHUP)
+        #expect(waitUntil(seconds: 5) { daemon.log.contains("SIGHUP: reloaded") }, "\(daemon.log)")
+        for name in ["reloaded", "after"] { #expect(daemon.ctl("get", url(name)).status == 0) }
+        let log = try origin.stats().log
+        let resumed = { (name: String) in log.first { $0.path == "/\(name).jpg" }?.tlsResumed }
+        #expect(Set(log.map(\.client)).count == log.count, "a connection each: \(log.map(\.client))")
+        #expect(resumed("first") == false && resumed("second") == true && resumed("background") == true,
+                "\(log.map { ($0.path, $0.tlsResumed) })")
+        #expect(resumed("reloaded") == false && resumed("after") == true, "\(log.map { ($0.path, $0.tlsResumed) })")
+    }
+
     @Test("a certificate for another host name fails with tls naming the mismatch, even from a trusted CA")
     func certificateForAnotherName() throws {
         let ca = try PrivateCA(names: "DNS:images.example.com")

@@ -38,6 +38,9 @@ final class CurlFetcher {
     /// the order asked (`Fetches.bodyFiles`).
     private let bodyFiles: WorkerPool
     private var settings: FetchSettings
+    /// What new connections resume TLS sessions from; a reload starts a new set, so that a session made under
+    /// other trust (`ca_file`, `ca_path`) is never resumed.
+    private var tlsSessions = TLSSessions()
     private var transfers: [String: Transfer] = [:]
     /// Transfers whose body file is being opened, each with its job (which also tells a stopped one from a later
     /// start of the same key).
@@ -101,7 +104,10 @@ final class CurlFetcher {
     private var backgroundRateLimit: Int64?
 
     /// The settings a reload may change; they apply to transfers started from now on.
-    func reconfigure(_ settings: FetchSettings) { self.settings = settings }
+    func reconfigure(_ settings: FetchSettings) {
+        self.settings = settings
+        tlsSessions = TLSSessions()
+    }
 
     /// How many connections each pool keeps open: 4 × its lane's width, the room curl itself gives a lane whose
     /// transfers are all attached (4 connections per transfer; `ConnectionPool.keepConnections`).
@@ -243,7 +249,8 @@ final class CurlFetcher {
             let slow = pending.request.lane == .slow
             let transfer = try Transfer(pending.request, body: body.get(), settings: settings,
                                         backgroundBytes: slow ? backgroundBytes : nil, pathWindows: slow ? pathWindows : nil,
-                                        idleConnections: pool(pending.request.lane).idleConnections)
+                                        idleConnections: pool(pending.request.lane).idleConnections,
+                                        tlsSessions: tlsSessions)
             transfer.onBodyStart = { [unowned self] transfer, validator, length in
                 self.onBodyStart(transfer.key, validator, length)
                 self.responding.append(transfer)

@@ -82,6 +82,8 @@ final class Transfer {
     fileprivate let pathWindows: PathWindows?
     /// The HTTP/1 connections its pool keeps between transfers, checked before a request goes out on one.
     fileprivate let idleConnections: IdleConnections
+    /// The TLS sessions it may resume and adds to; held until curl lets go of them (`deinit`).
+    private let tlsSessions: TLSSessions
     /// When it was made (monotonic ms): curl's own total time stops short on a failed name lookup.
     let startedAt = monotonicMilliseconds()
     /// Whether body bytes of the final response arrived.
@@ -110,7 +112,8 @@ final class Transfer {
 
     /// A transfer writing into `body`, which it owns from now on (and closes).
     init(_ request: TransferRequest, body: BodyFile, settings: FetchSettings,
-         backgroundBytes: ByteCounter?, pathWindows: PathWindows?, idleConnections: IdleConnections) throws(SystemError) {
+         backgroundBytes: ByteCounter?, pathWindows: PathWindows?, idleConnections: IdleConnections,
+         tlsSessions: TLSSessions) throws(SystemError) {
         guard let easy = curl_easy_init() else {
             close(body.descriptor)
             throw SystemError(call: "curl_easy_init", errno: ENOMEM, detail: "")
@@ -119,6 +122,7 @@ final class Transfer {
         self.backgroundBytes = backgroundBytes
         self.pathWindows = pathWindows
         self.idleConnections = idleConnections
+        self.tlsSessions = tlsSessions
         key = request.key
         lane = request.lane
         pool = request.lane
@@ -149,6 +153,7 @@ final class Transfer {
         let me = Unmanaged.passUnretained(self).toOpaque()
         pf_easy_setopt_string(easy, CURLOPT_URL, key)
         pf_easy_setopt_pointer(easy, CURLOPT_PRIVATE, me)
+        pf_easy_setopt_pointer(easy, CURLOPT_SHARE, tlsSessions.share)
         pf_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, transferWrite)
         pf_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, me)
         pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)

@@ -23,7 +23,8 @@ wire) and appended to the log as
 where start/end are time.monotonic() seconds (end is null while in flight) and
 headers is the subset Range, If-Range, If-None-Match, If-Modified-Since,
 User-Agent, Accept that the request carried; client is the connection's
-"address:port" (two requests with the same one shared a connection).
+"address:port" (two requests with the same one shared a connection); with
+--tls-cert, tls_resumed says whether the connection resumed a TLS session.
 
 Bodies: DIR/<path> when --root is given and the file exists (Content-Type by
 extension), otherwise deterministic bytes derived from the path via sha256
@@ -177,7 +178,7 @@ class State:
         self.delay = 0.0
         self.released = threading.Event()
 
-    def begin(self, path, method, query, headers, client):
+    def begin(self, path, method, query, headers, client, resumed=None):
         entry = {
             "path": path,
             "method": method,
@@ -188,6 +189,8 @@ class State:
             "headers": {h: headers[h] for h in LOGGED_HEADERS if headers.get(h) is not None},
             "client": "%s:%s" % client[:2],
         }
+        if resumed is not None:
+            entry["tls_resumed"] = resumed
         with self.lock:
             n = self.counts.get(path, 0) + 1
             self.counts[path] = n
@@ -541,7 +544,8 @@ class Handler(BaseHTTPRequestHandler):
             if raw_path in CONTROL_PATHS:
                 self._control(method, raw_path)
                 return
-            entry, count = STATE.begin(raw_path, method, query, self.headers, self.client_address)
+            entry, count = STATE.begin(raw_path, method, query, self.headers, self.client_address,
+                                       getattr(self.connection, "session_reused", None))
             try:
                 self._read_request_body()
                 self._serve(method, raw_path, query, count)
