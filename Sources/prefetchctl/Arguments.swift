@@ -64,14 +64,16 @@ struct Arguments {
     /// `view`: rows after and before the visible ones to prefetch.
     var ahead: Int?
     var behind: Int?
-    /// Whether prefetchctl was started with stdin closed (`<&-`): `-` then has no list to read (a usage error).
-    var stdinClosed = false
+    /// The standard descriptors prefetchctl was started without (`<&-`, `>&-`, `2>&-`), filled since.
+    var closedStreams: Set<Int32> = []
+    /// Whether prefetchctl was started with stdin closed: `-` then has no list to read (a usage error).
+    var stdinClosed: Bool { closedStreams.contains(0) }
 
     /// Reads the words; anything wrong is a usage error here, before anything is sent. The words are sorted into
     /// verb, operands and options first, so that an option the verb does not take is named as such, whatever its
     /// value and wherever it stands; then the values are read and the verb checks what it got.
-    static func parse(_ words: [String], stdinClosed: Bool) throws(CLIError) -> Arguments {
-        var parsed = Arguments(stdinClosed: stdinClosed)
+    static func parse(_ words: [String], closedStreams: Set<Int32>) throws(CLIError) -> Arguments {
+        var parsed = Arguments(closedStreams: closedStreams)
         var verbName: String?
         var rest = words[...]
         var onlyOperands = false
@@ -125,7 +127,7 @@ struct Arguments {
             socket = path
         case .output:
             let destination = try value()
-            if destination != "-" { try Self.checkDestination(destination) }
+            if destination != "-" { try Self.checkDestination(destination, closedStreams: closedStreams) }
             output = destination
         case .timeout:
             let text = try value()
@@ -178,8 +180,21 @@ struct Arguments {
     /// A destination that cannot be a file (a directory, or in a directory that does not exist) or that this user
     /// cannot write (its permissions or its directory's, a read-only file system) is a usage error, found before
     /// prefetchctl connects: nothing is fetched for a copy that would fail.
-    private static func checkDestination(_ destination: String) throws(CLIError) {
+    private static func checkDestination(_ destination: String, closedStreams: Set<Int32>) throws(CLIError) {
         guard !destination.isEmpty else { throw .usage("-o needs a file name (or - for stdout)") }
+        if GetCommand.namesOwnStream(destination) {
+            // Checked before prefetchctl opens anything: a number not open now may later be its socket to the daemon.
+            guard let descriptor = GetCommand.ownDescriptor(named: destination) else {
+                throw .usage("-o \(destination) names no descriptor (a number as /dev/fd lists it)")
+            }
+            let flags = fcntl(descriptor, F_GETFL)
+            guard flags >= 0, !closedStreams.contains(descriptor) else {
+                throw .usage("-o \(destination): descriptor \(descriptor) is not open")
+            }
+            guard flags & O_ACCMODE != O_RDONLY else {
+                throw .usage("-o \(destination): descriptor \(descriptor) is open for reading only")
+            }
+        }
         var info = stat()
         let exists = stat(destination, &info) == 0
         if !exists, lstat(destination, &info) == 0 {

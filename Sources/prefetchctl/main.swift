@@ -3,9 +3,9 @@ import Glibc
 import CSystem
 import PrefetchProtocol
 
-func runCommand(stdinClosed: Bool) -> Int32 {
+func runCommand(closedStreams: Set<Int32>) -> Int32 {
     do throws(CLIError) {
-        let arguments = try Arguments.parse(try textArguments(), stdinClosed: stdinClosed)
+        let arguments = try Arguments.parse(try textArguments(), closedStreams: closedStreams)
         if arguments.version {
             print("prefetchctl \(prefetchVersion)")
             return ExitCode.ok
@@ -51,26 +51,26 @@ func textArguments() throws(CLIError) -> [String] {
     return words
 }
 
-/// Fills closed standard descriptors, and says whether stdin and stdout were closed (`<&-`, `>&-`). Else the next
-/// descriptor opened (the daemon's socket) would take their number, and URLs would be read from it or the output go
-/// there. Stdout gets an unlinked temporary file, so that what lands in it can be told: it was never written.
-func fillClosedStandardDescriptors() -> (stdin: Bool, stdout: Bool) {
-    let stdinClosed = fcntl(0, F_GETFD) < 0
-    if stdinClosed { _ = open("/dev/null", O_RDONLY) }
-    var stdoutClosed = false
+/// Fills closed standard descriptors, and says which were closed (`<&-`, `>&-`, `2>&-`). Else the next descriptor
+/// opened (the daemon's socket) would take their number, and URLs would be read from it or the output go there.
+/// Stdout gets an unlinked temporary file, so that what lands in it can be told: it was never written.
+func fillClosedStandardDescriptors() -> Set<Int32> {
+    var closed: Set<Int32> = []
+    if fcntl(0, F_GETFD) < 0, open("/dev/null", O_RDONLY) == 0 { closed.insert(0) }
     if fcntl(1, F_GETFD) < 0 {
         var template = Array("/tmp/prefetchctl-stdout-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd >= 0 { template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
-        stdoutClosed = fd == 1
+        if fd == 1 { closed.insert(1) }
         if fd >= 0, fd != 1 { close(fd) }
     }
-    if fcntl(2, F_GETFD) < 0 { _ = open("/dev/null", O_WRONLY) }
-    return (stdinClosed, stdoutClosed)
+    if fcntl(2, F_GETFD) < 0, open("/dev/null", O_WRONLY) == 2 { closed.insert(2) }
+    return closed
 }
 
-let (stdinClosed, stdoutClosed) = fillClosedStandardDescriptors()
-let status = runCommand(stdinClosed: stdinClosed)
+let closedStreams = fillClosedStandardDescriptors()
+let stdoutClosed = closedStreams.contains(1)
+let status = runCommand(closedStreams: closedStreams)
 // Output that never arrived (a full disk, a closed stdout) was not given: a script must not take it for an answer.
 let flushed = fflush(nil) == 0
 let reason = !flushed ? String(cString: strerror(errno)) : ferror(pf_stdout()) != 0 ? "a write failed"

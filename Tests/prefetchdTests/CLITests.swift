@@ -252,7 +252,7 @@ struct CLITests {
         #expect(full.status == 1 && full.stderr.contains("disk_full: cannot write /dev/full"), "\(full.stderr)")
     }
 
-    @Test("get -o /dev/stdout writes to the stream the shell gave it: a socket (open failed: ENXIO) and a file opened with >> (written over from its start), but never the cached file itself (appended to, it grew until the disk was full)")
+    @Test("get -o /dev/stdout writes to the stream the shell gave it: a socket (open failed: ENXIO) and a file opened with >> (written over from its start), but never the cache (appended to, the cached file grew until the disk was full), nor a descriptor not open for writing when it starts (an image's bytes went to its own socket to the daemon, whose lines ran as requests)")
     func outputToItsOwnStream() throws {
         let daemon = try DaemonUnderTest()
         let directory = try TemporaryDirectory()
@@ -260,12 +260,12 @@ struct CLITests {
         let body = try Self.origin.body("/own-stream.jpg")
         let appended = directory.path + "/appended"
         try Data("before\n".utf8).write(to: URL(fileURLWithPath: appended))
-        let shell = { (output: String, file: String) in
-            run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" get -o \(output) \"$2\" >> \"$3\"", Paths.prefetchctl,
+        let shell = { (output: String, redirection: String, file: String) in
+            run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" get -o \(output) \"$2\" \(redirection) \"$3\"", Paths.prefetchctl,
                             daemon.socket, url, file])
         }
         for name in ["/dev/stdout", "/proc/self/fd/1"] {
-            let result = shell(name, appended)
+            let result = shell(name, ">>", appended)
             #expect(result.status == 0, "\(name): \(result.stderr)")
         }
         #expect(FileManager.default.contents(atPath: appended) == Data("before\n".utf8) + body + body)
@@ -283,10 +283,34 @@ struct CLITests {
         let socket = run("/usr/bin/env", ["python3", "-c", onSocket, Paths.prefetchctl, "--socket", daemon.socket,
                                           "get", "-o", "/dev/stdout", url])
         #expect(socket.status == 0 && socket.stdoutData == body, "\(socket.status) \(socket.stderr)")
+        // A descriptor not open when prefetchctl starts: by the copy, that number may be its socket to the daemon (an
+        // image's lines were read as requests: an evict --all emptied the cache). Each refused before anything is sent.
+        let refusals = [("/dev/fd/3", "", "-o /dev/fd/3: descriptor 3 is not open"),
+                        ("/proc/self/fd/4", "", "-o /proc/self/fd/4: descriptor 4 is not open"),
+                        ("/dev/stderr", "2>&-", "-o /dev/stderr: descriptor 2 is not open"),
+                        ("/dev/fd/01", "", "-o /dev/fd/01 names no descriptor"),
+                        ("/dev/fd/+1", "", "-o /dev/fd/+1 names no descriptor"),
+                        ("/dev/fd/3", "3</etc/hostname", "-o /dev/fd/3: descriptor 3 is open for reading only")]
+        for (name, redirection, message) in refusals {
+            let refused = run("/bin/sh", ["-c", "exec \"$0\" --socket \"$1\" get -o \(name) \"$2\" \(redirection)",
+                                          Paths.prefetchctl, daemon.socket, Self.origin.url("/never.jpg")])
+            // (Without stderr the message goes nowhere: the status tells.)
+            #expect(refused.status == 2 && (redirection == "2>&-" || refused.stderr.contains(message)),
+                    "\(name) \(redirection): \(refused.status) \(refused.stderr)")
+        }
+        #expect(try Self.origin.count("/never.jpg") == 0)
+        // The cached file itself, or another entry's: -o - is checked as its name is.
         let cached = daemon.ctl("get", url).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let onto = shell("/dev/stdout", cached)
-        #expect(onto.status == 2 && onto.stderr.contains("is the cached file itself"), "\(onto.stderr)")
+        for output in ["/dev/stdout", "-"] {
+            let onto = shell(output, ">>", cached)
+            #expect(onto.status == 2 && onto.stderr.contains("is the cached file itself"), "\(output): \(onto.stderr)")
+        }
         #expect(FileManager.default.contents(atPath: cached) == body)
+        let other = daemon.ctl("get", Self.origin.url("/own-stream-other.jpg")).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let otherBody = try Self.origin.body("/own-stream-other.jpg")
+        let intoOther = shell("-", ">>", other)
+        #expect(intoOther.status == 2 && intoOther.stderr.contains("is inside the cache"), "\(intoOther.stderr)")
+        #expect(FileManager.default.contents(atPath: other) == otherBody)
     }
 
     @Test("output that cannot be written (a full disk, a closed stdout) fails the command, saying so (status, list, get… exited 0)",

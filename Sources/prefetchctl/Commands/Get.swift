@@ -103,13 +103,14 @@ enum GetCommand {
         if input < 0, errno == ENOENT, !lastTry { return false }
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
-        // (The cached file itself is told apart below, by its inode.)
-        if destination != "-", let root = cacheDirectory(of: path) {
+        // (The cached file itself is told apart below, by its inode.) Stdout is checked through its name.
+        let name = destination == "-" ? "/dev/stdout" : destination
+        if let root = cacheDirectory(of: path) {
             var link = stat(), target = stat()
-            if lstat(destination, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, stat(destination, &target) != 0 {
+            if lstat(name, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, stat(name, &target) != 0 {
                 throw .usage("\(destination) is a link to nothing: give -o the file itself")  // it may point into the cache
             }
-            if let target = resolved(destination), target != resolved(path),
+            if let target = resolved(name), target != resolved(path),
                target == root || target.hasPrefix(root + "/") || aliases(target, root) {
                 throw .usage("\(destination) is inside the cache (\(root)): writing there would damage it; give -o another path")
             }
@@ -141,13 +142,22 @@ enum GetCommand {
         return true
     }
 
-    /// The open descriptor a name of this process's own streams stands for (`/dev/stdout`, `/dev/stderr`,
-    /// `/dev/fd/N`, `/proc/self/fd/N`): written to as `-` writes stdout. Opened again, a socket's name fails (ENXIO),
-    /// and a file's is written over from its start, not where the shell's `>>` appends.
-    private static func ownDescriptor(named path: String) -> Int32? {
+    /// Whether `path` names one of this process's own streams: `/dev/stdout`, `/dev/stderr`, `/dev/fd/…` or
+    /// `/proc/self/fd/…`. Such a stream is written to as `-` writes stdout: opened again, a socket's name fails
+    /// (ENXIO), and a file's is written over from its start, not where the shell's `>>` appends.
+    static func namesOwnStream(_ path: String) -> Bool {
+        ["/dev/stdout", "/dev/stderr"].contains(path) || descriptorDirectories.contains { path.hasPrefix($0) }
+    }
+
+    private static let descriptorDirectories = ["/dev/fd/", "/proc/self/fd/"]
+
+    /// The descriptor such a name stands for, its number as the directory lists it (not `01`, `+1`); nil for another
+    /// name. (`Arguments.checkDestination` refused those not open for writing when prefetchctl started: by now the
+    /// number may be its own socket to the daemon, or the cached file.)
+    static func ownDescriptor(named path: String) -> Int32? {
         let number = ["/dev/stdout": "1", "/dev/stderr": "2"][path]
-            ?? ["/dev/fd/", "/proc/self/fd/"].first { path.hasPrefix($0) }.map { String(path.dropFirst($0.count)) }
-        guard let number, let descriptor = Int32(number), descriptor >= 0, fcntl(descriptor, F_GETFD) >= 0 else { return nil }
+            ?? descriptorDirectories.first { path.hasPrefix($0) }.map { String(path.dropFirst($0.count)) }
+        guard let number, let descriptor = Int32(number), descriptor >= 0, String(descriptor) == number else { return nil }
         return descriptor
     }
 
