@@ -182,7 +182,7 @@ struct Arguments {
     /// prefetchctl connects: nothing is fetched for a copy that would fail.
     private static func checkDestination(_ destination: String, closedStreams: Set<Int32>) throws(CLIError) {
         guard !destination.isEmpty else { throw .usage("-o needs a file name (or - for stdout)") }
-        if GetCommand.namesOwnStream(destination) {
+        if GetCommand.ownStreamEntry(destination) != nil {
             // Checked before prefetchctl opens anything: a number not open now may later be its socket to the daemon.
             guard let descriptor = GetCommand.ownDescriptor(named: destination) else {
                 throw .usage("-o \(destination) names no descriptor (a number as /dev/fd lists it)")

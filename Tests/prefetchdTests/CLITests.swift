@@ -287,6 +287,11 @@ struct CLITests {
         // image's lines were read as requests: an evict --all emptied the cache). Each refused before anything is sent.
         let refusals = [("/dev/fd/3", "", "-o /dev/fd/3: descriptor 3 is not open"),
                         ("/proc/self/fd/4", "", "-o /proc/self/fd/4: descriptor 4 is not open"),
+                        // However spelled (they were opened after the fetch: the socket refused, the cached file caught).
+                        ("//dev/./fd/3", "", "-o //dev/./fd/3: descriptor 3 is not open"),
+                        ("/proc/self/../self/fd/3", "", "-o /proc/self/../self/fd/3: descriptor 3 is not open"),
+                        ("/proc/thread-self/fd/3", "", "-o /proc/thread-self/fd/3: descriptor 3 is not open"),
+                        ("/proc/$$/fd/3", "", "/fd/3: descriptor 3 is not open"),  // $$: prefetchctl's, after exec
                         ("/dev/stderr", "2>&-", "-o /dev/stderr: descriptor 2 is not open"),
                         ("/dev/fd/01", "", "-o /dev/fd/01 names no descriptor"),
                         ("/dev/fd/+1", "", "-o /dev/fd/+1 names no descriptor"),

@@ -142,22 +142,28 @@ enum GetCommand {
         return true
     }
 
-    /// Whether `path` names one of this process's own streams: `/dev/stdout`, `/dev/stderr`, `/dev/fd/…` or
-    /// `/proc/self/fd/…`. Such a stream is written to as `-` writes stdout: opened again, a socket's name fails
-    /// (ENXIO), and a file's is written over from its start, not where the shell's `>>` appends.
-    static func namesOwnStream(_ path: String) -> Bool {
-        ["/dev/stdout", "/dev/stderr"].contains(path) || descriptorDirectories.contains { path.hasPrefix($0) }
+    /// The entry a name of this process's own streams stands for, in its directory: `stdout` or `stderr` in `/dev`,
+    /// or a number in this process's descriptor directory, however spelled (`/dev/fd/3`, `/proc/self/fd/3`,
+    /// `//dev/./fd/3`, `/proc/thread-self/fd/3`, `/proc/PID/fd/3`); nil for any other name. Such a stream is written
+    /// to as `-` writes stdout: opened again, a socket's name fails (ENXIO), and a file's is written over from its
+    /// start, not where the shell's `>>` appends.
+    static func ownStreamEntry(_ path: String) -> Substring? {
+        guard let slash = path.lastIndex(of: "/"), let directory = resolved(String(path[..<slash]) + "/.") else { return nil }
+        let entry = path[path.index(after: slash)...]
+        if directory == "/dev" { return ["stdout", "stderr"].contains(entry) ? entry : nil }
+        return ownDescriptorDirectories.contains(directory) ? entry : nil
     }
 
-    private static let descriptorDirectories = ["/dev/fd/", "/proc/self/fd/"]
+    /// This process's descriptor directory, as `/proc/self/fd` and `/proc/thread-self/fd` resolve.
+    private static let ownDescriptorDirectories = Set(["/proc/self/fd", "/proc/thread-self/fd"].compactMap(resolved))
 
     /// The descriptor such a name stands for, its number as the directory lists it (not `01`, `+1`); nil for another
     /// name. (`Arguments.checkDestination` refused those not open for writing when prefetchctl started: by now the
     /// number may be its own socket to the daemon, or the cached file.)
     static func ownDescriptor(named path: String) -> Int32? {
-        let number = ["/dev/stdout": "1", "/dev/stderr": "2"][path]
-            ?? descriptorDirectories.first { path.hasPrefix($0) }.map { String(path.dropFirst($0.count)) }
-        guard let number, let descriptor = Int32(number), descriptor >= 0, String(descriptor) == number else { return nil }
+        guard let entry = ownStreamEntry(path) else { return nil }
+        let number = ["stdout": "1", "stderr": "2"][String(entry)] ?? String(entry)
+        guard let descriptor = Int32(number), descriptor >= 0, String(descriptor) == number else { return nil }
         return descriptor
     }
 
