@@ -395,8 +395,8 @@ public struct Scheduler: Sendable {
             task.ticket = takeTicket()
             slowQueue.pushFront(.init(key: key, ticket: task.ticket))
             tasks[key] = task
-        case .running where slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty:
-            if slowOccupied >= slowCapacity { yieldPlace(into: &actions) }
+        case .running where hasSlowPlace:
+            takeSlowPlace(into: &actions)
             moveRunning(key, to: .slow, now: now, into: &actions)
         case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
             counts.fastRunning -= 1
@@ -774,6 +774,18 @@ public struct Scheduler: Sendable {
         sliced[key] = tasks[key]!.ticket
     }
 
+    /// Whether a task already running may take a place in the slow lane: a free one, or a preemptible task's.
+    private var hasSlowPlace: Bool { slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty }
+
+    /// Makes room for a running task to take a place (`hasSlowPlace`): when none is free, the preemptible task that
+    /// ran longest yields its own. Returns whether that parked it.
+    @discardableResult
+    private mutating func takeSlowPlace(into actions: inout [Action]) -> Bool {
+        guard slowOccupied >= slowCapacity else { return false }
+        yieldPlace(into: &actions)
+        return true
+    }
+
     /// Room past a slice goes at once to the tasks already past theirs, without a stop.
     private mutating func stepAsidePreemptible() {
         while overrunCount < configuration.slowWidth, let key = oldestPreemptible {
@@ -955,11 +967,8 @@ public struct Scheduler: Sendable {
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
         var oldestFirst = lingeringKeys.map { tasks[$0]! }.sorted { rank($0) < rank($1) }
         var parked = false
-        while !oldestFirst.isEmpty, slowOccupied < slowCapacity || slowCapacity > 0 && !preemptible.isEmpty {
-            if slowOccupied >= slowCapacity {
-                yieldPlace(into: &actions)
-                parked = true
-            }
+        while !oldestFirst.isEmpty, hasSlowPlace {
+            if takeSlowPlace(into: &actions) { parked = true }
             let key = oldestFirst.removeFirst().key
             tasks[key]!.lingering = false
             counts.lingering -= 1
