@@ -35,7 +35,8 @@
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
 ///
 /// A client that leaves *abandons* the fast tasks nobody else waits for: they wait behind the urgent work someone
-/// waits for (`disconnect(client:urgentKept:now:)`), until a `get` or `promote` asks for them again.
+/// waits for, and one running is parked for it (`disconnect(client:urgentKept:now:)`), until a `get` or `promote`
+/// asks for them again.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
         public var fastWidth: Int
@@ -191,6 +192,9 @@ public struct Scheduler: Sendable {
     private var sliced: [String: UInt64] = [:]
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
+    /// The tasks running in the fast lane (at most `fastWidth`, lingering ones aside): where an abandoned one that
+    /// gives its place to work someone waits for is looked for.
+    private var fastRunningKeys: Set<String> = []
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
     /// Per host: tokens left and when they were counted (only with `hostStartRate`).
@@ -400,6 +404,7 @@ public struct Scheduler: Sendable {
             moveRunning(key, to: .slow, now: now, into: &actions)
         case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
             counts.fastRunning -= 1
+            fastRunningKeys.remove(key)
             counts.lingering += 1
             lingeringKeys.insert(key)
             tasks[key]!.lane = .slow
@@ -497,7 +502,7 @@ public struct Scheduler: Sendable {
     ///
     /// The fast tasks nobody waits for any more are *abandoned*: waiting (now, or after a retry or a park), they
     /// start once no task someone waits for can (a client that asked for 1,000 URLs and left delayed every `get` after
-    /// it). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work. A task a
+    /// it); running, each gives its place to work someone waits for when the lane is full (`fillFastLane`). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work. A task a
     /// `promote` made urgent is neither.
     ///
     /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
@@ -517,16 +522,17 @@ public struct Scheduler: Sendable {
                   !task.tentative, !task.parked, holds[key] == nil else { continue }
             remove(key, answering: .cancelled, into: &actions, lettingGo: true)
         }
-        var parked = false
+        var placesChanged = false  // parked, or an abandoned task runs: work someone waits for may take its place
         for key in oldestFirst {
             guard let task = tasks[key], task.waiters.isEmpty, !task.promoted else { continue }
             if task.promotionPending {
-                parked = withdrawPromotion(key, into: &actions) || parked  // urgent only for those who left
+                placesChanged = withdrawPromotion(key, into: &actions) || placesChanged  // urgent only for those who left
             } else if task.lane == .fast, !task.abandoned {
                 abandon(key)
+                placesChanged = placesChanged || task.state == .running
             }
         }
-        if !actions.isEmpty || parked { admit(now: now, into: &actions) }
+        if !actions.isEmpty || placesChanged { admit(now: now, into: &actions) }
         return actions
     }
 
@@ -896,8 +902,10 @@ public struct Scheduler: Sendable {
                 counts.slowRunning -= 1
             }
             counts.fastRunning += 1
+            fastRunningKeys.insert(key)
         } else {
             counts.fastRunning -= 1
+            fastRunningKeys.remove(key)
             counts.slowRunning += 1
             sliceStarts[key] = now
         }
@@ -1131,6 +1139,7 @@ public struct Scheduler: Sendable {
             lingeringKeys.remove(task.key)
         } else if task.lane == .fast {
             counts.fastRunning -= 1
+            fastRunningKeys.remove(task.key)
         } else {
             counts.slowRunning -= 1
         }
@@ -1186,8 +1195,11 @@ public struct Scheduler: Sendable {
     }
 
     /// Starts waiting fast tasks and takes pending promotions in place, in queue order, while the fast lane has room.
+    /// In a full lane, a running task nobody waits for any more (abandoned) gives its place to work someone waits
+    /// for: the most recent start is parked, bytes kept, first in line among the abandoned (a client that left a
+    /// trickling download held its place for hours, every `get` after it timed out).
     private mutating func fillFastLane(now: Moment, into actions: inout [Action]) {
-        while counts.fastRunning < configuration.fastWidth, let key = popStartable(lane: .fast, now: now) {
+        while let key = popFastStartable(now: now, into: &actions) {
             if tasks[key]!.promotionPending {
                 moveRunning(key, to: .fast, now: now, into: &actions)
             } else {
@@ -1196,9 +1208,23 @@ public struct Scheduler: Sendable {
         }
     }
 
+    /// The next fast task to start or promote: any while the lane has room; when it is full, only one someone waits
+    /// for, into the place of the newest abandoned task, which is parked.
+    private mutating func popFastStartable(now: Moment, into actions: inout [Action]) -> String? {
+        if counts.fastRunning < configuration.fastWidth { return popStartable(lane: .fast, now: now) }
+        let tasks = self.tasks
+        guard counts.fastRunning == configuration.fastWidth,
+              let newestAbandoned = fastRunningKeys.compactMap({ tasks[$0] }).filter(\.abandoned)
+                .max(by: { $0.startOrder < $1.startOrder })?.key,
+              let key = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
+        park(newestAbandoned, waitingIn: .fast, into: &actions)
+        return key
+    }
+
     /// The first task of `lane` that may start now, taken out of its queue; in the slow lane, `sliced`: only one
-    /// parked after its slice, else any other.
-    private mutating func popStartable(lane: Lane, now: Moment, sliced slicedOnly: Bool = false) -> String? {
+    /// parked after its slice, else any other; in the fast lane, `waitedForOnly`: none of the abandoned.
+    private mutating func popStartable(lane: Lane, now: Moment, sliced slicedOnly: Bool = false,
+                                       waitedForOnly: Bool = false) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map {
@@ -1251,7 +1277,7 @@ public struct Scheduler: Sendable {
         // for are not urgent work held back.
         var entry = fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
         fastHostsAtLimit = hostsAtLimit
-        if entry == nil, !fastQueue.gaveUp { entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept) }
+        if entry == nil, !waitedForOnly, !fastQueue.gaveUp { entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept) }
         self.nextToken = nextToken
         return entry?.key
     }
@@ -1283,6 +1309,7 @@ public struct Scheduler: Sendable {
         if task.lane == .fast {
             counts.fastWaiting -= 1
             counts.fastRunning += 1
+            fastRunningKeys.insert(key)
         } else {
             counts.slowWaiting -= 1
             counts.slowRunning += 1

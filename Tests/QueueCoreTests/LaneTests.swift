@@ -496,7 +496,7 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
     }
 
-    @Test("a client leaving with more than urgentKept tasks waiting in the fast lane: its orphaned gets let go, latest first; a queued one, one another client waits for, a running one and a view's held one stay")
+    @Test("a client leaving with more than urgentKept tasks waiting in the fast lane: its orphaned gets let go, latest first; a queued one, one another client waits for, a running one (parked for work someone waits for) and a view's held one stay")
     func disconnectLetsGoPastTheBound() {
         var s = makeScheduler(fast: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // runs
@@ -510,23 +510,25 @@ struct CancelDisconnectWithdrawTests {
         _ = s.get(U.s1, waiter: w(1, 6), cache: .missing, now: t(0))   // a view row holds it
         _ = s.get(U.s2, waiter: w(1, 7), cache: .missing, now: t(0))   // the latest
         #expect(s.counts.fastWaiting == 6)
-        #expect(s.disconnect(client: 1, urgentKept: 4, now: t(1)) == [.letGo(key: U.s2.key), .letGo(key: U.a3.key)])
-        #expect(s.state(U.a) == .running && s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
-        #expect([U.a2, U.b, U.c, U.s1].allSatisfy { s.lane($0) == .fast } && s.task(U.s2.key) == nil)
+        #expect(s.disconnect(client: 1, urgentKept: 4, now: t(1))
+                == [.letGo(key: U.s2.key), .letGo(key: U.a3.key), .park(key: U.a.key), start(U.b, .fast)])
+        #expect(s.state(U.a) == .waiting && s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
+        #expect([U.a, U.a2, U.b, U.c, U.s1].allSatisfy { s.lane($0) == .fast } && s.task(U.s2.key) == nil)
         // Nothing else the client asked for is let go, however low the bound; then the fast lane empties.
         _ = s.get(U.s2, waiter: w(3, 1), cache: .missing, now: t(1))
         #expect(s.disconnect(client: 3, urgentKept: 0, now: t(1)) == [.letGo(key: U.s2.key)])
         _ = s.queue(U.s3, cache: .missing, now: t(1))
         _ = s.get(U.s4, waiter: w(4, 1), cache: .missing, now: t(1))
-        for key in [U.a2, U.b, U.c, U.s1] { _ = s.cancel(key.key, now: t(2)) }
-        #expect(s.cancel(U.a.key, now: t(2)).contains(start(U.s4, .fast)))
+        for key in [U.a, U.a2, U.c, U.s1] { _ = s.cancel(key.key, now: t(2)) }
+        #expect(s.cancel(U.b.key, now: t(2)).contains(start(U.s4, .fast)))
         #expect(s.disconnect(client: 4, urgentKept: 0, now: t(3)) == [])  // running: it goes on
-        _ = s.get(U.b2, waiter: w(5, 1), cache: .missing, now: t(3))
-        #expect(s.disconnect(client: 5, urgentKept: 0, now: t(3)) == [.letGo(key: U.b2.key)])
-        #expect(s.finish(U.s4.key, .success, now: t(4)) == [.forget(key: U.s4.key), start(U.s3, .slow), .holdBackground(false)])
+        #expect(s.get(U.b2, waiter: w(5, 1), cache: .missing, now: t(3)) == [.park(key: U.s4.key), start(U.b2, .fast)])
+        #expect(s.disconnect(client: 5, urgentKept: 0, now: t(3)) == [])  // running, and s4 parked: both go on
+        #expect(s.finish(U.b2.key, .success, now: t(4)) == [.forget(key: U.b2.key), start(U.s4, .fast)])
+        #expect(s.finish(U.s4.key, .success, now: t(5)) == [.forget(key: U.s4.key), start(U.s3, .slow), .holdBackground(false)])
     }
 
-    @Test("the fast tasks a gone client left waiting are set aside: what someone waits for starts first, oldest of theirs next; one asked for again takes its turn at the end of the line")
+    @Test("the fast tasks a gone client left are set aside: what someone waits for starts first (a running one's place too, which is parked), the oldest of theirs next (the parked one first); one asked for again takes its turn at the end of the line")
     func disconnectSetsAside() {
         var s = makeScheduler(fast: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // runs
@@ -534,12 +536,12 @@ struct CancelDisconnectWithdrawTests {
         _ = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0))
         _ = s.get(U.b, waiter: w(1, 4), cache: .missing, now: t(0))
         #expect(s.disconnect(client: 1, now: t(0)) == [])
-        _ = s.get(U.c, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.get(U.c, waiter: w(2, 1), cache: .missing, now: t(0)) == [.park(key: U.a.key), start(U.c, .fast)])
         _ = s.get(U.a3, waiter: w(3, 1), cache: .missing, now: t(0))  // waited for again
         #expect(s.counts.fastWaiting == 4 && s.counts == s.recomputedCounts)
-        #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key), start(U.c, .fast)])
-        #expect(s.finish(U.c.key, .success, now: t(2)) == [.answer(w(2, 1), .ready), .forget(key: U.c.key), start(U.a3, .fast)])
-        #expect(s.finish(U.a3.key, .success, now: t(3)) == [.answer(w(3, 1), .ready), .forget(key: U.a3.key), start(U.a2, .fast)])
+        #expect(s.finish(U.c.key, .success, now: t(1)) == [.answer(w(2, 1), .ready), .forget(key: U.c.key), start(U.a3, .fast)])
+        #expect(s.finish(U.a3.key, .success, now: t(2)) == [.answer(w(3, 1), .ready), .forget(key: U.a3.key), start(U.a, .fast)])
+        #expect(s.finish(U.a.key, .success, now: t(3)) == [.forget(key: U.a.key), start(U.a2, .fast)])
         #expect(s.finish(U.a2.key, .success, now: t(4)) == [.forget(key: U.a2.key), start(U.b, .fast)])
         #expect(s.counts.fastWaiting == 0 && s.counts == s.recomputedCounts)
     }
@@ -578,12 +580,13 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.b.key, .success, now: t(2)) == [.answer(w(2, 1), .ready), .forget(key: U.b.key), start(U.a, .fast)])
 
         _ = s.queue(U.s1, cache: .missing, now: t(3))                  // waits: a runs
-        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(3))
+        // Abandoned, a gives its place to work someone waits for.
+        #expect(s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(3)) == [.park(key: U.a.key), start(U.c, .fast)])
         _ = s.promote(U.s1.key, now: t(3))                             // urgent: waits in the fast lane
         _ = s.get(U.s1, waiter: w(4, 1), cache: .missing, now: t(3))
         #expect(s.disconnect(client: 4, now: t(3)) == [])
-        #expect(s.finish(U.a.key, .success, now: t(4)) == [.forget(key: U.a.key), start(U.c, .fast)])
-        #expect(s.finish(U.c.key, .success, now: t(5)) == [.answer(w(3, 1), .ready), .forget(key: U.c.key), start(U.s1, .fast)])
+        #expect(s.finish(U.c.key, .success, now: t(4)) == [.answer(w(3, 1), .ready), .forget(key: U.c.key), start(U.s1, .fast)])
+        #expect(s.finish(U.s1.key, .success, now: t(5)) == [.forget(key: U.s1.key), start(U.a, .fast)])
     }
 
     @Test("an abandoned task does not start when the fast queue stopped at its limit of refused hosts before looking at everything someone waits for")

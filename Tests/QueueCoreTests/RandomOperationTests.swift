@@ -160,6 +160,7 @@ enum Situation: String, CaseIterable {
     case releasedAndDemoted = "the last waiter released, the task demoted"
     case letGo = "a client left: urgent tasks only its gets asked for let go, past the fast lane's bound"
     case abandonedStarted = "a task a gone client abandoned started, nothing else in the fast lane able to"
+    case abandonedYielded = "a running task a gone client abandoned parked for work someone waits for in a full fast lane"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
@@ -970,6 +971,14 @@ struct Runner {
                         if restarts[key]! > 1 { coverage.note(.restartedAgain) }
                     }
                     coverage.note(.preempted)
+                } else if abandoned.contains(key), running[key]?.lane == .fast, running[key]?.lingering == false,
+                          occupying(.fast) == configuration.fastWidth, let next = fastPlaceTaker(after: position, in: actions) {
+                    // A full fast lane: the newest abandoned task gives its place to work someone waits for.
+                    let newest = running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
+                        .max { $0.value.order < $1.value.order }!.key
+                    guard key == newest else { throw fail("\(action) for \(next), newest abandoned \(newest)") }
+                    expected = (key, .fast)
+                    coverage.note(.abandonedYielded)
                 } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
@@ -1114,6 +1123,17 @@ struct Runner {
         switch actions[position + 1] {
         case .changeLane(let next, .slow): return next
         case .start(let next, .slow, _) where !sliced.contains(next): return next
+        default: return nil
+        }
+    }
+
+    /// Who takes the fast place an abandoned task gives up in a park at `position`: the task someone waits for that
+    /// starts right after it, or the pending promotion that moves in.
+    func fastPlaceTaker(after position: Int, in actions: [Action]) -> String? {
+        guard position + 1 < actions.count else { return nil }
+        switch actions[position + 1] {
+        case .start(let next, .fast, _) where !abandoned.contains(next): return next
+        case .changeLane(let next, .fast) where running[next]?.promotionPending == true: return next
         default: return nil
         }
     }
@@ -1290,8 +1310,9 @@ struct Runner {
         guard fastRunning <= configuration.fastWidth, counts.fastRunning <= configuration.fastWidth else {
             throw fail("\(fastRunning) fast tasks running (counted \(counts.fastRunning)), width \(configuration.fastWidth)")
         }
-        // A promotion waits only for a fast slot.
-        guard promotionsPending == 0 || fastRunning >= configuration.fastWidth else {
+        // A promotion waits only for a fast slot, and none an abandoned task holds.
+        let abandonedRunning = running.contains { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
+        guard promotionsPending == 0 || fastRunning >= configuration.fastWidth && !abandonedRunning else {
             throw fail("\(promotionsPending) promotions pending with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
         }
         if let limit = configuration.perHostLimit {
@@ -1318,7 +1339,9 @@ struct Runner {
             // room for any task but one parked after its slice.
             let yielding = !sliced.contains(task.key) && running.values.contains(where: \.preemptible)
             let slowLaneFull = counts.slowSuspended || slowCapacity == 0 || slowOccupied >= slowCapacity && !yielding
-            let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth
+            // Work someone waits for takes the place of a running task nobody waits for any more.
+            let abandonedPlace = abandonedRunning && !abandoned.contains(task.key)
+            let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth || abandonedPlace
                 : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
                 // Waiting for a token is a reason only while a wake-up for it is due (give or take the rounding to
@@ -1332,8 +1355,8 @@ struct Runner {
             }
             switch task.lane {
             case .fast:
-                guard hostFull || counts.fastRunning >= configuration.fastWidth else {
-                    throw fail("\(task.key) waits in the fast lane with room to run (counts \(counts))")
+                guard hostFull || counts.fastRunning >= configuration.fastWidth && !abandonedPlace else {
+                    throw fail("\(task.key) waits in the fast lane with room to run (counts \(counts)\(abandonedPlace ? ", an abandoned task runs" : ""))")
                 }
             case .slow:
                 guard hostFull || slowLaneFull || diskWaitUntil != nil else {

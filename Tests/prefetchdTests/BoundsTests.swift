@@ -297,6 +297,23 @@ struct BoundsTests {
         #expect(next == [abandoned], "after the hold: \(String(describing: next))")
     }
 
+    @Test("a download its client gave up on gives its urgent place to a get someone waits for, and resumes after it (a server trickling just above the speed floor held the fast lane for hours: every other get timed out)")
+    func abandonedDownloadGivesWayToAGet() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "1"])
+        let trickle = origin.url("/trickle.jpg?size=400000&drip=4000")  // 100 s
+        let given = daemon.ctl("get", "--timeout", "1", trickle)
+        #expect(given.status == 5, "\(given)")  // the client gives up; the download goes on, abandoned
+        let wanted = daemon.ctl("get", "--timeout", "20", origin.url("/wanted.jpg"))
+        #expect(wanted.status == 0, "\(wanted)")
+        func state() -> String? {
+            let listed = try? JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any]
+            return (listed?["tasks"] as? [[String: Any]])?.first { $0["url"] as? String == trickle }?["state"] as? String
+        }
+        #expect(waitUntil(seconds: 10) { state() == "running" }, "resumed: \(String(describing: state()))")
+        #expect(try origin.stats().counts["/trickle.jpg"] == 2, "started, then resumed once")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()
