@@ -318,6 +318,19 @@ struct HostileResponseTests {
         }
     }
 
+    @Test("only the response whose body is kept counts against max_bytes: a 303 announcing 1 TB leads to the image (curl's own size limit judged the redirect: too_large, remembered for 5 minutes); a 200 announcing more than the limit is too_large before its body")
+    func announcedLengthOfTheFinalResponseOnly() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-bytes", "1M"])
+        let target = origin.url("/target.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let redirected = daemon.ctl("get", origin.url("/r.jpg?redirect_status=303&redirect_length=999999999999&redirect=\(target)"))
+        #expect(redirected.status == 0, "\(redirected)")
+        #expect(try origin.count("/target.jpg") == 1)
+        let failed = try error(daemon.ctl("get", "--json", origin.url("/big.jpg?size=2000000")))
+        #expect(failed.code == "too_large" && failed.message.contains("announced a body of 2000000 bytes"), "\(failed)")
+        #expect(try origin.count("/big.jpg") == 1, "permanent, not retried")
+    }
+
     @Test("interim responses count toward the header limit: 2,000 103 Early Hints (116 KB) are too_large, once (they were not counted; 20,000 met curl's own limit, a transient network failure); one is fine")
     func interimResponsesCounted() throws {
         let origin = try Origin()

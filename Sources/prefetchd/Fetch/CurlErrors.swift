@@ -50,8 +50,6 @@ enum CurlErrors {
                            isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
-        case CURLE_FILESIZE_EXCEEDED:
-            return Failure(code: .tooLarge, message: "the server announced a body over the size limit", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0
                                             && transfer.errorDetail?.hasPrefix("Operation too slow") == true:
             // curl's words ("Operation too slow. Less than 1024 bytes/sec transferred") hide that nothing came. (Not

@@ -188,7 +188,6 @@ final class Transfer {
         pf_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout))
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, Int(settings.lowSpeedLimit))
         pf_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int(settings.lowSpeedTime))
-        pf_easy_setopt_off_t(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(settings.maxBytes))
         pf_easy_setopt_string(easy, CURLOPT_USERAGENT, "prefetchd/\(prefetchVersion)")
         pf_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         // Over TLS, transfers started together wait for the first connection's ALPN instead of each opening one: on
@@ -464,6 +463,14 @@ final class Transfer {
         // At the end of a final response's headers: curl would decode a coding it knows but the daemon did not ask
         // for (zstd) before anything could look at it, an error page's too. (A redirect's body curl does not read.)
         let status = line.count <= 2 ? responseCode : 0
+        // A body announced over the limit is refused before it comes; a redirect's is never read, so it does not
+        // count (curl's CURLOPT_MAXFILESIZE judged every response: a 303 announcing 1 TB failed a good image).
+        if (200...299).contains(status), let length = headers.contentLength,
+           length > maxBytes - (status == 206 ? resumedFrom : 0) {
+            stopReason = Failure(code: .tooLarge, message: "the server announced a body of \(length) bytes, over the "
+                                 + "\(maxBytes)-byte limit", isTransient: false)
+            return false
+        }
         if status >= 200, !(300...399).contains(status), let coding = headers.undecodableCoding {
             stopReason = (200...299).contains(status)
                 ? Failure(code: .network, message: "the body is in a coding the daemon did not ask for and does not "

@@ -45,6 +45,8 @@ Query parameters (combine freely):
     redirect_status=N  status to use for redirects (default 302)
     redirect_loop=1    redirect to itself forever (adds incrementing hop=N)
     redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
+    redirect_length=N  the redirect announces a body of N bytes (Content-Length), sends its short text and
+                       closes the connection
     no_length=1        no Content-Length, Connection: close, stream then close
     chunked=N          Transfer-Encoding: chunked, the body in chunks of N bytes
     chunk_line=S       with chunked=N: the second chunk's size line is S (zz: not hex)
@@ -675,6 +677,15 @@ class Handler(BaseHTTPRequestHandler):
         if chain > 0:
             params = [(k, (str(chain - 1) if k == "redirect_chain" else v)) for k, v in pairs]
             self._redirect(self._self_url(raw_path, params), redirect_status, head)
+            return
+        if "redirect" in q and "redirect_length" in q:
+            self.send_response(redirect_status)
+            self.send_header("Location", q["redirect"])
+            self.send_header("Content-Length", q["redirect_length"])
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"Redirecting\n")
+            self.close_connection = True
             return
         if "redirect" in q:
             self._redirect(q["redirect"], redirect_status, head)
