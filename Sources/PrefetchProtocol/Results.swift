@@ -63,6 +63,9 @@ public struct ItemStatus: RawRepresentable, Codable, Hashable, Sendable, CustomS
     public static let inUse = Self(rawValue: "in_use")
     /// Not a URL prefetchd takes; `error` says why.
     public static let rejected = Self(rawValue: "rejected")
+    /// `promote`, and `queue` with `now`: the fast lane holds as many waiting tasks as these may add to; the URL stays
+    /// background work (queued, durably); `error` says so.
+    public static let busy = Self(rawValue: "busy")
     /// `prefetchctl queue --wait --json` only: how the wait for a queued URL ended.
     public static let finished = Self(rawValue: "finished")
     public static let failed = Self(rawValue: "failed")

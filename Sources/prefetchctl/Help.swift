@@ -78,7 +78,8 @@ enum Help {
               --timeout SEC   with --wait: stop waiting after SEC seconds (exit 5); the fetches go on
               --now           fetch them now, as urgent work (status `promoted`), also while the background lane is
                               paused or slowed (metered network, battery, power saver, quiet hours, no
-                              network); still durable
+                              network); still durable. Past 65,536 urgent tasks waiting: status `busy`, they
+                              stay background work, exit 3
 
             Example:
               prefetchctl queue - < urls.txt

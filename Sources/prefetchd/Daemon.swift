@@ -704,6 +704,7 @@ final class Daemon {
         var promoted = result
         do {
             promoted.status = try change(.promote, url, inUse: [], now: now)
+            if promoted.status == .busy { promoted.error = urgentLaneFull }
         } catch {
             Log.error("queue --now: \(key) stays queued as background work: \(error)")
         }

@@ -314,6 +314,25 @@ struct BoundsTests {
         #expect(try origin.stats().counts["/trickle.jpg"] == 2, "started, then resumed once")
     }
 
+    @Test("promote and queue --now stop making urgent work once 65,536 tasks wait in the fast lane: the rest stay queued background work, busy, exit 3 (half a million URLs promoted held 556 MB)")
+    func urgentWorkWithoutWaitersIsBounded() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<65_564).map { origin.url("/now/\($0).jpg?hold=1") }
+        let queued = daemon.ctl("queue", "--now", "-", stdin: urls.joined(separator: "\n") + "\n")
+        #expect(queued.status == 3, "\(queued.status) \(queued.stderr.suffix(300))")
+        #expect(queued.stderr.contains("65544 promoted, 20 busy"), "\(queued.stderr.suffix(300))")
+        let status = try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any]
+        let fast = status?["fast"] as? [String: Any]
+        #expect(fast?["waiting"] as? Int == 65_536 && fast?["running"] as? Int == 8, "\(String(describing: fast))")
+        let last = try JSONSerialization.jsonObject(with: daemon.ctl("info", "--json", urls.last!).stdoutData) as? [String: Any]
+        let task = last?["task"] as? [String: Any]
+        #expect(task?["state"] as? String == "backlog" || task?["lane"] as? String == "slow", "still queued: \(String(describing: last))")
+        let promoted = daemon.ctl("promote", urls.last!)
+        #expect(promoted.status == 3 && promoted.stdout.contains("busy"), "\(promoted)")
+        try origin.release()
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()

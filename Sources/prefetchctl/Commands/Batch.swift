@@ -49,8 +49,8 @@ enum BatchCommand {
                 let sent = index < part.urls.count ? part.urls[index] : item.url
                 waiter?.track(item, sent: sent)
                 if item.status == .unknown, Output.hidesPassword(sent) { unknownHidingPassword = true }
-                if let error = item.error, item.status == .rejected {
-                    exitCode = max(exitCode, ExitCode.rejected)
+                if let error = item.error, item.status == .rejected || item.status == .busy {
+                    exitCode = max(exitCode, item.status == .busy ? ExitCode.unreachable : ExitCode.rejected)
                     if !arguments.json { Output.message("\(item.url): \(error.code): \(error.message)") }
                 }
                 if arguments.json {
@@ -124,7 +124,7 @@ enum BatchCommand {
         func summarise() {
             guard op == .queue, !arguments.json else { return }
             // A status a newer daemon added follows the known ones.
-            let known: [ItemStatus] = [.queued, .promoted, .already, .cached, .skipped, .rejected]
+            let known: [ItemStatus] = [.queued, .promoted, .busy, .already, .cached, .skipped, .rejected]
             let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
             Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
                            + (waiter?.summary ?? ""))
@@ -215,7 +215,7 @@ final class QueueWait {
     func track(_ item: ItemResult, sent url: String) {
         guard let key = item.key else { return }
         switch item.status {
-        case .queued, .promoted, .already:
+        case .queued, .promoted, .busy, .already:  // busy: queued, as background work
             total += 1
             let awaiting = key.contains("***@") ? key + "\u{0}" + url : key
             awaited[awaiting, default: []].append(item.url)

@@ -62,7 +62,8 @@ extension Daemon {
         let results = urls.map { text -> ItemResult in
             do {
                 let url = try CanonicalURL(text)
-                return ItemResult(url: text, key: url.key, status: try change(op, url, inUse: inUse, now: now))
+                let status = try change(op, url, inUse: inUse, now: now)
+                return ItemResult(url: text, key: url.key, status: status, error: status == .busy ? urgentLaneFull : nil)
             } catch {
                 return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
             }
@@ -98,6 +99,16 @@ extension Daemon {
         reply(connection, id, TaskList(tasks: scheduler.firstTasks(limit).map(summary), backlog: backlogOnly))
     }
 
+    /// Urgent work nobody waits for (`promote`, `queue --now`) is not taken past this many tasks waiting in the fast
+    /// lane: each holds about a kilobyte (half a million URLs promoted held 556 MB).
+    static let mostWaitingUrgent = Connection.maximumWaitsInAll
+
+    /// Why a `promote` left a URL background work (`busy`).
+    var urgentLaneFull: WireError {
+        WireError(.busy, "\(scheduler.counts.fastWaiting) tasks wait in the fast lane, the most promote and queue --now add "
+                  + "to: the URL stays background work (queued); promote it again once some are done")
+    }
+
     /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
     func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> ItemStatus {
         let moment = Moment.now
@@ -111,6 +122,7 @@ extension Daemon {
             apply(scheduler.demote(url.key, now: moment))
             return .demoted
         case .promote:
+            if task?.lane != .fast, scheduler.counts.fastWaiting >= Self.mostWaitingUrgent { return .busy }
             if task == nil {
                 guard try store.isQueued(url.key) else { return .unknown }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
