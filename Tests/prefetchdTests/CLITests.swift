@@ -783,6 +783,28 @@ struct CLITests {
 struct LongListTests {
     static let origin = try! Origin()
 
+    @Test("a queue - whose daemon dies midway says what was acknowledged (queued durably) and that running it again is safe (it said only 'the daemon closed the connection', exit 3, with 62,443 of 300,000 queued)")
+    func queueCutShortSaysWhatWasQueued() throws {
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<6_000).map { Self.origin.url("/cut/\($0).jpg?hold=1") }
+        let first = daemon.directory.path + "/first.txt", second = daemon.directory.path + "/second.txt"
+        try (urls[..<3_000].joined(separator: "\n") + "\n").write(toFile: first, atomically: true, encoding: .utf8)
+        try (urls[3_000...].joined(separator: "\n") + "\n").write(toFile: second, atomically: true, encoding: .utf8)
+        // The parts read before the pause are answered; the daemon dies during it.
+        let cut = run("/bin/sh", ["-c", "(cat \(first); sleep 3; cat \(second)) | \(Paths.prefetchctl) --socket \(daemon.socket) "
+                                  + "queue - & sleep 1.5; kill -9 \(daemon.child!.pid); wait $!"])
+        #expect(cut.status == 3, "\(cut)")
+        let acknowledged = cut.stderr.firstMatch(of: /prefetchctl: (\d+) queued\n/).flatMap { Int($0.1) } ?? 0
+        #expect(acknowledged > 0 && acknowledged < 3_000, "\(cut.stderr)")
+        #expect(cut.stderr.contains("answers came for \(acknowledged) URLs") && cut.stderr.contains("run the same command again"),
+                "\(cut.stderr)")
+        try daemon.start()
+        let again = daemon.ctl(arguments: ["queue", "-"], stdin: urls.joined(separator: "\n") + "\n")
+        #expect(again.status == 0 && again.stderr == "prefetchctl: \(6_000 - acknowledged) queued, \(acknowledged) already\n",
+                "\(again.stderr)")
+        try Self.origin.release()
+    }
+
     @Test("queue -, demote - and cancel - of 100,000 URLs of 300 bytes each: all acknowledged, one result line per URL")
     func queueDemoteCancel() throws {
         let daemon = try DaemonUnderTest()

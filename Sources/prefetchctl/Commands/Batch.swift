@@ -60,46 +60,20 @@ enum BatchCommand {
                 }
             }
         }
-        // A daemon stopped (SIGSTOP) or hung would be waited for for ever: it must take the requests and answer one
-        // at least every `answerWithin` (a minute, or --timeout; queue's bounds the wait for the fetches instead).
-        var deadline = monotonicNow() + client.answerWithin
-        exchange: while true {
-            while !exhausted, pending.count < inFlight {
-                guard let urls = try parts.next() else {
-                    exhausted = true
-                    break
-                }
-                total += urls.count
-                do throws(CLIError) {
-                    pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls, now: arguments.now ? true : nil,
-                                                                    summary: summary ? true : nil)), urls: urls))
-                } catch {
-                    switch error {
-                    case .failed(let refusal):
-                        // Only a URL too long for any request line is refused before sending; it went alone.
-                        pending.append(Part(urls: urls, results: urls.map {
-                            ItemResult(url: Output.shown($0), status: .rejected, error: refusal)
-                        }))
-                    case .timeout:
-                        unanswered = true
-                        break exchange
-                    default:
-                        throw error
-                    }
-                }
-            }
-            while let part = pending.first, let results = part.results {
-                pending.removeFirst()
-                take(part, results)
-            }
-            guard !pending.isEmpty else { break }
-            let received: (id: Int64?, line: [UInt8])?
-            if let waiter { received = try waiter.receive(client, deadline: deadline) } else { received = try client.receive(deadline: deadline) }
-            guard let reply = received else {
-                unanswered = true
-                break
-            }
-            guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { continue }
+        func summarise() {
+            guard op == .queue, !arguments.json, !tally.isEmpty else { return }
+            // A status a newer daemon added follows the known ones.
+            let known: [ItemStatus] = [.queued, .promoted, .busy, .already, .cached, .skipped, .rejected]
+            let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
+            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
+                           + (waiter?.summary ?? ""))
+        }
+        func receive(deadline: Int64) throws(CLIError) -> (id: Int64?, line: [UInt8])? {
+            if let waiter { try waiter.receive(client, deadline: deadline) } else { try client.receive(deadline: deadline) }
+        }
+        /// Takes the reply to a part; false when it answers none.
+        func accept(_ reply: (id: Int64?, line: [UInt8])) throws(CLIError) -> Bool {
+            guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { return false }
             let result = try client.decode(BatchResult.self, reply.line)
             // A result per URL sent, or (asked for) counts of them all: a reply that leaves some out would drop them
             // unsaid. A daemon that does not know `summary` sends the results.
@@ -113,7 +87,57 @@ enum BatchCommand {
             }
             pending[index].results = result.results
             pending[index].counts = counts
-            deadline = monotonicNow() + client.answerWithin
+            return true
+        }
+        // A daemon stopped (SIGSTOP) or hung would be waited for for ever: it must take the requests and answer one
+        // at least every `answerWithin` (a minute, or --timeout; queue's bounds the wait for the fetches instead).
+        var deadline = monotonicNow() + client.answerWithin
+        do throws(CLIError) {
+            exchange: while true {
+                while !exhausted, pending.count < inFlight {
+                    guard let urls = try parts.next() else {
+                        exhausted = true
+                        break
+                    }
+                    total += urls.count
+                    do throws(CLIError) {
+                        pending.append(Part(id: try client.send(Request(id: nil, op: op, urls: urls, now: arguments.now ? true : nil,
+                                                                        summary: summary ? true : nil)), urls: urls))
+                    } catch {
+                        switch error {
+                        case .failed(let refusal):
+                            // Only a URL too long for any request line is refused before sending; it went alone.
+                            pending.append(Part(urls: urls, results: urls.map {
+                                ItemResult(url: Output.shown($0), status: .rejected, error: refusal)
+                            }))
+                        case .timeout:
+                            unanswered = true
+                            break exchange
+                        default:
+                            throw error
+                        }
+                    }
+                }
+                while let part = pending.first, let results = part.results {
+                    pending.removeFirst()
+                    take(part, results)
+                }
+                guard !pending.isEmpty else { break }
+                guard let reply = try receive(deadline: deadline) else {
+                    unanswered = true
+                    break
+                }
+                if try accept(reply) { deadline = monotonicNow() + client.answerWithin }
+            }
+        } catch .unreachable(let why) where op == .queue && total > 0 {
+            // What was acknowledged is queued durably: the replies the daemon wrote before it went are still to be
+            // read, and said before the loss is.
+            while let reply = try? receive(deadline: monotonicNow() + 1_000), (try? accept(reply)) != nil {}
+            for part in pending { if let results = part.results { take(part, results) } }
+            summarise()
+            throw .unreachable(why + "; answers came for \(Units.count(answered, "URL")) of the \(total) sent (queued as said, "
+                               + "durably); whether the daemon took the others is not known: run the same command again "
+                               + "(those queued already are reported `already`)")
         }
         if unanswered {
             // Parts answered after the one that was not: their results too.
@@ -121,14 +145,6 @@ enum BatchCommand {
         }
         guard total > 0 || unanswered else { throw arguments.noURLs(op.rawValue) }
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
-        func summarise() {
-            guard op == .queue, !arguments.json else { return }
-            // A status a newer daemon added follows the known ones.
-            let known: [ItemStatus] = [.queued, .promoted, .busy, .already, .cached, .skipped, .rejected]
-            let order = known + tally.keys.filter { !known.contains($0) }.sorted { $0.rawValue < $1.rawValue }
-            Output.message(order.compactMap { status in tally[status].map { "\($0) \(status.rawValue)" } }.joined(separator: ", ")
-                           + (waiter?.summary ?? ""))
-        }
         if unanswered {
             summarise()  // what was acknowledged
             throw .timeout("prefetchd did not answer within \(Units.seconds(client.answerWithin)): is it stopped (SIGSTOP) "
