@@ -52,6 +52,8 @@ enum Command {
         case .metrics: self = .metrics
         case .formats: self = .formats
         case .get:
+            // Several URLs are several gets: a `urls` beside `url` would be left unread.
+            guard request.urls == nil else { throw WireError(.badRequest, "get takes one url, not urls: send a get per URL") }
             let url = try Self.required(request.url, "url", op)
             let staleAllowance = try request.staleAllowance()
             self = .get(url: url, variant: try Self.variantSpec(request), offline: request.offline == true,
@@ -59,6 +61,10 @@ enum Command {
         case .queue:
             self = .queue(urls: try Self.batch(request, op), now: request.now == true, summary: request.summary == true)
         case .evict where request.all == true:
+            // A client that meant some URLs must not empty the cache.
+            guard request.url == nil, request.urls == nil else {
+                throw WireError(.badRequest, "evict takes all or url(s), not both")
+            }
             self = .evictAll
         case .demote, .promote, .cancel, .evict:
             self = .change(op, urls: try Self.batch(request, op), summary: request.summary == true)
