@@ -283,6 +283,19 @@ struct EndToEndTests {
         #expect(try origin.count("/sweep/kept.jpg") == 1)
     }
 
+    @Test("a start while another process holds a lock on the index names the lock (it said the index must be writable by the user prefetchd runs as)")
+    func lockedIndexNamed() throws {
+        let daemon = try DaemonUnderTest()
+        daemon.child?.stop()
+        let hold = "import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            + "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)"
+        let started = run("/bin/sh", ["-c", "python3 -c \"\(hold)\" \(daemon.cache)/index.sqlite > \(daemon.directory.path)/held & "
+                                      + "until grep -q locked \(daemon.directory.path)/held; do sleep 0.1; done; "
+                                      + "\(Paths.prefetchd) --socket \(daemon.socket) --cache-dir \(daemon.cache); status=$?; kill $!; exit $status"])
+        #expect(started.status == 1, "\(started)")
+        #expect(started.stderr.contains("database is locked: another process holds a lock on it"), "\(started.stderr)")
+    }
+
     @Test("after kill -9 the size limit waits for the comparison of the index with the files: sizes the index got wrong evicted intact entries at start (the sweep measured them again only after)")
     func sizeLimitWaitsForTheSweep() throws {
         let origin = try Origin()

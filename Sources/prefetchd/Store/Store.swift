@@ -311,6 +311,9 @@ final class Store {
         } catch let error as DatabaseError where error.isDiskFull {
             throw DaemonError("cannot open the index \(path): the disk is full (\(error.message)); what is queued stays "
                               + "queued: free some space, or choose another --cache-dir")
+        } catch let error as DatabaseError where error.code & 0xFF == SQLITE_BUSY {
+            throw DaemonError("cannot open the index \(path): \(error.message): another process holds a lock on it (an "
+                              + "sqlite3 shell in a transaction, say): end that, or choose another --cache-dir")
         } catch let error as DatabaseError where !error.isCorrupt {
             throw DaemonError("cannot open the index \(path): \(error.message); the cache directory and the index in it "
                               + "must be writable by the user prefetchd runs as")
