@@ -502,8 +502,9 @@ public struct Scheduler: Sendable {
     ///
     /// The fast tasks nobody waits for any more are *abandoned*: waiting (now, or after a retry or a park), they
     /// start once no task someone waits for can (a client that asked for 1,000 URLs and left delayed every `get` after
-    /// it); running, each gives its place to work someone waits for when the lane is full (`fillFastLane`). A promotion only its waiters asked for is withdrawn: the transfer goes on as background work. A task a
-    /// `promote` made urgent is neither.
+    /// it); running, each gives its place to work someone waits for when the lane is full (`fillFastLane`). A
+    /// promotion only its waiters asked for is withdrawn: the transfer goes on as background work. A task a `promote`
+    /// made urgent is neither.
     ///
     /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
     /// asked for, that nobody waits for any more and that have not started are let go (`letGo`), its most recent
@@ -526,7 +527,8 @@ public struct Scheduler: Sendable {
         for key in oldestFirst {
             guard let task = tasks[key], task.waiters.isEmpty, !task.promoted else { continue }
             if task.promotionPending {
-                placesChanged = withdrawPromotion(key, into: &actions) || placesChanged  // urgent only for those who left
+                // Urgent only for those who left.
+                placesChanged = withdrawPromotion(key, into: &actions) || placesChanged
             } else if task.lane == .fast, !task.abandoned {
                 abandon(key)
                 placesChanged = placesChanged || task.state == .running
@@ -1277,7 +1279,9 @@ public struct Scheduler: Sendable {
         // for are not urgent work held back.
         var entry = fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
         fastHostsAtLimit = hostsAtLimit
-        if entry == nil, !waitedForOnly, !fastQueue.gaveUp { entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept) }
+        if entry == nil, !waitedForOnly, !fastQueue.gaveUp {
+            entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept)
+        }
         self.nextToken = nextToken
         return entry?.key
     }
