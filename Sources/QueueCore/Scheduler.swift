@@ -1005,6 +1005,18 @@ public struct Scheduler: Sendable {
         return true
     }
 
+    /// Work someone waits for is passed over only because its host is at `per_host`, while a running task nobody waits
+    /// for any more (abandoned) keeps a place on that host: the newest such is parked, as in a full lane. Returns
+    /// whether it parked one.
+    private mutating func yieldHostOfAbandoned(into actions: inout [Action]) -> Bool {
+        let (tasks, hosts) = (self.tasks, fastHostsAtLimit)
+        guard !hosts.isEmpty, let key = fastRunningKeys.compactMap({ tasks[$0] })
+                .filter({ $0.abandoned && hosts.contains($0.host) }).max(by: { $0.startOrder < $1.startOrder })?.key
+        else { return false }
+        park(key, waitingIn: .fast, into: &actions)
+        return true
+    }
+
     /// The most recent start among the lingering tasks on `hosts` that no urgent waiter wants back.
     private func newestLingering(onHosts hosts: Set<String>) -> String? {
         lingeringKeys.map { tasks[$0]! }
@@ -1166,7 +1178,9 @@ public struct Scheduler: Sendable {
         if parkBeyondWidth(.slow, into: &actions) { fillFastLane(now: now, into: &actions) }
         // A parked lingering transfer may free its host for urgent work too.
         if settleLingering(now: now, into: &actions) { fillFastLane(now: now, into: &actions) }
-        while yieldHostToUrgentWork(into: &actions) { fillFastLane(now: now, into: &actions) }
+        while yieldHostToUrgentWork(into: &actions) || yieldHostOfAbandoned(into: &actions) {
+            fillFastLane(now: now, into: &actions)
+        }
         if let until = waitingForDiskUntil, until <= now { waitingForDiskUntil = nil }
         while !counts.slowSuspended, waitingForDiskUntil == nil, slowCapacity > 0 {
             if slowOccupied < slowCapacity {

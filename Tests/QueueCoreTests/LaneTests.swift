@@ -589,6 +589,18 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.finish(U.s1.key, .success, now: t(5)) == [.forget(key: U.s1.key), start(U.a, .fast)])
     }
 
+    @Test("a running task a gone client abandoned gives its place on a host at per_host to work someone waits for there, with room in the lane; work on other hosts does not take it")
+    func abandonedGivesUpItsHost() {
+        var s = makeScheduler(fast: 2, perHost: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // runs on a.example
+        #expect(s.disconnect(client: 1, now: t(0)) == [])               // room in the lane, nothing waits: it goes on
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0)) == [start(U.b, .fast)])  // another host: beside it
+        _ = s.finish(U.b.key, .success, now: t(1))
+        #expect(s.get(U.a2, waiter: w(2, 2), cache: .missing, now: t(1)) == [.park(key: U.a.key), start(U.a2, .fast)])
+        #expect(s.finish(U.a2.key, .success, now: t(2)) == [.answer(w(2, 2), .ready), .forget(key: U.a2.key), start(U.a, .fast)])
+        #expect(s.counts == s.recomputedCounts)
+    }
+
     @Test("an abandoned task does not start when the fast queue stopped at its limit of refused hosts before looking at everything someone waits for")
     func abandonedNotPastTheFastQueuesLimits() {
         var s = makeScheduler(fast: 65, perHost: 1)

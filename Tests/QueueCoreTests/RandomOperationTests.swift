@@ -161,6 +161,7 @@ enum Situation: String, CaseIterable {
     case letGo = "a client left: urgent tasks only its gets asked for let go, past the fast lane's bound"
     case abandonedStarted = "a task a gone client abandoned started, nothing else in the fast lane able to"
     case abandonedYielded = "a running task a gone client abandoned parked for work someone waits for in a full fast lane"
+    case abandonedYieldedHost = "a running task a gone client abandoned parked for work someone waits for on its host, at per_host"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
@@ -971,14 +972,9 @@ struct Runner {
                         if restarts[key]! > 1 { coverage.note(.restartedAgain) }
                     }
                     coverage.note(.preempted)
-                } else if abandoned.contains(key), running[key]?.lane == .fast, running[key]?.lingering == false,
-                          occupying(.fast) == configuration.fastWidth, let next = fastPlaceTaker(after: position, in: actions) {
-                    // A full fast lane: the newest abandoned task gives its place to work someone waits for.
-                    let newest = running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
-                        .max { $0.value.order < $1.value.order }!.key
-                    guard key == newest else { throw fail("\(action) for \(next), newest abandoned \(newest)") }
+                } else if abandoned.contains(key), let task = running[key], task.lane == .fast, !task.lingering,
+                          abandonedMayYield(key, task, after: position, in: actions) {
                     expected = (key, .fast)
-                    coverage.note(.abandonedYielded)
                 } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
@@ -1125,6 +1121,28 @@ struct Runner {
         case .start(let next, .slow, _) where !sliced.contains(next): return next
         default: return nil
         }
+    }
+
+    /// Whether an abandoned task running in the fast lane may be parked at `position` for work someone waits for: in a
+    /// full lane, the newest abandoned task, for the start that follows; on a host at per_host, the newest abandoned
+    /// task there, for that host's start that follows, or its next token.
+    mutating func abandonedMayYield(_ key: String, _ task: Running, after position: Int, in actions: [Action]) -> Bool {
+        let abandonedRunning = running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
+        let next = fastPlaceTaker(after: position, in: actions)
+        if occupying(.fast) == configuration.fastWidth, next != nil,
+           key == abandonedRunning.max(by: { $0.value.order < $1.value.order })?.key {
+            coverage.note(.abandonedYielded)
+            return true
+        }
+        let waitingOnHost = scheduler.allTasks.contains {
+            $0.state == .waiting && $0.lane == .fast && $0.host == task.host && !abandoned.contains($0.key)
+        }
+        guard let limit = configuration.perHostLimit, running.values.count(where: { $0.host == task.host }) >= limit,
+              key == abandonedRunning.filter({ $0.value.host == task.host }).max(by: { $0.value.order < $1.value.order })?.key,
+              next.flatMap({ scheduler.task($0)?.host }) == task.host || waitingOnHost && tokens(task.host) < 1
+        else { return false }
+        coverage.note(.abandonedYieldedHost)
+        return true
     }
 
     /// Who takes the fast place an abandoned task gives up in a park at `position`: the task someone waits for that
@@ -1327,6 +1345,12 @@ struct Runner {
             var hostFull = false
             if let limit = configuration.perHostLimit {
                 for (host, count) in perHost where host == task.host { hostFull = count >= limit }
+                // Not a reason when a task nobody waits for any more holds a place there (it gives it up).
+                if hostFull, task.lane == .fast, !abandoned.contains(task.key),
+                   running.contains(where: { $0.value.host == task.host && $0.value.lane == .fast && !$0.value.lingering
+                                             && abandoned.contains($0.key) }) {
+                    throw fail("\(task.key) waits for its host's per_host limit while an abandoned task holds a place there")
+                }
             }
             if hostFull { coverage.note(.hostLimited) }
             if let until = pausedHosts[task.host], until > now { hostFull = true }

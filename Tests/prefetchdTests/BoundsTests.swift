@@ -297,10 +297,11 @@ struct BoundsTests {
         #expect(next == [abandoned], "after the hold: \(String(describing: next))")
     }
 
-    @Test("a download its client gave up on gives its urgent place to a get someone waits for, and resumes after it (a server trickling just above the speed floor held the fast lane for hours: every other get timed out)")
-    func abandonedDownloadGivesWayToAGet() throws {
+    @Test("a download its client gave up on gives its urgent place to a get someone waits for, and resumes after it (a server trickling just above the speed floor held the fast lane for hours: every other get timed out); also its place on a host at per_host",
+          arguments: [["--fast-width", "1"], ["--fast-width", "2", "--per-host", "1"]])
+    func abandonedDownloadGivesWayToAGet(flags: [String]) throws {
         let origin = try Origin()
-        let daemon = try DaemonUnderTest(["--fast-width", "1"])
+        let daemon = try DaemonUnderTest(flags)
         let trickle = origin.url("/trickle.jpg?size=400000&drip=4000")  // 100 s
         let given = daemon.ctl("get", "--timeout", "1", trickle)
         #expect(given.status == 5, "\(given)")  // the client gives up; the download goes on, abandoned
