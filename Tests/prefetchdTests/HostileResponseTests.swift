@@ -117,10 +117,11 @@ struct HostileResponseTests {
         #expect(daemon.ctl("ping").status == 0, "\(daemon.log.suffix(300))")
     }
 
-    @Test("a resume answered 206 with the whole file (Content-Range: bytes 0-19418/19419) was appended and cached as a corrupt 24,419-byte JPEG; now the file is the origin's")
-    func resumeAnsweredWithTheWholeFile() throws {
+    @Test("a resume answered 206 with the whole file (Content-Range: bytes 0-19418/19419) was appended and cached as a corrupt 24,419-byte JPEG; now the file is the origin's, also when the kept bytes and the lie together pass max_bytes (that was a permanent too_large)",
+          arguments: [[], ["--max-bytes", "20000"]])
+    func resumeAnsweredWithTheWholeFile(flags: [String]) throws {
         let origin = try Origin()
-        let daemon = try DaemonUnderTest()
+        let daemon = try DaemonUnderTest(flags)
         let cached = try entry(daemon.ctl("get", "--json", origin.url("/whole.jpg?size=19419&cut_first=5000&lie_range=0")))
         let requests = try origin.stats().log.filter { $0.path == "/whole.jpg" }
         #expect(requests.count == 2)

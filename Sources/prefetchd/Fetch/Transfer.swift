@@ -464,9 +464,9 @@ final class Transfer {
         // for (zstd) before anything could look at it, an error page's too. (A redirect's body curl does not read.)
         let status = line.count <= 2 ? responseCode : 0
         // A body announced over the limit is refused before it comes; a redirect's is never read, so it does not
-        // count (curl's CURLOPT_MAXFILESIZE judged every response: a 303 announcing 1 TB failed a good image).
-        if (200...299).contains(status), let length = headers.contentLength,
-           length > maxBytes - (status == 206 ? resumedFrom : 0) {
+        // count (curl's CURLOPT_MAXFILESIZE judged every response: a 303 announcing 1 TB failed a good image). A
+        // resume's range is judged with its Content-Range, as it comes (a lying one starts over).
+        if (200...299).contains(status), status != 206, let length = headers.contentLength, length > maxBytes {
             stopReason = Failure(code: .tooLarge, message: "the server announced a body of \(length) bytes, over the "
                                  + "\(maxBytes)-byte limit", isTransient: false)
             return false
