@@ -235,7 +235,7 @@ struct BadInputTests {
                 "\(String(describing: reply))")
     }
 
-    @Test("queue with both url and urls is a bad request (url was dropped silently), and so are get with urls and evict of all with URLs; a last request without its newline before a half-close is answered (it was dropped)")
+    @Test("queue with both url and urls is a bad request (url was dropped silently), and so are get and info with urls, view with url and evict of all with URLs; a last request without its newline before a half-close is answered (it was dropped)")
     func urlAndURLsAndLastLine() throws {
         let daemon = try DaemonUnderTest()
         let connection = try RawConnection(socket: daemon.socket)
@@ -246,7 +246,11 @@ struct BadInputTests {
                 "\(String(describing: both))")
         // So are a get with urls (they were left unread) and an evict of all with URLs (it emptied the cache).
         for (line, said) in [("{\"id\":3,\"op\":\"get\",\"url\":\"http://127.0.0.1:9/a.jpg\",\"urls\":[\"http://127.0.0.1:9/b.jpg\"]}",
-                              "get takes one url, not urls: send a get per URL"),
+                              "get takes one url, not urls: send one request per URL"),
+                             ("{\"id\":5,\"op\":\"info\",\"url\":\"http://127.0.0.1:9/a.jpg\",\"urls\":[]}",
+                              "info takes one url, not urls: send one request per URL"),
+                             ("{\"id\":6,\"op\":\"view\",\"url\":\"http://127.0.0.1:9/a.jpg\",\"urls\":[\"http://127.0.0.1:9/b.jpg\"]}",
+                              "view takes urls, not url"),
                              ("{\"id\":4,\"op\":\"evict\",\"all\":true,\"urls\":[\"http://127.0.0.1:9/b.jpg\"]}",
                               "evict takes all or url(s), not both")] {
             connection.send(line + "\n")

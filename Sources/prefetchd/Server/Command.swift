@@ -52,9 +52,7 @@ enum Command {
         case .metrics: self = .metrics
         case .formats: self = .formats
         case .get:
-            // Several URLs are several gets: a `urls` beside `url` would be left unread.
-            guard request.urls == nil else { throw WireError(.badRequest, "get takes one url, not urls: send a get per URL") }
-            let url = try Self.required(request.url, "url", op)
+            let url = try Self.one(request, op)
             let staleAllowance = try request.staleAllowance()
             self = .get(url: url, variant: try Self.variantSpec(request), offline: request.offline == true,
                         staleAllowance: staleAllowance)
@@ -69,12 +67,13 @@ enum Command {
         case .demote, .promote, .cancel, .evict:
             self = .change(op, urls: try Self.batch(request, op), summary: request.summary == true)
         case .info:
-            self = .info(url: try Self.required(request.url, "url", op))
+            self = .info(url: try Self.one(request, op))
         case .list:
             let limit = request.limit ?? 1000
             guard limit >= 0 else { throw WireError(.badRequest, "limit must be 0 or more, not \(limit)") }
             self = .list(limit: limit)
         case .view:
+            guard request.url == nil else { throw WireError(.badRequest, "view takes urls, not url") }
             let range = try request.viewRange(maximumRows: Self.maximumViewRows, maximumVisible: Self.maximumVisibleRows,
                                               maximumLookAround: Self.maximumLookAround)
             let variant = try Self.variantSpec(request)
@@ -115,6 +114,14 @@ enum Command {
             throw WireError(.badRequest, "at most \(Request.maximumBatch) URLs per request")
         }
         return urls
+    }
+
+    /// The one URL of `get` and `info`: a `urls` beside it would be left unread.
+    private static func one(_ request: Request, _ op: Operation) throws(WireError) -> String {
+        guard request.urls == nil else {
+            throw WireError(.badRequest, "\(op.rawValue) takes one url, not urls: send one request per URL")
+        }
+        return try required(request.url, "url", op)
     }
 
     private static func required<T>(_ value: T?, _ field: String, _ op: Operation) throws(WireError) -> T {
