@@ -508,7 +508,8 @@ public struct Scheduler: Sendable {
     ///
     /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
     /// asked for, that nobody waits for any more and that have not started are let go (`letGo`), its most recent
-    /// requests first, until `urgentKept` wait. A client that asked for thousands of URLs and left, again and again,
+    /// requests first, until `urgentKept` wait; then, still past it, the abandoned downloads of clients gone before
+    /// that were parked for work someone waits for (not queued, not a view's), with their bytes. A client that asked for thousands of URLs and left, again and again,
     /// kept them all in memory, and the background lane suspended behind work nobody waited for.
     public mutating func disconnect(client: UInt64, urgentKept: Int = .max, now: Moment) -> [Action] {
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
@@ -522,6 +523,17 @@ public struct Scheduler: Sendable {
             guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty, !task.queued,
                   !task.tentative, !task.parked, holds[key] == nil else { continue }
             remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+        }
+        if counts.fastWaiting > urgentKept {
+            // Still past it: the downloads of clients gone before, parked for work someone waited for (each client
+            // that left with transfers running could add `fastWidth` of them), in key order.
+            let parkedAbandoned = tasks.values.filter {
+                $0.abandoned && $0.parked && $0.state == .waiting && $0.lane == .fast && $0.waiters.isEmpty && !$0.queued
+                    && !$0.tentative && holds[$0.key] == nil
+            }.map(\.key).sorted()
+            for key in parkedAbandoned where counts.fastWaiting > urgentKept {
+                remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+            }
         }
         var placesChanged = false  // parked, or an abandoned task runs: work someone waits for may take its place
         for key in oldestFirst {

@@ -203,7 +203,7 @@ struct BoundsTests {
         #expect(try origin.count("/waited.jpg") == 1)
     }
 
-    @Test("a client that leaves lets go of the urgent fetches only its gets asked for while over 1,024 wait in the fast lane, its latest first; a URL it also queued stays: three clients leaving 2,000 gets each held 6,000 tasks")
+    @Test("a client that leaves lets go of the urgent fetches only its gets asked for while over 1,024 wait in the fast lane, its latest first, then the downloads of clients gone before that were parked for its gets; a URL it also queued stays: three clients leaving 2,000 gets each held 6,000 tasks")
     func urgentWorkOfGoneClientsIsBounded() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
@@ -233,10 +233,14 @@ struct BoundsTests {
         }
         let listed = daemon.ctl("list", "--limit", "2000", "--json")
         let list = try #require(try JSONSerialization.jsonObject(with: listed.stdoutData) as? [String: Any], "\(listed.stderr)")
-        let urls = (list["tasks"] as? [[String: Any]] ?? []).compactMap { $0["url"] as? String }
+        let tasks = list["tasks"] as? [[String: Any]] ?? []
+        let urls = tasks.compactMap { $0["url"] as? String }
         #expect(urls.count == 8 + 1_025, "8 running, 1,025 waiting: \(urls.count)")
         #expect(urls.contains(queued), "the queued URL stays")
-        let kept = urls.filter { $0.contains("/left/") }
+        // Each client's gets parked the last one's running downloads and took their places; parked, those were let go.
+        let running = tasks.filter { $0["state"] as? String == "running" }.compactMap { $0["url"] as? String }
+        #expect(running.count == 8 && running.allSatisfy { $0.contains("/left/2/") }, "\(running)")
+        let kept = urls.filter { $0.contains("/left/") && !running.contains($0) }
         #expect(kept.allSatisfy { $0.contains("/left/0/") }, "the first client's earliest gets are kept, the others let go")
         let latestKept = kept.compactMap { Int($0.split(separator: "/").last!.split(separator: ".").first!) }.max()
         #expect(latestKept == 1_031, "requests 0 to 1,031 of the first client: \(String(describing: latestKept))")
