@@ -1021,12 +1021,16 @@ public struct Scheduler: Sendable {
     /// for any more (abandoned) keeps a place on that host: the newest such is parked, as in a full lane. Returns
     /// whether it parked one.
     private mutating func yieldHostOfAbandoned(into actions: inout [Action]) -> Bool {
-        let (tasks, hosts) = (self.tasks, fastHostsAtLimit)
-        guard !hosts.isEmpty, let key = fastRunningKeys.compactMap({ tasks[$0] })
-                .filter({ $0.abandoned && hosts.contains($0.host) }).max(by: { $0.startOrder < $1.startOrder })?.key
-        else { return false }
+        guard !fastHostsAtLimit.isEmpty, let key = newestAbandonedRunning(onHosts: fastHostsAtLimit) else { return false }
         park(key, waitingIn: .fast, into: &actions)
         return true
+    }
+
+    /// The most recent start among the abandoned tasks running in the fast lane, on `hosts` (any host when nil).
+    private func newestAbandonedRunning(onHosts hosts: Set<String>?) -> String? {
+        fastRunningKeys.compactMap { tasks[$0] }
+            .filter { $0.abandoned && hosts?.contains($0.host) != false }
+            .max { $0.startOrder < $1.startOrder }?.key
     }
 
     /// The most recent start among the lingering tasks on `hosts` that no urgent waiter wants back.
@@ -1240,10 +1244,7 @@ public struct Scheduler: Sendable {
     /// for, into the place of the newest abandoned task, which is parked.
     private mutating func popFastStartable(now: Moment, into actions: inout [Action]) -> String? {
         if counts.fastRunning < configuration.fastWidth { return popStartable(lane: .fast, now: now) }
-        let tasks = self.tasks
-        guard counts.fastRunning == configuration.fastWidth,
-              let newestAbandoned = fastRunningKeys.compactMap({ tasks[$0] }).filter(\.abandoned)
-                .max(by: { $0.startOrder < $1.startOrder })?.key,
+        guard counts.fastRunning == configuration.fastWidth, let newestAbandoned = newestAbandonedRunning(onHosts: nil),
               let key = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
         park(newestAbandoned, waitingIn: .fast, into: &actions)
         return key
