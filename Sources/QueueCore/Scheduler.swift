@@ -36,7 +36,7 @@
 ///
 /// A client that leaves *abandons* the fast tasks nobody else waits for: they wait behind the urgent work someone
 /// waits for, and one running is parked for it (`disconnect(client:urgentKept:now:)`), until a `get` or `promote`
-/// asks for them again.
+/// asks for them again. One that has run for `backgroundSlice` is demoted: it suspends the slow lane no longer.
 public struct Scheduler: Sendable {
     public struct Configuration: Equatable, Sendable {
         public var fastWidth: Int
@@ -294,7 +294,11 @@ public struct Scheduler: Sendable {
             return nil
         }
         let sliceEnd = sliceStarts.lazy.compactMap { self.sliceEnd(of: $0.key, startedAt: $0.value) }.min()
-        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd].compactMap { $0 }.min()
+        let abandonedSliceEnd = configuration.backgroundSlice.flatMap { slice in
+            fastRunningKeys.lazy.filter { self.tasks[$0]!.abandoned }.map { self.tasks[$0]!.startedAt + slice }.min()
+        }
+        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd, abandonedSliceEnd]
+            .compactMap { $0 }.min()
     }
 
     /// How many view rows hold `key`.
@@ -379,18 +383,21 @@ public struct Scheduler: Sendable {
     /// front of the slow lane to resume from where it stopped. Its waiters stay attached. A running slow task waiting
     /// for its promotion stays background work.
     public mutating func demote(_ key: String, now: Moment) -> [Action] {
-        guard tasks[key] != nil else { return [] }
+        var actions: [Action] = []
+        guard demote(key, now: now, into: &actions) else { return [] }
+        admit(now: now, into: &actions)
+        return actions
+    }
+
+    /// `demote(_:now:)` without the admission that follows; returns whether anything changed.
+    @discardableResult
+    private mutating func demote(_ key: String, now: Moment, into actions: inout [Action]) -> Bool {
+        guard tasks[key] != nil else { return false }
         tasks[key]!.abandoned = false  // background work from now on
         tasks[key]!.promoted = false
         var task = tasks[key]!
-        if task.promotionPending {
-            var actions: [Action] = []
-            guard withdrawPromotion(key, into: &actions) else { return [] }
-            admit(now: now, into: &actions)
-            return actions
-        }
-        guard task.lane == .fast else { return [] }
-        var actions: [Action] = []
+        if task.promotionPending { return withdrawPromotion(key, into: &actions) }
+        guard task.lane == .fast else { return false }
         switch task.state {
         case .waiting:
             counts.fastWaiting -= 1
@@ -415,8 +422,7 @@ public struct Scheduler: Sendable {
         case .delayed:
             tasks[key]!.lane = .slow
         }
-        admit(now: now, into: &actions)
-        return actions
+        return true
     }
 
     /// A running task's response began. One that lingers (the slow lane is full, or it would have taken a place
@@ -546,6 +552,7 @@ public struct Scheduler: Sendable {
                 placesChanged = placesChanged || task.state == .running
             }
         }
+        if placesChanged { demoteAbandonedAfterSlice(now: now, into: &actions) }
         if !actions.isEmpty || placesChanged { admit(now: now, into: &actions) }
         return actions
     }
@@ -733,6 +740,7 @@ public struct Scheduler: Sendable {
         }
         stepAsideAfterSlice(now: now)
         var actions: [Action] = []
+        demoteAbandonedAfterSlice(now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
     }
@@ -766,6 +774,17 @@ public struct Scheduler: Sendable {
         for key in sliceStarts.filter({ sliceEnd(of: $0.key, startedAt: $0.value)! <= now }).keys.sorted() {
             sliceStarts.removeValue(forKey: key)
             if overrunCount < configuration.slowWidth { stepAside(key) } else { preemptible.insert(key) }
+        }
+    }
+
+    /// An abandoned task that has run for `backgroundSlice` since its start is background work from then on, as a
+    /// `demote` makes it (the oldest start first): work nobody waits for suspends the slow lane for a slice at most (a
+    /// `get --timeout` given up on a server that trickles suspended every background fetch for hours).
+    private mutating func demoteAbandonedAfterSlice(now: Moment, into actions: inout [Action]) {
+        guard let slice = configuration.backgroundSlice else { return }
+        let due = fastRunningKeys.filter { tasks[$0]!.abandoned && tasks[$0]!.startedAt + slice <= now }
+        for key in due.sorted(by: { tasks[$0]!.startOrder < tasks[$1]!.startOrder }) {
+            demote(key, now: now, into: &actions)
         }
     }
 

@@ -602,6 +602,31 @@ struct CancelDisconnectWithdrawTests {
         #expect(s.counts == s.recomputedCounts)
     }
 
+    @Test("a task a gone client abandoned is background work once it has run a slice: demoted, the slow lane no longer suspended for it (a get given up on a trickling server suspended every background fetch for hours); without a slice, never")
+    func abandonedDemotedAfterItsSlice() {
+        var s = makeScheduler()  // a slice of 30 s
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.queue(U.b, cache: .missing, now: t(0))
+        #expect(s.disconnect(client: 1, now: t(1_000)) == [])  // goes on as urgent work for its slice
+        #expect(s.nextDeadline == t(30_000))
+        #expect(s.advance(to: t(29_999)) == [])
+        #expect(s.advance(to: t(30_000)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(!s.counts.slowSuspended && s.counts == s.recomputedCounts && s.nextDeadline == t(60_000))
+        #expect(s.advance(to: t(60_000)) == [start(U.b, .slow)], "a steps aside after its slice in the slow lane")
+
+        // Left after its slice: demoted as the client leaves; asked for again, urgent again.
+        var late = makeScheduler()
+        _ = late.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        #expect(late.disconnect(client: 1, now: t(45_000)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(late.get(U.a, waiter: w(2, 1), cache: .missing, now: t(46_000))
+                == [.changeLane(key: U.a.key, lane: .fast), .holdBackground(true)])
+
+        var never = Scheduler(configuration: .init(backgroundSlice: nil), seed: 1)
+        _ = never.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = never.disconnect(client: 1, now: t(0))
+        #expect(never.nextDeadline == nil && never.advance(to: t(100_000_000)) == [] && never.lane(U.a) == .fast)
+    }
+
     @Test("an abandoned task does not start when the fast queue stopped at its limit of refused hosts before looking at everything someone waits for")
     func abandonedNotPastTheFastQueuesLimits() {
         var s = makeScheduler(fast: 65, perHost: 1)

@@ -319,6 +319,22 @@ struct BoundsTests {
         #expect(try origin.stats().counts["/trickle.jpg"] == 2, "started, then resumed once")
     }
 
+    @Test("a download a gone client left suspends background work for one background_slice at most: a queued URL is fetched while the trickle it left goes on, as background work (a get given up on a server trickling for 100 s held every background fetch until it ended)")
+    func abandonedDownloadSuspendsBackgroundForASlice() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--background-slice", "2"])
+        let trickle = origin.url("/trickle.jpg?size=400000&drip=4000")  // 100 s
+        let given = daemon.ctl("get", "--timeout", "1", trickle)
+        #expect(given.status == 5, "\(given)")  // the client gives up; the download goes on, abandoned
+        let other = try Origin()  // another server: the trickle's own server waits for it past its slice
+        let queued = daemon.ctl("queue", "--wait", "--timeout", "30", other.url("/background.jpg"))
+        #expect(queued.status == 0, "\(queued)")
+        let listed = try JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any]
+        let task = (listed?["tasks"] as? [[String: Any]])?.first { $0["url"] as? String == trickle }
+        #expect(task?["state"] as? String == "running" && task?["lane"] as? String == "slow", "\(String(describing: task))")
+        #expect(try origin.stats().counts["/trickle.jpg"] == 1, "demoted in place, not restarted")
+    }
+
     @Test("promote and queue --now stop making urgent work once 65,536 tasks wait in the fast lane: the rest stay queued background work, busy, exit 3 (half a million URLs promoted held 556 MB)")
     func urgentWorkWithoutWaitersIsBounded() throws {
         let origin = try Origin()

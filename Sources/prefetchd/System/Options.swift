@@ -161,7 +161,8 @@ struct Options {
                 show: { String($0.slowWidth) }),
         Setting(key: "background_slice", placeholder: "SEC",
                 summary: "a background fetch running longer steps aside: the next one starts beside it, its server's "
-                    + "other background work waits for it; 0 for never",
+                    + "other background work waits for it; a fetch its client left is background work after it; "
+                    + "0 for never",
                 read: { options, value throws(BadValue) in
                     let seconds = try number(value, 0...86_400)
                     options.backgroundSlice = seconds == 0 ? nil : seconds
