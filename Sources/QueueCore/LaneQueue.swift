@@ -25,11 +25,21 @@ struct LaneQueue: Sendable {
     /// their places.
     mutating func popFirst(isLive: (Entry) -> Bool, group: (Entry) -> String, accept: (Entry) -> Bool,
                            groupLimit: Int = 64, passLimit: Int = 1024) -> Entry? {
-        var passed: [Entry] = []
         var refused: Set<String> = []
+        var passedCount = 0
+        return popFirst(isLive: isLive, group: group, accept: accept, refused: &refused, passed: &passedCount,
+                        groupLimit: groupLimit, passLimit: passLimit)
+    }
+
+    /// `popFirst` as one of several queues looked at in turn: the groups refused and the entries passed over so far
+    /// (in the queues before) count against the limits, and a group refused there is passed over here too.
+    mutating func popFirst(isLive: (Entry) -> Bool, group: (Entry) -> String, accept: (Entry) -> Bool,
+                           refused: inout Set<String>, passed passedCount: inout Int,
+                           groupLimit: Int = 64, passLimit: Int = 1024) -> Entry? {
+        var passed: [Entry] = []
         defer { front.append(contentsOf: passed.reversed()) }
         gaveUp = true
-        while refused.count < groupLimit, passed.count < passLimit, let entry = popAny() {
+        while refused.count < groupLimit, passedCount < passLimit, let entry = popAny() {
             guard isLive(entry) else { continue }
             let name = group(entry)
             if !refused.contains(name) {
@@ -37,8 +47,9 @@ struct LaneQueue: Sendable {
                 refused.insert(name)
             }
             passed.append(entry)
+            passedCount += 1
         }
-        gaveUp = refused.count >= groupLimit || passed.count >= passLimit
+        gaveUp = refused.count >= groupLimit || passedCount >= passLimit
         return nil
     }
 

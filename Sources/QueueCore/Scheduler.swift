@@ -3,6 +3,8 @@
 /// Events go in as method calls with the current time; what the owner must do comes back as `Action`s.
 /// Rules: the fast lane runs up to `fastWidth` tasks; the slow lane admits nothing while the fast lane has
 /// tasks waiting or running, and runs up to `slowWidth` otherwise; one task per key; every waiter gets one answer.
+/// The fast lane's work waits in *turns*, one per client (and one for what a `promote` made urgent), the one served
+/// least recently first: one client's thousand gets do not hold another's one.
 ///
 /// The widths bound the running transfers at every moment, whatever the order of events: a running task changes
 /// lane in place only into a lane with room. Otherwise a demoted (or released) one is parked, stopped with its bytes
@@ -104,6 +106,8 @@ public struct Scheduler: Sendable {
         var abandoned = false
         /// A `promote` made it urgent, until a `demote`: a client leaving neither abandons it nor withdraws that.
         var promoted = false
+        /// Whose turn it waits for in the fast lane: the client whose `get` made it urgent, or `promotedTurn`.
+        var turn: UInt64 = 0
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail), or past its slice: it takes no place in the lane.
@@ -131,6 +135,10 @@ public struct Scheduler: Sendable {
     /// another host's work may wait behind all of them.
     static let slowPassLimit = 8_192
 
+    /// The turn in the fast lane of the work a `promote` (or `queue --now`) made urgent, shared by every client: work
+    /// nobody waits for takes its turn as one client would.
+    public static let promotedTurn: UInt64 = .max
+
     /// The longest backoff someone waits out (milliseconds): past it (a `Retry-After` of minutes), the waiters get
     /// the failure at once, a `get` that comes meanwhile too, and the retry is background work. So it is after a try
     /// that reached nothing for longer than this (a connect timeout to a dead host): another would hold an urgent
@@ -153,7 +161,17 @@ public struct Scheduler: Sendable {
     private var tasks: [String: Task] = [:]
     /// Tasks parked (stopped with their bytes kept) and waiting to resume.
     public private(set) var parkedCount = 0
-    private var fastQueue = LaneQueue()
+    /// The fast lane's queues, one per turn: the client whose `get` made the work urgent, or `promotedTurn` for what
+    /// a `promote` did. They take turns, the one served least recently first, so that one client's thousand gets (or
+    /// a `queue --now` of thousands) do not hold another client's one for as long as they take.
+    private var fastTurns: [UInt64: LaneQueue] = [:]
+    /// The turns with a queue, the one whose last start is oldest (or that never started) first.
+    private var turnOrder: [UInt64] = []
+    /// Per turn, when it last started fast work (a count of those starts): where it goes back in the order after its
+    /// queue emptied. Forgotten when its client has left, once its queue is empty (`leftTurns` until then).
+    private var lastServed: [UInt64: UInt64] = [:]
+    private var leftTurns: Set<UInt64> = []
+    private var turnsServed: UInt64 = 0
     private var slowQueue = LaneQueue()
     /// Abandoned fast tasks waiting (`disconnect`): they start once no task someone waits for can.
     private var abandonedQueue = LaneQueue()
@@ -324,11 +342,11 @@ public struct Scheduler: Sendable {
         var actions: [Action] = []
         if tasks[key] == nil {
             insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale,
-                        tentative: tentative), atFront: false)
+                        tentative: tentative, turn: waiter.client), atFront: false)
         } else {
             if !tentative { tasks[key]!.tentative = false }
-            takeBack(key)
-            promote(key, now: now, into: &actions)
+            takeBack(key, turn: waiter.client)
+            promote(key, turn: waiter.client, now: now, into: &actions)
         }
         tasks[key]!.waiters.append(waiter)
         waitersByClient[waiter.client, default: [:]][waiter] = key
@@ -370,9 +388,9 @@ public struct Scheduler: Sendable {
     /// the fast lane is full, goes on as background work until its turn in the fast lane comes.
     public mutating func promote(_ key: String, now: Moment) -> [Action] {
         var actions: [Action] = []
-        takeBack(key)
+        takeBack(key, turn: Self.promotedTurn)
         tasks[key]?.promoted = true
-        promote(key, now: now, into: &actions)
+        promote(key, turn: Self.promotedTurn, now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
     }
@@ -518,9 +536,14 @@ public struct Scheduler: Sendable {
     /// that were parked for work someone waits for (not queued, not a view's), with their bytes. A client that asked for thousands of URLs and left, again and again,
     /// kept them all in memory, and the background lane suspended behind work nobody waited for.
     public mutating func disconnect(client: UInt64, urgentKept: Int = .max, now: Moment) -> [Action] {
+        if fastTurns[client] == nil { lastServed.removeValue(forKey: client) } else { leftTurns.insert(client) }
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
         for key in Set(waiters.values) {
             tasks[key]?.waiters.removeAll { $0.client == client }
+            // Its next wait in the fast lane (a retry, a park) is in the turn of someone still waiting for it.
+            if let task = tasks[key], task.turn == client {
+                tasks[key]!.turn = task.waiters.first?.client ?? (task.promoted ? Self.promotedTurn : client)
+            }
         }
         counts.waiters -= waiters.count
         let oldestFirst = waiters.sorted { $0.key.request < $1.key.request }.map(\.value)
@@ -858,7 +881,7 @@ public struct Scheduler: Sendable {
         let entry = LaneQueue.Entry(key: key, ticket: ticket)
         switch (lane, atFront) {
         case (.fast, _) where tasks[key]!.abandoned: abandonedQueue.pushBack(entry); counts.fastWaiting += 1
-        case (.fast, _): fastQueue.pushBack(entry); counts.fastWaiting += 1
+        case (.fast, _): pushFast(entry, turn: tasks[key]!.turn); counts.fastWaiting += 1
         case (.slow, false): slowQueue.pushBack(entry); counts.slowWaiting += 1
         case (.slow, true): slowQueue.pushFront(entry); counts.slowWaiting += 1
         }
@@ -874,15 +897,40 @@ public struct Scheduler: Sendable {
         abandonedQueue.pushBack(.init(key: key, ticket: ticket))
     }
 
-    /// An abandoned task is asked for again (`get`, `promote`): if it waits, it takes its turn in the fast lane, at
-    /// the end.
-    private mutating func takeBack(_ key: String) {
+    /// An abandoned task is asked for again (`get`, `promote`): if it waits, it takes its place in the fast lane in
+    /// `turn`, at the end.
+    private mutating func takeBack(_ key: String, turn: UInt64) {
         guard tasks[key]?.abandoned == true else { return }
         tasks[key]!.abandoned = false
+        tasks[key]!.turn = turn
         guard tasks[key]!.state == .waiting, tasks[key]!.lane == .fast else { return }
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
-        fastQueue.pushBack(.init(key: key, ticket: ticket))
+        pushFast(.init(key: key, ticket: ticket), turn: turn)
+    }
+
+    /// Puts `entry` in the fast queue of `turn`; a turn new to the order takes its place there by when it last started.
+    private mutating func pushFast(_ entry: LaneQueue.Entry, turn: UInt64, atFront: Bool = false) {
+        if fastTurns[turn] == nil {
+            let served = lastServed[turn, default: 0]
+            let place = turnOrder.firstIndex { lastServed[$0, default: 0] > served } ?? turnOrder.endIndex
+            turnOrder.insert(turn, at: place)
+        }
+        if atFront {
+            fastTurns[turn, default: LaneQueue()].pushFront(entry)
+        } else {
+            fastTurns[turn, default: LaneQueue()].pushBack(entry)
+        }
+    }
+
+    /// Takes turns whose queues emptied out of the order.
+    private mutating func drop(emptyTurns: Set<UInt64>) {
+        guard !emptyTurns.isEmpty else { return }
+        for turn in emptyTurns {
+            fastTurns.removeValue(forKey: turn)
+            if leftTurns.remove(turn) != nil { lastServed.removeValue(forKey: turn) }
+        }
+        turnOrder.removeAll { emptyTurns.contains($0) }
     }
 
     /// A running slow task waiting for its promotion stays background work; returns whether it was parked (while
@@ -894,9 +942,11 @@ public struct Scheduler: Sendable {
         return true
     }
 
-    private mutating func promote(_ key: String, now: Moment, into actions: inout [Action]) {
-        guard var task = tasks[key], task.lane == .slow, !task.promotionPending else { return }
+    private mutating func promote(_ key: String, turn: UInt64, now: Moment, into actions: inout [Action]) {
+        guard tasks[key]?.lane == .slow, tasks[key]?.promotionPending == false else { return }
         promotions &+= 1
+        tasks[key]!.turn = turn
+        var task = tasks[key]!
         switch task.state {
         case .waiting:
             counts.slowWaiting -= 1
@@ -909,7 +959,7 @@ public struct Scheduler: Sendable {
             // The fast lane is full: the transfer goes on as background work and takes a fast slot in its turn.
             task.promotionPending = true
             task.ticket = takeTicket()
-            fastQueue.pushBack(.init(key: key, ticket: task.ticket))
+            pushFast(.init(key: key, ticket: task.ticket), turn: turn)
             tasks[key] = task
         case .delayed:
             task.lane = .fast
@@ -962,7 +1012,7 @@ public struct Scheduler: Sendable {
         task.ticket = takeTicket()
         let entry = LaneQueue.Entry(key: key, ticket: task.ticket)
         if lane == .fast {
-            if task.abandoned { abandonedQueue.pushFront(entry) } else { fastQueue.pushFront(entry) }
+            if task.abandoned { abandonedQueue.pushFront(entry) } else { pushFast(entry, turn: task.turn, atFront: true) }
             counts.fastWaiting += 1
         } else {
             if atBack { slowQueue.pushBack(entry) } else { slowQueue.pushFront(entry) }
@@ -1238,7 +1288,7 @@ public struct Scheduler: Sendable {
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map { $0.ticket == entry.ticket && ($0.state == .waiting || $0.promotionPending) } ?? false
         }
-        fastQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
+        for turn in turnOrder { fastTurns[turn]!.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive) }
         abandonedQueue.compactIfNeeded(liveCount: counts.fastWaiting, isLive: isLive)
         slowQueue.compactIfNeeded(liveCount: counts.slowWaiting, isLive: isLive)
         self.tasks.shrinkIfSparse()
@@ -1321,11 +1371,31 @@ public struct Scheduler: Sendable {
             self.nextToken = nextToken
             return entry?.key
         }
-        // Abandoned work only once nothing someone waits for can start, all of it looked at; the hosts it waits
-        // for are not urgent work held back.
-        var entry = fastQueue.popFirst(isLive: isLive, group: host, accept: accept)
+        // The turns in order, within one budget of refused hosts and entries passed over (a turn whose queue
+        // empties leaves the order). Abandoned work only once nothing someone waits for can start, all of it looked
+        // at; the hosts it waits for are not urgent work held back.
+        var entry: LaneQueue.Entry?
+        var refused: Set<String> = []
+        var passed = 0
+        var gaveUp = false
+        var emptied: Set<UInt64> = []
+        for (index, turn) in turnOrder.enumerated() {
+            entry = fastTurns[turn]!.popFirst(isLive: isLive, group: host, accept: accept, refused: &refused,
+                                              passed: &passed)
+            if fastTurns[turn]!.storedCount == 0 { emptied.insert(turn) }
+            if entry != nil {
+                turnsServed += 1
+                lastServed[turn] = turnsServed
+                turnOrder.remove(at: index)
+                turnOrder.append(turn)
+                break
+            }
+            gaveUp = fastTurns[turn]!.gaveUp
+            if gaveUp { break }
+        }
+        drop(emptyTurns: emptied)
         fastHostsAtLimit = hostsAtLimit
-        if entry == nil, !waitedForOnly, !fastQueue.gaveUp {
+        if entry == nil, !waitedForOnly, !gaveUp {
             entry = abandonedQueue.popFirst(isLive: isLive, group: host, accept: accept)
         }
         self.nextToken = nextToken

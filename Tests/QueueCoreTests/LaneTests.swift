@@ -260,6 +260,33 @@ struct LaneTests {
         #expect(never.advance(to: t(10_000_000)) == [])
     }
 
+    @Test("the fast lane takes its clients in turns, the one served least recently first: one client's many gets do not hold another's one, nor does asking again right after a start jump the turn; what a promote made urgent takes one turn for all of it (a get waited behind every URL a queue --now promoted before it)")
+    func clientsTakeTurns() {
+        var s = makeScheduler(fast: 1)
+        /// Finishes the running fast task; returns the one that starts in its place.
+        func next(after u: CanonicalURL) -> String? {
+            s.finish(u.key, .success, now: t(1)).compactMap { if case .start(let key, .fast, _) = $0 { key } else { nil } }.first
+        }
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))  // runs
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
+        _ = s.get(U.a3, waiter: w(1, 3), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(next(after: U.a) == U.b.key, "client 2's one get, before client 1's second")
+        _ = s.get(U.b2, waiter: w(2, 2), cache: .missing, now: t(1))  // asked as soon as b started
+        #expect(next(after: U.b) == U.a2.key)
+        #expect(next(after: U.a2) == U.b2.key)
+        for u in [U.s1, U.s2, U.s3] {
+            _ = s.queue(u, cache: .missing, now: t(1))
+            _ = s.promote(u.key, now: t(1))
+        }
+        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(1))
+        #expect(next(after: U.b2) == U.s1.key)
+        #expect(next(after: U.s1) == U.c.key, "after one promoted URL, not three")
+        #expect(next(after: U.c) == U.a3.key)
+        #expect(next(after: U.a3) == U.s2.key)
+        #expect(s.counts == s.recomputedCounts)
+    }
+
     @Test("slow width: at most slowWidth slow tasks run, in queue order")
     func slowWidth() {
         var s = makeScheduler(slow: 2)
@@ -381,7 +408,8 @@ struct LaneTests {
         #expect(s.promotions == 1)
         _ = s.promote(U.s2.key, now: t(0))                                  // waiting
         #expect(s.promotions == 2 && s.lane(U.s2) == .fast)
-        _ = s.finish(U.a.key, .success, now: t(1))                          // s1 takes its fast slot in place
+        _ = s.finish(U.a.key, .success, now: t(1))                          // s2 first: its turn never started
+        _ = s.finish(U.s2.key, .success, now: t(2))                         // s1 takes its fast slot in place
         #expect(s.lane(U.s1) == .fast && s.promotions == 2)
 
         var roomy = makeScheduler(fast: 2)
@@ -636,7 +664,7 @@ struct CancelDisconnectWithdrawTests {
         for host in 0..<64 { _ = s.get(url("http://h\(host).example/1"), waiter: w(2, UInt64(64 + host)), cache: .missing, now: t(0)) }
         #expect(s.counts.fastRunning == 65 && s.counts.fastWaiting == 64)
         _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))   // waits: the lane is full
-        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(0))
+        _ = s.get(U.c, waiter: w(2, 200), cache: .missing, now: t(0))  // in the turn of the 64, behind them
         _ = s.disconnect(client: 1, now: t(0))
         #expect(s.finish(U.a.key, .success, now: t(1)) == [.forget(key: U.a.key)], "not b, nobody waits for it")
     }

@@ -164,6 +164,7 @@ enum Situation: String, CaseIterable {
     case abandonedYieldedHost = "a running task a gone client abandoned parked for work someone waits for on its host, at per_host"
     case parkedAbandonedLetGo = "a client left past the fast lane's bound: a download another gone client left, parked, let go"
     case abandonedDemoted = "a task a gone client abandoned ran in the fast lane for a slice: demoted"
+    case turnTaken = "fast work started while another client's turn had work that could start: it goes next"
     case releasedTogether = "several waiters of one task released together"
     case dropped = "a tentative task dropped when no longer held"
     case droppedParked = "a parked tentative task dropped with its bytes when no longer held, more than fastWidth parked"
@@ -289,6 +290,11 @@ struct Runner {
     var abandoned: Set<String> = []
     /// Tasks a `promote` made urgent, until a demote: a client leaving neither abandons them nor withdraws that.
     var promoted: Set<String> = []
+    /// Whose turn each task waits for in the fast lane: the client whose `get` made it urgent, or `promotedTurn`.
+    var turns: [String: UInt64] = [:]
+    /// Per turn that had fast work able to start since the last time it had no waiting fast work at all: the turns
+    /// that started fast work meanwhile. Round robin: none of them starts again before it.
+    var startedWhileWaiting: [UInt64: Set<UInt64>] = [:]
     /// Per host: start tokens left and when they were counted.
     var buckets: [String: (tokens: Double, at: Moment)] = [:]
     /// Attempts started per task (a resumed park is the same attempt; disk_full gives one back).
@@ -344,8 +350,11 @@ struct Runner {
         switch op {
         case .get(let spelling, let waiter, let cache), .viewGet(let spelling, let waiter, let cache):
             let u = RandomWorld.spellings[spelling], key = u.key
-            let existed = scheduler.task(key) != nil
+            let before = scheduler.task(key), existed = before != nil
             let isTentative = if case .viewGet = op { true } else { false }
+            // Urgent in this client's turn: new, background work (not already promoted), or abandoned.
+            let turn = before.map { abandoned.contains(key) || $0.lane == .slow && !$0.promotionPending } ?? true
+                ? waiter.client : turns[key]
             let actions = scheduler.get(u, waiter: waiter, cache: cache, now: now, tentative: isTentative)
             if !existed, cache == .fresh {
                 guard actions == [.answer(waiter, .ready)] else { throw fail("fresh get answered \(actions)") }
@@ -371,6 +380,7 @@ struct Runner {
             } else {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
+                turns[key] = turn
                 abandoned.remove(key)  // asked for again: it takes its turn
                 pendingCount += 1
                 let changeLane = expectPromotion(key)
@@ -448,7 +458,10 @@ struct Runner {
 
         case .promote(let index):
             let key = RandomWorld.keys[index].key
-            let existed = scheduler.task(key) != nil
+            let before = scheduler.task(key), existed = before != nil
+            if let before, abandoned.contains(key) || before.lane == .slow && !before.promotionPending {
+                turns[key] = Scheduler.promotedTurn
+            }
             abandoned.remove(key)  // asked for again
             if existed { promoted.insert(key) }
             let changeLane = expectPromotion(key)
@@ -479,6 +492,14 @@ struct Runner {
                 if case .pending(let key) = state { (waiter, key) } else { nil }
             }
             for (waiter, key) in gone { leave(waiter, key: key) }
+            // The client's turn passes to someone still waiting (a promoted task's to the promoted turn).
+            for key in Set(gone.map(\.1)) where turns[key] == client {
+                if let next = scheduler.task(key)?.waiters.first(where: { $0.client != client }) {
+                    turns[key] = next.client
+                } else if promoted.contains(key) {
+                    turns[key] = Scheduler.promotedTurn
+                }
+            }
             // Let go: the urgent tasks only `get`s asked for, nobody waits for and not started, the client's latest
             // requests first, while more than `kept` wait in the fast lane.
             var expected: [Action] = [], fastWaiting = scheduler.counts.fastWaiting
@@ -869,6 +890,7 @@ struct Runner {
                 guard let task, task.state == .running, task.lane == lane, task.revalidate == revalidate else {
                     throw fail("\(action) but the task is \(String(describing: task))")
                 }
+                if lane == .fast, !abandoned.contains(key) { try checkTurn(of: key) }
                 if abandoned.contains(key) {
                     // Nothing else waiting in the fast lane could start: its host at its limit, paused, or out of tokens.
                     let passedOver = RandomWorld.keys.map(\.key).filter { other in
@@ -928,6 +950,7 @@ struct Runner {
                     guard fastRunning < configuration.fastWidth else {
                         throw fail("\(action) with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
                     }
+                    try checkTurn(of: key)
                     coverage.note(.promotedInTurn)
                 } else if allowed.demotions.first == key {
                     allowed.demotions.removeFirst()
@@ -1154,6 +1177,37 @@ struct Runner {
     /// Running slow tasks that stepped aside after their slice.
     var overrunCount: Int { running.values.count(where: \.overran) }
 
+    /// Round robin between the fast lane's turns: the turn of `key`, starting (or taking its pending promotion in),
+    /// must not have started fast work already since another turn had work that could start, all along.
+    mutating func checkTurn(of key: String) throws(Violation) {
+        guard let turn = turns[key] else { throw fail("\(key) starts in the fast lane in nobody's turn") }
+        let startable = startableTurns(besides: key)
+        for other in startable where other != turn {
+            if startedWhileWaiting[other, default: []].contains(turn) {
+                throw fail("turn \(turn) started \(key), again, while turn \(other) had work that could start")
+            }
+            startedWhileWaiting[other, default: []].insert(turn)
+            coverage.note(.turnTaken)
+        }
+        startedWhileWaiting = startedWhileWaiting.filter { startable.contains($0.key) && $0.key != turn }
+    }
+
+    /// The turns with fast work (not abandoned) that could start now, besides `key`: waiting, its host neither paused
+    /// nor at per_host nor out of tokens, or a pending promotion.
+    func startableTurns(besides key: String) -> Set<UInt64> {
+        var startable = Set(running.filter { $0.key != key && $0.value.promotionPending }.compactMap { turns[$0.key] })
+        for task in scheduler.allTasks where task.key != key && task.state == .waiting && task.lane == .fast
+            && running[task.key] == nil && !abandoned.contains(task.key) {
+            if let until = pausedHosts[task.host], until > now { continue }
+            if let limit = configuration.perHostLimit, running.values.count(where: { $0.host == task.host }) >= limit {
+                continue
+            }
+            if tokens(task.host) < 1 { continue }
+            if let turn = turns[task.key] { startable.insert(turn) }
+        }
+        return startable
+    }
+
     /// Who takes the place a preemptible task yields in a park at `position`: a lingering task (they take places
     /// first), else the task demoted or started right after it (not one parked after its slice).
     func placeTaker(after position: Int, in actions: [Action]) -> String? {
@@ -1234,6 +1288,10 @@ struct Runner {
         // A task parked after its slice stops being one when it leaves the slow lane's queue (promoted, gone).
         sliced = sliced.filter { scheduler.task($0).map { $0.state == .waiting && $0.lane == .slow } ?? false }
         let tasks = scheduler.allTasks
+        // A turn without fast work waiting may leave the round: it starts afresh when work comes.
+        let waitingTurns = tasks.filter { ($0.state == .waiting && $0.lane == .fast || $0.promotionPending) && !abandoned.contains($0.key) }
+            .compactMap { turns[$0.key] }
+        startedWhileWaiting = startedWhileWaiting.filter { waitingTurns.contains($0.key) }
         for url in RandomWorld.keys where scheduler.hasTask(url.key) != (scheduler.task(url.key) != nil) {
             throw fail("hasTask(\(url.key)) disagrees with task(_:)")
         }

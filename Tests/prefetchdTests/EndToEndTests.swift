@@ -58,6 +58,27 @@ struct EndToEndTests {
         }
     }
 
+    @Test("the fast lane takes its clients in turns: a get from another client starts at the next free place, not after 24 gets one client made before it, nor after 24 URLs a queue --now promoted (it waited for all of them)", arguments: ["get", "queue --now"])
+    func clientsTakeTurns(bulk: String) throws {
+        let origin = try Origin()
+        try origin.setDelay(0.3)
+        let daemon = try DaemonUnderTest(["--fast-width", "2"])
+        let urls = (0..<24).map { origin.url("/bulk/\($0).jpg") }
+        let connection = try RawConnection(socket: daemon.socket)  // open to the end: a client leaving abandons its gets
+        if bulk == "get" {
+            _ = connection.receive()
+            connection.send(urls.enumerated().map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\($1)\"}\n" }.joined())
+        } else {
+            #expect(daemon.ctl(arguments: ["queue", "--now"] + urls).status == 0)
+        }
+        #expect(waitUntil(seconds: 10) { (try? daemon.status().fast.waiting) == 22 }, "2 running, 22 waiting")
+        #expect(daemon.ctl("get", origin.url("/other.jpg")).status == 0)
+        let log = try origin.stats().log
+        let other = try #require(log.first { $0.path == "/other.jpg" }?.start)
+        let before = log.filter { $0.path.hasPrefix("/bulk/") && $0.start < other }.count
+        #expect(before <= 4, "\(before) of the 24 started before the other client's get")
+    }
+
     @Test("one slow server does not hold the background lane: past background_slice the next fetch starts beside its fetch, the slow server's other URLs wait for it (a 1,100 B/s file held the lane 27 minutes)")
     func slowServerStepsAside() throws {
         let slow = try Origin(), other = try Origin()
