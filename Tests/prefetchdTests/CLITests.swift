@@ -506,7 +506,9 @@ struct CLITests {
             connections[n % 3].send("{\"id\":\(n),\"op\":\"get\",\"url\":\"\(Self.origin.url("/long/\(n)/\(padding).jpg?delay=30"))\"}\n")
         }
         var tasks: [[String: Any]] = []
-        waitUntil(seconds: 30) {
+        // Each look reads and parses a 20 MB reply: on a loaded machine (the whole suite on 2 cores) 30 s were once
+        // not enough for the 2,500 gets to be in.
+        waitUntil(seconds: 60) {
             let listed = daemon.ctl("list", "--limit", "100000", "--json")
             tasks = (try? JSONSerialization.jsonObject(with: listed.stdoutData) as? [String: Any])?["tasks"] as? [[String: Any]] ?? []
             return tasks.count == 2_500
