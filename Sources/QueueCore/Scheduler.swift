@@ -1012,7 +1012,11 @@ public struct Scheduler: Sendable {
         task.ticket = takeTicket()
         let entry = LaneQueue.Entry(key: key, ticket: task.ticket)
         if lane == .fast {
-            if task.abandoned { abandonedQueue.pushFront(entry) } else { pushFast(entry, turn: task.turn, atFront: true) }
+            if task.abandoned {
+                abandonedQueue.pushFront(entry)
+            } else {
+                pushFast(entry, turn: task.turn, atFront: true)
+            }
             counts.fastWaiting += 1
         } else {
             if atBack { slowQueue.pushBack(entry) } else { slowQueue.pushFront(entry) }

@@ -265,7 +265,8 @@ struct LaneTests {
         var s = makeScheduler(fast: 1)
         /// Finishes the running fast task; returns the one that starts in its place.
         func next(after u: CanonicalURL) -> String? {
-            s.finish(u.key, .success, now: t(1)).compactMap { if case .start(let key, .fast, _) = $0 { key } else { nil } }.first
+            let actions = s.finish(u.key, .success, now: t(1))
+            return actions.compactMap { if case .start(let key, .fast, _) = $0 { key } else { nil } }.first
         }
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))  // runs
         _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(0))
@@ -645,7 +646,8 @@ struct CancelDisconnectWithdrawTests {
         // Left after its slice: demoted as the client leaves; asked for again, urgent again.
         var late = makeScheduler()
         _ = late.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
-        #expect(late.disconnect(client: 1, now: t(45_000)) == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
+        #expect(late.disconnect(client: 1, now: t(45_000))
+                == [.changeLane(key: U.a.key, lane: .slow), .holdBackground(false)])
         #expect(late.get(U.a, waiter: w(2, 1), cache: .missing, now: t(46_000))
                 == [.changeLane(key: U.a.key, lane: .fast), .holdBackground(true)])
 

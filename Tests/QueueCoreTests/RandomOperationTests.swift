@@ -292,8 +292,9 @@ struct Runner {
     var promoted: Set<String> = []
     /// Whose turn each task waits for in the fast lane: the client whose `get` made it urgent, or `promotedTurn`.
     var turns: [String: UInt64] = [:]
-    /// Per turn that had fast work able to start since the last time it had no waiting fast work at all: the turns
-    /// that started fast work meanwhile. Round robin: none of them starts again before it.
+    /// Per turn whose fast work could start at every fast start since it last started (and that had fast work waiting
+    /// at the end of every step since): the turns that started fast work meanwhile. Round robin: none of them starts
+    /// again before it.
     var startedWhileWaiting: [UInt64: Set<UInt64>] = [:]
     /// Per host: start tokens left and when they were counted.
     var buckets: [String: (tokens: Double, at: Moment)] = [:]
@@ -836,7 +837,8 @@ struct Runner {
     mutating func abandonedPastSlice() -> [String] {
         guard let slice = configuration.backgroundSlice else { return [] }
         let due = running.filter {
-            abandoned.contains($0.key) && $0.value.lane == .fast && !$0.value.lingering && $0.value.startedAt + slice <= now
+            abandoned.contains($0.key) && $0.value.lane == .fast && !$0.value.lingering
+                && $0.value.startedAt + slice <= now
         }
         abandoned.subtract(due.keys)
         return due.sorted { $0.value.order < $1.value.order }.map(\.key)
@@ -1155,7 +1157,9 @@ struct Runner {
             }
         }
         settleLingering()
-        guard allowed.demotions.isEmpty else { throw fail("\(allowed.demotions) ran for a slice abandoned, not demoted: \(actions)") }
+        guard allowed.demotions.isEmpty else {
+            throw fail("\(allowed.demotions) ran for a slice abandoned, not demoted: \(actions)")
+        }
         let counts = scheduler.counts
         guard !slowStarted || counts.fastWaiting + counts.fastRunning == 0 else {
             throw fail("a slow task started while fast work waits or runs: \(actions), counts \(counts)")
@@ -1289,8 +1293,9 @@ struct Runner {
         sliced = sliced.filter { scheduler.task($0).map { $0.state == .waiting && $0.lane == .slow } ?? false }
         let tasks = scheduler.allTasks
         // A turn without fast work waiting may leave the round: it starts afresh when work comes.
-        let waitingTurns = tasks.filter { ($0.state == .waiting && $0.lane == .fast || $0.promotionPending) && !abandoned.contains($0.key) }
-            .compactMap { turns[$0.key] }
+        let waitingTurns = tasks.filter {
+            ($0.state == .waiting && $0.lane == .fast || $0.promotionPending) && !abandoned.contains($0.key)
+        }.compactMap { turns[$0.key] }
         startedWhileWaiting = startedWhileWaiting.filter { waitingTurns.contains($0.key) }
         for url in RandomWorld.keys where scheduler.hasTask(url.key) != (scheduler.task(url.key) != nil) {
             throw fail("hasTask(\(url.key)) disagrees with task(_:)")

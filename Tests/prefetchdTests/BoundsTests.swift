@@ -331,7 +331,8 @@ struct BoundsTests {
         #expect(queued.status == 0, "\(queued)")
         let listed = try JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any]
         let task = (listed?["tasks"] as? [[String: Any]])?.first { $0["url"] as? String == trickle }
-        #expect(task?["state"] as? String == "running" && task?["lane"] as? String == "slow", "\(String(describing: task))")
+        #expect(task?["state"] as? String == "running" && task?["lane"] as? String == "slow",
+                "\(String(describing: task))")
         #expect(try origin.stats().counts["/trickle.jpg"] == 1, "demoted in place, not restarted")
     }
 

@@ -64,7 +64,8 @@ struct EndToEndTests {
         try origin.setDelay(0.3)
         let daemon = try DaemonUnderTest(["--fast-width", "2"])
         let urls = (0..<24).map { origin.url("/bulk/\($0).jpg") }
-        let connection = try RawConnection(socket: daemon.socket)  // open to the end: a client leaving abandons its gets
+        // Open to the end: a client leaving abandons its gets.
+        let connection = try RawConnection(socket: daemon.socket)
         if bulk == "get" {
             _ = connection.receive()
             connection.send(urls.enumerated().map { "{\"id\":\($0),\"op\":\"get\",\"url\":\"\($1)\"}\n" }.joined())
