@@ -106,8 +106,11 @@ public struct Scheduler: Sendable {
         var abandoned = false
         /// A `promote` made it urgent, until a `demote`: a client leaving neither abandons it nor withdraws that.
         var promoted = false
-        /// Whose turn it waits for in the fast lane: the client whose `get` made it urgent, or `promotedTurn`.
-        var turn: UInt64 = 0
+        /// The turns it waits in, in the fast lane: the client whose `get` made it urgent (or `promotedTurn`), and up to
+        /// `turnsPerTask` in all of the other clients that asked for it meanwhile: it starts in whichever comes first.
+        var turns: [UInt64] = []
+        /// The turn whose queue it last started from (or took its promotion in from).
+        var servedInTurn: UInt64?
         /// Matches the task's live entry in its lane queue.
         var ticket: UInt64 = 0
         /// Running in the slow lane near its end (its tail), or past its slice: it takes no place in the lane.
@@ -138,6 +141,10 @@ public struct Scheduler: Sendable {
     /// The turn in the fast lane of the work a `promote` (or `queue --now`) made urgent, shared by every client: work
     /// nobody waits for takes its turn as one client would.
     public static let promotedTurn: UInt64 = .max
+
+    /// At most this many turns hold one task (two viewers of one image, an image a `queue --now` made urgent that a
+    /// client then asks for: each waits in its own turn, not behind the first one's backlog).
+    static let turnsPerTask = 8
 
     /// The longest backoff someone waits out (milliseconds): past it (a `Retry-After` of minutes), the waiters get
     /// the failure at once, a `get` that comes meanwhile too, and the retry is background work. So it is after a try
@@ -172,6 +179,8 @@ public struct Scheduler: Sendable {
     private var lastServed: [UInt64: UInt64] = [:]
     private var leftTurns: Set<UInt64> = []
     private var turnsServed: UInt64 = 0
+    /// The turn the last look at the fast lane took its task from (none: the abandoned queue's, or nothing).
+    private var poppedTurn: UInt64?
     private var slowQueue = LaneQueue()
     /// Abandoned fast tasks waiting (`disconnect`): they start once no task someone waits for can.
     private var abandonedQueue = LaneQueue()
@@ -239,7 +248,7 @@ public struct Scheduler: Sendable {
         tasks[key].map {
             TaskInfo(key: $0.key, host: $0.host, lane: $0.lane, state: $0.state, waiters: $0.waiters,
                      attempts: $0.attempts, tries: $0.tries, revalidate: $0.revalidate, tentative: $0.tentative,
-                     promotionPending: $0.promotionPending, lingering: $0.lingering)
+                     promotionPending: $0.promotionPending, lingering: $0.lingering, servedInTurn: $0.servedInTurn)
         }
     }
 
@@ -342,13 +351,15 @@ public struct Scheduler: Sendable {
         var actions: [Action] = []
         if tasks[key] == nil {
             insert(Task(key: key, host: url.authority, lane: .fast, state: .waiting, revalidate: cache == .stale,
-                        tentative: tentative, turn: waiter.client), atFront: false)
+                        tentative: tentative, turns: [waiter.client]), atFront: false)
         } else {
             if !tentative { tasks[key]!.tentative = false }
             takeBack(key, turn: waiter.client)
             promote(key, turn: waiter.client, now: now, into: &actions)
+            join(key, turn: waiter.client)
         }
         tasks[key]!.waiters.append(waiter)
+        leftTurns.remove(waiter.client)  // a client back (the daemon never reuses an id; a caller may)
         waitersByClient[waiter.client, default: [:]][waiter] = key
         counts.waiters += 1
         admit(now: now, into: &actions)
@@ -540,9 +551,17 @@ public struct Scheduler: Sendable {
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
         for key in Set(waiters.values) {
             tasks[key]?.waiters.removeAll { $0.client == client }
-            // Its next wait in the fast lane (a retry, a park) is in the turn of someone still waiting for it.
-            if let task = tasks[key], task.turn == client {
-                tasks[key]!.turn = task.waiters.first?.client ?? (task.promoted ? Self.promotedTurn : client)
+            // Its next waits in the fast lane (a retry, a park) are in the turns of those still waiting for it.
+            if let task = tasks[key], task.turns.contains(client), task.turns.count > 1 || !task.waiters.isEmpty
+                || task.promoted {
+                tasks[key]!.turns.removeAll { $0 == client }
+                if tasks[key]!.turns.isEmpty {
+                    let turn = task.waiters.first?.client ?? Self.promotedTurn
+                    tasks[key]!.turns = [turn]
+                    if task.state == .waiting && task.lane == .fast || task.promotionPending {
+                        pushFast(.init(key: key, ticket: task.ticket), turns: [turn])
+                    }
+                }
             }
         }
         counts.waiters -= waiters.count
@@ -881,7 +900,7 @@ public struct Scheduler: Sendable {
         let entry = LaneQueue.Entry(key: key, ticket: ticket)
         switch (lane, atFront) {
         case (.fast, _) where tasks[key]!.abandoned: abandonedQueue.pushBack(entry); counts.fastWaiting += 1
-        case (.fast, _): pushFast(entry, turn: tasks[key]!.turn); counts.fastWaiting += 1
+        case (.fast, _): pushFast(entry, turns: tasks[key]!.turns); counts.fastWaiting += 1
         case (.slow, false): slowQueue.pushBack(entry); counts.slowWaiting += 1
         case (.slow, true): slowQueue.pushFront(entry); counts.slowWaiting += 1
         }
@@ -902,24 +921,39 @@ public struct Scheduler: Sendable {
     private mutating func takeBack(_ key: String, turn: UInt64) {
         guard tasks[key]?.abandoned == true else { return }
         tasks[key]!.abandoned = false
-        tasks[key]!.turn = turn
+        tasks[key]!.turns = [turn]
         guard tasks[key]!.state == .waiting, tasks[key]!.lane == .fast else { return }
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
-        pushFast(.init(key: key, ticket: ticket), turn: turn)
+        pushFast(.init(key: key, ticket: ticket), turns: [turn])
     }
 
-    /// Puts `entry` in the fast queue of `turn`; a turn new to the order takes its place there by when it last started.
-    private mutating func pushFast(_ entry: LaneQueue.Entry, turn: UInt64, atFront: Bool = false) {
-        if fastTurns[turn] == nil {
-            let served = lastServed[turn, default: 0]
-            let place = turnOrder.firstIndex { lastServed[$0, default: 0] > served } ?? turnOrder.endIndex
-            turnOrder.insert(turn, at: place)
+    /// Another client asks for urgent work: its task waits in that client's turn too (up to `turnsPerTask` turns), the
+    /// same entry in each, so that it starts in whichever turn comes first.
+    private mutating func join(_ key: String, turn: UInt64) {
+        let task = tasks[key]!
+        guard !task.abandoned, !task.turns.contains(turn), task.turns.count < Self.turnsPerTask,
+              task.lane == .fast || task.promotionPending else { return }
+        tasks[key]!.turns.append(turn)
+        if task.state == .waiting || task.promotionPending {
+            pushFast(.init(key: key, ticket: task.ticket), turns: [turn])
         }
-        if atFront {
-            fastTurns[turn, default: LaneQueue()].pushFront(entry)
-        } else {
-            fastTurns[turn, default: LaneQueue()].pushBack(entry)
+    }
+
+    /// Puts `entry` in the fast queues of `turns`; a turn new to the order takes its place there by when it last
+    /// started.
+    private mutating func pushFast(_ entry: LaneQueue.Entry, turns: [UInt64], atFront: Bool = false) {
+        for turn in turns {
+            if fastTurns[turn] == nil {
+                let served = lastServed[turn, default: 0]
+                let place = turnOrder.firstIndex { lastServed[$0, default: 0] > served } ?? turnOrder.endIndex
+                turnOrder.insert(turn, at: place)
+            }
+            if atFront {
+                fastTurns[turn, default: LaneQueue()].pushFront(entry)
+            } else {
+                fastTurns[turn, default: LaneQueue()].pushBack(entry)
+            }
         }
     }
 
@@ -945,7 +979,7 @@ public struct Scheduler: Sendable {
     private mutating func promote(_ key: String, turn: UInt64, now: Moment, into actions: inout [Action]) {
         guard tasks[key]?.lane == .slow, tasks[key]?.promotionPending == false else { return }
         promotions &+= 1
-        tasks[key]!.turn = turn
+        tasks[key]!.turns = [turn]
         var task = tasks[key]!
         switch task.state {
         case .waiting:
@@ -959,7 +993,7 @@ public struct Scheduler: Sendable {
             // The fast lane is full: the transfer goes on as background work and takes a fast slot in its turn.
             task.promotionPending = true
             task.ticket = takeTicket()
-            pushFast(.init(key: key, ticket: task.ticket), turn: turn)
+            pushFast(.init(key: key, ticket: task.ticket), turns: [turn])
             tasks[key] = task
         case .delayed:
             task.lane = .fast
@@ -1015,7 +1049,7 @@ public struct Scheduler: Sendable {
             if task.abandoned {
                 abandonedQueue.pushFront(entry)
             } else {
-                pushFast(entry, turn: task.turn, atFront: true)
+                pushFast(entry, turns: task.turns, atFront: true)
             }
             counts.fastWaiting += 1
         } else {
@@ -1316,10 +1350,18 @@ public struct Scheduler: Sendable {
     /// The next fast task to start or promote: any while the lane has room; when it is full, only one someone waits
     /// for, into the place of the newest abandoned task, which is parked.
     private mutating func popFastStartable(now: Moment, into actions: inout [Action]) -> String? {
-        if counts.fastRunning < configuration.fastWidth { return popStartable(lane: .fast, now: now) }
-        guard counts.fastRunning == configuration.fastWidth, let newestAbandoned = newestAbandonedRunning(onHosts: nil),
-              let key = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
-        park(newestAbandoned, waitingIn: .fast, into: &actions)
+        let key: String
+        if counts.fastRunning < configuration.fastWidth {
+            guard let next = popStartable(lane: .fast, now: now) else { return nil }
+            key = next
+        } else {
+            guard counts.fastRunning == configuration.fastWidth,
+                  let newestAbandoned = newestAbandonedRunning(onHosts: nil),
+                  let next = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
+            park(newestAbandoned, waitingIn: .fast, into: &actions)
+            key = next
+        }
+        if let poppedTurn { tasks[key]!.servedInTurn = poppedTurn }
         return key
     }
 
@@ -1383,11 +1425,15 @@ public struct Scheduler: Sendable {
         var passed = 0
         var gaveUp = false
         var emptied: Set<UInt64> = []
+        poppedTurn = nil
         for (index, turn) in turnOrder.enumerated() {
-            entry = fastTurns[turn]!.popFirst(isLive: isLive, group: host, accept: accept, refused: &refused,
+            // An entry of a turn the task left (its client went) is stale there.
+            let isLiveInTurn = { (entry: LaneQueue.Entry) in isLive(entry) && tasks[entry.key]!.turns.contains(turn) }
+            entry = fastTurns[turn]!.popFirst(isLive: isLiveInTurn, group: host, accept: accept, refused: &refused,
                                               passed: &passed)
             if fastTurns[turn]!.storedCount == 0 { emptied.insert(turn) }
             if entry != nil {
+                poppedTurn = turn
                 turnsServed += 1
                 lastServed[turn] = turnsServed
                 turnOrder.remove(at: index)

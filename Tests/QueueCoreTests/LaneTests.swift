@@ -285,6 +285,15 @@ struct LaneTests {
         #expect(next(after: U.s1) == U.c.key, "after one promoted URL, not three")
         #expect(next(after: U.c) == U.a3.key)
         #expect(next(after: U.a3) == U.s2.key)
+        // A URL waiting in another turn, asked for: it waits in the asker's turn too, and starts in the first to come.
+        let later = (1...3).map { url("http://p.example/\($0)") }
+        for u in later {
+            _ = s.queue(u, cache: .missing, now: t(1))
+            _ = s.promote(u.key, now: t(1))  // behind s3 in the promoted turn
+        }
+        _ = s.get(later[2], waiter: w(4, 1), cache: .missing, now: t(1))
+        #expect(next(after: U.s2) == later[2].key && s.task(later[2].key)?.servedInTurn == 4)
+        #expect(next(after: later[2]) == U.s3.key)
         #expect(s.counts == s.recomputedCounts)
     }
 

@@ -290,8 +290,9 @@ struct Runner {
     var abandoned: Set<String> = []
     /// Tasks a `promote` made urgent, until a demote: a client leaving neither abandons them nor withdraws that.
     var promoted: Set<String> = []
-    /// Whose turn each task waits for in the fast lane: the client whose `get` made it urgent, or `promotedTurn`.
-    var turns: [String: UInt64] = [:]
+    /// The turns each task waits in, in the fast lane: the client whose `get` made it urgent (or `promotedTurn`), and
+    /// up to `turnsPerTask` in all of the other clients that asked for it while it was urgent.
+    var turns: [String: Set<UInt64>] = [:]
     /// Per turn whose fast work could start at every fast start since it last started (and that had fast work waiting
     /// at the end of every step since): the turns that started fast work meanwhile. Round robin: none of them starts
     /// again before it.
@@ -353,9 +354,14 @@ struct Runner {
             let u = RandomWorld.spellings[spelling], key = u.key
             let before = scheduler.task(key), existed = before != nil
             let isTentative = if case .viewGet = op { true } else { false }
-            // Urgent in this client's turn: new, background work (not already promoted), or abandoned.
-            let turn = before.map { abandoned.contains(key) || $0.lane == .slow && !$0.promotionPending } ?? true
-                ? waiter.client : turns[key]
+            // Urgent in this client's turn alone: new, background work (not already promoted), or abandoned; urgent
+            // already, in this client's turn too.
+            var taskTurns = turns[key, default: []]
+            if before.map({ abandoned.contains(key) || $0.lane == .slow && !$0.promotionPending }) ?? true {
+                taskTurns = [waiter.client]
+            } else if taskTurns.count < Scheduler.turnsPerTask {
+                taskTurns.insert(waiter.client)
+            }
             let actions = scheduler.get(u, waiter: waiter, cache: cache, now: now, tentative: isTentative)
             if !existed, cache == .fresh {
                 guard actions == [.answer(waiter, .ready)] else { throw fail("fresh get answered \(actions)") }
@@ -381,7 +387,7 @@ struct Runner {
             } else {
                 waiters[waiter] = .pending(key: key)
                 pending[key, default: []].insert(waiter)
-                turns[key] = turn
+                turns[key] = taskTurns
                 abandoned.remove(key)  // asked for again: it takes its turn
                 pendingCount += 1
                 let changeLane = expectPromotion(key)
@@ -461,7 +467,7 @@ struct Runner {
             let key = RandomWorld.keys[index].key
             let before = scheduler.task(key), existed = before != nil
             if let before, abandoned.contains(key) || before.lane == .slow && !before.promotionPending {
-                turns[key] = Scheduler.promotedTurn
+                turns[key] = [Scheduler.promotedTurn]
             }
             abandoned.remove(key)  // asked for again
             if existed { promoted.insert(key) }
@@ -493,13 +499,16 @@ struct Runner {
                 if case .pending(let key) = state { (waiter, key) } else { nil }
             }
             for (waiter, key) in gone { leave(waiter, key: key) }
-            // The client's turn passes to someone still waiting (a promoted task's to the promoted turn).
-            for key in Set(gone.map(\.1)) where turns[key] == client {
-                if let next = scheduler.task(key)?.waiters.first(where: { $0.client != client }) {
-                    turns[key] = next.client
-                } else if promoted.contains(key) {
-                    turns[key] = Scheduler.promotedTurn
-                }
+            // A client that asks again after this is another connection, with a turn of its own.
+            startedWhileWaiting[client] = nil
+            for turn in startedWhileWaiting.keys { startedWhileWaiting[turn]!.remove(client) }
+            // The client's turn leaves the tasks others wait in (for their next waits: a retry, a park), or passes to
+            // someone still waiting (a promoted task's to the promoted turn).
+            for key in Set(gone.map(\.1)) where turns[key]?.contains(client) == true {
+                let next = scheduler.task(key)?.waiters.first { $0.client != client }
+                guard turns[key]!.count > 1 || next != nil || promoted.contains(key) else { continue }
+                turns[key]!.remove(client)
+                if turns[key]!.isEmpty { turns[key] = [next?.client ?? Scheduler.promotedTurn] }
             }
             // Let go: the urgent tasks only `get`s asked for, nobody waits for and not started, the client's latest
             // requests first, while more than `kept` wait in the fast lane.
@@ -1184,7 +1193,10 @@ struct Runner {
     /// Round robin between the fast lane's turns: the turn of `key`, starting (or taking its pending promotion in),
     /// must not have started fast work already since another turn had work that could start, all along.
     mutating func checkTurn(of key: String) throws(Violation) {
-        guard let turn = turns[key] else { throw fail("\(key) starts in the fast lane in nobody's turn") }
+        guard let turn = scheduler.task(key)?.servedInTurn, turns[key]?.contains(turn) == true else {
+            throw fail("\(key) starts in the fast lane in turn \(String(describing: scheduler.task(key)?.servedInTurn)), "
+                       + "not one of its turns \(turns[key] ?? [])")
+        }
         let startable = startableTurns(besides: key)
         for other in startable where other != turn {
             if startedWhileWaiting[other, default: []].contains(turn) {
@@ -1199,7 +1211,7 @@ struct Runner {
     /// The turns with fast work (not abandoned) that could start now, besides `key`: waiting, its host neither paused
     /// nor at per_host nor out of tokens, or a pending promotion.
     func startableTurns(besides key: String) -> Set<UInt64> {
-        var startable = Set(running.filter { $0.key != key && $0.value.promotionPending }.compactMap { turns[$0.key] })
+        var startable = Set(running.filter { $0.key != key && $0.value.promotionPending }.flatMap { turns[$0.key] ?? [] })
         for task in scheduler.allTasks where task.key != key && task.state == .waiting && task.lane == .fast
             && running[task.key] == nil && !abandoned.contains(task.key) {
             if let until = pausedHosts[task.host], until > now { continue }
@@ -1207,7 +1219,7 @@ struct Runner {
                 continue
             }
             if tokens(task.host) < 1 { continue }
-            if let turn = turns[task.key] { startable.insert(turn) }
+            startable.formUnion(turns[task.key] ?? [])
         }
         return startable
     }
@@ -1295,7 +1307,7 @@ struct Runner {
         // A turn without fast work waiting may leave the round: it starts afresh when work comes.
         let waitingTurns = tasks.filter {
             ($0.state == .waiting && $0.lane == .fast || $0.promotionPending) && !abandoned.contains($0.key)
-        }.compactMap { turns[$0.key] }
+        }.flatMap { turns[$0.key] ?? [] }
         startedWhileWaiting = startedWhileWaiting.filter { waitingTurns.contains($0.key) }
         for url in RandomWorld.keys where scheduler.hasTask(url.key) != (scheduler.task(url.key) != nil) {
             throw fail("hasTask(\(url.key)) disagrees with task(_:)")

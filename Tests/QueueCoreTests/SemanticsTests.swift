@@ -463,7 +463,8 @@ struct UnknownTests {
         #expect(s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0)) == [start(U.a, .fast), .holdBackground(true)])
         let task = try #require(s.task(U.a.key))
         #expect(task == TaskInfo(key: U.a.key, host: "a.example", lane: .fast, state: .running, waiters: [w(1, 1)],
-                                 attempts: 1, tries: 1, revalidate: false, tentative: false, promotionPending: false, lingering: false))
+                                 attempts: 1, tries: 1, revalidate: false, tentative: false, promotionPending: false, lingering: false,
+                                 servedInTurn: 1))
     }
 
     @Test("unknown × queue: queued, a new slow task starts")

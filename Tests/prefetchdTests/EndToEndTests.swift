@@ -58,8 +58,8 @@ struct EndToEndTests {
         }
     }
 
-    @Test("the fast lane takes its clients in turns: a get from another client starts at the next free place, not after 24 gets one client made before it, nor after 24 URLs a queue --now promoted (it waited for all of them)", arguments: ["get", "queue --now"])
-    func clientsTakeTurns(bulk: String) throws {
+    @Test("the fast lane takes its clients in turns: a get from another client starts at the next free place, not after 24 gets one client made before it, nor after 24 URLs a queue --now promoted (it waited for all of them); also a get of one of those 24 (it waited in their turn)", arguments: ["get", "queue --now"], [false, true])
+    func clientsTakeTurns(bulk: String, sameURL: Bool) throws {
         let origin = try Origin()
         try origin.setDelay(0.3)
         let daemon = try DaemonUnderTest(["--fast-width", "2"])
@@ -73,10 +73,11 @@ struct EndToEndTests {
             #expect(daemon.ctl(arguments: ["queue", "--now"] + urls).status == 0)
         }
         #expect(waitUntil(seconds: 10) { (try? daemon.status().fast.waiting) == 22 }, "2 running, 22 waiting")
-        #expect(daemon.ctl("get", origin.url("/other.jpg")).status == 0)
+        let wanted = sameURL ? "/bulk/20.jpg" : "/other.jpg"
+        #expect(daemon.ctl("get", origin.url(wanted)).status == 0)
         let log = try origin.stats().log
-        let other = try #require(log.first { $0.path == "/other.jpg" }?.start)
-        let before = log.filter { $0.path.hasPrefix("/bulk/") && $0.start < other }.count
+        let other = try #require(log.first { $0.path == wanted }?.start)
+        let before = log.filter { $0.path.hasPrefix("/bulk/") && $0.path != wanted && $0.start < other }.count
         #expect(before <= 4, "\(before) of the 24 started before the other client's get")
     }
 
