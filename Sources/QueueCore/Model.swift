@@ -100,8 +100,8 @@ public struct TaskInfo: Equatable, Sendable {
     /// Running, demoted while it waited for its response with the slow lane full: in no lane until the response
     /// begins (`Scheduler.responseStarted`).
     public var lingering: Bool
-    /// The fast lane's turn (a client, or `Scheduler.promotedTurn`) whose queue it last started from.
-    public var servedInTurn: UInt64?
+    /// The fast lane's turn (a client, or `Scheduler.promotedTurn`) whose queue it last started from (for the tests).
+    var servedInTurn: UInt64?
 }
 
 /// Task counts per lane and state, kept up to date by the scheduler.

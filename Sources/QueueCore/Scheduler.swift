@@ -140,7 +140,7 @@ public struct Scheduler: Sendable {
 
     /// The turn in the fast lane of the work a `promote` (or `queue --now`) made urgent, shared by every client: work
     /// nobody waits for takes its turn as one client would.
-    public static let promotedTurn: UInt64 = .max
+    static let promotedTurn: UInt64 = .max
 
     /// At most this many turns hold one task (two viewers of one image, an image a `queue --now` made urgent that a
     /// client then asks for: each waits in its own turn, not behind the first one's backlog).
@@ -544,25 +544,15 @@ public struct Scheduler: Sendable {
     /// While more than `urgentKept` tasks wait in the fast lane, the urgent tasks that only this client's `get`s
     /// asked for, that nobody waits for any more and that have not started are let go (`letGo`), its most recent
     /// requests first, until `urgentKept` wait; then, still past it, the abandoned downloads of clients gone before
-    /// that were parked for work someone waits for (not queued, not a view's), with their bytes. A client that asked for thousands of URLs and left, again and again,
-    /// kept them all in memory, and the background lane suspended behind work nobody waited for.
+    /// that were parked for work someone waits for (not queued, not a view's), with their bytes. A client that asked
+    /// for thousands of URLs and left, again and again, kept them all in memory, and the background lane suspended
+    /// behind work nobody waited for.
     public mutating func disconnect(client: UInt64, urgentKept: Int = .max, now: Moment) -> [Action] {
         if fastTurns[client] == nil { lastServed.removeValue(forKey: client) } else { leftTurns.insert(client) }
         guard let waiters = waitersByClient.removeValue(forKey: client) else { return [] }
-        for key in Set(waiters.values) {
-            tasks[key]?.waiters.removeAll { $0.client == client }
-            // Its next waits in the fast lane (a retry, a park) are in the turns of those still waiting for it.
-            if let task = tasks[key], task.turns.contains(client), task.turns.count > 1 || !task.waiters.isEmpty
-                || task.promoted {
-                tasks[key]!.turns.removeAll { $0 == client }
-                if tasks[key]!.turns.isEmpty {
-                    let turn = task.waiters.first?.client ?? Self.promotedTurn
-                    tasks[key]!.turns = [turn]
-                    if task.state == .waiting && task.lane == .fast || task.promotionPending {
-                        pushFast(.init(key: key, ticket: task.ticket), turns: [turn])
-                    }
-                }
-            }
+        for key in Set(waiters.values) where tasks[key] != nil {
+            tasks[key]!.waiters.removeAll { $0.client == client }
+            leaveTurn(of: client, key)
         }
         counts.waiters -= waiters.count
         let oldestFirst = waiters.sorted { $0.key.request < $1.key.request }.map(\.value)
@@ -926,6 +916,21 @@ public struct Scheduler: Sendable {
         let ticket = takeTicket()
         tasks[key]!.ticket = ticket
         pushFast(.init(key: key, ticket: ticket), turns: [turn])
+    }
+
+    /// A client left: a task it waited in a turn for that others wait for, or a `promote` asked for, leaves its turn;
+    /// one that only its turn held waits in a remaining waiter's turn (or the promoted turn) instead, with an entry
+    /// there. (One nobody asked for otherwise is abandoned: its turn no longer matters.)
+    private mutating func leaveTurn(of client: UInt64, _ key: String) {
+        let task = tasks[key]!
+        guard task.turns.contains(client), task.turns.count > 1 || !task.waiters.isEmpty || task.promoted else { return }
+        tasks[key]!.turns.removeAll { $0 == client }
+        guard tasks[key]!.turns.isEmpty else { return }
+        let turn = task.waiters.first?.client ?? Self.promotedTurn
+        tasks[key]!.turns = [turn]
+        if task.state == .waiting && task.lane == .fast || task.promotionPending {
+            pushFast(.init(key: key, ticket: task.ticket), turns: [turn])
+        }
     }
 
     /// Another client asks for urgent work: its task waits in that client's turn too (up to `turnsPerTask` turns), the
