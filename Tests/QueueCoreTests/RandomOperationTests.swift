@@ -841,14 +841,16 @@ struct Runner {
         return Allowed(parks: [(key, .slow)])
     }
 
+    /// The abandoned tasks running in the fast lane (not lingering).
+    var abandonedRunning: [String: Running] {
+        running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
+    }
+
     /// The abandoned tasks that have run in the fast lane for a slice since their start, the oldest start first: each
     /// is demoted now (abandoned no more).
     mutating func abandonedPastSlice() -> [String] {
         guard let slice = configuration.backgroundSlice else { return [] }
-        let due = running.filter {
-            abandoned.contains($0.key) && $0.value.lane == .fast && !$0.value.lingering
-                && $0.value.startedAt + slice <= now
-        }
+        let due = abandonedRunning.filter { $0.value.startedAt + slice <= now }
         abandoned.subtract(due.keys)
         return due.sorted { $0.value.order < $1.value.order }.map(\.key)
     }
@@ -1240,7 +1242,6 @@ struct Runner {
     /// full lane, the newest abandoned task, for the start that follows; on a host at per_host, the newest abandoned
     /// task there, for that host's start that follows, or its next token.
     mutating func abandonedMayYield(_ key: String, _ task: Running, after position: Int, in actions: [Action]) -> Bool {
-        let abandonedRunning = running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
         let next = fastPlaceTaker(after: position, in: actions)
         if occupying(.fast) == configuration.fastWidth, next != nil,
            key == abandonedRunning.max(by: { $0.value.order < $1.value.order })?.key {
@@ -1404,8 +1405,7 @@ struct Runner {
         }
         // Or the end of the first slice an abandoned task runs in the fast lane, which is then demoted.
         let abandonedSliceEnd = configuration.backgroundSlice.flatMap { slice in
-            running.filter { abandoned.contains($0.key) && $0.value.lane == .fast && !$0.value.lingering }
-                .map { $0.value.startedAt + slice }.min()
+            self.abandonedRunning.map { $0.value.startedAt + slice }.min()
         }
         if let abandonedSliceEnd, abandonedSliceEnd <= now {
             throw fail("an abandoned task runs in the fast lane past its slice (ended \(abandonedSliceEnd))")
@@ -1456,7 +1456,7 @@ struct Runner {
             throw fail("\(fastRunning) fast tasks running (counted \(counts.fastRunning)), width \(configuration.fastWidth)")
         }
         // A promotion waits only for a fast slot, and none an abandoned task holds.
-        let abandonedRunning = running.contains { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
+        let abandonedRunning = !self.abandonedRunning.isEmpty
         guard promotionsPending == 0 || fastRunning >= configuration.fastWidth && !abandonedRunning else {
             throw fail("\(promotionsPending) promotions pending with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
         }
