@@ -39,6 +39,7 @@ extension CanonicalURL {
                 }
                 host = ipv4Text(address)
             } else {
+                try checkName(name)
                 host = String(decoding: name, as: UTF8.self)
             }
         }
@@ -49,6 +50,79 @@ extension CanonicalURL {
             throw .invalid("the port must be a number from 1 to 65535")
         }
         return (host, defaultPorts[scheme] == port ? nil : port)
+    }
+
+    // MARK: Names
+
+    /// A name no resolver could look up is refused here, with its reason, instead of being queued and failing later
+    /// as "could not resolve": an empty label (`a..b`, `.a`), a label over 63 bytes or a name over 253 (RFC 1035),
+    /// and an `xn--` label that is not punycode of a name with a non-ASCII character (RFC 3492, RFC 5890).
+    private static func checkName(_ name: [UInt8]) throws(ParseError) {
+        let labels = withoutFinalDot(name)
+        guard labels.count <= 253 else { throw .invalid("the host name is longer than 253 characters") }
+        for label in labels.split(separator: dot, omittingEmptySubsequences: false) {
+            guard !label.isEmpty else { throw .invalid("the host name has an empty label (a leading dot or two in a row)") }
+            guard label.count <= 63 else { throw .invalid("a label of the host name is longer than 63 characters") }
+            if label.starts(with: aceprefix), !isPunycodeOfUnicode(label.dropFirst(aceprefix.count)) {
+                throw .invalid("the host label '\(String(decoding: label, as: UTF8.self))' starts with xn-- but is not "
+                               + "punycode of an internationalised name")
+            }
+        }
+    }
+
+    private static let aceprefix = Array("xn--".utf8)
+
+    /// Whether `text` decodes as punycode (RFC 3492, section 6.2) to a label with at least one non-ASCII character.
+    /// Every step is checked against `limit` before it is taken, so no input can overflow.
+    private static func isPunycodeOfUnicode(_ text: ArraySlice<UInt8>) -> Bool {
+        let base = 36, tMin = 1, tMax = 26, limit = Int(Int32.max)
+        // The ASCII characters come first, up to the last '-'; the encoded ones follow it (all of it without them).
+        var length = 0
+        var position = text.startIndex
+        if let delimiter = text.lastIndex(of: 0x2D), delimiter > text.startIndex {
+            length = delimiter - text.startIndex
+            position = delimiter + 1
+        }
+        var code = 0x80, index = 0, bias = 72
+        var decodedAny = false
+        while position < text.endIndex {
+            let oldIndex = index
+            var weight = 1
+            var k = base
+            while true {
+                guard position < text.endIndex else { return false }
+                let byte = text[position]
+                position += 1
+                let digit = isAlpha(byte) ? Int(lowercased(byte) - 0x61) : isDigit(byte) ? Int(byte - 0x30) + 26 : base
+                guard digit < base, digit <= (limit - index) / weight else { return false }
+                index += digit * weight
+                let threshold = k <= bias ? tMin : k >= bias + tMax ? tMax : k - bias
+                if digit < threshold { break }
+                guard weight <= limit / (base - threshold) else { return false }
+                weight *= base - threshold
+                k += base
+            }
+            length += 1
+            bias = adapt(index - oldIndex, points: length, first: oldIndex == 0)
+            guard index / length <= limit - code else { return false }
+            code += index / length
+            index = index % length + 1
+            guard code <= 0x10FFFF, !(0xD800...0xDFFF).contains(code) else { return false }
+            decodedAny = true
+        }
+        return decodedAny
+    }
+
+    /// RFC 3492's bias adaptation (section 6.1).
+    private static func adapt(_ delta: Int, points: Int, first: Bool) -> Int {
+        var delta = first ? delta / 700 : delta / 2
+        delta += delta / points
+        var k = 0
+        while delta > (36 - 1) * 26 / 2 {
+            delta /= 36 - 1
+            k += 36
+        }
+        return k + 36 * delta / (delta + 38)
     }
 
     // MARK: IPv4

@@ -45,6 +45,11 @@ func parse(_ text: String) -> Result<String, CanonicalURL.ParseError> {
 
 @Suite("CanonicalURL")
 struct CanonicalURLTests {
+    /// A host name label of `count` letters.
+    static func label(_ count: Int) -> String { String(repeating: "a", count: count) }
+    /// Three labels of 63 letters and one of `lastLabel`: 192 characters and the last label.
+    static func name(lastLabel: Int) -> String { [label(63), label(63), label(63), label(lastLabel)].joined(separator: ".") }
+
     @Test("scheme and host are lowercased, path case is preserved", arguments: [
         ("HTTP://Example.COM/Path/To/File.JPG", "http://example.com/Path/To/File.JPG"),
         ("hTtPs://EXAMPLE.com", "https://example.com/"),
@@ -223,6 +228,39 @@ struct CanonicalURLTests {
         let url = try CanonicalURL(input)
         #expect(url.host == host)
         #expect(try CanonicalURL(url.key) == url)
+    }
+
+    @Test("host names within DNS's limits are kept, punycode included", arguments: [
+        "http://xn--bcher-kva.example/",                 // bücher
+        "http://xn--r8jz45g.xn--zckzah/",                // 例え.テスト
+        "http://xn--nxasmq6b.com./",
+        URLText("http://\(Self.label(63)).example/"),
+        URLText("http://\(Self.name(lastLabel: 61))./"),      // 253 characters and the final dot
+    ] as [URLText])
+    func namesWithinLimits(input: URLText) throws {
+        let url = try CanonicalURL(input.text)
+        #expect(try CanonicalURL(url.key) == url)
+    }
+
+    @Test("a host name no resolver could look up is refused, saying why", arguments: [
+        ("http://xn--/", "not punycode"),
+        ("http://a.xn--abc-.example/", "not punycode"),                      // no character beyond ASCII
+        ("http://xn---abc.example/", "not punycode"),
+        ("http://xn--ab_c.example/", "not punycode"),
+        ("http://xn--99999999999999999999999999/", "not punycode"),           // a number that never ends
+        ("http://a..example/", "empty label"),
+        ("http://.example/", "empty label"),
+        ("http://example../", "empty label"),
+        (URLText("http://\(Self.label(64)).example/"), "longer than 63"),
+        (URLText("http://\(Self.name(lastLabel: 62))/"), "longer than 253"),
+    ] as [(URLText, String)])
+    func namesBeyondLimits(input: URLText, reason: String) {
+        #expect {
+            try CanonicalURL(input.text)
+        } throws: { error in
+            guard case .invalid(let message) = error as? CanonicalURL.ParseError else { return false }
+            return message.contains(reason)
+        }
     }
 
     @Test("surrounding whitespace is trimmed")
