@@ -153,8 +153,10 @@ enum Bytes {
 
 /// Decodes a whole file with gdk-pixbuf, for looking at a variant's pixels.
 func decodeForTest(_ path: String) throws -> Pixbuf {
-    let loader = PixbufLoader()
-    try loader.feed(try ImageFile(path))
+    let file = try ImageFile(path)
+    let format = try #require(ImageInspector.gdkFileInfo(path)?.format, "\(path) is an image gdk-pixbuf knows")
+    let loader = try PixbufLoader(format: format)
+    try loader.feed(file)
     try loader.close()
     return try #require(loader.pixbuf)
 }

@@ -1,7 +1,8 @@
 import CGdkPixbuf
 import Glibc
 
-/// One GdkPixbufLoader: the format is sniffed from the first bytes written, and a size handler may ask it to
+/// One GdkPixbufLoader: of the format the daemon checked (never one gdk-pixbuf guesses from the bytes, which can name
+/// another: `<!DOCTYPE svg` in a PNG's first row or a JPEG's Exif text made it SVG), and a size handler may ask it to
 /// decode at a smaller size (JPEG then decodes at 1/2, 1/4 or 1/8 directly in libjpeg; other loaders decode at
 /// full size and scale afterwards). Closed and unreferenced in `deinit`; confined to the thread that made it.
 final class PixbufLoader {
@@ -20,8 +21,14 @@ final class PixbufLoader {
     private let state: LoaderState
     private var closed = false
 
-    init(onSizePrepared handler: SizeHandler? = nil) {
-        handle = gdk_pixbuf_loader_new()
+    /// A loader of `format` (a name `ImageFormats.normalise` gives, which is gdk-pixbuf's own); fails when no
+    /// loader of that name is installed.
+    init(format: String, onSizePrepared handler: SizeHandler? = nil) throws(GLibError) {
+        var error: UnsafeMutablePointer<GError>?
+        guard let handle = gdk_pixbuf_loader_new_with_type(format, &error) else {
+            throw GLibError("gdk_pixbuf_loader_new_with_type", taking: error)
+        }
+        self.handle = handle
         state = LoaderState(handler)
         let data = Unmanaged.passUnretained(state).toOpaque()
         prefetchd_loader_on_size_prepared(handle, sizePrepared, data)

@@ -81,24 +81,34 @@ enum Resizer {
     static let scalingLoaders: Set<String> = ["jpeg", "svg"]
 
     /// Feeds the file to a loader, asking scaling loaders for the size the spec needs; returns the picture, the
-    /// stored size of the original and its format (as the loader named it when the header did not).
+    /// stored size of the original and its format.
     private static func decode(_ source: ImageFile, format sniffed: String?, spec: VariantSpec, orientation: Int,
                                maxPixels: Int64) throws(Failure)
         -> (Pixbuf, stored: (width: Int, height: Int), format: String) {
+        // The loader of the format the inspection found, from the header or (a format only gdk-pixbuf knows) from
+        // its probe: never one gdk-pixbuf picks by sniffing the bytes again.
+        guard let format = sniffed ?? ImageInspector.gdkFileInfo(source.path)?.format else {
+            throw .notAnImage("no gdk-pixbuf loader recognises the original")
+        }
         var overLimit: (width: Int, height: Int)?
-        let loader = PixbufLoader { width, height in
+        func decodeSize(width: Int, height: Int) -> (width: Int, height: Int)? {
             if ImageInfo.pixels(width, height) > maxPixels {
                 overLimit = (width, height)
                 return (0, 0)
             }
-            guard let sniffed, scalingLoaders.contains(sniffed) else { return nil }
+            guard scalingLoaders.contains(format) else { return nil }
             // The spec applies to the upright picture; an EXIF turn by 90° swaps the sides it is measured on.
             let swapped = (5...8).contains(orientation)
             let geometry = VariantGeometry(sourceWidth: swapped ? height : width, sourceHeight: swapped ? width : height,
                                            spec: spec)
             return geometry.decodeSize(storedWidth: width, storedHeight: height)
         }
-        let format = sniffed ?? "unrecognised"
+        let loader: PixbufLoader
+        do throws(GLibError) {
+            loader = try PixbufLoader(format: format, onSizePrepared: decodeSize)
+        } catch {
+            throw .notAnImage("cannot decode the \(format) original: \(error)")
+        }
         // Of a GIF, only what its first frame needs: the variant is of that frame. Of a JPEG or PNG, the picture
         // without its metadata.
         var pieces: [PixbufLoader.Piece]?
@@ -133,11 +143,10 @@ enum Resizer {
             throw .notAnImage("gdk-pixbuf decoded no picture from the \(format) original")
         }
         // libpng only warns when the pixel data inside whole chunks is broken; the rows it never wrote show it.
-        let decodedFormat = sniffed ?? loader.formatName ?? format
-        if decodedFormat == "png" && loader.updatedRowsEnd < pixbuf.height {
+        if format == "png" && loader.updatedRowsEnd < pixbuf.height {
             throw .notAnImage("the png original's pixel data is broken: \(loader.updatedRowsEnd) of \(pixbuf.height) rows decoded")
         }
-        return (pixbuf, stored, decodedFormat)
+        return (pixbuf, stored, format)
     }
 
     /// Turns the decoded picture upright, then crops and scales it to `geometry` (worked out for the original's
