@@ -110,9 +110,6 @@ final class PixbufLoader {
         gdk_pixbuf_loader_get_pixbuf(handle).map { Pixbuf(borrowing: $0) }
     }
 
-    /// The normalised name of the format the loader chose, once it has.
-    var formatName: String? { Self.formatName(handle) }
-
     fileprivate static func formatName(_ loader: UnsafeMutablePointer<GdkPixbufLoader>) -> String? {
         guard let format = gdk_pixbuf_loader_get_format(loader), let name = gdk_pixbuf_format_get_name(format) else {
             return nil
