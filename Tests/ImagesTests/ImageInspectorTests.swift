@@ -153,6 +153,48 @@ import Testing
                 == .rejected(.notAnImage("the PNG is 1000001x1: libpng reads at most 1000000 pixels a side")))
     }
 
+    @Test("headers gdk-pixbuf's decoders refuse are not images: a PNG's IHDR with a bit depth its colour type does not allow, an unknown compression, filter or interlace method; a 12-bit, lossless or hierarchical JPEG; a WebP cut and its RIFF length made to match (each was cached as a good image, and no variant could be made)")
+    func headersTheDecodersRefuse() throws {
+        /// The generated 4×4 RGB PNG with IHDR bytes changed at `changes` (offsets in its data) and its CRC made again.
+        func png(_ changes: [Int: UInt8]) throws -> String {
+            var bytes = Bytes.read(try scratch.image("whole.png", width: 4, height: 4, type: "png"))
+            for (offset, value) in changes { bytes[16 + offset] = value }
+            bytes.replaceSubrange(29..<33, with: Bytes.bigEndian(Bytes.crc32(Array(bytes[12..<29]))))
+            return scratch.write("changed.png", bytes)
+        }
+        #expect(ImageInspector.inspect(try png([8: 16]), policy: policy).code == nil, "16-bit RGB is fine")
+        #expect(ImageInspector.inspect(try png([8: 1, 9: 0]), policy: policy).code == nil, "1-bit grey is fine")
+        for (changes, message) in [
+            ([8: 7], "the PNG's IHDR declares a bit depth of 7 with colour type 2, which libpng refuses"),
+            ([8: 1], "the PNG's IHDR declares a bit depth of 1 with colour type 2, which libpng refuses"),
+            ([9: 5], "the PNG's IHDR declares a bit depth of 8 with colour type 5, which libpng refuses"),
+            ([10: 1], "the PNG's IHDR declares compression 1, filter 0 and interlace 0: libpng knows 0, 0 and 0 or 1"),
+            ([11: 1], "the PNG's IHDR declares compression 0, filter 1 and interlace 0: libpng knows 0, 0 and 0 or 1"),
+            ([12: 2], "the PNG's IHDR declares compression 0, filter 0 and interlace 2: libpng knows 0, 0 and 0 or 1"),
+        ] as [([Int: UInt8], String)] {
+            #expect(ImageInspector.inspect(try png(changes), policy: policy) == .rejected(.notAnImage(message)), "\(changes)")
+        }
+
+        let jpeg = Bytes.read(try scratch.image("whole.jpg", width: 8, height: 8))
+        let sof = try #require((2..<jpeg.count - 1).first { jpeg[$0] == 0xFF && jpeg[$0 + 1] == 0xC0 })
+        var twelveBits = jpeg, lossless = jpeg, arithmetic = jpeg
+        twelveBits[sof + 4] = 12
+        lossless[sof + 1] = 0xC3
+        arithmetic[sof + 1] = 0xC9  // a process libjpeg decodes: refused later by the scans, if at all, not here
+        #expect(ImageInspector.inspect(scratch.write("12.jpg", twelveBits), policy: policy)
+                == .rejected(.notAnImage("the JPEG has samples of 12 bits: gdk-pixbuf's libjpeg decodes 8-bit samples only")))
+        #expect(ImageInspector.inspect(scratch.write("sof3.jpg", lossless), policy: policy) == .rejected(
+            .notAnImage("the JPEG is coded in a process libjpeg does not decode (SOF3: lossless or hierarchical)")))
+        #expect(try ImageIntegrity.problem(ImageFile(scratch.write("sof9.jpg", arithmetic)), format: "jpeg") == nil)
+
+        var webp = Bytes.read(Fixtures.path("halves.webp"))
+        #expect(ImageInspector.inspect(scratch.write("whole.webp", webp), policy: policy).code == nil)
+        webp.removeLast(webp.count / 2)
+        webp.replaceSubrange(4..<8, with: Bytes.bigEndian(UInt32(webp.count - 8)).reversed())
+        let cut = ImageInspector.inspect(scratch.write("cut.webp", webp), policy: policy)
+        #expect(cut.code == .notAnImage && "\(cut)".contains("chunk runs past its end (truncated)"), "\(cut)")
+    }
+
     @Test("a PNG whose pixel data's CRC (or its end chunk's) does not match was cached as good, and no variant could be made (libpng refuses it); now it is no image. A damaged CRC of an ancillary chunk stays fine: libpng only warns")
     func pngWithDamagedCRCs() throws {
         /// `png` with the last byte of the CRC of its first `type` chunk flipped: the chunk's data is intact.

@@ -37,6 +37,10 @@ enum ImageIntegrity {
     /// at 12 (about 2 s), and every scan of a small picture.
     static let jpegScanPixels: Int64 = 1 << 31
 
+    /// The frame headers of the processes libjpeg decodes: baseline, extended and progressive, with Huffman or
+    /// arithmetic coding (SOF0, 1, 2, 9 and 10); not lossless or hierarchical ones.
+    private static let decodedProcesses: Set<UInt8> = [0xC0, 0xC1, 0xC2, 0xC9, 0xCA]
+
     private static func jpeg(_ reader: FileByteReader, stripping: JPEGStripping? = nil) throws(SystemError) -> String? {
         let truncated = "the JPEG ends before its end-of-image marker (truncated)"
         guard try reader.bytes(2) == [0xFF, 0xD8] else { return "the JPEG has no start-of-image marker" }
@@ -73,6 +77,13 @@ enum ImageIntegrity {
                 var read = 2
                 if ImageHeader.isStartOfFrame(marker), frame == nil, length >= 7 {
                     guard let head = try reader.bytes(5) else { return truncated }
+                    guard decodedProcesses.contains(marker) else {
+                        return "the JPEG is coded in a process libjpeg does not decode (SOF\(marker - 0xC0): lossless or "
+                            + "hierarchical)"
+                    }
+                    guard head[0] == 8 else {
+                        return "the JPEG has samples of \(head[0]) bits: gdk-pixbuf's libjpeg decodes 8-bit samples only"
+                    }
                     frame = frameSize(head)
                     read = 7
                 }
@@ -142,6 +153,14 @@ enum ImageIntegrity {
         guard max(width, height) <= 1_000_000 else {
             return "the PNG is \(width)x\(height): libpng reads at most 1000000 pixels a side"
         }
+        let depth = ihdr[16], colourType = ihdr[17]
+        guard pngDepths[colourType]?.contains(depth) == true else {
+            return "the PNG's IHDR declares a bit depth of \(depth) with colour type \(colourType), which libpng refuses"
+        }
+        guard ihdr[18] == 0, ihdr[19] == 0, ihdr[20] <= 1 else {
+            return "the PNG's IHDR declares compression \(ihdr[18]), filter \(ihdr[19]) and interlace \(ihdr[20]): "
+                + "libpng knows 0, 0 and 0 or 1"
+        }
         criticalChunks?.keep(0..<reader.offset)
         var profileKept = false
         while true {
@@ -168,6 +187,9 @@ enum ImageIntegrity {
             if type.elementsEqual("IEND".utf8) { return nil }
         }
     }
+
+    /// The bit depths PNG allows with each colour type (grey, RGB, palette, grey and alpha, RGBA).
+    private static let pngDepths: [UInt8: Set<UInt8>] = [0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16]]
 
     /// What a loader is fed to decode the JPEG or PNG `file` for a variant, or nil when it is not whole (or of
     /// another format): the picture without the metadata a loader would keep. libjpeg saves each comment and APPn
@@ -352,10 +374,27 @@ enum ImageIntegrity {
         }
     }
 
+    /// A WebP's RIFF holds all its bytes, its chunks fit in it (a file cut and its RIFF length made to match leaves
+    /// the picture's chunk running past the end), and one of them is a picture.
     private static func webp(_ reader: FileByteReader) throws(SystemError) -> String? {
         guard let header = try reader.bytes(12) else { return "the WebP ends inside its header (truncated)" }
         let declared = Int64(header.littleEndian32(at: 4)) + 8
-        return reader.size < declared ? "the WebP has \(reader.size) of its \(declared) bytes (truncated)" : nil
+        guard reader.size >= declared else { return "the WebP has \(reader.size) of its \(declared) bytes (truncated)" }
+        var pictures = 0
+        while reader.offset < declared {
+            guard reader.offset + 8 <= declared, let chunk = try reader.bytes(8) else {
+                return "the WebP ends inside a chunk's header (truncated)"
+            }
+            let length = Int64(chunk.littleEndian32(at: 4))
+            guard reader.offset + length <= declared else {
+                return "the WebP's \(String(decoding: chunk[0...3], as: UTF8.self)) chunk runs past its end (truncated)"
+            }
+            if ["VP8 ", "VP8L", "ANMF"].contains(where: { chunk[0...3].elementsEqual($0.utf8) }) { pictures += 1 }
+            guard try reader.skip(min(length + length % 2, declared - reader.offset)) else {
+                return "the WebP ends inside a chunk (truncated)"
+            }
+        }
+        return pictures > 0 ? nil : "the WebP has no picture chunk (VP8, VP8L or ANMF)"
     }
 
     /// How many frames the WebP `file` has: its `ANMF` chunks, 1 for a still picture. gdk-pixbuf's WebP loader
