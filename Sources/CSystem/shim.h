@@ -43,6 +43,37 @@ struct pf_sock_fprog { unsigned short len; struct pf_sock_filter *filter; };
 /* glibc's pthread_setname_np (declared under _GNU_SOURCE only, as accept4): names a thread, at most 15 bytes. */
 extern int pthread_setname_np(unsigned long thread, const char *name);
 
+/* A mark of the daemon's own fatal signals (FatalSignalMark.swift). A handler of SIGSEGV, SIGBUS, SIGILL, SIGFPE and
+   SIGABRT writes the signal's number into the file `fd` (with pwrite, which may be called in a handler) and raises
+   the signal again; the kernel has put back the default action as it entered the handler (SA_RESETHAND), so the
+   signal then takes the process as it would have (a core dump), a fault as well as a signal sent with kill(). In C:
+   Swift's globals may allocate or lock on first use, which a signal handler must not. */
+#include <signal.h>
+#include <unistd.h>
+
+/* The mark's descriptor (a static of a function: Swift does not emit a header's static variables). */
+static inline int *pf_fatal_mark(void) { static int fd = -1; return &fd; }
+
+static inline void pf_on_fatal_signal(int signal) {
+    char text[3] = { (char)('0' + signal / 10), (char)('0' + signal % 10), '\n' };
+    if (pwrite(*pf_fatal_mark(), text, sizeof text, 0) < 0) { /* nothing more can be done here */ }
+    raise(signal);
+}
+
+/* Starts marking the fatal signals into `fd`; 0, or -1 with errno. */
+static inline int pf_mark_fatal_signals(int fd) {
+    static const int signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+    *pf_fatal_mark() = fd;
+    struct sigaction action;
+    action.sa_handler = pf_on_fatal_signal;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    for (unsigned i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        if (sigaction(signals[i], &action, NULL) != 0) return -1;
+    }
+    return 0;
+}
+
 /* stdout, which print writes through: Swift 6 does not let its global be read, and a static prefetchctl has no
    dlsym to find it. */
 #include <stdio.h>

@@ -23,7 +23,8 @@ public enum ErrorCode: String, Codable, CaseIterable, Sendable {
     case addressNotAllowed = "address_not_allowed"
     case unauthorized
     case shuttingDown = "shutting_down"
-    /// The daemon died twice in a row while handling this URL; it is set aside for the negative TTL.
+    /// The daemon died while handling this URL too often in a row (two crashes, or four kills from outside); it is
+    /// set aside for the negative TTL.
     case quarantined
     /// A new client when as many are connected as the descriptor limit leaves room for.
     case tooManyClients = "too_many_clients"

@@ -103,7 +103,9 @@ final class Daemon {
             let left = min(failure.until.saturatingSubtract(wallNow), options.retry.negativeTTL)
             scheduler.remember(failure.key, failure.failure, until: now + left)
         }
-        crashGuard = try CrashGuard(store: store, dieOn: options.environment["PREFETCHD_TEST_DIE_ON"])
+        crashGuard = try CrashGuard(store: store, mark: FatalSignalMark(directory: options.cacheDirectory),
+                                    crashOn: options.environment["PREFETCHD_TEST_DIE_ON"],
+                                    killedOn: options.environment["PREFETCHD_TEST_KILLED_ON"])
         try quarantine(crashGuard.quarantine)
         let temporaries = try store.beginRecovery()
         if temporaries > 0 { Log.info("recovery: removed \(temporaries) temporary files") }

@@ -292,7 +292,7 @@ import Testing
         }
     }
 
-    @Test("a URL whose handling killed the daemon twice is quarantined; a clean stop is not a death")
+    @Test("a URL whose handling crashed the daemon twice (each death weighing 2) is quarantined; a clean stop is not a death")
     func deathsAreCounted() throws {
         try withCacheDirectory { directory in
             let poison = "https://example.com/poison.png", interrupted = "https://example.com/slow.png"
@@ -300,13 +300,13 @@ import Testing
             do { try Store(directory: directory).startWorking([poison]) }
             do {
                 let store = try Store(directory: directory)
-                let found = try store.countDeaths(limit: 2)
+                let found = try store.countDeaths(weight: 2, limit: 4)
                 #expect(found.quarantine.isEmpty && found.suspects == [poison])
                 try store.startWorking([poison])
             }
             do {
                 let store = try Store(directory: directory)
-                let found = try store.countDeaths(limit: 2)
+                let found = try store.countDeaths(weight: 2, limit: 4)
                 #expect(found.quarantine == [poison] && found.suspects.isEmpty)
                 // A clean stop while `interrupted` is being handled.
                 try store.startWorking([interrupted])
@@ -314,8 +314,24 @@ import Testing
                 try store.commit()
             }
             let store = try Store(directory: directory)
-            let found = try store.countDeaths(limit: 2)
+            let found = try store.countDeaths(weight: 2, limit: 4)
             #expect(found.quarantine.isEmpty && found.suspects.isEmpty)
+        }
+    }
+
+    @Test("deaths in a row add up by their weight: a URL killed from outside (weight 1) three times is a suspect, the fourth time quarantined")
+    func deathsAddUpByWeight() throws {
+        try withCacheDirectory { directory in
+            let url = "https://example.com/unlucky.png"
+            do { try Store(directory: directory).startWorking([url]) }
+            for _ in 1...3 {
+                let store = try Store(directory: directory)
+                let found = try store.countDeaths(weight: 1, limit: 4)
+                #expect(found.quarantine.isEmpty && found.suspects == [url])
+                try store.startWorking([url])
+            }
+            let found = try Store(directory: directory).countDeaths(weight: 1, limit: 4)
+            #expect(found.quarantine == [url] && found.suspects.isEmpty)
         }
     }
 
@@ -330,7 +346,7 @@ import Testing
                 try store.startWorking(keys)
             }
             let store = try Store(directory: directory)
-            let found = try store.countDeaths(limit: 2)
+            let found = try store.countDeaths(weight: 2, limit: 4)
             #expect(found.quarantine.isEmpty && found.suspects == Set(keys))
             #expect(try store.isQueued("https://example.com/queued.png"))
         }

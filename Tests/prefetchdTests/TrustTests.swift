@@ -324,7 +324,7 @@ struct TrustTests {
         #expect(daemon.ctl("get", origin.url("/emptied.jpg")).status == 0, "and the cache works again")
     }
 
-    @Test("a URL whose response killed the daemon twice in a row is quarantined; every other queued URL is served")
+    @Test("a URL whose response crashed the daemon twice in a row is quarantined; every other queued URL is served")
     func crashLoopQuarantined() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest(environment: ["PREFETCHD_TEST_DIE_ON": "poison"])
@@ -337,7 +337,7 @@ struct TrustTests {
             deaths += 1
             try? daemon.start()  // it may die again before it answers
         }
-        #expect(deaths == 2, "the poisoned URL killed the daemon twice, then no more")
+        #expect(deaths == 2, "the poisoned URL crashed the daemon twice (each death marked with its signal), then no more")
         let info = try object(daemon.ctl("info", "--json", poison))
         #expect((info["failure"] as? [String: Any])?["code"] as? String == "quarantined", "\(info)")
         #expect(errorCode(daemon.ctl("get", "--json", poison).stdout) == "quarantined")
@@ -346,6 +346,24 @@ struct TrustTests {
             #expect(try object(daemon.ctl("get", "--json", url))["path"] != nil, "\(url)")
         }
         #expect(try origin.count("/poison.jpg") == 2, "never fetched again after the second death")
+    }
+
+    @Test("a queued URL whose handling was killed from outside (SIGKILL: a person's kill -9, the OOM killer) twice in a row is fetched again: a kill is no proof; four such deaths in a row quarantine it")
+    func killsFromOutsideWeighLess() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(environment: ["PREFETCHD_TEST_KILLED_ON": "unlucky"])
+        let unlucky = origin.url("/unlucky.jpg")
+        #expect(daemon.ctl("queue", unlucky, origin.url("/ok.jpg")).status == 0)
+        var deaths = 0
+        for _ in 0..<5 {
+            guard waitUntil(seconds: 5, { !daemon.child!.process.isRunning }) else { break }
+            deaths += 1
+            try? daemon.start()
+        }
+        #expect(deaths == 4, "killed four times, then quarantined (on the code before: twice)")
+        #expect(try origin.count("/unlucky.jpg") == 4)
+        #expect(errorCode(daemon.ctl("get", "--json", unlucky).stdout) == "quarantined")
+        #expect(try object(daemon.ctl("get", "--json", origin.url("/ok.jpg")))["path"] != nil)
     }
 
     @Test("evict of a URL whose variant is being made answers in_use and the waiting get --size gets its variant")

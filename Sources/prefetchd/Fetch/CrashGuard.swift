@@ -5,8 +5,11 @@ import Glibc
 /// The risky steps of handling a URL — interpreting its response, inspecting the body, making a variant — are
 /// recorded durably before they run (`begin`) and cleared after (`end`). A start-up that finds records counts a
 /// death for each of those URLs: they become suspects. Until every suspect has been handled once without incident,
-/// risky steps run one at a time (`whenFree`), so that another death names exactly one URL; a URL with two deaths in a
-/// row is returned by `init` for quarantine.
+/// risky steps run one at a time (`whenFree`), so that another death names exactly one URL. A crash (a fatal signal of
+/// the daemon's own, `FatalSignalMark`) weighs `crashWeight`, a kill from outside (SIGKILL, the OOM killer, a power
+/// cut) 1: a URL whose deaths in a row weigh `quarantineWeight` — two crashes, or four kills that each came while it
+/// was handled — is returned by `init` for quarantine. A kill is no proof that the URL did it, and a queued URL is
+/// acknowledged work: two `kill -9`s from a person, or a stop that ends in SIGKILL, cost a queued URL nothing.
 final class CrashGuard {
     private let store: Store
     /// URLs in a risky step now, with how many steps each (a fetch and a variant of one URL may overlap).
@@ -17,20 +20,31 @@ final class CrashGuard {
     private var held: [() -> Void] = []
     /// Called when risky steps may start again after being held back.
     var onFree: () -> Void = {}
-    /// A test hook (`PREFETCHD_TEST_DIE_ON`): the daemon kills itself when a URL containing it begins a risky step.
-    private let dieOn: String?
+    /// Test hooks: when a URL containing `crashOn` (`PREFETCHD_TEST_DIE_ON`) begins a risky step the daemon crashes
+    /// (SIGABRT), when one containing `killedOn` (`PREFETCHD_TEST_KILLED_ON`) does it is killed (SIGKILL).
+    private let crashOn: String?
+    private let killedOn: String?
 
-    /// Counts the deaths found at start-up; `quarantine` lists the URLs that died twice in a row.
-    init(store: Store, dieOn: String?) throws {
+    static let crashWeight = 2
+    static let quarantineWeight = 4
+
+    /// Counts the deaths found at start-up, weighed by `mark`, which then marks this run's crashes; `quarantine` lists
+    /// the URLs whose deaths in a row reached `quarantineWeight`.
+    init(store: Store, mark: FatalSignalMark, crashOn: String?, killedOn: String?) throws {
         self.store = store
-        self.dieOn = dieOn.flatMap { $0.isEmpty ? nil : $0 }
-        (quarantine, suspects) = try store.countDeaths(limit: 2)
+        self.crashOn = crashOn.flatMap { $0.isEmpty ? nil : $0 }
+        self.killedOn = killedOn.flatMap { $0.isEmpty ? nil : $0 }
+        (quarantine, suspects) = try store.countDeaths(weight: mark.signal == nil ? 1 : Self.crashWeight,
+                                                       limit: Self.quarantineWeight)
+        mark.arm()
         if !suspects.isEmpty {
-            Log.warning("the daemon died while handling \(suspects.count) URL(s); handling them one at a time until each is done")
+            let cause = mark.signal.map { "crashed (signal \($0))" } ?? "was killed from outside or lost power"
+            Log.warning("the daemon \(cause) while handling \(suspects.count) URL(s); handling them one at a time until "
+                        + "each is done")
         }
     }
 
-    /// URLs that died twice in a row, found at start-up.
+    /// URLs whose deaths in a row reached `quarantineWeight`, found at start-up.
     let quarantine: [String]
 
     /// How many risky steps may start together now: any number, or one at a time while suspects are singled out.
@@ -57,8 +71,14 @@ final class CrashGuard {
         } catch {
             Log.error("cannot record the handling of \(entering.count) URL(s), \(entering[0]) first: \(error)")
         }
-        if let dieOn, let key = entering.first(where: { $0.contains(dieOn) }) {
-            Log.error("PREFETCHD_TEST_DIE_ON matched \(key): killing the daemon")
+        if let crashOn, let key = entering.first(where: { $0.contains(crashOn) }) {
+            Log.error("PREFETCHD_TEST_DIE_ON matched \(key): crashing the daemon")
+            var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+            _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCore)
+            abort()
+        }
+        if let killedOn, let key = entering.first(where: { $0.contains(killedOn) }) {
+            Log.error("PREFETCHD_TEST_KILLED_ON matched \(key): killing the daemon")
             kill(getpid(), SIGKILL)
         }
     }

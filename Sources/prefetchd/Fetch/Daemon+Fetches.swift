@@ -3,22 +3,24 @@ import QueueCore
 /// The fetch side's edges: what the crash guard set aside at start-up, the transfers at shutdown, the cache limit and
 /// a full disk.
 extension Daemon {
-    /// Sets aside, at start-up, the URLs that were being handled when the daemon died twice in a row (`CrashGuard`):
+    /// Sets aside, at start-up, the URLs whose handling the daemon died in too often in a row (`CrashGuard`):
     /// remembered as a `quarantined` failure for the negative TTL, out of the durable queue and the cache.
     func quarantine(_ keys: [String]) throws {
         for key in keys {
             let seconds = options.retry.negativeTTL / 1000
-            let failure = Failure(code: .quarantined, message: "set aside for \(seconds) s: the daemon died twice in a row "
-                                  + "while handling this URL's response", isTransient: false)
+            let failure = Failure(code: .quarantined, message: "set aside for \(seconds) s: the daemon died while handling "
+                                  + "this URL's response \(Self.tooOften)", isTransient: false)
             let until = Moment.now + options.retry.negativeTTL
             scheduler.remember(key, failure, until: until)
             try store.saveFailure(key, failure, until: until.wallClockMilliseconds, now: wallClockMilliseconds())
             try store.dequeue(key)
             try store.removePartial(key)
             try store.remove(key)
-            Log.error("quarantined \(key): the daemon died twice in a row while handling it; not fetched again for \(seconds) s")
+            Log.error("quarantined \(key): the daemon died while handling it \(Self.tooOften); not fetched again for \(seconds) s")
         }
     }
+
+    private static let tooOften = "too often in a row (it crashed twice, or was killed from outside four times)"
 
     /// Cached answers that may be other URLs' (their connection was found with bytes nobody asked for) are evicted
     /// and queued again, so that what was asked for, queued work included, is fetched anew; those a waiting request

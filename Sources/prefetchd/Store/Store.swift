@@ -856,12 +856,12 @@ final class Store {
         try db.execute("UPDATE working SET active = 0")
     }
 
-    /// At start-up: counts a death for every key that was being handled when the process ended without a clean
-    /// stop. Returns the keys that died `limit` times in a row, forgotten here (the caller quarantines them), and the
-    /// others that died and have not been handled since (suspects).
-    func countDeaths(limit: Int) throws(DatabaseError) -> (quarantine: [String], suspects: Set<String>) {
+    /// At start-up: counts a death of `weight` for every key that was being handled when the process ended without
+    /// a clean stop. Returns the keys whose deaths in a row weigh `limit` or more, forgotten here (the caller
+    /// quarantines them), and the others that died and have not been handled since (suspects).
+    func countDeaths(weight: Int, limit: Int) throws(DatabaseError) -> (quarantine: [String], suspects: Set<String>) {
         try write()
-        try db.execute("UPDATE working SET deaths = deaths + 1, active = 0 WHERE active = 1")
+        try db.statement("UPDATE working SET deaths = deaths + ?1, active = 0 WHERE active = 1").bind(Int64(weight)).run()
         var quarantine: [String] = [], suspects: Set<String> = []
         // Rows left by a clean stop (no death counted) are neither.
         let select = try db.statement("SELECT key, deaths FROM working WHERE deaths > 0")
