@@ -259,6 +259,24 @@ import Testing
         }
     }
 
+    @Test("each damaged page of a damaged index's queue costs the rows on it, however many there are and wherever they lie (read from both ends, three damaged pages in the middle cost every row between the first and the last: 2,885 of 5,000 URLs in the adversary's file)",
+          arguments: [[0.25, 0.5, 0.75], [0, 0.3, 0.6, 1], [0.1, 0.12, 0.14, 0.9], [0.4, 0.41]])
+    func damagedPagesCostTheirRowsOnly(fractions: [Double]) throws {
+        let queued = (0..<5000).map { "https://example.com/queued/\($0).png" }
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                for (index, key) in queued.enumerated() { #expect(try store.enqueue(key: key, now: Int64(index))) }
+                try store.commit()
+            }
+            let lost = try damageLeaves(of: "queue", in: directory, at: fractions)
+            let store = try Store(directory: directory)
+            let kept = try store.backlog(after: 0, limit: 10_000).map(\.key)
+            #expect(kept.count == queued.count - lost, "\(kept.count) kept, \(lost) rows on the damaged pages")
+            #expect(kept == queued.filter(Set(kept).contains), "in their order")
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in
@@ -389,19 +407,31 @@ import Testing
     /// Overwrites a leaf page of `table` in the index (the first, or one in the middle) with junk, after the log is
     /// folded in.
     private func damageLeaf(of table: String, in directory: String, middle: Bool = false) throws {
+        _ = try damageLeaves(of: table, in: directory, at: [middle ? 0.5 : 0])
+    }
+
+    /// Overwrites with junk the leaf pages of `table` at `fractions` of its leaves (in page order, 1 for the last);
+    /// returns how many rows they held.
+    private func damageLeaves(of table: String, in directory: String, at fractions: [Double]) throws -> Int {
         let path = directory + "/index.sqlite"
         let db = try Database(path: path)
         try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         let leaves = try db.integer("SELECT count(*) FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf'")
-        let page = try db.integer("""
-            SELECT pageno FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf' ORDER BY pageno
-            LIMIT 1 OFFSET \(middle ? leaves / 2 : 0)
-            """)
-        #expect(page > 1)
         let fd = try syscall("open", path) { open(path, O_WRONLY | O_CLOEXEC) }
+        defer { close(fd) }
+        var pages: Set<Int64> = [], rows = 0
+        for fraction in fractions {
+            let offset = min(Int(Double(leaves) * fraction), Int(leaves) - 1)
+            let page = try db.integer("""
+                SELECT pageno FROM dbstat WHERE name = '\(table)' AND pagetype = 'leaf' ORDER BY pageno
+                LIMIT 1 OFFSET \(offset)
+                """)
+            #expect(page > 1)
+            if pages.insert(page).inserted { rows += Int(try db.integer("SELECT ncell FROM dbstat WHERE pageno = \(page)")) }
+        }
         let junk = [UInt8](repeating: 0xA5, count: 4096)
-        #expect(pwrite(fd, junk, junk.count, off_t(page - 1) * 4096) == junk.count)
-        close(fd)
+        for page in pages { #expect(pwrite(fd, junk, junk.count, off_t(page - 1) * 4096) == junk.count) }
+        return rows
     }
 
     /// The index as version 1 of the daemon wrote it (`user_version` 1).

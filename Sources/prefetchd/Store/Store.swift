@@ -320,35 +320,67 @@ final class Store {
         }
     }
 
-    /// Copies what of a damaged index's queue can be read into `db`, in its order: from the front until the damage,
-    /// then from the back until it (a damaged page in the middle of a million rows costs those on it, not the rest).
-    /// A row whose key is not a URL as this version writes it (read from a damaged page) is dropped. Returns how many
-    /// URLs it kept.
+    /// Copies what of a damaged index's queue can be read into `db`, in its order: the rows are read from the front
+    /// until a read fails; then reads are started further on (a seek by `seq` goes around a damaged page to the next
+    /// one), at distances that double until one succeeds, and the first start that succeeds is looked for between
+    /// the two, so that each damaged page costs the rows on it and a few reads, however many there are (reading from
+    /// both ends, three damaged pages of 164 cost 2,885 of 5,000 rows). A row whose key is not a URL as this version
+    /// writes it (read from a damaged page) is dropped. Returns how many URLs it kept.
     private static func salvageQueue(from path: String, into db: Database) throws(DatabaseError) -> Int {
         guard let damaged = try? Database(path: path) else { return 0 }
+        enum Read { case row(Statement), end, damaged }
+        /// The queue from `start` on, on its first row.
+        func read(from start: Int64) -> Read {
+            guard let rows = try? damaged.statement("SELECT seq, key, queued_at FROM queue WHERE seq >= ?1 ORDER BY seq")
+                .bind(start), let more = try? rows.step() else { return .damaged }
+            return more ? .row(rows) : .end
+        }
         var kept = 0
         try db.execute("BEGIN IMMEDIATE")
-        let directions: [StaticString] = ["SELECT seq, key, queued_at FROM queue ORDER BY seq",
-                                          "SELECT seq, key, queued_at FROM queue ORDER BY seq DESC"]
-        for direction in directions {
-            guard let rows = try? damaged.statement(direction) else { break }
-            var complete = false
+        // Sequence numbers start at 1 (`enqueue`): the distances of the reads past damage grow from the rows' scale.
+        var next: Int64 = 0
+        reading: while true {
+            switch read(from: next) {
+            case .row(let rows):
+                while true {
+                    let seq = rows.int(0), key = rows.text(1)
+                    if (try? CanonicalURL(key).key) == key {
+                        try db.statement("INSERT OR IGNORE INTO queue(seq, key, queued_at) VALUES (?1, ?2, ?3)")
+                            .bind(seq, key, rows.int(2)).run()
+                        kept += db.changes
+                    }
+                    guard seq < .max else { break reading }
+                    next = seq + 1
+                    guard let more = try? rows.step() else { break }  // damage after this row
+                    guard more else { break reading }
+                }
+            case .end:
+                break reading
+            case .damaged:
+                break
+            }
+            // A read from `next` fails: go further until one does not, then back to the first start that does not.
+            var failed = next, distance: Int64 = 1
+            var good: Int64
             while true {
-                guard let more = try? rows.step() else { break }
-                guard more else {
-                    complete = true
+                let (probe, overflow) = failed.addingReportingOverflow(distance)
+                guard !overflow else { break reading }
+                guard case .damaged = read(from: probe) else {
+                    good = probe
                     break
                 }
-                let key = rows.text(1)
-                guard (try? CanonicalURL(key).key) == key else { continue }
-                try db.statement("INSERT OR IGNORE INTO queue(seq, key, queued_at) VALUES (?1, ?2, ?3)")
-                    .bind(rows.int(0), key, rows.int(2)).run()
-                kept += db.changes
+                failed = probe
+                distance = min(distance, .max / 2) * 2
             }
-            if complete { break }  // read to the end: nothing is behind damage
+            while good - failed > 1 {
+                let middle = failed + (good - failed) / 2
+                if case .damaged = read(from: middle) { failed = middle } else { good = middle }
+            }
+            next = good
         }
         try db.execute("COMMIT")
         db.resetStatements()
+        damaged.resetStatements()
         return kept
     }
 
