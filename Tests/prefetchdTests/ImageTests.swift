@@ -191,6 +191,15 @@ struct ImageTests {
         #expect(order.count == 4 && order.first == "thumb", "\(order)")
     }
 
+    @Test("a thumbnail of an animated WebP asked behind three full-size variants of a 40-megapixel JPEG waits its turn: its 40 frames of 1000x1000 count, each on a canvas of its own (it passed them as a 1-megapixel job, and ran beside one: 342 MB)")
+    func animatedWebPCountsItsFrames() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg"), origin.url("/forty-frames.webp")).status == 0)
+        let thumbnail = "{\"id\":\"animation\",\"op\":\"get\",\"url\":\"\(origin.url("/forty-frames.webp"))\",\"size\":\"32x32\"}\n"
+        let order = try replyOrder(behindVariants: 3, size: { "799\($0)x4990" }, then: thumbnail, on: daemon)
+        #expect(order.count == 4 && order.last == "animation", "\(order)")
+    }
+
     @Test("a new fetch asked behind four variants of a 40-megapixel JPEG is answered first: its body is checked on threads of its own")
     func fetchPassesVariantsBeingMade() throws {
         let daemon = try DaemonUnderTest()

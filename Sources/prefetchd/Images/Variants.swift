@@ -128,30 +128,40 @@ final class Variants {
     }
 
     /// The pixels a job holds at once: the picture decoded (smaller than the original for loaders that scale while
-    /// decoding) and the output, and for a progressive JPEG the coefficients libjpeg keeps for the whole picture (in
-    /// pixels of 4 bytes: a 7071×7071 one held 300 MB to make a 100×100 thumbnail, counted as 0.8 Mpx). From the
-    /// size the index recorded; an original of unknown size counts as the largest allowed.
+    /// decoding; every frame of an animated WebP, each on a canvas of its own, and a GIF's first frame where it is
+    /// larger than the screen, as `Resizer` decodes them) and the output, and for a progressive JPEG the coefficients
+    /// libjpeg keeps for the whole picture (in pixels of 4 bytes: a 7071×7071 one held 300 MB to make a 100×100
+    /// thumbnail, counted as 0.8 Mpx). From the size the index recorded; an original of unknown size counts as the
+    /// largest allowed. An animated WebP of 40 frames of 1100×1100 (48 Mpx) was counted as its canvas, 1.2.
     private func pixels(of original: IndexEntry, source: String, spec: VariantSpec) -> Int64 {
         guard let width = original.width, let height = original.height, (1...Int(Int32.max)).contains(width),
               (1...Int(Int32.max)).contains(height) else { return maxPixels }
         let geometry = VariantGeometry(sourceWidth: width, sourceHeight: height, spec: spec)
-        var decoded = (width: width, height: height)
+        let stored = Int64(width).saturatingMultiply(Int64(height))
+        var decoded = stored
         if Resizer.scalingLoaders.contains(original.format ?? ""),
            let smaller = geometry.decodeSize(storedWidth: width, storedHeight: height) {
-            decoded = smaller
+            decoded = Int64(smaller.width) * Int64(smaller.height)
         }
-        var coefficients: Int64 = 0
-        if original.format == "jpeg" {
-            // Read here, on the loop thread: 64 KiB. A frame header past them (or a file unreadable now) counts as
-            // progressive, 3 components.
+        var extra: Int64 = 0
+        // Read here, on the loop thread: 64 KiB of a JPEG, the chunk headers of a WebP, a GIF up to its first image.
+        switch original.format {
+        case "jpeg":
+            // A frame header past the first 64 KiB counts as progressive, 3 components.
             let head = (try? ImageFile(source, prefixLength: 64 * 1024)).map { Array($0.prefix) } ?? []
-            coefficients = (ImageHeader.progressiveJPEGCoefficientBytes(head)
-                            ?? Int64(width).saturatingMultiply(Int64(height)).saturatingMultiply(6)) / 4
+            extra = (ImageHeader.progressiveJPEGCoefficientBytes(head) ?? stored.saturatingMultiply(6)) / 4
+        case "webp":
+            guard let frames = try? ImageIntegrity.webpFrames(ImageFile(source)) else { return maxPixels }
+            decoded = max(stored, Resizer.smallestFrameCost).saturatingMultiply(Int64(frames))
+        case "gif":
+            guard let first = try? ImageIntegrity.gifFirstFrame(ImageFile(source)) else { return maxPixels }
+            decoded = Int64(max(width, first.width)).saturatingMultiply(Int64(max(height, first.height)))
+        default:
+            break
         }
         // Sizes from the index, each up to 2^31: their products and sum saturate.
-        return Int64(decoded.width).saturatingMultiply(Int64(decoded.height))
-            .saturatingAdd(Int64(geometry.outputWidth).saturatingMultiply(Int64(geometry.outputHeight)))
-            .saturatingAdd(coefficients)
+        return decoded.saturatingAdd(Int64(geometry.outputWidth).saturatingMultiply(Int64(geometry.outputHeight)))
+            .saturatingAdd(extra)
     }
 
     /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made

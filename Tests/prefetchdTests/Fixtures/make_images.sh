@@ -30,19 +30,22 @@ idat = zlib.compress(b"\0" * 16)
 open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
 PY
 convert -size 1x1 xc:red -define webp:lossless=true "$dir/pixel.webp"
-python3 - "$dir/pixel.webp" "$dir/frames.webp" "$dir/scans.jpg" <<'PY'
+python3 - "$dir/pixel.webp" "$dir/frames.webp" "$dir/scans.jpg" "$dir/forty-frames.webp" <<'PY'
 import struct, sys
-# An animated WebP: a 1000x1000 canvas, 100 frames of one lossless pixel each (1.5 KB). gdk-pixbuf's loader decodes
-# every frame onto a canvas of its own: 100 megapixels.
+# Animated WebPs on a 1000x1000 canvas of one lossless pixel a frame: 100 frames (1.5 KB) and 40. gdk-pixbuf's
+# loader decodes every frame onto a canvas of its own: 100 and 40 megapixels.
 pixel = open(sys.argv[1], "rb").read()[12:]  # its VP8L chunk
 def chunk(kind, data):
     return kind + struct.pack("<I", len(data)) + data + (b"\0" if len(data) % 2 else b"")
 def frame(i):
     # X/2, Y/2, width - 1, height - 1 (3 bytes each), a duration of 10 ms, no flags
     return chunk(b"ANMF", (i % 100).to_bytes(3, "little") + bytes(9) + (10).to_bytes(3, "little") + b"\0" + pixel)
-body = b"WEBP" + chunk(b"VP8X", bytes([2, 0, 0, 0]) + (999).to_bytes(3, "little") * 2) + chunk(b"ANIM", bytes(6))
-body += b"".join(frame(i) for i in range(100))
-open(sys.argv[2], "wb").write(b"RIFF" + struct.pack("<I", len(body)) + body)
+def animation(frames):
+    body = b"WEBP" + chunk(b"VP8X", bytes([2, 0, 0, 0]) + (999).to_bytes(3, "little") * 2) + chunk(b"ANIM", bytes(6))
+    body += b"".join(frame(i) for i in range(frames))
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+open(sys.argv[2], "wb").write(animation(100))
+open(sys.argv[4], "wb").write(animation(40))
 # A progressive 64x64 JPEG of 300 scans, each one end-of-band run over every block: libjpeg decodes each scan over
 # the whole picture (4,000 such scans of 8000x6000 took 90 s).
 def segment(marker, data):
