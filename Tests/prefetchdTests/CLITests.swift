@@ -495,6 +495,27 @@ struct CLITests {
         #expect(held == urls.count, "\(status)")
     }
 
+    @Test("a queue the daemon refuses part of (its disk full) says how many URLs were queued, durably, and how many were not (it said \"nothing was queued\" after thousands were)",
+          .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func queueOnAFullDiskCounts() throws {
+        let disk = try TemporaryDirectory()
+        try #require(mount("tmpfs", disk.path, "tmpfs", 0, "size=4m,mode=0700") == 0)
+        defer { umount2(disk.path, Int32(MNT_DETACH)) }
+        let daemon = try DaemonUnderTest(["--cache-dir", disk.path + "/cache", "--quiet-hours", "00:00-23:59"])
+        let urls = (0..<30_000).map { "http://127.0.0.1:9/full/\($0)/" + String(repeating: "y", count: 400) + ".jpg" }
+        let result = daemon.ctl("queue", "-", stdin: urls.joined(separator: "\n") + "\n")
+        #expect(result.status == 1, "\(result.stderr)")
+        let summary = try #require(result.stderr.split(separator: "\n").first { $0.hasSuffix(" queued") }, "\(result.stderr)")
+        let queued = try #require(Int(summary.dropFirst("prefetchctl: ".count).dropLast(" queued".count)))
+        #expect(queued > 0 && queued < urls.count, "\(summary)")
+        #expect(result.stderr.contains("disk_full: "), "\(result.stderr)")
+        #expect(result.stderr.contains("URLs sent were not queued (the others were, durably: the summary above)"), "\(result.stderr)")
+        let status = try #require(try JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        let slow = status["slow"] as? [String: Any] ?? [:]
+        let held = (status["backlog"] as? Int ?? 0) + (slow["waiting"] as? Int ?? 0) + (slow["running"] as? Int ?? 0)
+        #expect(held == queued, "every URL the summary counts is queued: \(status)")
+    }
+
     @Test("list of 2,500 tasks with 8 KB URLs (a 20 MB reply line) is shown (it failed: the daemon sent an over-long line, exit 3)")
     func longListReply() throws {
         let daemon = try DaemonUnderTest()

@@ -13,6 +13,8 @@ enum BatchCommand {
         var urls: [String] = []
         var results: [ItemResult]?
         var counts: [String: Int]?
+        /// The daemon's error for the whole part (`queue`: a full disk, an index it cannot write): none of it queued.
+        var refusal: WireError?
     }
 
     static func run(_ op: Operation, _ arguments: Arguments, client: Client) throws(CLIError) -> Int32 {
@@ -39,7 +41,15 @@ enum BatchCommand {
         var total = 0
         var answered = 0
         var unanswered = false
+        /// URLs of `queue` parts the daemon refused whole, and its last such error: no more parts are sent after one.
+        var refused = 0
+        var refusal: WireError?
         func take(_ part: Part, _ results: [ItemResult]) {
+            if let error = part.refusal {
+                refused += part.urls.count
+                refusal = error
+                return
+            }
             answered += part.urls.count
             // A daemon that does not know `summary` sends every result, and no counts. Counts were checked to add up
             // to the part's URLs, so the sums cannot overflow.
@@ -74,7 +84,15 @@ enum BatchCommand {
         /// Takes the reply to a part; false when it answers none.
         func accept(_ reply: (id: Int64?, line: [UInt8])) throws(CLIError) -> Bool {
             guard let id = reply.id, let index = pending.firstIndex(where: { $0.id == id }) else { return false }
-            let result = try client.decode(BatchResult.self, reply.line)
+            let result: BatchResult
+            do throws(CLIError) {
+                result = try client.decode(BatchResult.self, reply.line)
+            } catch .failed(let error) where op == .queue {
+                // The parts before it and those taken after it are queued: they are counted, and this one said.
+                pending[index].refusal = error
+                pending[index].results = []
+                return true
+            }
             // A result per URL sent, or (asked for) counts of them all: a reply that leaves some out would drop them
             // unsaid. A daemon that does not know `summary` sends the results.
             let sent = pending[index].urls.count
@@ -94,7 +112,7 @@ enum BatchCommand {
         var deadline = monotonicNow() + client.answerWithin
         do throws(CLIError) {
             exchange: while true {
-                while !exhausted, pending.count < inFlight {
+                while !exhausted, refusal == nil, pending.count < inFlight {
                     guard let urls = try parts.next() else {
                         exhausted = true
                         break
@@ -145,6 +163,12 @@ enum BatchCommand {
         }
         guard total > 0 || unanswered else { throw arguments.noURLs(op.rawValue) }
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
+        if let refusal {
+            summarise()  // what was queued
+            let rest = exhausted ? "" : ", and the rest of the list was not sent"
+            throw .failed(WireError(code: refusal.code, message: "\(refused) of the \(total) URLs sent were not queued (the others were, "
+                                    + "durably: the summary above)\(rest); the daemon said: \(refusal.message)"))
+        }
         if unanswered {
             summarise()  // what was acknowledged
             throw .timeout("prefetchd did not answer within \(Units.seconds(client.answerWithin)): is it stopped (SIGSTOP) "
