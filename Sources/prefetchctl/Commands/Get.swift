@@ -100,7 +100,11 @@ enum GetCommand {
     /// Copies the cached file to `destination` (`-` is stdout); false when the file is gone (unless `lastTry`).
     private static func copy(_ path: String, to destination: String, lastTry: Bool) throws(CLIError) -> Bool {
         let input = open(path, O_RDONLY | O_CLOEXEC)
-        if input < 0, errno == ENOENT, !lastTry { return false }
+        if input < 0, errno == ENOENT {
+            guard lastTry else { return false }
+            throw .failed(WireError(.internal, "the cached file was evicted before it could be copied, three times: the "
+                                    + "cache (max_cache_bytes) is smaller than what its clients use at once; raise it"))
+        }
         guard input >= 0 else { throw .failed(WireError(.internal, "cannot open \(path): \(String(cString: strerror(errno)))")) }
         defer { close(input) }
         // (The cached file itself is told apart below, by its inode.) Stdout is checked through its name.
