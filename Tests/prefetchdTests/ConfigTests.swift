@@ -45,6 +45,17 @@ struct ConfigTests {
         #expect(settings["default_ttl"] == "86400", "unset keys keep their defaults")
     }
 
+    @Test("--check-config refuses a cache directory the daemon would refuse: a file, a directory of someone else's files (it said the configuration was valid, and the start failed)")
+    func checkRefusesAnUnusableCacheDirectory() throws {
+        let directory = try TemporaryDirectory()
+        try write("y", to: directory.path + "/b.txt")
+        let file = check(["--cache-dir", directory.path + "/b.txt"]).result
+        #expect(file.status == 1 && file.stderr.contains("b.txt is not a directory"), "\(file.stderr)")
+        let foreign = check(["--cache-dir", directory.path]).result
+        #expect(foreign.status == 1 && foreign.stderr.contains("holds other files (b.txt) and no prefetchd index"), "\(foreign.stderr)")
+        #expect(check(["--cache-dir", directory.path + "/new"]).result.status == 0, "one that does not exist yet is fine")
+    }
+
     @Test("--check-config on a bad file fails with the file and line", arguments: [
         ("fast_width = 4\nfast_widht = 5\n", ":2: unknown key 'fast_widht'; did you mean 'fast_width'?"),
         ("\n\nfast_width = 0\n", ":3: fast_width: '0' is not a number in 1...1024"),

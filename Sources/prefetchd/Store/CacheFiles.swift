@@ -41,9 +41,9 @@ struct CacheFiles {
     /// The index's file name in the root (with SQLite's `-wal` and `-shm` beside it, and `SpaceReserve`'s `-reserve`).
     static let indexName = "index.sqlite"
 
-    /// Makes the directories, in a root that is prefetchd's own (`refuseForeign`).
+    /// Makes the directories, in a root that is prefetchd's own (`unusable`).
     func prepare() throws {
-        try refuseForeign()
+        if let problem = Self.unusable(root) { throw DaemonError(problem) }
         try makeDirectories(root, mode: Self.privateDirectoryMode)
         try makeDirectories(temporaryDirectory, mode: Self.privateDirectoryMode)
         try makeDirectories(filesDirectory, mode: Self.directoryMode)
@@ -71,21 +71,27 @@ struct CacheFiles {
         try makeDirectories(directory, mode: mode)
     }
 
-    /// Refuses a directory that holds files of someone else's and no index: the start-up sweep deletes what under
-    /// `tmp/` and `files/` the index does not name, and `--cache-dir ~` must not cost anyone their `~/tmp`. A
-    /// directory that does not exist yet, an empty one and one prefetchd made (also one whose first start stopped
-    /// before the index was made) are fine.
-    private func refuseForeign() throws {
+    /// Why `root` cannot be the cache directory, found without changing anything (`prepare` and `--check-config`):
+    /// something other than a directory is there, or a directory that holds files of someone else's and no index (the
+    /// start-up sweep deletes what under `tmp/` and `files/` the index does not name, and `--cache-dir ~` must not
+    /// cost anyone their `~/tmp`). Nil for a directory that does not exist yet, an empty one and one prefetchd made
+    /// (also one whose first start stopped before the index was made).
+    static func unusable(_ root: String) -> String? {
+        var info = stat()
+        if stat(root, &info) == 0, (info.st_mode & S_IFMT) != S_IFDIR {
+            return "the cache directory \(root) is not a directory: give prefetchd a directory of its own (one that does "
+                + "not exist yet, or an empty one)"
+        }
         let top = names(in: root)
-        guard !top.contains(where: { $0.hasPrefix(Self.indexName) }) else { return }
+        guard !top.contains(where: { $0.hasPrefix(Self.indexName) }) else { return nil }
         let foreign = top.filter { !["tmp", "files", "lock"].contains($0) }
-            + names(in: temporaryDirectory).filter { !Self.isHex($0, 64) }.map { "tmp/" + $0 }
-            + names(in: filesDirectory).filter { !Self.isHex($0, 2) }.map { "files/" + $0 }
-        guard !foreign.isEmpty else { return }
+            + names(in: root + "/tmp").filter { !Self.isHex($0, 64) }.map { "tmp/" + $0 }
+            + names(in: root + "/files").filter { !Self.isHex($0, 2) }.map { "files/" + $0 }
+        guard !foreign.isEmpty else { return nil }
         let shown = foreign.sorted().prefix(3).joined(separator: ", ") + (foreign.count > 3 ? ", …" : "")
-        throw DaemonError("the cache directory \(root) holds other files (\(shown)) and no prefetchd index: "
-                          + "give prefetchd a directory of its own (one that does not exist yet, or an empty one), "
-                          + "since it deletes what its index does not name")
+        return "the cache directory \(root) holds other files (\(shown)) and no prefetchd index: give prefetchd a "
+            + "directory of its own (one that does not exist yet, or an empty one), since it deletes what its index "
+            + "does not name"
     }
 
     /// Where the body of a download in progress for `name` is written.
