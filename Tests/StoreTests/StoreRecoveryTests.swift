@@ -277,6 +277,20 @@ import Testing
         }
     }
 
+    @Test("a cache directory the daemon cannot write (read-only here) is refused naming the fix (it said only \"open …/lock: Read-only file system\")",
+          .enabled(if: getuid() == 0, "a read-only bind mount needs root"))
+    func unwritableDirectoryRefusedWithItsFix() throws {
+        try withCacheDirectory { directory in
+            _ = try Store(directory: directory)  // made, then closed: its directories are there
+            #expect(mount(directory, directory, nil, UInt(MS_BIND), nil) == 0)
+            defer { umount2(directory, Int32(MNT_DETACH)) }
+            #expect(mount(nil, directory, nil, UInt(MS_REMOUNT | MS_BIND | MS_RDONLY), nil) == 0)
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory) }
+            #expect(error.map { "\($0)" }?.contains("must be writable by the user prefetchd runs as (uid 0)") == true,
+                    "\(String(describing: error))")
+        }
+    }
+
     @Test("a lock file replaced by a symbolic link is refused and its target left alone (the pid was written through it)")
     func linkedLockRefused() throws {
         try withCacheDirectory { directory in

@@ -40,6 +40,11 @@ final class CacheLock {
                 throw DaemonError("the lock \(path) is a symbolic link: remove it; prefetchd writes nothing through "
                                   + "links in its cache")
             }
+            if code == EACCES || code == EROFS {
+                throw DaemonError("cannot open the lock \(path): \(String(cString: strerror(code))): the cache directory "
+                                  + "must be writable by the user prefetchd runs as (uid \(getuid())), or choose another "
+                                  + "--cache-dir")
+            }
             throw SystemError(call: "open", errno: code, detail: path)
         }
         do {
