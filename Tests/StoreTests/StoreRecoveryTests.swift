@@ -277,6 +277,49 @@ import Testing
         }
     }
 
+    @Test("a row whose number a flipped bit made far larger, last on its page before a damaged page, does not make the salvage skip every row between (774 of 4,924 were kept)")
+    func flippedRowNumberBeforeDamage() throws {
+        let queued = (0..<5000).map { "https://example.com/queued/\($0).png" }
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                for (index, key) in queued.enumerated() { #expect(try store.enqueue(key: key, now: Int64(index))) }
+                try store.commit()
+            }
+            let path = directory + "/index.sqlite"
+            let leaves: [(page: Int64, cells: Int64)]
+            do {
+                let db = try Database(path: path)
+                try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                let rows = try db.statement("SELECT pageno, ncell FROM dbstat WHERE name = 'queue' AND pagetype = 'leaf' ORDER BY path")
+                var found: [(Int64, Int64)] = []
+                while try rows.step() { found.append((rows.int(0), rows.int(1))) }
+                leaves = found
+            }
+            let flipped = leaves[leaves.count / 3], damaged = leaves[leaves.count / 3 + 1]
+            let fd = try syscall("open", path) { open(path, O_RDWR | O_CLOEXEC) }
+            defer { close(fd) }
+            var page = [UInt8](repeating: 0, count: 4096)
+            #expect(pread(fd, &page, 4096, off_t(flipped.page - 1) * 4096) == 4096)
+            // The last cell (a table leaf's cells are in key order): its payload length, then its row number, both
+            // varints; a two-byte row number becomes 16383, the largest of two bytes.
+            let count = Int(page[3]) << 8 | Int(page[4])
+            var at = Int(page[8 + 2 * (count - 1)]) << 8 | Int(page[9 + 2 * (count - 1)])
+            while page[at] & 0x80 != 0 { at += 1 }
+            at += 1
+            try #require(page[at] & 0x80 != 0 && page[at + 1] & 0x80 == 0, "a row number of two bytes")
+            page[at] = 0xFF
+            page[at + 1] = 0x7F
+            #expect(pwrite(fd, page, 4096, off_t(flipped.page - 1) * 4096) == 4096)
+            let junk = [UInt8](repeating: 0xA5, count: 4096)
+            #expect(pwrite(fd, junk, 4096, off_t(damaged.page - 1) * 4096) == 4096)
+
+            let store = try Store(directory: directory)
+            let kept = try store.backlog(after: 0, limit: 10_000).map(\.key)
+            #expect(kept.count == queued.count - Int(damaged.cells), "\(kept.count) kept, \(damaged.cells) on the damaged page")
+        }
+    }
+
     @Test("a cache directory the daemon cannot write (read-only here) is refused naming the fix (it said only \"open …/lock: Read-only file system\")",
           .enabled(if: getuid() == 0, "a read-only bind mount needs root"))
     func unwritableDirectoryRefusedWithItsFix() throws {
