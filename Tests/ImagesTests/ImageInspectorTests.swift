@@ -195,6 +195,27 @@ import Testing
         #expect(cut.code == .notAnImage && "\(cut)".contains("chunk runs past its end (truncated)"), "\(cut)")
     }
 
+    @Test("a WebP's chunks are walked within its RIFF: slack of under 8 bytes after the last is fine (it was refused as truncated), chunk headers after the RIFF are no frames (20,000 were counted: every variant failed pixel_limit), and more than 65,536 chunks are refused (counting 6,000,000 empty ones held the loop 0.3 s per variant asked)")
+    func webpChunksWithinTheRIFF() throws {
+        let still = Bytes.read(Fixtures.path("halves.webp"))
+        /// `still` with `bytes` inside its RIFF after its chunks (the RIFF's length made to match), then `after`.
+        func webp(inside bytes: [UInt8], after: [UInt8] = []) -> String {
+            var file = still + bytes
+            file.replaceSubrange(4..<8, with: Bytes.bigEndian(UInt32(file.count - 8)).reversed())
+            return scratch.write("made.webp", file + after)
+        }
+        #expect(ImageInspector.inspect(webp(inside: [0, 0, 0, 0]), policy: policy).code == nil)
+        let frameHeader = Array("ANMF".utf8) + [0, 0, 0, 0]
+        let trailed = webp(inside: [], after: (0..<20_000).flatMap { _ in frameHeader })
+        #expect(ImageInspector.inspect(trailed, policy: policy).code == nil)
+        #expect(try ImageIntegrity.webpFrames(ImageFile(trailed)) == 1)
+        let junk = Array("JUNK".utf8) + [0, 0, 0, 0]
+        #expect(ImageInspector.inspect(webp(inside: (0..<65_000).flatMap { _ in junk }), policy: policy).code == nil)
+        let many = webp(inside: (0..<ImageIntegrity.mostWebPChunks).flatMap { _ in junk })
+        #expect(ImageInspector.inspect(many, policy: policy) == .rejected(.notAnImage("the WebP has more than 65536 chunks")))
+        #expect(try ImageIntegrity.webpFrames(ImageFile(many)) == ImageIntegrity.mostWebPChunks + 1, "counted as the worst")
+    }
+
     @Test("a PNG whose pixel data's CRC (or its end chunk's) does not match was cached as good, and no variant could be made (libpng refuses it); now it is no image. A damaged CRC of an ancillary chunk stays fine: libpng only warns")
     func pngWithDamagedCRCs() throws {
         /// `png` with the last byte of the CRC of its first `type` chunk flipped: the chunk's data is intact.
