@@ -51,7 +51,9 @@ struct EndToEndTests {
         func start(_ path: String) -> Double? { log.first { $0.path == path }?.start }
         let urgentEnd = try #require(log.first { $0.path == "/urgent.jpg" }?.end)
         let q2Start = try #require(start("/q2.jpg"))
-        #expect(urgentEnd <= q2Start, "the urgent get must finish before the second queued URL starts")
+        // The origin notes a response's end once its handler returns, which may come after the daemon read the last
+        // byte and sent its next request (0.15 ms once); q2 started while the urgent one ran would be 3 s early.
+        #expect(urgentEnd <= q2Start + 0.1, "the urgent get must finish before the second queued URL starts")
         let q15 = try #require(start("/q15.jpg"))
         for n in 3...14 {
             if let other = start("/q\(n).jpg") { #expect(q15 < other, "q15 was promoted ahead of q\(n)") }
