@@ -66,12 +66,37 @@ static inline int pf_mark_fatal_signals(int fd) {
     *pf_fatal_mark() = fd;
     struct sigaction action;
     action.sa_handler = pf_on_fatal_signal;
-    action.sa_flags = SA_RESETHAND;
+    action.sa_flags = SA_RESETHAND | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     for (unsigned i = 0; i < sizeof signals / sizeof signals[0]; i++) {
         if (sigaction(signals[i], &action, NULL) != 0) return -1;
     }
     return 0;
+}
+
+/* Gives the calling thread a stack of its own for signal handlers (SA_ONSTACK), so that a stack overflow, a fault
+   with no stack left to run a handler on, is marked too; pass what it returns to pf_signal_stack_end when the thread
+   ends. NULL when there is no memory (the thread then goes without). */
+static inline void *pf_signal_stack_begin(void) {
+    stack_t stack;
+    stack.ss_size = 64 * 1024;
+    stack.ss_sp = malloc(stack.ss_size);
+    stack.ss_flags = 0;
+    if (stack.ss_sp != NULL && sigaltstack(&stack, NULL) != 0) {
+        free(stack.ss_sp);
+        return NULL;
+    }
+    return stack.ss_sp;
+}
+
+static inline void pf_signal_stack_end(void *memory) {
+    if (memory == NULL) return;
+    stack_t off;
+    off.ss_sp = NULL;
+    off.ss_size = 0;
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, NULL);
+    free(memory);
 }
 
 /* stdout, which print writes through: Swift 6 does not let its global be read, and a static prefetchctl has no

@@ -335,6 +335,24 @@ import Testing
         }
     }
 
+    @Test("the crash mark is believed only as its handler writes it (two digits of a fatal signal it handles, a newline) and only from a file of its own: any digits counted as a crash, and a hard link was written through")
+    func crashMarkIsReadStrictly() throws {
+        try withCacheDirectory { directory in
+            let path = directory + "/index.sqlite-crash"
+            for (text, signal) in [("11\n", SIGSEGV), ("06\n", SIGABRT), ("07\n", SIGBUS), ("--\n", nil), ("0\n", nil),
+                                   ("zz7qq", nil), ("99\n", nil), ("15\n", nil), ("11", nil), ("", nil)] as [(String, Int32?)] {
+                try writeFile(path, text: text)
+                #expect(FatalSignalMark(directory: directory).signal == signal, "\(text.debugDescription)")
+            }
+            let other = directory + "/other"
+            try writeFile(other, text: "11\n")
+            unlink(path)
+            #expect(link(other, path) == 0)
+            #expect(FatalSignalMark(directory: directory).signal == nil, "a hard link is not the daemon's own")
+            #expect(String(decoding: try #require(FileManager.default.contents(atPath: other)), as: UTF8.self) == "11\n")
+        }
+    }
+
     @Test("the keys of one batch are all durable when startWorking returns: a death counts against each")
     func batchedStartIsDurable() throws {
         try withCacheDirectory { directory in

@@ -346,6 +346,8 @@ struct TrustTests {
             #expect(try object(daemon.ctl("get", "--json", url))["path"] != nil, "\(url)")
         }
         #expect(try origin.count("/poison.jpg") == 2, "never fetched again after the second death")
+        let mark = try String(contentsOfFile: daemon.cache + "/index.sqlite-crash", encoding: .utf8)
+        #expect(mark == "--\n", "cleared at the start, holding the space a mark needs (a crash on a full disk)")
     }
 
     @Test("a queued URL whose handling was killed from outside (SIGKILL: a person's kill -9, the OOM killer) twice in a row is fetched again: a kill is no proof; four such deaths in a row quarantine it")

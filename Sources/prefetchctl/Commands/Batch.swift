@@ -165,9 +165,10 @@ enum BatchCommand {
         if unknownHidingPassword { Output.message(Output.hiddenPasswordHint) }
         if let refusal {
             summarise()  // what was queued
+            let said = arguments.json ? "their results above" : "the summary above"
             let rest = exhausted ? "" : ", and the rest of the list was not sent"
-            throw .failed(WireError(code: refusal.code, message: "\(refused) of the \(total) URLs sent were not queued (the others were, "
-                                    + "durably: the summary above)\(rest); the daemon said: \(refusal.message)"))
+            throw .failed(WireError(code: refusal.code, message: "\(refused) of the \(total) URLs sent were not queued (the others "
+                                    + "were, durably: \(said))\(rest); the daemon said: \(refusal.message)"))
         }
         if unanswered {
             summarise()  // what was acknowledged

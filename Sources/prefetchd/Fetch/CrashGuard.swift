@@ -21,7 +21,8 @@ final class CrashGuard {
     /// Called when risky steps may start again after being held back.
     var onFree: () -> Void = {}
     /// Test hooks: when a URL containing `crashOn` (`PREFETCHD_TEST_DIE_ON`) begins a risky step the daemon crashes
-    /// (SIGABRT), when one containing `killedOn` (`PREFETCHD_TEST_KILLED_ON`) does it is killed (SIGKILL).
+    /// (a stack overflow: SIGSEGV), when one containing `killedOn` (`PREFETCHD_TEST_KILLED_ON`) does it is killed
+    /// (SIGKILL).
     private let crashOn: String?
     private let killedOn: String?
 
@@ -72,10 +73,11 @@ final class CrashGuard {
             Log.error("cannot record the handling of \(entering.count) URL(s), \(entering[0]) first: \(error)")
         }
         if let crashOn, let key = entering.first(where: { $0.contains(crashOn) }) {
-            Log.error("PREFETCHD_TEST_DIE_ON matched \(key): crashing the daemon")
+            Log.error("PREFETCHD_TEST_DIE_ON matched \(key): crashing the daemon (a stack overflow on a thread of its own)")
             var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
             _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCore)
-            abort()
+            try? startDetachedThread(named: "pf-test-crash") { _ = overflowStack(0) }
+            while true { pause() }
         }
         if let killedOn, let key = entering.first(where: { $0.contains(killedOn) }) {
             Log.error("PREFETCHD_TEST_KILLED_ON matched \(key): killing the daemon")
@@ -96,4 +98,10 @@ final class CrashGuard {
         while isFree, !held.isEmpty { held.removeFirst()() }
         if isFree { onFree() }
     }
+}
+
+/// Calls itself until the stack runs out (the test hook's crash: the hardest one to mark). Not optimised, so that
+/// every call takes a frame.
+@_optimize(none) private func overflowStack(_ depth: Int) -> Int {
+    depth < .max ? overflowStack(depth + 1) + 1 : 0
 }

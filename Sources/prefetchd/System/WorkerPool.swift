@@ -87,7 +87,9 @@ func startDetachedThread(named name: String, _ body: @escaping @Sendable () -> V
     let status = pthread_create(&thread, nil, { context in
         let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
         _ = pthread_setname_np(pthread_self(), start.name)
+        let signalStack = pf_signal_stack_begin()  // a stack overflow on it is marked as a crash (FatalSignalMark)
         start.body()
+        pf_signal_stack_end(signalStack)
         return nil
     }, context)
     guard status == 0 else {
