@@ -13,7 +13,7 @@ do {
     case .version:
         print("prefetchd \(prefetchVersion)")
     case .check(let options):
-        if let problem = CacheFiles.unusable(options.cacheDirectory) { throw DaemonError(problem) }
+        if let problem = CacheFiles.unusable(options.cacheDirectory, checkingAccess: true) { throw DaemonError(problem) }
         print("# prefetchd \(prefetchVersion): the configuration is valid; the effective settings, read from "
               + (options.configPath.map { "\($0) and the command line" } ?? "the command line (no configuration file)"))
         // The effective settings may hold a proxy URL with a password: shown as `user:***@`, as in the log.

@@ -45,7 +45,7 @@ struct ConfigTests {
         #expect(settings["default_ttl"] == "86400", "unset keys keep their defaults")
     }
 
-    @Test("--check-config refuses a cache directory the daemon would refuse: a file, a directory of someone else's files (it said the configuration was valid, and the start failed)")
+    @Test("--check-config refuses a cache directory the daemon would refuse: a file, a directory of someone else's files, a link to nothing or a loop of links (it said the configuration was valid, and the start failed)")
     func checkRefusesAnUnusableCacheDirectory() throws {
         let directory = try TemporaryDirectory()
         try write("y", to: directory.path + "/b.txt")
@@ -54,6 +54,12 @@ struct ConfigTests {
         let foreign = check(["--cache-dir", directory.path]).result
         #expect(foreign.status == 1 && foreign.stderr.contains("holds other files (b.txt) and no prefetchd index"), "\(foreign.stderr)")
         #expect(check(["--cache-dir", directory.path + "/new"]).result.status == 0, "one that does not exist yet is fine")
+        #expect(symlink(directory.path + "/nothing", directory.path + "/dangling") == 0)
+        let dangling = check(["--cache-dir", directory.path + "/dangling"]).result
+        #expect(dangling.status == 1 && dangling.stderr.contains("dangling is a symbolic link to nothing"), "\(dangling.stderr)")
+        #expect(symlink(directory.path + "/loop", directory.path + "/loop") == 0)
+        let loop = check(["--cache-dir", directory.path + "/loop"]).result
+        #expect(loop.status == 1 && loop.stderr.contains("loop cannot be used: Too many levels of symbolic links"), "\(loop.stderr)")
     }
 
     @Test("--check-config on a bad file fails with the file and line", arguments: [
@@ -167,6 +173,11 @@ struct ConfigTests {
         #expect(result.status == 1, "\(result.stderr)")
         #expect(result.stderr.contains("cannot make the cache in \(cache): mkdir \(cache)/tmp: Permission denied")
                 && result.stderr.contains("writable by the daemon's user, uid 65534"), "\(result.stderr)")
+        // --check-config says so too (it called the configuration valid).
+        let checked = runAs(uid: 65534, gid: 65534, ["/usr/bin/env", "HOME=/nonexistent", daemon, "--check-config",
+                                                     "--cache-dir", cache])
+        #expect(checked.status == 1 && checked.stderr.contains("is not writable by the user prefetchd runs as (uid 65534)"),
+                "\(checked.stderr)")
     }
 
     @Test("the daemon refuses a socket directory another user owns, or others may write to (it bound its socket in nobody's mode-0777 /tmp/prefetchd-$UID, where nobody then put a socket of their own)",

@@ -72,15 +72,29 @@ struct CacheFiles {
     }
 
     /// Why `root` cannot be the cache directory, found without changing anything (`prepare` and `--check-config`):
-    /// something other than a directory is there, or a directory that holds files of someone else's and no index (the
-    /// start-up sweep deletes what under `tmp/` and `files/` the index does not name, and `--cache-dir ~` must not
-    /// cost anyone their `~/tmp`). Nil for a directory that does not exist yet, an empty one and one prefetchd made
-    /// (also one whose first start stopped before the index was made).
-    static func unusable(_ root: String) -> String? {
+    /// something other than a directory is there (a link to nothing, a loop of links), one its user cannot write
+    /// (`checkingAccess`: the start finds that itself, saying what failed), or one that holds files of someone else's
+    /// and no index (the start-up sweep deletes what under `tmp/` and
+    /// `files/` the index does not name, and `--cache-dir ~` must not cost anyone their `~/tmp`). Nil for a directory
+    /// that does not exist yet, an empty one and one prefetchd made (also one whose first start stopped before the
+    /// index was made).
+    static func unusable(_ root: String, checkingAccess: Bool = false) -> String? {
         var info = stat()
-        if stat(root, &info) == 0, (info.st_mode & S_IFMT) != S_IFDIR {
+        if stat(root, &info) != 0 {
+            let code = errno
+            if code == ENOENT, lstat(root, &info) == 0 { return "the cache directory \(root) is a symbolic link to nothing" }
+            guard code == ENOENT else {
+                return "the cache directory \(root) cannot be used: \(String(cString: strerror(code)))"
+            }
+            return nil  // made at the start
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
             return "the cache directory \(root) is not a directory: give prefetchd a directory of its own (one that does "
                 + "not exist yet, or an empty one)"
+        }
+        guard !checkingAccess || access(root, R_OK | W_OK | X_OK) == 0 else {
+            return "the cache directory \(root) is not writable by the user prefetchd runs as (uid \(getuid())): give it "
+                + "to that user, or choose another with --cache-dir"
         }
         let top = names(in: root)
         guard !top.contains(where: { $0.hasPrefix(Self.indexName) }) else { return nil }
