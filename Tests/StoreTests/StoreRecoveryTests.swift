@@ -277,6 +277,28 @@ import Testing
         }
     }
 
+    @Test("a queue whose rows are numbered far apart (URLs fetched between them) is salvaged around two damaged pages at once too: every row but theirs, in their order (the start crept on by one number a read, re-reading the rest, for over ten minutes)",
+          .timeLimit(.minutes(1)))
+    func sparseQueueAroundDamage() throws {
+        let queued = (0..<5000).map { "https://example.com/queued/\($0).png" }
+        try withCacheDirectory { directory in
+            do {
+                let store = try Store(directory: directory)
+                for (index, key) in queued.enumerated() { #expect(try store.enqueue(key: key, now: Int64(index))) }
+                try store.commit()
+            }
+            do {
+                let db = try Database(path: directory + "/index.sqlite")
+                try db.execute("UPDATE queue SET seq = -seq; UPDATE queue SET seq = -seq * 2000;")
+            }
+            let lost = try damageLeaves(of: "queue", in: directory, at: [0.3, 0.6])
+            let store = try Store(directory: directory)
+            let kept = try store.backlog(after: 0, limit: 10_000).map(\.key)
+            #expect(kept.count == queued.count - lost, "\(kept.count) kept, \(lost) rows on the damaged pages")
+            #expect(kept == queued.filter(Set(kept).contains), "in their order")
+        }
+    }
+
     @Test("a row whose number a flipped bit made far larger, last on its page before a damaged page, does not make the salvage skip every row between (774 of 4,924 were kept)")
     func flippedRowNumberBeforeDamage() throws {
         let queued = (0..<5000).map { "https://example.com/queued/\($0).png" }

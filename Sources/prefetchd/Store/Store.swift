@@ -320,16 +320,14 @@ final class Store {
         }
     }
 
-    /// How far apart the numbers of two rows in a row of a queue may be for the salvage to take the second as read in
-    /// order (rows fetched or cancelled between leave gaps; a larger one only costs more reads).
-    private static let salvageGap: Int64 = 1 << 10
-
     /// Copies what of a damaged index's queue can be read into `db`, in its order: the rows are read from the front
     /// until a read fails; then reads are started further on (a seek by `seq` goes around a damaged page to the next
-    /// one), at distances that double until one succeeds, and the first start that succeeds is looked for between
-    /// the two, so that each damaged page costs the rows on it and a few reads, however many there are (reading from
-    /// both ends, three damaged pages of 164 cost 2,885 of 5,000 rows). A row whose key is not a URL as this version
-    /// writes it (read from a damaged page) is dropped. Returns how many URLs it kept.
+    /// one), at distances that double until one gets past its first row, and the first start that does is looked
+    /// for between the two, so that each damaged page costs the rows on it and a few reads, however many there are
+    /// and however far apart the rows' numbers (reading from both ends, three damaged pages of 164 cost 2,885 of
+    /// 5,000 rows). The search begins before the last row read, whose number may be anything (a row of a damaged page,
+    /// a flipped bit: 774 of 4,924 were kept). A row whose key is not a URL as this version writes it is dropped.
+    /// Returns how many URLs it kept.
     private static func salvageQueue(from path: String, into db: Database) throws(DatabaseError) -> Int {
         guard let damaged = try? Database(path: path) else { return 0 }
         enum Read { case row(Statement), end, damaged }
@@ -339,18 +337,24 @@ final class Store {
                 .bind(start), let more = try? rows.step() else { return .damaged }
             return more ? .row(rows) : .end
         }
+        /// Whether a read from `start` gets past its first row, to a second or to the end: one row, then damage, is no
+        /// way past the damage.
+        func passes(_ start: Int64) -> Bool {
+            switch read(from: start) {
+            case .row(let rows): (try? rows.step()) != nil
+            case .end: true
+            case .damaged: false
+            }
+        }
         var kept = 0
         try db.execute("BEGIN IMMEDIATE")
         // Sequence numbers start at 1 (`enqueue`): the distances of the reads past damage grow from the rows' scale.
         var next: Int64 = 0
         reading: while true {
-            // Where reads past damage begin: after the last row whose number follows the one read before it closely.
-            // A row of a damaged page may carry a number far ahead (a flipped bit): going on after it skipped every
-            // row between (774 of 4,924 kept). A gap the queue really has costs the row after it a second read.
-            var resume = next
+            var failed = next
             switch read(from: next) {
             case .row(let rows):
-                var previous = next - 1
+                var previous: Int64?
                 while true {
                     let seq = rows.int(0), key = rows.text(1)
                     if (try? CanonicalURL(key).key) == key {
@@ -358,11 +362,7 @@ final class Store {
                             .bind(seq, key, rows.int(2)).run()
                         kept += db.changes
                     }
-                    let (gap, overflow) = seq.subtractingReportingOverflow(previous)
-                    if !overflow, (1...salvageGap).contains(gap) {
-                        guard seq < .max else { break reading }
-                        resume = seq + 1
-                    }
+                    if let previous, previous < .max { failed = max(failed, previous + 1) }
                     previous = seq
                     guard let more = try? rows.step() else { break }  // damage after this row
                     guard more else { break reading }
@@ -372,13 +372,13 @@ final class Store {
             case .damaged:
                 break
             }
-            // A read from `resume` fails: go further until one does not, then back to the first start that does not.
-            var failed = resume, distance: Int64 = 1
+            // No read from `failed` gets past the damage: go further until one does, then back to the first that does.
+            var distance: Int64 = 1
             var good: Int64
             while true {
                 let (probe, overflow) = failed.addingReportingOverflow(distance)
                 guard !overflow else { break reading }
-                guard case .damaged = read(from: probe) else {
+                if passes(probe) {
                     good = probe
                     break
                 }
@@ -387,7 +387,7 @@ final class Store {
             }
             while good - failed > 1 {
                 let middle = failed + (good - failed) / 2
-                if case .damaged = read(from: middle) { failed = middle } else { good = middle }
+                if passes(middle) { good = middle } else { failed = middle }
             }
             next = good
         }
