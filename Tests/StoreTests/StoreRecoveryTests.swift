@@ -299,8 +299,9 @@ import Testing
         }
     }
 
-    @Test("a row whose number a flipped bit made far larger, last on its page before a damaged page, does not make the salvage skip every row between (774 of 4,924 were kept)")
-    func flippedRowNumberBeforeDamage() throws {
+    @Test("a row whose number a flipped bit made far larger, last or next to last on its page before a damaged page, does not make the salvage skip every row between (774 of 4,924 were kept)",
+          arguments: [1, 2])
+    func flippedRowNumberBeforeDamage(fromTheEnd: Int) throws {
         let queued = (0..<5000).map { "https://example.com/queued/\($0).png" }
         try withCacheDirectory { directory in
             do {
@@ -323,10 +324,10 @@ import Testing
             defer { close(fd) }
             var page = [UInt8](repeating: 0, count: 4096)
             #expect(pread(fd, &page, 4096, off_t(flipped.page - 1) * 4096) == 4096)
-            // The last cell (a table leaf's cells are in key order): its payload length, then its row number, both
-            // varints; a two-byte row number becomes 16383, the largest of two bytes.
-            let count = Int(page[3]) << 8 | Int(page[4])
-            var at = Int(page[8 + 2 * (count - 1)]) << 8 | Int(page[9 + 2 * (count - 1)])
+            // The last cell or the one before (a table leaf's cells are in key order): its payload length, then its row
+            // number, both varints; a two-byte row number becomes 16383, the largest of two bytes.
+            let cell = (Int(page[3]) << 8 | Int(page[4])) - fromTheEnd
+            var at = Int(page[8 + 2 * cell]) << 8 | Int(page[9 + 2 * cell])
             while page[at] & 0x80 != 0 { at += 1 }
             at += 1
             try #require(page[at] & 0x80 != 0 && page[at + 1] & 0x80 == 0, "a row number of two bytes")

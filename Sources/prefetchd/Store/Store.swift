@@ -325,8 +325,9 @@ final class Store {
     /// one), at distances that double until one gets past its first row, and the first start that does is looked
     /// for between the two, so that each damaged page costs the rows on it and a few reads, however many there are
     /// and however far apart the rows' numbers (reading from both ends, three damaged pages of 164 cost 2,885 of
-    /// 5,000 rows). The search begins before the last row read, whose number may be anything (a row of a damaged page,
-    /// a flipped bit: 774 of 4,924 were kept). A row whose key is not a URL as this version writes it is dropped.
+    /// 5,000 rows). The search begins after the last row read that a larger one followed: a row's number may be
+    /// anything (a row of a damaged page, a flipped bit: 774 of 4,924 were kept). A row whose key is not a URL as this
+    /// version writes it is dropped.
     /// Returns how many URLs it kept.
     private static func salvageQueue(from path: String, into db: Database) throws(DatabaseError) -> Int {
         guard let damaged = try? Database(path: path) else { return 0 }
@@ -362,7 +363,8 @@ final class Store {
                             .bind(seq, key, rows.int(2)).run()
                         kept += db.changes
                     }
-                    if let previous, previous < .max { failed = max(failed, previous + 1) }
+                    // A row is past once a larger one follows it: a number a flipped bit made far larger is not.
+                    if let previous, previous < seq { failed = max(failed, previous + 1) }
                     previous = seq
                     guard let more = try? rows.step() else { break }  // damage after this row
                     guard more else { break reading }
