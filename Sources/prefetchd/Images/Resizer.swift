@@ -43,8 +43,7 @@ enum Resizer {
         if sniffed == "webp", let width = header.width, let height = header.height {
             let frames: Int
             do throws(SystemError) { frames = try ImageIntegrity.webpFrames(original) } catch { throw .imageIO(error) }
-            let perFrame = max(ImageInfo.pixels(width, height), smallestFrameCost)
-            if perFrame.saturatingMultiply(Int64(frames)) > maxPixels {
+            if animationPixels(frames: frames, width: width, height: height) > maxPixels {
                 throw .pixelLimit(frames: frames, width: width, height: height, limit: maxPixels)
             }
         }
@@ -74,6 +73,12 @@ enum Resizer {
     /// What a frame of an animated WebP costs at least, in pixels, however small its canvas: the loader's time per
     /// frame grows with their number (80,000 frames of 1×1, 1 MB: 26 s of a worker; at this cost, 12,207 frames).
     static let smallestFrameCost: Int64 = 64 * 64
+
+    /// The pixels gdk-pixbuf's WebP loader holds for an animation of `frames` on a `width` × `height` canvas: a canvas
+    /// each, of at least `smallestFrameCost` (the check here and the job's share of the budget, `Variants`).
+    static func animationPixels(frames: Int, width: Int, height: Int) -> Int64 {
+        max(ImageInfo.pixels(width, height), smallestFrameCost).saturatingMultiply(Int64(frames))
+    }
 
     /// Formats whose loader decodes at a smaller size directly: libjpeg at 1/2, 1/4 or 1/8, librsvg at any size.
     /// Other loaders decode at full size and scale afterwards, so they are left at full size and `shape` scales

@@ -137,7 +137,7 @@ final class Variants {
         guard let width = original.width, let height = original.height, (1...Int(Int32.max)).contains(width),
               (1...Int(Int32.max)).contains(height) else { return maxPixels }
         let geometry = VariantGeometry(sourceWidth: width, sourceHeight: height, spec: spec)
-        let stored = Int64(width).saturatingMultiply(Int64(height))
+        let stored = ImageInfo.pixels(width, height)
         var decoded = stored
         if Resizer.scalingLoaders.contains(original.format ?? ""),
            let smaller = geometry.decodeSize(storedWidth: width, storedHeight: height) {
@@ -152,7 +152,7 @@ final class Variants {
             extra = (ImageHeader.progressiveJPEGCoefficientBytes(head) ?? stored.saturatingMultiply(6)) / 4
         case "webp":
             guard let frames = try? ImageIntegrity.webpFrames(ImageFile(source)) else { return maxPixels }
-            decoded = max(stored, Resizer.smallestFrameCost).saturatingMultiply(Int64(frames))
+            decoded = Resizer.animationPixels(frames: frames, width: width, height: height)
         case "gif":
             guard let first = try? ImageIntegrity.gifFirstFrame(ImageFile(source)) else { return maxPixels }
             decoded = Int64(max(width, first.width)).saturatingMultiply(Int64(max(height, first.height)))
