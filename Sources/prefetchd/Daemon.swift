@@ -119,7 +119,8 @@ final class Daemon {
             self.apply(self.scheduler.responseStarted(key, now: .now))
         }
         variants = Variants(store: store, workers: try WorkerPool(threads: options.workerThreads, name: "pf-resize", loop: loop),
-                            crashGuard: crashGuard, options: options)
+                            costs: try WorkerPool(threads: 1, name: "pf-varcost", loop: loop), crashGuard: crashGuard,
+                            options: options)
         variants.onEnd = { [unowned self] job, outcome in self.variantEnded(job, outcome) }
         snapshotTicker = Ticker(loop: loop) { [unowned self] in self.sendSnapshot() }
         metricsTicker = Ticker(loop: loop) { [unowned self] in self.writeMetricsTextfile() }

@@ -27,6 +27,9 @@ final class Variants {
 
     private let store: Store
     private let workers: WorkerPool
+    /// One thread that reads what a job's cost needs of its original (`pixels`), off the loop thread: a GIF's
+    /// extensions before its first image or a WebP's chunk headers may be tens of megabytes.
+    private let costs: WorkerPool
     private let crashGuard: CrashGuard
     /// Jobs started (or held back by the crash guard) and not ended yet.
     private var jobs: Set<Job> = []
@@ -39,9 +42,10 @@ final class Variants {
     /// Called on the loop thread once for every job that ends.
     var onEnd: (_ job: Job, _ outcome: Result<Made, Failure>) -> Void = { _, _ in }
 
-    init(store: Store, workers: WorkerPool, crashGuard: CrashGuard, options: Options) {
+    init(store: Store, workers: WorkerPool, costs: WorkerPool, crashGuard: CrashGuard, options: Options) {
         self.store = store
         self.workers = workers
+        self.costs = costs
         self.crashGuard = crashGuard
         maxPixels = options.images.maxPixels
     }
@@ -87,20 +91,23 @@ final class Variants {
                 return .failure(Failure(code: .internal, message: "\(error)", isTransient: true))
             }
         }
-        let pixels = pixels(of: original, source: source, spec: spec)
-        // Decoding an original is a risky step (`CrashGuard`).
-        waiting.append((pixels, { [unowned self] passed in
-            crashGuard.whenFree { [unowned self] in
-                crashGuard.begin([job.key])
-                workers.run(make, completion: { [unowned self] result in
-                    pixelsInFlight -= pixels
-                    if passed { passedInFlight -= pixels }
-                    made(job, spec, from: original.sha256, relative: relative, result)
-                    startWaiting()
-                })
-            }
-        }))
-        startWaiting()
+        let (width, height, format, sha256) = (original.width, original.height, original.format, original.sha256)
+        costs.run({ Self.pixels(width: width, height: height, format: format, source: source, spec: spec, maxPixels: maxPixels) },
+                  completion: { [unowned self] pixels in
+            // Decoding an original is a risky step (`CrashGuard`).
+            waiting.append((pixels, { [unowned self] passed in
+                crashGuard.whenFree { [unowned self] in
+                    crashGuard.begin([job.key])
+                    workers.run(make, completion: { [unowned self] result in
+                        pixelsInFlight -= pixels
+                        if passed { passedInFlight -= pixels }
+                        made(job, spec, from: sha256, relative: relative, result)
+                        startWaiting()
+                    })
+                }
+            }))
+            startWaiting()
+        })
     }
 
     /// Starts the waiting jobs, in order, while they fit under `maxPixels` with the running ones (or none runs); then
@@ -131,21 +138,23 @@ final class Variants {
     /// decoding; every frame of an animated WebP, each on a canvas of its own, and a GIF's first frame where it is
     /// larger than the screen, as `Resizer` decodes them) and the output, and for a progressive JPEG the coefficients
     /// libjpeg keeps for the whole picture (in pixels of 4 bytes: a 7071×7071 one held 300 MB to make a 100×100
-    /// thumbnail, counted as 0.8 Mpx). From the size the index recorded; an original of unknown size counts as the
-    /// largest allowed. An animated WebP of 40 frames of 1100×1100 (48 Mpx) was counted as its canvas, 1.2.
-    private func pixels(of original: IndexEntry, source: String, spec: VariantSpec) -> Int64 {
-        guard let width = original.width, let height = original.height, (1...Int(Int32.max)).contains(width),
+    /// thumbnail, counted as 0.8 Mpx). From the size the index recorded (`width`, `height`); an original of unknown
+    /// size counts as the largest allowed. An animated WebP of 40 frames of 1100×1100 (48 Mpx) was counted as its
+    /// canvas, 1.2. Reads the original at `source`: on the `costs` thread.
+    private static func pixels(width: Int?, height: Int?, format: String?, source: String, spec: VariantSpec,
+                               maxPixels: Int64) -> Int64 {
+        guard let width, let height, (1...Int(Int32.max)).contains(width),
               (1...Int(Int32.max)).contains(height) else { return maxPixels }
         let geometry = VariantGeometry(sourceWidth: width, sourceHeight: height, spec: spec)
         let stored = ImageInfo.pixels(width, height)
         var decoded = stored
-        if Resizer.scalingLoaders.contains(original.format ?? ""),
+        if Resizer.scalingLoaders.contains(format ?? ""),
            let smaller = geometry.decodeSize(storedWidth: width, storedHeight: height) {
             decoded = Int64(smaller.width) * Int64(smaller.height)
         }
         var extra: Int64 = 0
-        // Read here, on the loop thread: 64 KiB of a JPEG, the chunk headers of a WebP, a GIF up to its first image.
-        switch original.format {
+        // 64 KiB of a JPEG, the chunk headers of a WebP, a GIF up to its first image.
+        switch format {
         case "jpeg":
             // A frame header past the first 64 KiB counts as progressive, 3 components.
             let head = (try? ImageFile(source, prefixLength: 64 * 1024)).map { Array($0.prefix) } ?? []
