@@ -14,6 +14,9 @@ static inline CURLcode pf_easy_setopt_slist(CURL *h, CURLoption o, struct curl_s
 typedef size_t (*pf_data_callback)(char *data, size_t size, size_t count, void *userdata);
 static inline CURLcode pf_easy_setopt_data_callback(CURL *h, CURLoption o, pf_data_callback v) { return curl_easy_setopt(h, o, v); }
 
+typedef int (*pf_xferinfo_callback)(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow);
+static inline CURLcode pf_easy_setopt_xferinfo_callback(CURL *h, pf_xferinfo_callback v) { return curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, v); }
+
 typedef int (*pf_prereq_callback)(void *userdata, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port, int conn_local_port);
 static inline CURLcode pf_easy_setopt_prereq_callback(CURL *h, pf_prereq_callback v) { return curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, v); }
 

@@ -332,6 +332,29 @@ struct HostileResponseTests {
         #expect(try origin.count("/big.jpg") == 1, "permanent, not retried")
     }
 
+    @Test("an error page's or a redirect's body is read up to 64 KiB: a 404 and a 302 whose chunked bodies never end were read for as long as the server sent (2 GB/s), and the get never ended; now the 404 is http_status at once, the 302 too_large, and a 404 with a short body keeps its connection")
+    func unkeptBodiesAreCut() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let page = daemon.ctl("get", "--json", "--timeout", "30", origin.url("/endless-404.jpg?status=404&endless_body=1"))
+        #expect(page.status == 1, "\(page)")
+        let notFound = try error(page)
+        #expect(notFound.code == "http_status" && notFound.message.contains("404"), "\(notFound)")
+        let target = origin.url("/target.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let redirect = daemon.ctl("get", "--json", "--timeout", "30",
+                                  origin.url("/endless-302.jpg?redirect=\(target)&endless_body=1"))
+        #expect(redirect.status == 1, "\(redirect)")
+        let cut = try error(redirect)
+        #expect(cut.code == "too_large" && cut.message.contains("302 redirect's body"), "\(cut)")
+        #expect(try origin.count("/target.jpg") == 0)
+        #expect(try origin.count("/endless-302.jpg") == 1, "permanent, not retried")
+        // A short error page is read whole: the next request takes the same connection.
+        _ = daemon.ctl("get", origin.url("/short-404.jpg?status=404"))
+        #expect(daemon.ctl("get", origin.url("/after.jpg")).status == 0)
+        let clients = try origin.stats().log.filter { ["/short-404.jpg", "/after.jpg"].contains($0.path) }.map(\.client)
+        #expect(clients.count == 2 && clients[0] == clients[1], "\(clients)")
+    }
+
     @Test("interim responses count toward the header limit: 2,000 103 Early Hints (116 KB) are too_large, once (they were not counted; 20,000 met curl's own limit, a transient network failure); one is fine")
     func interimResponsesCounted() throws {
         let origin = try Origin()

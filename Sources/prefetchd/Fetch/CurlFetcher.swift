@@ -526,7 +526,7 @@ final class CurlFetcher {
             return FetchResult(key: transfer.key, lane: transfer.lane, headers: headers, outcome: .failure(failure),
                                resumeRefused: transfer.resumeRefused || status == 416)
         }
-        if code != CURLE_OK {
+        if code != CURLE_OK, !transfer.errorPageCut {
             return failed(CurlErrors.failure(code, transfer: transfer))
         }
         guard headers.sectionEnded else {

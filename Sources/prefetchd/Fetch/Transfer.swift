@@ -44,6 +44,8 @@ final class Transfer {
     private(set) var headers = ResponseHeaders()
     /// Set when the write callback stopped the transfer on purpose.
     private(set) var stopReason: Failure?
+    /// Set when the body of an error page was cut short (`progress`): the transfer ends as the status says.
+    private(set) var errorPageCut = false
     /// Set when the server answered the resume in a way that cannot continue the bytes kept, though it may well serve
     /// the whole file: another version's rest, or the whole body in a Content-Encoding.
     private(set) var resumeRefused = false
@@ -98,6 +100,10 @@ final class Transfer {
     /// seconds). Written at `bodyBufferSize`, at the end, and before the file is closed.
     private var unwritten: [UInt8] = []
     private static let bodyBufferSize = 64 * 1024
+    /// The most bytes read of a body that is never kept, an error page's or a redirect's: small ones are read to the
+    /// end, so that the connection can carry the next request; past this the transfer stops (an endless chunked 302
+    /// was read at 2 GB/s, for as long as its server went on).
+    static let mostUnkeptBodyBytes: Int64 = 64 << 10
     private let maxBytes: Int64
     /// Seconds with less than `low_speed_limit` bytes/s that stop the transfer.
     let lowSpeedTime: Int64
@@ -158,6 +164,9 @@ final class Transfer {
         pf_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, me)
         pf_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, transferHeader)
         pf_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me)
+        pf_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
+        pf_easy_setopt_xferinfo_callback(easy, transferProgress)
+        pf_easy_setopt_pointer(easy, CURLOPT_XFERINFODATA, me)
         pf_easy_setopt_opensocket_callback(easy, transferOpenSocket)
         pf_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, me)
         pf_easy_setopt_prereq_callback(easy, transferPrerequest)
@@ -438,6 +447,24 @@ final class Transfer {
         return data.count
     }
 
+    /// Takes the bytes curl read of the current response's body (`CURLOPT_XFERINFOFUNCTION`); false stops the
+    /// transfer: an error page's or a redirect's body, which no write keeps (curl reads a redirect's without one),
+    /// past `mostUnkeptBodyBytes`. An error page so cut ends as one read whole (`errorPageCut`).
+    fileprivate func progress(bodyBytes: Int64) -> Bool {
+        guard bodyBytes > Self.mostUnkeptBodyBytes, stopReason == nil, !errorPageCut else { return true }
+        let status = responseCode
+        switch status {
+        case 200...299:
+            return true
+        case 300...399:
+            stopReason = Failure(code: .tooLarge, message: "the \(status) redirect's body went on past "
+                                 + "\(Self.mostUnkeptBodyBytes / 1024) KiB", isTransient: false)
+        default:
+            errorPageCut = true
+        }
+        return false
+    }
+
     /// Whether curl may connect to, or send on a connection to, the numeric `address`: not in a link-local or denied
     /// network. A refusal is kept for the error (`CurlErrors`); an address allowed after it (curl tried another of
     /// the name's addresses) clears it.
@@ -567,6 +594,11 @@ final class Transfer {
 private let transferWrite: pf_data_callback = { data, size, count, userdata in
     let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
     return transfer.write(UnsafeRawBufferPointer(start: data, count: size * count))
+}
+
+private let transferProgress: pf_xferinfo_callback = { userdata, _, downloaded, _, _ in
+    let transfer = Unmanaged<Transfer>.fromOpaque(userdata!).takeUnretainedValue()
+    return transfer.progress(bodyBytes: Int64(downloaded)) ? 0 : 1
 }
 
 private let transferHeader: pf_data_callback = { data, size, count, userdata in

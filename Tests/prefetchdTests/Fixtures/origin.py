@@ -47,6 +47,8 @@ Query parameters (combine freely):
     redirect_chain=N   redirect N times (redirect_chain=N-1, ...), then serve
     redirect_length=N  the redirect announces a body of N bytes (Content-Length), sends its short text and
                        closes the connection
+    endless_body=1     a status or redirect response's body (status=N, redirect=URL) is chunked and never ends:
+                       16 KiB chunks until the client closes the connection
     no_length=1        no Content-Length, Connection: close, stream then close
     chunked=N          Transfer-Encoding: chunked, the body in chunks of N bytes
     chunk_line=S       with chunked=N: the second chunk's size line is S (zz: not hex)
@@ -601,6 +603,16 @@ class Handler(BaseHTTPRequestHandler):
         no_body = code in (204, 304) or 100 <= code < 200
         for k, v in extra:
             self.send_header(k, v)
+        if self.endless_body and not no_body and not head:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.close_connection = True
+            chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"
+            try:
+                while True:
+                    self.wfile.write(chunk)
+            except OSError:
+                return
         if not no_body:
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -623,8 +635,10 @@ class Handler(BaseHTTPRequestHandler):
         head = method == "HEAD"
         pairs = parse_qsl(query, keep_blank_values=True)
         q = {}
+        self.endless_body = False
         for k, v in pairs:
             q.setdefault(k, v)
+        self.endless_body = truthy(q, "endless_body")
         try:
             self._serve_inner(method, head, raw_path, pairs, q, count)
         except BadRequest as e:
