@@ -293,6 +293,29 @@ struct ConfigTests {
         #expect(good.status == 0 && settings["metrics_textfile"] == directory.path + "/prefetchd.prom", "\(good.stderr)")
     }
 
+    @Test("a LISTEN_FDS without this process's LISTEN_PID (inherited from elsewhere) switched the socket's checks off while the daemon bound the socket itself: in the cache's files/ it started and deleted its own socket; now it is refused as without the variable")
+    func strayListenFDsKeepsTheSocketChecks() throws {
+        let directory = try TemporaryDirectory()
+        let cache = directory.path + "/cache"
+        for variables in [["LISTEN_FDS=1"], ["LISTEN_FDS=abc"], ["LISTEN_FDS=1", "LISTEN_PID=1"]] {
+            let result = run("/usr/bin/env", variables + [Paths.prefetchd, "--check-config", "--socket", cache + "/files/ctl.sock",
+                                                          "--cache-dir", cache])
+            #expect(result.status == 1 && result.stderr.contains("where the daemon deletes every file"), "\(variables): \(result.stderr)")
+        }
+    }
+
+    @Test("allowed_users of 120,000 uids froze the daemon 8.5 s at each reload (each looked up, twice): a list of users or groups holds at most 1,024, and says to admit a group")
+    func longUserListsRefused() throws {
+        let ids = { (count: Int) in (1...count).map { String(100_000 + $0) }.joined(separator: ",") }
+        let (many, _) = check(["--allowed-users", ids(1025)])
+        #expect(many.status == 1 && many.stderr.contains("1025 users listed, at most 1024: admit them as members of a group"),
+                "\(many.stderr)")
+        let (groups, _) = check(["--allowed-groups", ids(1025)])
+        #expect(groups.status == 1 && groups.stderr.contains("1025 groups listed, at most 1024"), "\(groups.stderr)")
+        let (most, settings) = check(["--allowed-users", ids(1024)])
+        #expect(most.status == 0 && settings["allowed_users"]?.split(separator: ",").count == 1024, "\(most.stderr)")
+    }
+
     @Test("a configuration that is a FIFO or a pipe (SIGHUP blocked on it, or read it empty), a value with a NUL (cut short silently) and a socket path too long to bind (--check-config passed it) are refused; /dev/null is no file")
     func notARegularFileOrControlCharacter() throws {
         let directory = try TemporaryDirectory()

@@ -13,8 +13,9 @@ struct SocketActivation {
     /// The group owning the socket file (the unit's `SocketGroup=`), when it has a path.
     let group: gid_t?
 
-    /// Whether systemd passed this process sockets (before `receive` took them).
-    private static func isOffered(environment: [String: String]) -> Bool {
+    /// Whether systemd passed this process sockets (before `receive` took them); `LISTEN_FDS` without this process's
+    /// `LISTEN_PID` is a variable inherited from elsewhere: the daemon binds its socket itself.
+    static func isOffered(environment: [String: String]) -> Bool {
         environment["LISTEN_PID"].flatMap { pid_t($0) } == getpid()
             && (environment["LISTEN_FDS"].flatMap { Int32($0) } ?? 0) > 0
     }
