@@ -26,6 +26,10 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
     case number(Int64)
     case text(String)
 
+    /// The longest string an id may be, in bytes: a request waiting holds its id until its reply (8 clients of 8,192
+    /// waiting gets, each with an id of 60 KB, held 3.95 GB, then as many replies at once).
+    public static let longestText = 1024
+
     /// What an id may be, said when it is none of them.
     public static let expected = "an id is a string or a whole number from -2^63 to 2^63-1"
 

@@ -127,6 +127,25 @@ struct BadInputTests {
         #expect(connection.receive()?["id"] as? Int == 2, "it still serves")
     }
 
+    @Test("a string id holds at most 1,024 bytes (a waiting request holds its id until its reply: 8 clients of 8,192 gets with 60 KB ids held 3.95 GB): a longer one is bad_request with id null, and nothing is carried out")
+    func longIdsRefused() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        let connection = try RawConnection(socket: daemon.socket)
+        #expect(connection.receive()?["hello"] as? String == "prefetchd")
+        let longest = String(repeating: "é", count: 512), over = String(repeating: "i", count: 1025)
+        connection.send("{\"id\":\"\(over)\",\"op\":\"queue\",\"urls\":[\"\(origin.url("/long-id.jpg"))\"]}\n")
+        let refused = connection.receive()
+        let error = refused?["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "bad_request" && refused?["id"] is NSNull, "\(String(describing: refused))")
+        #expect((error?["message"] as? String)?.contains("id: a string of 1025 bytes, over the 1024 an id may have") == true,
+                "\(String(describing: error))")
+        connection.send("{\"id\":\"\(longest)\",\"op\":\"ping\"}\n")
+        #expect(connection.receive()?["id"] as? String == longest, "1,024 bytes of UTF-8 are fine")
+        let info = daemon.ctl("info", origin.url("/long-id.jpg"))
+        #expect(info.stdout.contains("cached: no") && !info.stdout.contains("task"), "not queued: \(info.stdout)")
+    }
+
     @Test("protocol abuse: not JSON, unknown op, missing field, a negative list limit, a 1 MiB line without newline, answered after a queue sent before it in the same write (it came first)")
     func protocolAbuse() throws {
         let daemon = try DaemonUnderTest()
