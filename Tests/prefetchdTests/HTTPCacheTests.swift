@@ -23,18 +23,35 @@ struct HTTPCacheTests {
         #expect(try origin.stats().log.last?.ifNoneMatch != nil, "the second request is conditional")
     }
 
-    @Test("a 304 that names another strong ETag than the one kept is about another version (RFC 9111 section 4.3.4): the file is fetched again in full; it refreshed the entry and took on the new ETag")
-    func notModifiedWithAnotherETag() throws {
+    @Test("a 304 that names another version than the one kept (RFC 9111 section 4.3.4): another strong ETag, another weak one (it refreshed the entry), or without an ETag another Last-Modified (it refreshed the entry): the file is fetched again in full",
+          arguments: ["etag_304=%22other%22", "etag_304=W%2F%22other%22", "no_etag=1&modified_304=Tue,%2002%20Jan%202024%2000:00:00%20GMT"])
+    func notModifiedNamingAnotherVersion(query: String) throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let url = origin.url("/other-304.jpg?cc=max-age%3D0&etag_304=%22other%22")
+        let url = origin.url("/other-304.jpg?cc=max-age%3D0&" + query)
         let first = try entry(daemon.ctl("get", "--json", url))
         let second = try entry(daemon.ctl("get", "--json", url))
         let log = try origin.stats().log.filter { $0.path == "/other-304.jpg" }
-        #expect(log.map(\.status) == [200, 304, 200])
-        #expect(log.map { $0.ifNoneMatch == nil } == [true, false, true], "then asked unconditionally")
-        #expect(second["etag"] as? String == first["etag"] as? String && first["etag"] as? String != "\"other\"")
-        #expect(second["sha256"] as? String == first["sha256"] as? String)
+        #expect(log.map(\.status) == [200, 304, 200], "\(query)")
+        let conditional = { (entry: Origin.Stats.Entry) in entry.ifNoneMatch != nil || entry.headers?["If-Modified-Since"] != nil }
+        #expect(log.map(conditional) == [false, true, false], "\(query): then asked unconditionally")
+        #expect(second["sha256"] as? String == first["sha256"] as? String && first["sha256"] != nil)
+    }
+
+    @Test("a 304 whose weak ETag matches the one kept by weak comparison (W/\"a\" and \"a\"), or that names no validator, confirms the entry: no second download")
+    func notModifiedConfirming() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/same-304.jpg?cc=max-age%3D0")).status == 0)
+        let headers = run("/usr/bin/curl", ["-sI", origin.url("/same-304.jpg")]).stdout
+        let etag = try #require(headers.split(separator: "\r\n").first { $0.lowercased().hasPrefix("etag:") }?
+            .dropFirst(5).trimmingCharacters(in: .whitespaces), "\(headers)")
+        for query in ["etag_304=" + ("W/" + etag).addingPercentEncoding(withAllowedCharacters: .alphanumerics)!, "bare_304=expires"] {
+            let url = origin.url("/same-304.jpg?cc=max-age%3D0&" + query)
+            #expect(daemon.ctl("get", url).status == 0 && daemon.ctl("get", url).status == 0)
+        }
+        let log = try origin.stats().log.filter { $0.path == "/same-304.jpg" }
+        #expect(log.map(\.status) == [200, 200, 200, 304, 200, 304], "curl's HEAD, then one download each and a 304 that confirms it")
     }
 
     @Test("a fresh entry (max-age) is answered without a request; Expires works too")

@@ -344,11 +344,11 @@ final class Fetches {
                 return startAgain(key, lane: result.lane, meanwhile)
             }
             let now = wallClockMilliseconds(), headers = result.headers
-            // A 304 naming another strong validator is about another version than the one kept (RFC 9111 section
-            // 4.3.4: it updates nothing): the same fetch asks again unconditionally.
-            if let etag = headers.etag, let kept = stored.etag, !etag.hasPrefix("W/"), !kept.hasPrefix("W/"), etag != kept {
+            // A 304 naming another version than the one kept updates nothing (RFC 9111 section 4.3.4): the same
+            // fetch asks again unconditionally.
+            if let other = Self.otherVersion(confirmedBy: headers, kept: stored) {
                 endGuardedStep(key)
-                Log.info("\(key): the server confirmed ETag \(etag.prefix(60)), not the \(kept.prefix(60)) kept; fetching it again in full")
+                Log.info("\(key): the server confirmed \(other); fetching it again in full")
                 return startAgain(key, lane: result.lane, meanwhile)
             }
             // RFC 9111 section 4.3.4: the 304's fields replace the stored ones, and those it lacks are kept. One
@@ -444,6 +444,24 @@ final class Fetches {
     }
 
     /// The judged body goes into place under `files/`, named by its key and its bytes.
+    /// Which other version a 304 confirms than the one `kept`, if it names one: an ETag that does not match the kept
+    /// one even by weak comparison (`W/"a"` matches `"a"`), or, without an ETag, a Last-Modified other than the kept
+    /// one. A 304 without either, or naming what the entry does not keep, confirms the entry.
+    static func otherVersion(confirmedBy headers: ResponseHeaders, kept: IndexEntry) -> String? {
+        let opaque = { (tag: String) in tag.hasPrefix("W/") ? tag.dropFirst(2) : Substring(tag) }
+        if let etag = headers.etag {
+            guard let keptTag = kept.etag, opaque(etag) != opaque(keptTag) else { return nil }
+            return "ETag \(etag.prefix(60)), not the \(keptTag.prefix(60)) kept"
+        }
+        guard let modified = headers.lastModified, let keptDate = kept.lastModified else { return nil }
+        if let confirmed = ResponseHeaders.parseDate(modified), let stored = ResponseHeaders.parseDate(keptDate) {
+            if confirmed == stored { return nil }
+        } else if modified == keptDate {
+            return nil
+        }
+        return "Last-Modified \(modified.prefix(40)), not the \(keptDate.prefix(40)) kept"
+    }
+
     private static func install(_ temporary: String, file: FileIdentity, sha256: String, allocated: Int64,
                                 info: ImageInfo?, key: String, files: CacheFiles) -> Judgement {
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: key, body: sha256))

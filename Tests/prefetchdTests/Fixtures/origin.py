@@ -88,6 +88,7 @@ Query parameters (combine freely):
     no_etag=1          no ETag
     modified_now=1     Last-Modified is now (as Date: a weak validator, RFC 9110 section 8.8.2.2)
     etag_304=TAG       a 304 carries ETag TAG instead of the body's
+    modified_304=DATE  a 304 carries Last-Modified DATE instead of the body's
     lie_range=A        a request with a Range header gets 206 with the bytes
                        from A to the end (and a Content-Range saying so),
                        whatever range it asked for
@@ -787,6 +788,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(304)
             if "etag_304" in q:
                 common = [(k, q["etag_304"] if k == "ETag" else v) for k, v in common]
+            if "modified_304" in q:
+                common = [(k, q["modified_304"] if k == "Last-Modified" else v) for k, v in common]
             kept = common
             if truthy(q, "bare_304"):
                 kept = [(k, v) for k, v in common if k == "ETag" or (k == "Expires" and q["bare_304"] == "expires")]
