@@ -304,6 +304,33 @@ struct ConfigTests {
         }
     }
 
+    @Test("--check-config refuses the socket paths a start refuses (it said 0, the start 1): an existing file or directory, a path ending in / (the start made the directory, then refused it), a directory others may write to; a stale socket is replaced")
+    func checkConfigRefusesWhatTheStartRefuses() throws {
+        let directory = try TemporaryDirectory()
+        let cache = directory.path + "/cache"
+        try write("x", to: directory.path + "/file")
+        #expect(mkdir(directory.path + "/open", 0o777) == 0 && chmod(directory.path + "/open", 0o777) == 0)
+        for (socketPath, said) in [(directory.path + "/file", "exists and is not a socket"),
+                                   (directory.path, "exists and is not a socket"),
+                                   (directory.path + "/new/", "ends in /: name the socket's file"),
+                                   (directory.path + "/open/ctl.sock", "may be written by others (mode 777)")] {
+            let (result, _) = check(["--socket", socketPath, "--cache-dir", cache])
+            #expect(result.status == 1 && result.stderr.contains(said), "\(socketPath): \(result.stderr)")
+        }
+        #expect(access(directory.path + "/new", F_OK) != 0, "nothing made")
+        let stale = directory.path + "/stale.sock"
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(stale.utf8)) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        close(fd)
+        #expect(bound == 0)
+        #expect(check(["--socket", stale, "--cache-dir", cache]).0.status == 0, "a stale socket is replaced at the start")
+    }
+
     @Test("allowed_users of 120,000 uids froze the daemon 8.5 s at each reload (each looked up, twice): a list of users or groups holds at most 1,024, and says to admit a group")
     func longUserListsRefused() throws {
         let ids = { (count: Int) in (1...count).map { String(100_000 + $0) }.joined(separator: ",") }

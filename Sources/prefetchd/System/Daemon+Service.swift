@@ -18,10 +18,7 @@ extension Daemon {
         // A socket others may use needs a directory they can pass through.
         let mode: mode_t = 0o700 | (options.socketMode & 0o060 != 0 ? 0o010 : 0) | (options.socketMode & 0o006 != 0 ? 0o001 : 0)
         if !directory.isEmpty { try makeDirectories(directory, mode: mode) }
-        if let problem = DefaultPaths.untrustedDirectory(of: path, rootToo: path != DefaultPaths.sharedTemporarySocket) {
-            throw DaemonError("the socket \(path) cannot be made safely: \(problem). Another user could put a socket of "
-                             + "their own in its place; remove it, or choose another place with --socket")
-        }
+        if let problem = Options.untrustedSocketDirectory(path) { throw problem }
         return (try UnixSocket.listen(at: path, mode: options.socketMode), path, nil)
     }
 

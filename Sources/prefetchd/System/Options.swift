@@ -430,12 +430,29 @@ struct Options {
             throw DaemonError("socket: \(socketPath) is \(socketPath.utf8.count) bytes long: a Unix socket's path has at "
                               + "most \(limit); set socket (or --socket) to a shorter path")
         }
+        if socketPath.hasSuffix("/") {
+            throw DaemonError("socket: \(socketPath) ends in /: name the socket's file in that directory (\(socketPath)ctl.sock)")
+        }
+        var info = stat()
+        if lstat(socketPath, &info) == 0, info.st_mode & S_IFMT != S_IFSOCK {
+            throw DaemonError("socket: \(socketPath) exists and is not a socket; refusing to replace it")
+        }
+        if let problem = Self.untrustedSocketDirectory(socketPath) { throw problem }
         // Its directories may not exist yet: the start makes them.
         let socket = resolvingExistingAncestor(socketPath), cache = resolvingExistingAncestor(cacheDirectory)
         for swept in ["/files/", "/tmp/"] where socket.hasPrefix(cache + swept) {
             throw DaemonError("socket: \(socketPath) is in the cache's \(swept.dropFirst()) directory, where the daemon "
                               + "deletes every file its index does not name (its own socket among them): put it elsewhere")
         }
+    }
+
+    /// Why the directory of the socket at `path` cannot be trusted, when it exists (`DefaultPaths.untrustedDirectory`).
+    static func untrustedSocketDirectory(_ path: String) -> DaemonError? {
+        guard let problem = DefaultPaths.untrustedDirectory(of: path, rootToo: path != DefaultPaths.sharedTemporarySocket) else {
+            return nil
+        }
+        return DaemonError("the socket \(path) cannot be made safely: \(problem). Another user could put a socket of their "
+                           + "own in its place; remove it, or choose another place with --socket")
     }
 
     /// Whether the metrics may replace what is at `path`: nothing, a regular file, or a symbolic link (the link is
