@@ -355,6 +355,22 @@ struct HostileResponseTests {
         #expect(clients.count == 2 && clients[0] == clients[1], "\(clients)")
     }
 
+    @Test("a 2xx whose body is not the resource (a 205 carries none, a 226 is a delta never asked for, a 201 describes what was made) was cached as the image; now http_status, once; a 203 or an unknown 2xx (299) is taken as a 200")
+    func successesThatAreNotTheResource() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest()
+        for status in [201, 205, 226] {
+            let path = "/not-\(status).jpg"
+            let failed = try error(daemon.ctl("get", "--json", origin.url(path + "?status_line=HTTP/1.1%20\(status)%20X")))
+            #expect(failed.code == "http_status" && failed.message.contains("HTTP \(status)"), "\(status): \(failed)")
+            #expect(try origin.count(path) == 1, "\(status): permanent, not retried")
+        }
+        for status in [203, 299] {
+            let got = daemon.ctl("get", origin.url("/kept-\(status).jpg?status_line=HTTP/1.1%20\(status)%20X"))
+            #expect(got.status == 0, "\(status): \(got)")
+        }
+    }
+
     @Test("interim responses count toward the header limit: 2,000 103 Early Hints (116 KB) are too_large, once (they were not counted; 20,000 met curl's own limit, a transient network failure); one is fine")
     func interimResponsesCounted() throws {
         let origin = try Origin()

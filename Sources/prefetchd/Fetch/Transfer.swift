@@ -100,6 +100,10 @@ final class Transfer {
     /// seconds). Written at `bodyBufferSize`, at the end, and before the file is closed.
     private var unwritten: [UInt8] = []
     private static let bodyBufferSize = 64 * 1024
+    /// Successful statuses whose body is not the resource asked for (RFC 9110 section 15.3; RFC 4918, 5842, 3229): a
+    /// 205 carries no content, a 201 or 202 describes the request's effect, a 207 or 208 is WebDAV's XML, a 226 a
+    /// delta the daemon never asked for (A-IM). They fail as `http_status`, at their headers; another 2xx is a 200.
+    static let notTheResource: Set<Int> = [201, 202, 205, 207, 208, 226]
     /// The most bytes read of a body that is never kept, an error page's or a redirect's: small ones are read to the
     /// end, so that the connection can carry the next request; past this the transfer stops (an endless chunked 302
     /// was read at 2 GB/s, for as long as its server went on).
@@ -496,6 +500,10 @@ final class Transfer {
         if (200...299).contains(status), status != 206, let length = headers.contentLength, length > maxBytes {
             stopReason = Failure(code: .tooLarge, message: "the server announced a body of \(length) bytes, over the "
                                  + "\(maxBytes)-byte limit", isTransient: false)
+            return false
+        }
+        if Self.notTheResource.contains(status) {
+            stopReason = Failure.httpStatus(status)
             return false
         }
         if status >= 200, !(300...399).contains(status), let coding = headers.undecodableCoding {
