@@ -319,6 +319,18 @@ struct BoundsTests {
         #expect(try origin.stats().counts["/trickle.jpg"] == 2, "started, then resumed once")
     }
 
+    @Test("the body of a download cut short, kept for its retry to resume from, counts as a parked one against a quarter of max_cache_bytes: one that does not fit goes, and its retry starts over (bodies waiting for their retries filled 28 MB of a 1 MB cache); one that fits is resumed")
+    func bodiesKeptForRetriesAreBounded() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-cache-bytes", "1M"])
+        for (path, size, cut, resumed) in [("/big-cut.jpg", 900_000, 800_000, false), ("/small-cut.jpg", 200_000, 100_000, true)] {
+            let got = daemon.ctl("get", "--timeout", "30", origin.url("\(path)?size=\(size)&cut_first=\(cut)"))
+            #expect(got.status == 0, "\(path): \(got)")
+            let ranges = try origin.stats().log.filter { $0.path == path }.map(\.range)
+            #expect(ranges == [nil, resumed ? "bytes=\(cut)-" : nil], "\(path): \(ranges)")
+        }
+    }
+
     @Test("a download a gone client left suspends background work for one background_slice at most: a queued URL is fetched while the trickle it left goes on, as background work (a get given up on a server trickling for 100 s held every background fetch until it ended)")
     func abandonedDownloadSuspendsBackgroundForASlice() throws {
         let origin = try Origin()

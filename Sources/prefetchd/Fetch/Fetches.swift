@@ -263,6 +263,24 @@ final class Fetches {
         parkedBytesTotal -= bytes
     }
 
+    /// Keeps the body of a transfer that failed and will be tried again, for its retry to resume from, when it fits in
+    /// `parkedBytesBudget` with the parked ones: it counts as parked until it starts again or goes. Else it goes, and
+    /// the retry starts over. (The bodies of downloads cut short, waiting for their retries, filled 28 MB of a 1 MB
+    /// cache.)
+    private func keepForRetry(_ key: String) {
+        var info = stat()
+        let path = store.files.downloadPath(forName: CacheFiles.name(forKey: key))
+        let bytes = stat(path, &info) == 0 ? Int64(info.st_size) : 0
+        unpark(key)
+        guard parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget else {
+            Log.debug("\(key) waits for its retry without its \(bytes) bytes: parked downloads keep \(parkedBytesTotal) already")
+            return forgetPartial(key)
+        }
+        recordPartial(key)
+        parkedBytes[key] = bytes
+        parkedBytesTotal += bytes
+    }
+
     private func recordPartial(_ key: String) {
         do { try store.recordPartial(key) } catch { Log.error("cannot record the download of \(key): \(error)") }
     }
@@ -333,7 +351,7 @@ final class Fetches {
             }
             // A transient failure keeps what a resume can continue from, but on a full disk, which it would keep full.
             let resumable = failure.isTransient && failure.code != .diskFull && store.partialValidator(key) != nil
-            if resumable { recordPartial(key) } else { forgetPartial(key) }
+            if resumable { keepForRetry(key) } else { forgetPartial(key) }
             onEnd(key, result.lane, .failed(failure))
         case .success(.notModified):
             // The 304 confirms a file that went away meanwhile (deleted, or cut short; the look-up drops its
