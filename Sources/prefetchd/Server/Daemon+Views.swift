@@ -35,8 +35,8 @@ extension Daemon {
             connection.open(view)
         }
         guard urls.isEmpty || viewKeys.bytes <= ViewKeys.budget else {
-            return fail(connection, id, WireError(.badRequest, "the views of all clients list \(ViewKeys.budget >> 20) MiB of "
-                                                  + "URLs, the most they may: close a view, or list fewer rows"))
+            return fail(connection, id, WireError(.badRequest, "the views of all clients hold \(ViewKeys.budget >> 20) MiB of "
+                                                  + "URLs and rows, the most they may: close a view, or list fewer rows"))
         }
         if let variant = change.variant { view.answerRows(with: variant) }
         var rejected: [ViewResult.RejectedRow] = []
