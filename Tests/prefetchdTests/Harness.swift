@@ -242,6 +242,13 @@ final class Origin: @unchecked Sendable {
         }
         var counts: [String: Int]
         var log: [Entry]
+        /// Bytes sent by `endless_extension=1` responses.
+        var extensionBytes: Int
+
+        enum CodingKeys: String, CodingKey {
+            case counts, log
+            case extensionBytes = "extension_bytes"
+        }
     }
 
     func stats() throws -> Stats {

@@ -355,6 +355,23 @@ struct HostileResponseTests {
         #expect(clients.count == 2 && clients[0] == clients[1], "\(clients)")
     }
 
+    @Test("a chunk size line that never ends (1;x= and then bytes without a line end) was read at loop speed until low_speed_time, 30 GB in three attempts (curl skips an extension without counting it as body): now the response is too_large once it brought twice max_bytes on the wire (a MiB more)")
+    func endlessChunkExtensionStops() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--max-bytes", "1M"])
+        #expect(daemon.ctl("get", origin.url("/warm.jpg")).status == 0)  // its connection carries the next request
+        for (path, query) in [("/ext-200.jpg", "endless_extension=1"), ("/ext-404.jpg", "endless_extension=1&status=404")] {
+            let result = daemon.ctl("get", "--json", "--timeout", "20", origin.url(path + "?" + query))
+            let failed = try error(result)
+            #expect(failed.code == "too_large" && failed.message.contains("on the wire"), "\(path): \(result)")
+            #expect(try origin.count(path) == 1, "\(path): permanent, not retried")
+        }
+        let stats = try origin.stats()
+        #expect(stats.extensionBytes < 2 * 400 << 20, "\(stats.extensionBytes) bytes of extensions sent for the two")
+        let clients = stats.log.filter { ["/warm.jpg", "/ext-200.jpg"].contains($0.path) }.map(\.client)
+        #expect(clients.count == 2 && clients[0] == clients[1], "on a connection used before: \(clients)")
+    }
+
     @Test("a 2xx whose body is not the resource (a 205 carries none, a 226 is a delta never asked for, a 201 describes what was made) was cached as the image; now http_status, once; a 203 or an unknown 2xx (299) is taken as a 200")
     func successesThatAreNotTheResource() throws {
         let origin = try Origin()

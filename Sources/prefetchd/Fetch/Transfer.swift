@@ -46,6 +46,9 @@ final class Transfer {
     private(set) var stopReason: Failure?
     /// Set when the body of an error page was cut short (`progress`): the transfer ends as the status says.
     private(set) var errorPageCut = false
+    /// The connection's socket and the bytes its kernel had received (`TCP_INFO`) when this transfer's request went
+    /// out, and when `progress` last looked at them (monotonic ms): what the response brought on the wire.
+    private var wire: (socket: curl_socket_t, baseline: UInt64, lookedAt: Int64)?
     /// Set when the server answered the resume in a way that cannot continue the bytes kept, though it may well serve
     /// the whole file: another version's rest, or the whole body in a Content-Encoding.
     private(set) var resumeRefused = false
@@ -453,9 +456,15 @@ final class Transfer {
 
     /// Takes the bytes curl read of the current response's body (`CURLOPT_XFERINFOFUNCTION`); false stops the
     /// transfer: an error page's or a redirect's body, which no write keeps (curl reads a redirect's without one),
-    /// past `mostUnkeptBodyBytes`. An error page so cut ends as one read whole (`errorPageCut`).
+    /// past `mostUnkeptBodyBytes`. An error page so cut ends as one read whole (`errorPageCut`). Also, every
+    /// `wireLookInterval`, a response that brought far more on the wire than its body (`tooMuchBesidesTheBody`).
     fileprivate func progress(bodyBytes: Int64) -> Bool {
-        guard bodyBytes > Self.mostUnkeptBodyBytes, stopReason == nil, !errorPageCut else { return true }
+        guard stopReason == nil, !errorPageCut else { return true }
+        if let reason = tooMuchBesidesTheBody() {
+            stopReason = reason
+            return false
+        }
+        guard bodyBytes > Self.mostUnkeptBodyBytes else { return true }
         let status = responseCode
         switch status {
         case 200...299:
@@ -467,6 +476,39 @@ final class Transfer {
             errorPageCut = true
         }
         return false
+    }
+
+    /// How often `progress` asks the kernel what the connection received: a transfer shorter than this never asks.
+    static let wireLookInterval: Int64 = 100
+
+    /// The request goes out (`CURLOPT_PREREQFUNCTION`): what the connection received so far is not this response's.
+    /// (curl 7.88 reports no active socket before a transfer's end: `progress` takes the baseline at its next call.)
+    fileprivate func requestGoesOut() { wire = nil }
+
+    /// Why the response is stopped, when it brought more than twice what its body may be (and a MiB) on an HTTP/1.x
+    /// connection: bytes curl reads and counts as no body, such as a chunk extension that never ends (curl 7.88 skips
+    /// one unbounded: an adversary's server sent 30 GB in three attempts of `low_speed_time`, the loop thread busy
+    /// parsing them). Looked at every `wireLookInterval`, from what the kernel of the connection curl polls had
+    /// received at the first call after the request went out (`TCP_INFO`). HTTP/2 carries no chunks, and its connection
+    /// other transfers' bytes.
+    private func tooMuchBesidesTheBody() -> Failure? {
+        let now = monotonicMilliseconds()
+        guard let last = wire else {
+            wire = PathWindows.info(socket).map { [socket] in (socket, $0.bytes_received, now) }
+            return nil
+        }
+        guard now - last.lookedAt >= Self.wireLookInterval else { return nil }
+        wire?.lookedAt = now
+        var version = 0
+        pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
+        guard version < Int(CURL_HTTP_VERSION_2_0), let info = PathWindows.info(last.socket),
+              info.bytes_received >= last.baseline else { return nil }
+        let brought = Int64(clamping: info.bytes_received - last.baseline)
+        let most = ((200...299).contains(responseCode) ? maxBytes : Self.mostUnkeptBodyBytes).saturatingMultiply(2)
+            .saturatingAdd(1 << 20)
+        guard brought > most else { return nil }
+        return Failure(code: .tooLarge, message: "the response brought \(brought) bytes on the wire, more than twice the "
+                       + "most its body may be: bytes that are no body (a chunk extension without end)", isTransient: false)
     }
 
     /// Whether curl may connect to, or send on a connection to, the numeric `address`: not in a link-local or denied
@@ -659,6 +701,7 @@ private let transferPrerequest: pf_prereq_callback = { userdata, remote, _, remo
     transfer.idleConnections.beforeRequest(on: .init(localPort: Int(localPort), remoteAddress: address,
                                                      remotePort: Int(remotePort)), by: transfer.easy)
     transfer.requestSent = true
+    transfer.requestGoesOut()
     return 0  // CURL_PREREQFUNC_OK
 }
 

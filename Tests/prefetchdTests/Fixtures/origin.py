@@ -11,7 +11,7 @@ stdout, flushes, and serves until SIGTERM / SIGINT (exit status 0).  Nothing is
 logged per request.
 
 Control endpoints (not counted, not delayed):
-    GET  /__stats   -> {"counts": {path: n}, "log": [...], "config": {...}}
+    GET  /__stats   -> {"counts": {path: n}, "log": [...], "config": {...}, "extension_bytes": n}
     POST /__reset   -> clears counts and log (GET is accepted too)
     POST /__config  -> JSON body {"delay": seconds}: default delay before every
                        non-control response (a ``delay=`` query overrides it)
@@ -49,6 +49,8 @@ Query parameters (combine freely):
                        closes the connection
     endless_body=1     a status or redirect response's body (status=N, redirect=URL) is chunked and never ends:
                        16 KiB chunks until the client closes the connection
+    endless_extension=1 a chunked response (of status=N, else 200) whose first chunk's size line never ends: 1;x=
+                       then bytes without a line end until the client closes the connection
     no_length=1        no Content-Length, Connection: close, stream then close
     chunked=N          Transfer-Encoding: chunked, the body in chunks of N bytes
     chunk_line=S       with chunked=N: the second chunk's size line is S (zz: not hex)
@@ -182,6 +184,7 @@ class State:
         self.log = []
         self.delay = 0.0
         self.released = threading.Event()
+        self.extension_bytes = 0  # sent by endless_extension=1
 
     def begin(self, path, method, query, headers, client, resumed=None):
         entry = {
@@ -213,6 +216,7 @@ class State:
                 "counts": dict(self.counts),
                 "log": [dict(e, headers=dict(e["headers"])) for e in self.log],
                 "config": {"delay": self.delay},
+                "extension_bytes": self.extension_bytes,
             }
 
     def reset(self):
@@ -681,6 +685,22 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         redirect_status = parse_int(q, "redirect_status", 302)
+
+        if truthy(q, "endless_extension"):
+            self.send_response(parse_int(q, "status", 200, minimum=100))
+            self.send_header("Content-Type", "image/jpeg")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.close_connection = True
+            block = b"a" * 65536
+            try:
+                self.wfile.write(b"1;x=")
+                while True:
+                    self.wfile.write(block)
+                    with STATE.lock:
+                        STATE.extension_bytes += len(block)
+            except OSError:
+                return
 
         # --- redirects ---
         if truthy(q, "redirect_loop"):
