@@ -46,8 +46,8 @@ final class Transfer {
     private(set) var stopReason: Failure?
     /// Set when the body of an error page was cut short (`progress`): the transfer ends as the status says.
     private(set) var errorPageCut = false
-    /// The connection's socket and the bytes its kernel had received (`TCP_INFO`) when this transfer's request went
-    /// out, and when `progress` last looked at them (monotonic ms): what the response brought on the wire.
+    /// The connection's socket and the bytes its kernel had received (`TCP_INFO`) at the first `progress` after the
+    /// request went out on it, and when `progress` last looked (monotonic ms): what the response brought on the wire.
     private var wire: (socket: curl_socket_t, baseline: UInt64, lookedAt: Int64)?
     /// Set when the server answered the resume in a way that cannot continue the bytes kept, though it may well serve
     /// the whole file: another version's rest, or the whole body in a Content-Encoding.
@@ -489,11 +489,11 @@ final class Transfer {
     /// connection: bytes curl reads and counts as no body, such as a chunk extension that never ends (curl 7.88 skips
     /// one unbounded: an adversary's server sent 30 GB in three attempts of `low_speed_time`, the loop thread busy
     /// parsing them). Looked at every `wireLookInterval`, from what the kernel of the connection curl polls had
-    /// received at the first call after the request went out (`TCP_INFO`). HTTP/2 carries no chunks, and its connection
-    /// other transfers' bytes.
+    /// received at the first call after the request went out on it (`TCP_INFO`). HTTP/2 carries no chunks, and its
+    /// connection other transfers' bytes.
     private func tooMuchBesidesTheBody() -> Failure? {
         let now = monotonicMilliseconds()
-        guard let last = wire else {
+        guard let last = wire, last.socket == socket else {
             wire = PathWindows.info(socket).map { [socket] in (socket, $0.bytes_received, now) }
             return nil
         }
