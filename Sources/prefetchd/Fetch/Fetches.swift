@@ -140,11 +140,9 @@ final class Fetches {
     @discardableResult
     func park(_ key: String) -> Bool {
         let bytes = fetcher.bytesReceived(key), resumable = store.partialValidator(key) != nil
-        let keep = resumable && parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget
+        let keep = resumable && countParked(key, bytes: bytes)
         if keep {
             recordPartial(key)
-            parkedBytes[key] = bytes
-            parkedBytesTotal += bytes
         } else if resumable {
             Log.debug("\(key) parked without its \(bytes) bytes: parked downloads keep \(parkedBytesTotal) already")
             do { try store.removePartial(key, deletingBody: false) } catch {
@@ -243,10 +241,7 @@ final class Fetches {
     private func keepStoppedBodiesWithinBudget() {
         var dropped = 0, droppedBytes: Int64 = 0
         for (key, bytes) in store.recordedPartialBodies().sorted(by: { ($0.bytes, $0.key) < ($1.bytes, $1.key) }) {
-            if parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget {
-                parkedBytes[key] = bytes
-                parkedBytesTotal += bytes
-            } else {
+            if !countParked(key, bytes: bytes) {
                 forgetPartial(key)
                 dropped += 1
                 droppedBytes += bytes
@@ -268,17 +263,22 @@ final class Fetches {
     /// the retry starts over. (The bodies of downloads cut short, waiting for their retries, filled 28 MB of a 1 MB
     /// cache.)
     private func keepForRetry(_ key: String) {
-        var info = stat()
-        let path = store.files.downloadPath(forName: CacheFiles.name(forKey: key))
-        let bytes = stat(path, &info) == 0 ? Int64(info.st_size) : 0
+        let bytes = store.partialBodyBytes(key) ?? 0
         unpark(key)
-        guard parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget else {
+        guard countParked(key, bytes: bytes) else {
             Log.debug("\(key) waits for its retry without its \(bytes) bytes: parked downloads keep \(parkedBytesTotal) already")
             return forgetPartial(key)
         }
         recordPartial(key)
+    }
+
+    /// Counts `bytes` of `key`'s body as kept by a park, when they fit in `parkedBytesBudget` with the others'.
+    /// Returns whether they did.
+    private func countParked(_ key: String, bytes: Int64) -> Bool {
+        guard parkedBytesTotal.saturatingAdd(bytes) <= parkedBytesBudget else { return false }
         parkedBytes[key] = bytes
         parkedBytesTotal += bytes
+        return true
     }
 
     private func recordPartial(_ key: String) {

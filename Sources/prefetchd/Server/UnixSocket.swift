@@ -37,14 +37,20 @@ enum UnixSocket {
         }
     }
 
+    /// Whether a socket is at `path`; throws when something else is there: binding would replace it.
+    static func holdsSocket(_ path: String) throws -> Bool {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return false }
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw DaemonError("\(path) exists and is not a socket; refusing to replace it")
+        }
+        return true
+    }
+
     /// Binds and listens on `path` with permissions `mode`. A stale socket file is replaced; a live one is an error.
     static func listen(at path: String, mode: mode_t) throws -> Int32 {
         var address = try address(path)
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            guard (info.st_mode & S_IFMT) == S_IFSOCK else {
-                throw DaemonError("\(path) exists and is not a socket; refusing to replace it")
-            }
+        if try holdsSocket(path) {
             try refuseIfServed(path)
             unlink(path)
         }

@@ -803,11 +803,14 @@ final class Store {
 
     /// The recorded downloads whose bodies are on disk, with their sizes: at a start, those a stop kept.
     func recordedPartialBodies() -> [(key: String, bytes: Int64)] {
-        partials.filter(\.value.recorded).compactMap { key, _ in
-            var info = stat()
-            guard stat(files.downloadPath(forName: CacheFiles.name(forKey: key)), &info) == 0 else { return nil }
-            return (key, Int64(info.st_size))
-        }
+        partials.filter(\.value.recorded).compactMap { key, _ in partialBodyBytes(key).map { (key, $0) } }
+    }
+
+    /// The size of `key`'s download body on disk, if there is one.
+    func partialBodyBytes(_ key: String) -> Int64? {
+        var info = stat()
+        guard stat(files.downloadPath(forName: CacheFiles.name(forKey: key)), &info) == 0 else { return nil }
+        return Int64(info.st_size)
     }
 
     /// Forgets a download in progress, deleting its body unless it is still being written.

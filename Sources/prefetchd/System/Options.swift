@@ -433,10 +433,7 @@ struct Options {
         if socketPath.hasSuffix("/") {
             throw DaemonError("socket: \(socketPath) ends in /: name the socket's file in that directory (\(socketPath)ctl.sock)")
         }
-        var info = stat()
-        if lstat(socketPath, &info) == 0, info.st_mode & S_IFMT != S_IFSOCK {
-            throw DaemonError("socket: \(socketPath) exists and is not a socket; refusing to replace it")
-        }
+        _ = try UnixSocket.holdsSocket(socketPath)
         if let problem = Self.untrustedSocketDirectory(socketPath) { throw problem }
         // Its directories may not exist yet: the start makes them.
         let socket = resolvingExistingAncestor(socketPath), cache = resolvingExistingAncestor(cacheDirectory)
