@@ -501,7 +501,9 @@ final class Transfer {
         wire?.lookedAt = now
         var version = 0
         pf_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
-        guard version < Int(CURL_HTTP_VERSION_2_0), let info = PathWindows.info(last.socket),
+        // Only a response known to be HTTP/1.x: curl says 0 before the status line, and for an HTTP/2 stream.
+        guard [Int(CURL_HTTP_VERSION_1_0), Int(CURL_HTTP_VERSION_1_1)].contains(version),
+              let info = PathWindows.info(last.socket),
               info.bytes_received >= last.baseline else { return nil }
         let brought = Int64(clamping: info.bytes_received - last.baseline)
         let most = ((200...299).contains(responseCode) ? maxBytes : Self.mostUnkeptBodyBytes).saturatingMultiply(2)
