@@ -230,11 +230,19 @@ public struct StatusReport: Codable, Equatable, Sendable {
         /// The slow lane's: of `running`, the transfers whose rows scrolled away before their responses began; they
         /// take no place in the lane (at most the fast lane's width of them).
         public var lingering: Int?
-        public init(waiting: Int, running: Int, width: Int, lingering: Int? = nil) {
+        /// The fast lane's: of `running`, the transfers that held their place for `urgent_slice` and take none any
+        /// more (at most `width` of them).
+        public var steppedAside: Int?
+        public init(waiting: Int, running: Int, width: Int, lingering: Int? = nil, steppedAside: Int? = nil) {
             self.waiting = waiting
             self.running = running
             self.width = width
             self.lingering = lingering
+            self.steppedAside = steppedAside
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case waiting, running, width, lingering, steppedAside = "stepped_aside"
         }
     }
 

@@ -112,6 +112,9 @@ public struct LaneCounts: Equatable, Sendable {
     public var slowRunning = 0
     /// Running slow tasks in their tail (counted in `slowRunning` too): they leave their place to the next.
     public var slowInTail = 0
+    /// Running fast tasks that held their place for `urgentSlice` (counted in `fastRunning` too): they take none any
+    /// more, so that slow servers do not hold the fast lane from every other.
+    public var fastSteppedAside = 0
     /// Running tasks demoted while they waited for their response, in no lane (counted in neither lane's `running`):
     /// their requests stay out until the response begins.
     public var lingering = 0

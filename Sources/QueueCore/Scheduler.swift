@@ -1,8 +1,9 @@
 /// The pure two-lane scheduler: dedup, promote, demote, cancel, retries, the negative cache and per-host limits.
 ///
 /// Events go in as method calls with the current time; what the owner must do comes back as `Action`s.
-/// Rules: the fast lane runs up to `fastWidth` tasks; the slow lane admits nothing while the fast lane has
-/// tasks waiting or running, and runs up to `slowWidth` otherwise; one task per key; every waiter gets one answer.
+/// Rules: the fast lane runs up to `fastWidth` tasks (twice that with those past their slice, below); the slow lane
+/// admits nothing while the fast lane has tasks waiting or running, and runs up to `slowWidth` otherwise; one task per
+/// key; every waiter gets one answer.
 /// The fast lane's work waits in *turns*, one per client (and one for what a `promote` made urgent), the one served
 /// least recently first: one client's thousand gets do not hold another's one.
 ///
@@ -36,6 +37,11 @@
 /// and so is a parked one while more than `fastWidth` are parked.
 /// An ordinary `get` or `queue` of the key adopts such a task: it is never dropped after that.
 ///
+/// A fast task that has held its place for `urgentSlice` (a server that trickles, a huge file) steps aside the same
+/// way: it runs on, but takes no place in the fast lane, so that slow servers do not hold every urgent place from the
+/// others (a get of a healthy server waited hours behind eight that trickled). Up to `fastWidth` do so: the fast lane
+/// runs at most twice `fastWidth` transfers; one more past its slice keeps its place.
+///
 /// A client that leaves *abandons* the fast tasks nobody else waits for: they wait behind the urgent work someone
 /// waits for, and one running is parked for it (`disconnect(client:urgentKept:now:)`), until a `get` or `promote`
 /// asks for them again. One that has run for `backgroundSlice` is demoted: it suspends the slow lane no longer.
@@ -55,10 +61,13 @@ public struct Scheduler: Sendable {
         /// How long (ms) a slow task runs before it steps aside (takes no place in the lane, its host passed over
         /// while it runs); nil never.
         public var backgroundSlice: Int64?
+        /// How long (ms) a fast task holds its place before it steps aside (runs on, taking none; up to `fastWidth`
+        /// such); nil never.
+        public var urgentSlice: Int64?
 
         public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy(),
                     hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000, hostStartRate: StartRate? = nil,
-                    backgroundSlice: Int64? = 30_000) {
+                    backgroundSlice: Int64? = 30_000, urgentSlice: Int64? = 5_000) {
             self.fastWidth = max(1, fastWidth)
             self.slowWidth = max(1, slowWidth)
             self.perHostLimit = perHostLimit.map { max(1, $0) }
@@ -67,6 +76,7 @@ public struct Scheduler: Sendable {
             self.hostPause = max(0, hostPause)
             self.hostStartRate = hostStartRate
             self.backgroundSlice = backgroundSlice.map { max(1, $0) }
+            self.urgentSlice = urgentSlice.map { max(1, $0) }
         }
     }
 
@@ -219,9 +229,14 @@ public struct Scheduler: Sendable {
     private var sliced: [String: UInt64] = [:]
     /// The lingering tasks (at most `fastWidth`): what `settleLingering` looks at, without a scan of every task.
     private var lingeringKeys: Set<String> = []
-    /// The tasks running in the fast lane (at most `fastWidth`, lingering ones aside): where an abandoned one that
-    /// gives its place to work someone waits for is looked for.
+    /// The tasks running in the fast lane (lingering ones aside): where an abandoned one that gives its place to work
+    /// someone waits for is looked for.
     private var fastRunningKeys: Set<String> = []
+    /// The running fast tasks that take a place in the lane (not stepped aside), with when each took it (started, or
+    /// promoted in place): each steps aside once it has held it for `urgentSlice`.
+    private var fastSliceStarts: [String: Moment] = [:]
+    /// The running fast tasks that stepped aside after their slice (at most `fastWidth`): they take no place.
+    private var fastSteppedAside: Set<String> = []
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
     /// Per host: tokens left and when they were counted (only with `hostStartRate`).
@@ -324,8 +339,9 @@ public struct Scheduler: Sendable {
         let abandonedSliceEnd = configuration.backgroundSlice.flatMap { slice in
             fastRunningKeys.lazy.filter { self.tasks[$0]!.abandoned }.map { self.tasks[$0]!.startedAt + slice }.min()
         }
-        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd, abandonedSliceEnd]
-            .compactMap { $0 }.min()
+        let urgentSliceEnd = fastSteppedAside.count < configuration.fastWidth ? urgentSliceEnds.map(\.end).min() : nil
+        return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd, abandonedSliceEnd,
+                urgentSliceEnd].compactMap { $0 }.min()
     }
 
     /// How many view rows hold `key`.
@@ -439,8 +455,7 @@ public struct Scheduler: Sendable {
             takeSlowPlace(into: &actions)
             moveRunning(key, to: .slow, now: now, into: &actions)
         case .running where !task.responded && !backgroundPaused && counts.lingering < configuration.fastWidth:
-            counts.fastRunning -= 1
-            fastRunningKeys.remove(key)
+            leaveFastLane(key)
             counts.lingering += 1
             lingeringKeys.insert(key)
             tasks[key]!.lane = .slow
@@ -771,6 +786,7 @@ public struct Scheduler: Sendable {
             buckets = buckets.filter { Self.tokens($0.value, rate: rate, now: now) < Double(rate.burst) }
         }
         stepAsideAfterSlice(now: now)
+        stepAsideAfterUrgentSlice(now: now)
         var actions: [Action] = []
         demoteAbandonedAfterSlice(now: now, into: &actions)
         admit(now: now, into: &actions)
@@ -790,6 +806,7 @@ public struct Scheduler: Sendable {
     public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
         self.configuration = configuration
         stepAsidePreemptible()
+        stepAsideAfterUrgentSlice(now: now)
         var actions: [Action] = []
         admit(now: now, into: &actions)
         return actions
@@ -808,6 +825,44 @@ public struct Scheduler: Sendable {
             if overrunCount < configuration.slowWidth { stepAside(key) } else { preemptible.insert(key) }
         }
     }
+
+    /// Fast tasks that have held their place for `urgentSlice` step aside (the longest held first), while fewer than
+    /// `fastWidth` have: they run on, taking no place. An abandoned one does not: it is demoted after its
+    /// `backgroundSlice` instead.
+    private mutating func stepAsideAfterUrgentSlice(now: Moment) {
+        for (key, end) in urgentSliceEnds.sorted(by: { ($0.end, $0.key) < ($1.end, $1.key) })
+        where end <= now && fastSteppedAside.count < configuration.fastWidth {
+            fastSliceStarts.removeValue(forKey: key)
+            fastSteppedAside.insert(key)
+            counts.fastSteppedAside += 1
+        }
+    }
+
+    /// When the urgent slice of each fast task that takes a place ends (none for an abandoned one, nor without
+    /// `urgentSlice`).
+    private var urgentSliceEnds: [(key: String, end: Moment)] {
+        guard let slice = configuration.urgentSlice else { return [] }
+        return fastSliceStarts.filter { !tasks[$0.key]!.abandoned }.map { ($0.key, $0.value + slice) }
+    }
+
+    /// A task starts running in the fast lane (or changes lane into it): it takes a place, its slice begins `now`.
+    private mutating func enterFastLane(_ key: String, now: Moment) {
+        counts.fastRunning += 1
+        fastRunningKeys.insert(key)
+        fastSliceStarts[key] = now
+    }
+
+    /// A running task leaves the fast lane (it ends, is parked, lingers or changes lane).
+    private mutating func leaveFastLane(_ key: String) {
+        counts.fastRunning -= 1
+        fastRunningKeys.remove(key)
+        fastSliceStarts.removeValue(forKey: key)
+        if fastSteppedAside.remove(key) != nil { counts.fastSteppedAside -= 1 }
+    }
+
+    /// The places running fast tasks take: one each, but up to `fastWidth` of those that stepped aside after their
+    /// slice take none (more after a reconfiguration made the lane narrower).
+    private var fastOccupied: Int { counts.fastRunning - min(counts.fastSteppedAside, configuration.fastWidth) }
 
     /// An abandoned task that has run for `backgroundSlice` since its start is background work from then on, as a
     /// `demote` makes it (the oldest start first): work nobody waits for suspends the slow lane for a slice at most (a
@@ -992,7 +1047,7 @@ public struct Scheduler: Sendable {
             task.lane = .fast
             tasks[key] = task
             enqueue(key, lane: .fast, atFront: false)
-        case .running where counts.fastRunning < configuration.fastWidth:
+        case .running where fastOccupied < configuration.fastWidth:
             moveRunning(key, to: .fast, now: now, into: &actions)
         case .running:
             // The fast lane is full: the transfer goes on as background work and takes a fast slot in its turn.
@@ -1023,11 +1078,9 @@ public struct Scheduler: Sendable {
             } else {
                 counts.slowRunning -= 1
             }
-            counts.fastRunning += 1
-            fastRunningKeys.insert(key)
+            enterFastLane(key, now: now)
         } else {
-            counts.fastRunning -= 1
-            fastRunningKeys.remove(key)
+            leaveFastLane(key)
             counts.slowRunning += 1
             sliceStarts[key] = now
         }
@@ -1072,13 +1125,16 @@ public struct Scheduler: Sendable {
     @discardableResult
     private mutating func parkBeyondWidth(_ lane: Lane, into actions: inout [Action]) -> Bool {
         let excess = { (scheduler: Scheduler) in
-            lane == .fast ? scheduler.counts.fastRunning - scheduler.configuration.fastWidth
+            lane == .fast ? scheduler.fastOccupied - scheduler.configuration.fastWidth
                 : scheduler.slowOccupied - scheduler.slowCapacity
         }
         guard excess(self) > 0 else { return false }
-        // Up to slowWidth tasks in their tail take no place, so parking one of those frees none.
+        // Up to slowWidth tasks in their tail take no place, so parking one of those frees none; nor does parking a
+        // fast task that stepped aside.
         let freesPlace = { (scheduler: Scheduler, task: Task) in
-            !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
+            lane == .fast ? !scheduler.fastSteppedAside.contains(task.key)
+                    || scheduler.counts.fastSteppedAside > scheduler.configuration.fastWidth
+                : !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
         }
         let rank = { (task: Task) in
             (task.abandoned ? 1 : 0, task.promotionPending ? 0 : 1, task.inTail ? 0 : 1, task.startOrder)
@@ -1123,25 +1179,29 @@ public struct Scheduler: Sendable {
     /// lingering task keeps a place on that host: the newest such lingering task (no byte of it came) is parked, and
     /// the urgent work may start. Returns whether it parked one. Lingering tasks on other hosts keep their requests.
     private mutating func yieldHostToUrgentWork(into actions: inout [Action]) -> Bool {
-        guard !lingeringKeys.isEmpty, !fastHostsAtLimit.isEmpty, counts.fastRunning < configuration.fastWidth,
+        guard !lingeringKeys.isEmpty, !fastHostsAtLimit.isEmpty, fastOccupied < configuration.fastWidth,
               let key = newestLingering(onHosts: fastHostsAtLimit) else { return false }
         park(key, waitingIn: .slow, into: &actions)
         return true
     }
 
     /// Work someone waits for is passed over only because its host is at `per_host`, while a running task nobody waits
-    /// for any more (abandoned) keeps a place on that host: the newest such is parked, as in a full lane. Returns
-    /// whether it parked one.
+    /// for any more (abandoned) keeps a place on that host: the newest such is parked, as in a full lane, when the
+    /// work can then start (the lane has room, or another abandoned task gives its place). Returns whether it parked
+    /// one.
     private mutating func yieldHostOfAbandoned(into actions: inout [Action]) -> Bool {
-        guard !fastHostsAtLimit.isEmpty, let key = newestAbandonedRunning(onHosts: fastHostsAtLimit) else { return false }
+        guard !fastHostsAtLimit.isEmpty, let key = newestAbandonedRunning(onHosts: fastHostsAtLimit),
+              fastOccupied < configuration.fastWidth || !fastSteppedAside.contains(key)
+                || newestAbandonedRunning(onHosts: nil) != nil else { return false }
         park(key, waitingIn: .fast, into: &actions)
         return true
     }
 
-    /// The most recent start among the abandoned tasks running in the fast lane, on `hosts` (any host when nil).
+    /// The most recent start among the abandoned tasks running in the fast lane, on `hosts`, or, when nil, of those
+    /// that take a place there.
     private func newestAbandonedRunning(onHosts hosts: Set<String>?) -> String? {
         fastRunningKeys.compactMap { tasks[$0] }
-            .filter { $0.abandoned && hosts?.contains($0.host) != false }
+            .filter { $0.abandoned && (hosts?.contains($0.host) ?? !fastSteppedAside.contains($0.key)) }
             .max { $0.startOrder < $1.startOrder }?.key
     }
 
@@ -1280,8 +1340,7 @@ public struct Scheduler: Sendable {
             counts.lingering -= 1
             lingeringKeys.remove(task.key)
         } else if task.lane == .fast {
-            counts.fastRunning -= 1
-            fastRunningKeys.remove(task.key)
+            leaveFastLane(task.key)
         } else {
             counts.slowRunning -= 1
         }
@@ -1356,11 +1415,11 @@ public struct Scheduler: Sendable {
     /// for, into the place of the newest abandoned task, which is parked.
     private mutating func popFastStartable(now: Moment, into actions: inout [Action]) -> String? {
         let key: String
-        if counts.fastRunning < configuration.fastWidth {
+        if fastOccupied < configuration.fastWidth {
             guard let next = popStartable(lane: .fast, now: now) else { return nil }
             key = next
         } else {
-            guard counts.fastRunning == configuration.fastWidth,
+            guard fastOccupied == configuration.fastWidth,
                   let newestAbandoned = newestAbandonedRunning(onHosts: nil),
                   let next = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
             park(newestAbandoned, waitingIn: .fast, into: &actions)
@@ -1483,8 +1542,7 @@ public struct Scheduler: Sendable {
         tasks[key] = task
         if task.lane == .fast {
             counts.fastWaiting -= 1
-            counts.fastRunning += 1
-            fastRunningKeys.insert(key)
+            enterFastLane(key, now: now)
         } else {
             counts.slowWaiting -= 1
             counts.slowRunning += 1

@@ -48,6 +48,66 @@ struct LaneTests {
                                                  start(U.a2, .fast)])
     }
 
+    @Test("a fast task that held its place for urgentSlice steps aside: the next urgent task starts beside it, up to fastWidth such; the background lane stays suspended")
+    func urgentSlice() {
+        var s = Scheduler(configuration: .init(fastWidth: 2, slowWidth: 1, retry: testRetry, urgentSlice: 1_000), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // a trickling server's two images
+        _ = s.get(U.a2, waiter: w(1, 2), cache: .missing, now: t(500))
+        #expect(s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(600)) == [])  // a healthy server's waits
+        _ = s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(600))
+        _ = s.get(U.b2, waiter: w(2, 2), cache: .missing, now: t(600))
+        #expect(s.queue(U.s1, cache: .missing, now: t(600)) == (.queued, []))
+        #expect(s.nextDeadline == t(1_000))
+        #expect(s.advance(to: t(999)) == [])
+        #expect(s.advance(to: t(1_000)) == [start(U.b, .fast)])
+        #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
+        #expect(s.nextDeadline == t(1_500))
+        #expect(s.advance(to: t(1_500)) == [start(U.c, .fast)])
+        // fastWidth have stepped aside: b and c keep their places past theirs, and nothing wakes for them.
+        #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 1)
+        #expect(s.nextDeadline == nil)
+        #expect(s.advance(to: t(9_000)) == [])
+        // One that stepped aside ends: b steps aside at the next look (its slice is over), b2 starts; s1 still waits.
+        #expect(s.finish(U.a.key, .success, now: t(9_001)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key)])
+        #expect(s.nextDeadline == t(2_000))
+        #expect(s.advance(to: t(9_002)) == [start(U.b2, .fast)])
+        #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.slowRunning == 0)
+        // Demoted, one that stepped aside leaves the fast lane; a promotion in place needs a place, not a step aside.
+        #expect(s.demote(U.a2.key, now: t(9_003)) == [.changeLane(key: U.a2.key, lane: .slow)])
+        #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
+        #expect(s.get(U.a2, waiter: w(4, 1), cache: .missing, now: t(9_004)) == [])  // c and b2 hold the places
+        #expect(s.task(U.a2.key)?.promotionPending == true)
+    }
+
+    @Test("without urgentSlice, or for abandoned work, nothing steps aside; a lane made narrower parks those that stepped aside last, and only past fastWidth of them")
+    func urgentSliceLimits() {
+        var s = Scheduler(configuration: .init(fastWidth: 1, slowWidth: 1, retry: testRetry, urgentSlice: nil), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.nextDeadline == nil && s.advance(to: t(60_000)) == [] && s.counts.fastSteppedAside == 0)
+
+        var config = Scheduler.Configuration(fastWidth: 1, slowWidth: 1, retry: testRetry, urgentSlice: 1_000)
+        s = Scheduler(configuration: config, seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        #expect(s.disconnect(client: 1, now: t(0)) == [])
+        // Abandoned, it does not step aside: it is demoted after its background slice (30 s) instead.
+        #expect(s.nextDeadline == t(30_000))
+        #expect(s.advance(to: t(1_000)) == [] && s.counts.fastSteppedAside == 0)
+
+        config.fastWidth = 2
+        s = Scheduler(configuration: config, seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(1, 2), cache: .missing, now: t(0))
+        #expect(s.advance(to: t(1_000)) == [])
+        #expect(s.get(U.c, waiter: w(1, 3), cache: .missing, now: t(1_000)) == [start(U.c, .fast)])
+        #expect(s.get(U.b2, waiter: w(1, 4), cache: .missing, now: t(1_000)) == [start(U.b2, .fast)])
+        #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2)
+        // Width 1: one that stepped aside now takes a place; c and b2 are parked, the most recent first.
+        config.fastWidth = 1
+        #expect(s.reconfigure(config, now: t(1_001)) == [.park(key: U.b2.key), .park(key: U.c.key)])
+        #expect(s.counts.fastRunning == 2 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 2)
+    }
+
     @Test("a slow task in its tail lets the next one start; at width 1 one such task counts, urgent work still suspends the lane")
     func tail() {
         var s = makeScheduler(slow: 1)
@@ -587,7 +647,8 @@ struct CancelDisconnectWithdrawTests {
 
     @Test("abandoned tasks stay behind the work someone waits for after a retry; a promotion only the gone client waited for is withdrawn: the transfer goes on as background work")
     func abandonedAfterRetryAndWithdrawnPromotion() {
-        var s = makeScheduler(fast: 1)
+        // B runs all along: it does not step aside (LaneTests.urgentSlice).
+        var s = Scheduler(configuration: .init(fastWidth: 1, retry: testRetry, urgentSlice: nil), seed: 42)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
         _ = s.finish(U.a.key, .failure(.httpStatus(503)), now: t(0))  // waits for its retry
         _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))   // runs
@@ -714,7 +775,7 @@ struct RetryTests {
         #expect(s.advance(to: until + -1) == [])
         #expect(s.state(U.a)?.delayedUntil == until)
         #expect(s.advance(to: until) == [start(U.a, .fast, revalidate: true), .holdBackground(true)])
-        #expect(s.nextDeadline == nil)
+        #expect(s.nextDeadline == until + 5_000)  // its urgent slice's end
         let task = try #require(s.task(U.a.key))
         #expect(task.attempts == 2 && task.waiters == [w(1, 1)] && task.state == .running)
         #expect(s.finish(U.a.key, .success, now: until + 5)

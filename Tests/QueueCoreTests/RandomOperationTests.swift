@@ -186,6 +186,9 @@ enum Situation: String, CaseIterable {
     case passedOverAfterSlice = "slow work waited for its host's task past its slice"
     case becamePreemptible = "a slow task ran out its slice, slowWidth others stepped aside: it keeps its place, preemptible"
     case preemptibleSteppedAside = "a preemptible task stepped aside when room past a slice freed"
+    case urgentSteppedAside = "a fast task held its place for urgentSlice and stepped aside"
+    case urgentKeptPlace = "a fast task past its urgentSlice kept its place: fastWidth others had stepped aside"
+    case startedBesideSteppedAside = "a fast task started in the place of one that stepped aside"
     case preempted = "a preemptible task yielded its place to another's start: parked at the back"
     case demotedIntoYieldedPlace = "a running task demoted into the place a preemptible task yielded"
     case restartedAgain = "a task parked after its slice without its bytes a second time, after a slice twice as long"
@@ -234,6 +237,8 @@ struct Runner {
         var responded = false
         /// Demoted before its response with the slow lane full: in no lane, its request out.
         var lingering = false
+        /// A fast task that held its place for `urgentSlice` (since `sliceFrom`) and stepped aside: it takes none.
+        var urgentOverran = false
     }
 
     enum WaiterState: Equatable {
@@ -310,8 +315,31 @@ struct Runner {
     /// while background work goes on.
     func occupying(_ lane: Lane) -> Int {
         let inLane = running.values.count { $0.lane == lane && !$0.lingering }
-        guard lane == .slow, !backgroundPaused else { return inLane }
+        if lane == .fast { return inLane - min(fastSteppedAside, configuration.fastWidth) }
+        guard !backgroundPaused else { return inLane }
         return inLane - min(running.values.count { $0.lane == .slow && $0.inTail }, configuration.slowWidth)
+    }
+    /// Fast tasks that stepped aside after their urgent slice.
+    var fastSteppedAside: Int { running.values.count(where: \.urgentOverran) }
+    /// Fast tasks that take a place, when their urgent slice ends (none for an abandoned one): each steps aside then,
+    /// while fewer than `fastWidth` have.
+    var urgentSliceEnds: [(key: String, end: Moment)] {
+        guard let slice = configuration.urgentSlice else { return [] }
+        return running.filter { $0.value.lane == .fast && !$0.value.lingering && !$0.value.urgentOverran
+                                && !abandoned.contains($0.key) }
+            .map { ($0.key, $0.value.sliceFrom + slice) }
+    }
+    /// Past their urgent slice, fast tasks step aside, the earliest end first (then by key), while fewer than
+    /// `fastWidth` have; the others keep their places.
+    mutating func stepAsideAfterUrgentSlice() {
+        for (key, end) in urgentSliceEnds.sorted(by: { ($0.end, $0.key) < ($1.end, $1.key) }) where end <= now {
+            if fastSteppedAside < configuration.fastWidth {
+                running[key]?.urgentOverran = true
+                coverage.note(.urgentSteppedAside)
+            } else {
+                coverage.note(.urgentKeptPlace)
+            }
+        }
     }
     /// disk_full failures since the last success: they set the backoff.
     var diskFailures = 0
@@ -735,6 +763,7 @@ struct Runner {
                     }
                 }
             }
+            stepAsideAfterUrgentSlice()
             pausedHosts = pausedHosts.filter { $0.value > now }
             if let until = diskWaitUntil, until <= now {
                 diskWaitUntil = nil
@@ -751,6 +780,7 @@ struct Runner {
         case .widths(let fast, let slow):
             configuration.fastWidth = fast
             configuration.slowWidth = slow
+            stepAsideAfterUrgentSlice()
             let actions = scheduler.reconfigure(configuration, now: now)
             try process(actions, Allowed(narrowing: true))
 
@@ -807,7 +837,7 @@ struct Runner {
     mutating func expectPromotion(_ key: String) -> (key: String, lane: Lane)? {
         guard let task = running[key], task.lane == .slow, !task.promotionPending else { return nil }
         if task.lingering { coverage.note(.lingeringPromoted) }
-        if running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth { return (key, .fast) }
+        if occupying(.fast) < configuration.fastWidth { return (key, .fast) }
         running[key]?.promotionPending = true
         coverage.note(.promotionDeferred)
         return nil
@@ -845,6 +875,9 @@ struct Runner {
     var abandonedRunning: [String: Running] {
         running.filter { $0.value.lane == .fast && !$0.value.lingering && abandoned.contains($0.key) }
     }
+
+    /// The abandoned tasks running in the fast lane that take a place there (not stepped aside).
+    var abandonedHoldingPlace: [String: Running] { abandonedRunning.filter { !$0.value.urgentOverran } }
 
     /// The abandoned tasks that have run in the fast lane for a slice since their start, the oldest start first: each
     /// is demoted now (abandoned no more).
@@ -919,6 +952,9 @@ struct Runner {
                 }
                 let laneRunning = occupying(lane)
                 let width = lane == .fast ? configuration.fastWidth : slowCapacity
+                if lane == .fast, fastSteppedAside > 0, running.values.count(where: { $0.lane == .fast }) >= width {
+                    coverage.note(.startedBesideSteppedAside)
+                }
                 guard laneRunning < width else {
                     throw fail("start(\(lane)) of \(key) with \(laneRunning) already running (width \(width))")
                 }
@@ -959,7 +995,7 @@ struct Runner {
                 let inTurn = lane == .fast && running[key]?.promotionPending == true
                 if inTurn {
                     // A deferred promotion takes a fast slot that freed (this step's own starts come after it).
-                    let fastRunning = running.values.count { $0.lane == .fast }
+                    let fastRunning = occupying(.fast)
                     guard fastRunning < configuration.fastWidth else {
                         throw fail("\(action) with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
                     }
@@ -982,6 +1018,7 @@ struct Runner {
                 running[key]?.inTail = false
                 running[key]?.overran = false
                 running[key]?.preemptible = false
+                running[key]?.urgentOverran = false
                 running[key]?.sliceFrom = now
                 settlePreemptible()
                 if lane == .fast { running[key]?.lingering = false }
@@ -996,6 +1033,8 @@ struct Runner {
             case .park(let key):
                 let expected: (key: String, lane: Lane)
                 if running[key]?.lingering == true, allowed.parks.first?.key != key { settleLingering() }
+                // Lingering tasks take the free places before a preemptible one yields its own (to one of them).
+                if running[key]?.preemptible == true { settleLingering() }
                 if let task = running[key], task.lingering, allowed.parks.first?.key != key {
                     let lingering = running.filter { $0.value.lingering }
                     let rank = { (task: Running) in (task.promotionPending ? 0 : 1, task.order) }
@@ -1008,7 +1047,7 @@ struct Runner {
                     // starts on that host in this step, or waits for the host's next start token.
                     var yielded: [String: Running] = [:]
                     if let limit = configuration.perHostLimit,
-                       running.values.count(where: { $0.lane == .fast }) < configuration.fastWidth {
+                       occupying(.fast) < configuration.fastWidth {
                         let startingHosts = Set(actions[(position + 1)...].compactMap { later -> String? in
                             guard case .start(let started, .fast, _) = later else { return nil }
                             return scheduler.task(started)?.host
@@ -1051,10 +1090,12 @@ struct Runner {
                     let width = lane == .fast ? configuration.fastWidth : slowCapacity
                     // Those in their tail go before pending promotions only, and only when parking them frees a place
                     // (more than slowWidth are in their tail, or background work is paused).
+                    // So do fast tasks that stepped aside, only when more than fastWidth have.
                     let tails = running.values.count { $0.lane == .slow && $0.inTail }
                     let inLane = running.filter {
                         $0.value.lane == lane && !$0.value.lingering
                             && (!$0.value.inTail || backgroundPaused || tails > configuration.slowWidth)
+                            && (!$0.value.urgentOverran || fastSteppedAside > configuration.fastWidth)
                     }
                     let abandoned = self.abandoned  // parked first
                     let rank = { (key: String, task: Running) in
@@ -1240,11 +1281,12 @@ struct Runner {
 
     /// Whether an abandoned task running in the fast lane may be parked at `position` for work someone waits for: in a
     /// full lane, the newest abandoned task, for the start that follows; on a host at per_host, the newest abandoned
-    /// task there, for that host's start that follows, or its next token.
+    /// task there, for that host's start that follows (after the park of a task in a full lane, when this one took no
+    /// place: it stepped aside after its urgent slice), or its next token.
     mutating func abandonedMayYield(_ key: String, _ task: Running, after position: Int, in actions: [Action]) -> Bool {
         let next = fastPlaceTaker(after: position, in: actions)
         if occupying(.fast) == configuration.fastWidth, next != nil,
-           key == abandonedRunning.max(by: { $0.value.order < $1.value.order })?.key {
+           key == abandonedHoldingPlace.max(by: { $0.value.order < $1.value.order })?.key {
             coverage.note(.abandonedYielded)
             return true
         }
@@ -1254,9 +1296,16 @@ struct Runner {
         guard let limit = configuration.perHostLimit, running.values.count(where: { $0.host == task.host }) >= limit,
               key == abandonedRunning.filter({ $0.value.host == task.host }).max(by: { $0.value.order < $1.value.order })?.key,
               next.flatMap({ scheduler.task($0)?.host }) == task.host || waitingOnHost && tokens(task.host) < 1
+                || task.urgentOverran && nextAfterParks(position, actions).flatMap({ scheduler.task($0)?.host }) == task.host
         else { return false }
         coverage.note(.abandonedYieldedHost)
         return true
+    }
+
+    /// Who takes a fast place after the parks that follow `position`.
+    func nextAfterParks(_ position: Int, _ actions: [Action]) -> String? {
+        let parks = actions[(position + 1)...].prefix { if case .park = $0 { true } else { false } }.count
+        return fastPlaceTaker(after: position + parks, in: actions)
     }
 
     /// Who takes the fast place an abandoned task gives up in a park at `position`: the task someone waits for that
@@ -1383,6 +1432,7 @@ struct Runner {
         }
         guard runningCount == running.count else { throw fail("the model has \(running) running, the tasks \(tasks)") }
         recomputed.slowInTail = running.values.count { $0.inTail }
+        recomputed.fastSteppedAside = fastSteppedAside
         guard counts == recomputed else { throw fail("counts \(counts) but the tasks say \(recomputed)") }
         guard scheduler.parkedCount == parked.count else {
             throw fail("\(scheduler.parkedCount) tasks counted parked, the model has \(parked.sorted())")
@@ -1410,8 +1460,10 @@ struct Runner {
         if let abandonedSliceEnd, abandonedSliceEnd <= now {
             throw fail("an abandoned task runs in the fast lane past its slice (ended \(abandonedSliceEnd))")
         }
-        let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd, abandonedSliceEnd]
-            .compactMap { $0 }.min()
+        // Or the end of a fast task's urgent slice, while it could step aside.
+        let urgentSliceEnd = fastSteppedAside < configuration.fastWidth ? urgentSliceEnds.map(\.end).min() : nil
+        let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd, abandonedSliceEnd,
+                                urgentSliceEnd].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
             ? scheduler.nextDeadline == expectedDeadline
             : expectedDeadline.map { expected in scheduler.nextDeadline.map { $0 <= expected } ?? false } ?? true
@@ -1452,12 +1504,16 @@ struct Runner {
         guard scheduler.backgroundPaused == backgroundPaused else {
             throw fail("the scheduler says background paused \(scheduler.backgroundPaused), the model \(backgroundPaused)")
         }
-        guard fastRunning <= configuration.fastWidth, counts.fastRunning <= configuration.fastWidth else {
-            throw fail("\(fastRunning) fast tasks running (counted \(counts.fastRunning)), width \(configuration.fastWidth)")
+        // Those past their urgent slice take no place: at most twice the width run.
+        let fastOccupied = occupying(.fast)
+        guard fastOccupied <= configuration.fastWidth, fastRunning <= 2 * configuration.fastWidth,
+              counts.fastRunning - min(counts.fastSteppedAside, configuration.fastWidth) == fastOccupied else {
+            throw fail("\(fastRunning) fast tasks running, \(fastOccupied) in their places (counted \(counts)), "
+                       + "width \(configuration.fastWidth)")
         }
         // A promotion waits only for a fast slot, and none an abandoned task holds.
-        let abandonedRunning = !self.abandonedRunning.isEmpty
-        guard promotionsPending == 0 || fastRunning >= configuration.fastWidth && !abandonedRunning else {
+        let abandonedRunning = !abandonedHoldingPlace.isEmpty
+        guard promotionsPending == 0 || fastOccupied >= configuration.fastWidth && !abandonedRunning else {
             throw fail("\(promotionsPending) promotions pending with \(fastRunning) fast tasks running (width \(configuration.fastWidth))")
         }
         if let limit = configuration.perHostLimit {
@@ -1472,10 +1528,13 @@ struct Runner {
             var hostFull = false
             if let limit = configuration.perHostLimit {
                 for (host, count) in perHost where host == task.host { hostFull = count >= limit }
-                // Not a reason when a task nobody waits for any more holds a place there (it gives it up).
+                // Not a reason when a task nobody waits for any more holds a place there (it gives it up), if the
+                // lane then has room for it (one that stepped aside gave none).
                 if hostFull, task.lane == .fast, !abandoned.contains(task.key),
                    running.contains(where: { $0.value.host == task.host && $0.value.lane == .fast && !$0.value.lingering
-                                             && abandoned.contains($0.key) }) {
+                                             && abandoned.contains($0.key)
+                                             && (!$0.value.urgentOverran || fastOccupied < configuration.fastWidth
+                                                 || !abandonedHoldingPlace.isEmpty) }) {
                     throw fail("\(task.key) waits for its host's per_host limit while an abandoned task holds a place there")
                 }
             }
@@ -1492,7 +1551,7 @@ struct Runner {
             let slowLaneFull = counts.slowSuspended || slowCapacity == 0 || slowOccupied >= slowCapacity && !yielding
             // Work someone waits for takes the place of a running task nobody waits for any more.
             let abandonedPlace = abandonedRunning && !abandoned.contains(task.key)
-            let room = task.lane == .fast ? counts.fastRunning < configuration.fastWidth || abandonedPlace
+            let room = task.lane == .fast ? fastOccupied < configuration.fastWidth || abandonedPlace
                 : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {
                 // Waiting for a token is a reason only while a wake-up for it is due (give or take the rounding to
@@ -1506,7 +1565,7 @@ struct Runner {
             }
             switch task.lane {
             case .fast:
-                guard hostFull || counts.fastRunning >= configuration.fastWidth && !abandonedPlace else {
+                guard hostFull || fastOccupied >= configuration.fastWidth && !abandonedPlace else {
                     throw fail("\(task.key) waits in the fast lane with room to run (counts \(counts)\(abandonedPlace ? ", an abandoned task runs" : ""))")
                 }
             case .slow:
@@ -1579,7 +1638,8 @@ struct Scenario {
             hostFailureThreshold: coin() ? roll(1...3) : nil, hostPause: Int64(roll(100...2_000)),
             hostStartRate: coin() ? .init(perSecond: Double(roll(1...20)), burst: roll(1...3)) : nil,
             // From the seed, not the generator: the sequences stay the ones the coverage floors were set for.
-            backgroundSlice: slowServers ? 200 + Int64(seed % 801) : seed % 3 == 0 ? nil : 200 + Int64(seed / 3 % 2_801))
+            backgroundSlice: slowServers ? 200 + Int64(seed % 801) : seed % 3 == 0 ? nil : 200 + Int64(seed / 3 % 2_801),
+            urgentSlice: seed % 2 == 0 ? nil : 300 + Int64(seed / 2 % 3_001))
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []

@@ -103,6 +103,30 @@ struct EndToEndTests {
         }
     }
 
+    @Test("slow servers do not hold the fast lane: past urgent_slice an urgent fetch steps aside, runs on, and another server's get starts beside it (eight gets of a server sending 1,200 B/s held every fast place for hours, every other get timed out)")
+    func slowServersDoNotHoldTheFastLane() throws {
+        let slow = try Origin(), other = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "2", "--urgent-slice", "1"])
+        // Three clients wait for 2 MB at 20 KB/s each (100 s, well above the low-speed abort): two take the places.
+        let trickles = (1...3).map { slow.url("/t\($0).jpg?size=2000000&drip=20000") }
+        let clients = try trickles.enumerated().map { index, url in
+            let client = try RawConnection(socket: daemon.socket)
+            client.send(#"{"id":\#(index),"op":"get","url":"\#(url)"}"# + "\n")
+            return client
+        }
+        #expect(try waitUntil(seconds: 10) { try slow.stats().log.count == 2 })
+        let healthy = daemon.ctl("get", "--timeout", "15", other.url("/healthy.jpg"))
+        #expect(healthy.status == 0, "the healthy server's get waited for the trickles: \(healthy.stderr)")
+        #expect(try slow.stats().log.count == 3, "the third trickle started beside the first two")
+        let status = try #require(JSONSerialization.jsonObject(with: daemon.ctl("status", "--json").stdoutData) as? [String: Any])
+        let fast = status["fast"] as? [String: Any] ?? [:]
+        #expect(fast["running"] as? Int == 3 && fast["stepped_aside"] as? Int == 2 && status["parked"] as? Int == 0,
+                "\(status)")
+        #expect(daemon.ctl("status").stdout.contains("fast lane: 3/2 running (2 of them past urgent_slice"))
+        for url in trickles { #expect(try slow.count(URL(string: url)!.path) == 1, "\(url) ran on, not restarted") }
+        withExtendedLifetime(clients) {}
+    }
+
     @Test("a slow server with more URLs queued than memory holds does not hold the background lane either: its rows stay in the durable queue while its fetch runs past the slice, and another server's URLs queued behind them are loaded and fetched (they waited for the whole slow fetch)")
     func slowServerWithALongQueue() throws {
         let slow = try Origin(), other = try Origin()

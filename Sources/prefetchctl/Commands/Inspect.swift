@@ -44,7 +44,10 @@ enum InspectCommand {
         let now = HumanTime.now()
         Output.line("prefetchd \(status.version), pid \(status.pid), up \(HumanTime.span(status.uptime)), "
                     + Units.count(status.connections, "connection"))
-        Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running, \(status.fast.waiting) waiting")
+        let steppedAside = status.fast.steppedAside ?? 0
+        Output.line("fast lane: \(status.fast.running)/\(status.fast.width) running"
+                    + (steppedAside > 0 ? " (\(steppedAside) of them past urgent_slice, taking no place)" : "")
+                    + ", \(status.fast.waiting) waiting")
         let lingering = status.slow.lingering ?? 0
         Output.line("slow lane: \(status.slow.running)/\(status.slow.width) running"
                     + (lingering > 0 ? " (\(lingering) of them lingering: scrolled away before their responses)" : "")

@@ -178,7 +178,8 @@ extension Daemon {
             guard let task = scheduler.task(key), task.state == .running else { continue }
             if task.lane == .fast { fast -= 1 } else { slow -= 1 }
         }
-        return (.init(waiting: counts.fastWaiting, running: fast, width: scheduler.configuration.fastWidth),
+        return (.init(waiting: counts.fastWaiting, running: fast, width: scheduler.configuration.fastWidth,
+                      steppedAside: counts.fastSteppedAside > 0 ? counts.fastSteppedAside : nil),
                 .init(waiting: counts.slowWaiting, running: slow, width: scheduler.configuration.slowWidth,
                       lingering: counts.lingering > 0 ? counts.lingering : nil))
     }

@@ -89,7 +89,8 @@ extension Daemon {
     /// One line for `systemctl status`: the lanes, retries, the backlog and the clients.
     func serviceStatus() -> String {
         let counts = scheduler.counts, lanes = self.lanes  // counted as `status` counts them
-        return "fast \(lanes.fast.running)/\(lanes.fast.width) running, \(lanes.fast.waiting) waiting; "
+        return "fast \(lanes.fast.running)/\(lanes.fast.width) running"
+            + (lanes.fast.steppedAside.map { " (\($0) of them past urgent_slice)" } ?? "") + ", \(lanes.fast.waiting) waiting; "
             + "slow \(lanes.slow.running)/\(lanes.slow.width) running"
             + (lanes.slow.lingering.map { " (\($0) of them lingering)" } ?? "") + ", \(lanes.slow.waiting) waiting"
             + (counts.slowSuspended ? " (suspended)" : "") + (conditions.mode == .run ? "" : " (\(backgroundState.summary))")

@@ -18,6 +18,8 @@ struct Options {
     var slowWidth = 1
     /// Seconds a background fetch runs before the next one starts beside it; nil never.
     var backgroundSlice: Int64? = 30
+    /// Seconds an urgent fetch holds its place before the next one starts beside it; nil never.
+    var urgentSlice: Int64? = 5
     var perHostLimit: Int?
     /// Starts per second per host (a token bucket), and the burst it allows; no limit when the rate is nil.
     var hostStartRate: Double?
@@ -168,6 +170,14 @@ struct Options {
                     options.backgroundSlice = seconds == 0 ? nil : seconds
                 },
                 show: { String($0.backgroundSlice ?? 0) }),
+        Setting(key: "urgent_slice", placeholder: "SEC",
+                summary: "an urgent fetch running longer steps aside: the next one starts beside it (at most "
+                    + "fast_width such), so that slow servers do not hold the fast lane from the others; 0 for never",
+                read: { options, value throws(BadValue) in
+                    let seconds = try number(value, 0...86_400)
+                    options.urgentSlice = seconds == 0 ? nil : seconds
+                },
+                show: { String($0.urgentSlice ?? 0) }),
         Setting(key: "per_host", placeholder: "N", summary: "running fetches per host at most, 0 for no limit",
                 read: { options, value throws(BadValue) in
                     let limit = Int(try number(value, 0...1024))
@@ -605,7 +615,8 @@ struct Options {
     var schedulerConfiguration: Scheduler.Configuration {
         Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry,
                                 hostStartRate: hostStartRate.map { .init(perSecond: $0, burst: hostStartBurst) },
-                                backgroundSlice: backgroundSlice.map { $0 * 1000 })
+                                backgroundSlice: backgroundSlice.map { $0 * 1000 },
+                                urgentSlice: urgentSlice.map { $0 * 1000 })
     }
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {
