@@ -131,10 +131,11 @@ struct Arguments {
             output = destination
         case .timeout:
             let text = try value()
-            // Decimal digits and one point: Double() also reads 0x10, 1e3 and inf.
+            // Decimal digits and one point: Double() also reads 0x10, 1e3 and inf. Deadlines count milliseconds: less
+            // than one would be no time at all.
             let decimal = text.utf8.allSatisfy { (48...57).contains($0) || $0 == 46 } && text.utf8.count(where: { $0 == 46 }) <= 1
-            guard decimal, let seconds = Double(text), seconds > 0, seconds <= 31_536_000 else {
-                throw .usage("--timeout: '\(text)' is not a number of seconds above 0 (at most a year)")
+            guard decimal, let seconds = Double(text), seconds >= 0.001, seconds <= 31_536_000 else {
+                throw .usage("--timeout: '\(text)' is not a number of seconds from 0.001 to a year")
             }
             timeout = seconds
         case .offline: offline = true

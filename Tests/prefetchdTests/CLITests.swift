@@ -552,7 +552,7 @@ struct CLITests {
         // Refused before connecting: no daemon there (trying to reach one would be exit 3).
         let directory = try TemporaryDirectory()
         let nothing = directory.path + "/nothing.sock"
-        for value in ["0x10", "1e3", "inf", "1..5", ""] {
+        for value in ["0x10", "1e3", "inf", "1..5", "", "0.0009", "0.0000001"] {
             let result = run(Paths.prefetchctl, ["--socket", nothing, "get", "--timeout", value, "http://a/x.jpg"])
             #expect(result.status == 2 && result.stderr.contains("--timeout: '\(value)' is not a number of seconds"), "\(value): \(result.stderr)")
         }
