@@ -359,6 +359,17 @@ import Testing
         }
     }
 
+    @Test("a lock that is a directory is refused with what to do (it said only: Is a directory)")
+    func directoryLockRefused() throws {
+        try withCacheDirectory { directory in
+            _ = try Store(directory: directory + "/cache")  // made, then closed
+            #expect(unlink(directory + "/cache/lock") == 0 && mkdir(directory + "/cache/lock", 0o700) == 0)
+            let error = #expect(throws: DaemonError.self) { try Store(directory: directory + "/cache") }
+            #expect(error.map { "\($0)" }?.contains("/cache/lock is a directory: remove it") == true,
+                    "\(String(describing: error))")
+        }
+    }
+
     @Test("recovery after a torn write sweeps temporaries, rows without their file and files without a row")
     func recoverSweeps() throws {
         try withCacheDirectory { directory in

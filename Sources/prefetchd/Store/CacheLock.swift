@@ -40,6 +40,10 @@ final class CacheLock {
                 throw DaemonError("the lock \(path) is a symbolic link: remove it; prefetchd writes nothing through "
                                   + "links in its cache")
             }
+            if code == EISDIR {
+                throw DaemonError("the lock \(path) is a directory: remove it; prefetchd keeps its pid in a file of that "
+                                  + "name")
+            }
             if code == EACCES || code == EROFS {
                 throw DaemonError("cannot open the lock \(path): \(String(cString: strerror(code))): the cache directory "
                                   + "must be writable by the user prefetchd runs as (uid \(getuid())), or choose another "
