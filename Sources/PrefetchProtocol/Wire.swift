@@ -26,9 +26,22 @@ public enum RequestID: Codable, Hashable, Sendable, CustomStringConvertible {
     case number(Int64)
     case text(String)
 
-    /// The longest string an id may be, in bytes: a request waiting holds its id until its reply (8 clients of 8,192
-    /// waiting gets, each with an id of 60 KB, held 3.95 GB, then as many replies at once).
+    /// The longest string an id may be, in bytes as a reply writes it back (`writtenLength`): a request waiting holds
+    /// its id until its reply (8 clients of 8,192 waiting gets, each with an id of 60 KB, held 3.95 GB, then as many
+    /// replies at once).
     public static let longestText = 1024
+
+    /// The bytes `text` takes in a reply, quotes aside: an escape (`\"`, `\n`, `\u0000`) counts its characters, so
+    /// that an id of 1,024 control characters does not come back six times as long.
+    public static func writtenLength(_ text: String) -> Int {
+        text.utf8.reduce(0) { length, byte in
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x09, 0x0A, 0x0C, 0x0D: length + 2
+            case ..<0x20: length + 6
+            default: length + 1
+            }
+        }
+    }
 
     /// What an id may be, said when it is none of them.
     public static let expected = "an id is a string or a whole number from -2^63 to 2^63-1"

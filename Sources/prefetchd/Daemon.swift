@@ -447,9 +447,10 @@ final class Daemon {
             throw RefusedLine(id: member == "id" ? nil : request.id,
                               error: WireError(.badRequest, "the line is not a JSON request object: \(member): \(said)"))
         }
-        if case .text(let text) = request.id, text.utf8.count > RequestID.longestText {
-            throw RefusedLine(id: nil, error: WireError(.badRequest, "id: a string of \(text.utf8.count) bytes, over the "
-                                                        + "\(RequestID.longestText) an id may have"))
+        if case .text(let text) = request.id, RequestID.writtenLength(text) > RequestID.longestText {
+            throw RefusedLine(id: nil, error: WireError(.badRequest, "id: a string of \(RequestID.writtenLength(text)) "
+                                                        + "bytes as JSON writes it, over the \(RequestID.longestText) an id "
+                                                        + "may have"))
         }
         guard let op = Operation(rawValue: request.op) else {
             let known = Operation.allCases.map(\.rawValue).joined(separator: ", ")

@@ -138,10 +138,18 @@ struct BadInputTests {
         let refused = connection.receive()
         let error = refused?["error"] as? [String: Any]
         #expect(error?["code"] as? String == "bad_request" && refused?["id"] is NSNull, "\(String(describing: refused))")
-        #expect((error?["message"] as? String)?.contains("id: a string of 1025 bytes, over the 1024 an id may have") == true,
+        #expect((error?["message"] as? String)?.contains("id: a string of 1025 bytes as JSON writes it, over the 1024 an id may have") == true,
                 "\(String(describing: error))")
         connection.send("{\"id\":\"\(longest)\",\"op\":\"ping\"}\n")
         #expect(connection.receive()?["id"] as? String == longest, "1,024 bytes of UTF-8 are fine")
+        // Escapes count as they are written back: 171 control characters come back as 1,026 bytes (1,024 before).
+        let escaped = String(repeating: "\\u0001", count: 171), fits = String(repeating: "\\u0001", count: 170)
+        connection.send("{\"id\":\"\(escaped)\",\"op\":\"ping\"}\n")
+        let refusedEscaped = connection.receive()
+        #expect(refusedEscaped?["id"] is NSNull && ((refusedEscaped?["error"] as? [String: Any])?["message"] as? String)?
+                    .contains("a string of 1026 bytes as JSON writes it") == true, "\(String(describing: refusedEscaped))")
+        connection.send("{\"id\":\"\(fits)\",\"op\":\"ping\"}\n")
+        #expect(connection.receive()?["id"] as? String == String(repeating: "\u{1}", count: 170))
         let info = daemon.ctl("info", origin.url("/long-id.jpg"))
         #expect(info.stdout.contains("cached: no") && !info.stdout.contains("task"), "not queued: \(info.stdout)")
     }
