@@ -203,6 +203,22 @@ final class Daemon {
         }
     }
 
+    /// The fewest descriptors the daemon starts with: its own files, event loop, timers and worker pools take about
+    /// 28. Below it each start failed its own way: a bare "Too many open files", GLib aborting the process, the index
+    /// said to be unwritable.
+    static let fewestDescriptors = 32
+
+    /// Raises the soft descriptor limit (`raiseDescriptorLimit`); below `fewestDescriptors` the start is refused, with
+    /// how to raise it. Called before the daemon opens anything.
+    static func checkDescriptorLimit() throws {
+        let limit = raiseDescriptorLimit()
+        guard limit >= fewestDescriptors else {
+            throw DaemonError("RLIMIT_NOFILE is \(limit): prefetchd needs at least \(fewestDescriptors) file descriptors "
+                              + "to start (its index, lock, event loop, timers and workers), and more for its clients and "
+                              + "transfers; raise the limit (LimitNOFILE= under systemd, ulimit -n)")
+        }
+    }
+
     /// Hundreds of clients and thousands of transfers need descriptors: the soft limit goes up to the hard one.
     /// Returns the limit in force.
     private static func raiseDescriptorLimit() -> Int {

@@ -22,6 +22,7 @@ do {
             writeStandardError("prefetchd: warning: \(warning)\n")
         }
     case .run(let options):
+        try Daemon.checkDescriptorLimit()
         MemoryTrimmer.mapLargeBlocksApart()
         // Passed descriptors are checked before the daemon opens any: one of its own would look passed.
         let passedSocket = try SocketActivation.receive(environment: options.environment)

@@ -393,6 +393,17 @@ struct BoundsTests {
         #expect((shown?["result"] as? [String: Any])?["rows"] as? Int == rows, "\(String(describing: shown))")
     }
 
+    @Test("below 32 descriptors the start is refused with how to raise the limit (it said 'Too many open files', blamed the index's permissions, or GLib aborted the process)", arguments: [4, 8, 24, 31])
+    func tooFewDescriptorsRefused(limit: Int) throws {
+        let directory = try TemporaryDirectory()
+        let started = run("/usr/bin/prlimit", ["--nofile=\(limit):\(limit)", Paths.prefetchd, "--socket",
+                                               directory.path + "/ctl.sock", "--cache-dir", directory.path + "/cache"])
+        #expect(started.status == 1 && started.stderr.hasPrefix("prefetchd: RLIMIT_NOFILE is \(limit): prefetchd needs at "
+                                                                + "least 32 file descriptors to start"), "\(started.stderr)")
+        #expect(started.stderr.contains("raise the limit (LimitNOFILE= under systemd, ulimit -n)"))
+        #expect(!FileManager.default.fileExists(atPath: directory.path + "/cache"), "nothing made")
+    }
+
     @Test("lanes wider than RLIMIT_NOFILE allows are warned about at start and at a reload: 1,024 + 1,024 under a limit of 128 failed 399 of 400 gets as internal, status blamed the disk, and nothing said why")
     func lanesWiderThanTheDescriptorLimit() throws {
         let directory = try TemporaryDirectory()
