@@ -159,7 +159,7 @@ enum Help {
             Usage: prefetchctl list [--limit N] [--timeout SEC] [--json]
 
             Lists the tasks held in memory, running ones first, and how many URLs wait only in the durable queue.
-              --limit N   list at most N tasks (default 1000)
+              --limit N   list at most N tasks (default 1000, at most 10000)
             """
         case "formats": return """
             Usage: prefetchctl formats [--timeout SEC] [--json]

@@ -348,7 +348,7 @@ struct BoundsTests {
         #expect(try origin.stats().counts["/trickle.jpg"] == 1, "demoted in place, not restarted")
     }
 
-    @Test("promote and queue --now stop making urgent work once 65,536 tasks wait in the fast lane: the rest stay queued background work, busy, exit 3 (half a million URLs promoted held 556 MB)")
+    @Test("promote and queue --now stop making urgent work once 65,536 tasks wait in the fast lane: the rest stay queued background work, busy, exit 3 (half a million URLs promoted held 556 MB); a list of them holds 10,000")
     func urgentWorkWithoutWaitersIsBounded() throws {
         let origin = try Origin()
         // The held transfers keep their places all along (past urgent_slice 8 more would start), so the counts are exact.
@@ -365,6 +365,10 @@ struct BoundsTests {
         #expect(task?["state"] as? String == "backlog" || task?["lane"] as? String == "slow", "still queued: \(String(describing: last))")
         let promoted = daemon.ctl("promote", urls.last!)
         #expect(promoted.status == 3 && promoted.stdout.contains("busy"), "\(promoted)")
+        // A list of them holds 10,000 whatever its limit, the running ones first (one of 65,000 held the loop 0.5 s).
+        let listed = try JSONSerialization.jsonObject(with: daemon.ctl("list", "--json", "--limit", "1000000").stdoutData)
+        let tasks = (listed as? [String: Any])?["tasks"] as? [[String: Any]] ?? []
+        #expect(tasks.count == 10_000 && tasks.prefix(8).allSatisfy { $0["state"] as? String == "running" }, "\(tasks.count)")
         try origin.release()
     }
 

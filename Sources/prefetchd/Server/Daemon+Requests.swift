@@ -96,7 +96,8 @@ extension Daemon {
     }
 
     func list(_ limit: Int, _ id: RequestID?, _ connection: Connection) {
-        reply(connection, id, TaskList(tasks: scheduler.firstTasks(limit).map(summary), backlog: backlogOnly))
+        reply(connection, id, TaskList(tasks: scheduler.firstTasks(min(limit, TaskList.mostTasks)).map(summary),
+                                       backlog: backlogOnly))
     }
 
     /// Urgent work nobody waits for (`promote`, `queue --now`) is not taken past this many tasks waiting in the fast
