@@ -66,6 +66,9 @@ public enum Action: Equatable, Sendable {
     /// The key's task is gone before its fetch ran, since nobody asks for it any more (`Scheduler.disconnect`): what
     /// the durable queue holds for it stays there.
     case letGo(key: String)
+    /// The key's waiting background task left memory (`Scheduler.Configuration.slowWaitingKept`): the durable queue
+    /// keeps it (the owner queues it there if it is not) and it is read back in its turn.
+    case toBacklog(key: String)
     /// A permanent failure to remember (and persist) until `until`.
     case remember(key: String, Failure, until: Moment)
     /// A host failed too often in a row: it gets no new work until `until` (persist it; show it in status).

@@ -64,10 +64,13 @@ public struct Scheduler: Sendable {
         /// How long (ms) a fast task holds its place before it steps aside (runs on, taking none; up to `fastWidth`
         /// such); nil never.
         public var urgentSlice: Int64?
+        /// At most this many background tasks wait in memory after a `demote`: past it, a demoted waiting task nobody
+        /// waits for goes to the durable queue instead (`toBacklog`); nil keeps them all.
+        public var slowWaitingKept: Int?
 
         public init(fastWidth: Int = 8, slowWidth: Int = 1, perHostLimit: Int? = nil, retry: RetryPolicy = RetryPolicy(),
                     hostFailureThreshold: Int? = 5, hostPause: Int64 = 60_000, hostStartRate: StartRate? = nil,
-                    backgroundSlice: Int64? = 30_000, urgentSlice: Int64? = 5_000) {
+                    backgroundSlice: Int64? = 30_000, urgentSlice: Int64? = 5_000, slowWaitingKept: Int? = nil) {
             self.fastWidth = max(1, fastWidth)
             self.slowWidth = max(1, slowWidth)
             self.perHostLimit = perHostLimit.map { max(1, $0) }
@@ -77,6 +80,7 @@ public struct Scheduler: Sendable {
             self.hostStartRate = hostStartRate
             self.backgroundSlice = backgroundSlice.map { max(1, $0) }
             self.urgentSlice = urgentSlice.map { max(1, $0) }
+            self.slowWaitingKept = slowWaitingKept.map { max(0, $0) }
         }
     }
 
@@ -422,7 +426,8 @@ public struct Scheduler: Sendable {
         return actions
     }
 
-    /// Makes `key` background work: a waiting fast task goes to the front of the slow lane; a running one changes
+    /// Makes `key` background work: a waiting fast task goes to the front of the slow lane (or, nobody waiting for it
+    /// with `slowWaitingKept` tasks waiting there, to the durable queue: `toBacklog`); a running one changes
     /// lane in place (into a preemptible task's place if need be), or, when the slow lane is full, lingers while its
     /// response has not begun (up to `fastWidth` such) and is parked otherwise (stopped with its bytes kept) at the
     /// front of the slow lane to resume from where it stopped. Its waiters stay attached. A running slow task waiting
@@ -444,6 +449,10 @@ public struct Scheduler: Sendable {
         if task.promotionPending { return withdrawPromotion(key, into: &actions) }
         guard task.lane == .fast else { return false }
         switch task.state {
+        case .waiting where configuration.slowWaitingKept.map { counts.slowWaiting >= $0 } == true
+                && task.waiters.isEmpty && !task.parked && !task.tentative && holds[key] == nil:
+            // `queue --now` then `demote` of 200,000 URLs held them all in memory (240 MB).
+            remove(key, answering: .cancelled, into: &actions, as: Action.toBacklog)
         case .waiting:
             counts.fastWaiting -= 1
             counts.slowWaiting += 1
@@ -575,7 +584,7 @@ public struct Scheduler: Sendable {
         for key in oldestFirst.reversed() where counts.fastWaiting > urgentKept {
             guard let task = tasks[key], task.lane == .fast, task.state == .waiting, task.waiters.isEmpty, !task.queued,
                   !task.tentative, !task.parked, holds[key] == nil else { continue }
-            remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+            remove(key, answering: .cancelled, into: &actions, as: Action.letGo)
         }
         if counts.fastWaiting > urgentKept {
             // Still past it: the downloads of clients gone before, parked for work someone waited for (each client
@@ -585,7 +594,7 @@ public struct Scheduler: Sendable {
                     && !$0.tentative && holds[$0.key] == nil
             }.map(\.key).sorted()
             for key in parkedAbandoned where counts.fastWaiting > urgentKept {
-                remove(key, answering: .cancelled, into: &actions, lettingGo: true)
+                remove(key, answering: .cancelled, into: &actions, as: Action.letGo)
             }
         }
         var placesChanged = false  // parked, or an abandoned task runs: work someone waits for may take its place
@@ -1187,12 +1196,10 @@ public struct Scheduler: Sendable {
 
     /// Work someone waits for is passed over only because its host is at `per_host`, while a running task nobody waits
     /// for any more (abandoned) keeps a place on that host: the newest such is parked, as in a full lane, when the
-    /// work can then start (the lane has room, or another abandoned task gives its place). Returns whether it parked
-    /// one.
+    /// work can then start (it held a place in the lane, or the lane has room). Returns whether it parked one.
     private mutating func yieldHostOfAbandoned(into actions: inout [Action]) -> Bool {
         guard !fastHostsAtLimit.isEmpty, let key = newestAbandonedRunning(onHosts: fastHostsAtLimit),
-              fastOccupied < configuration.fastWidth || !fastSteppedAside.contains(key)
-                || newestAbandonedRunning(onHosts: nil) != nil else { return false }
+              fastOccupied < configuration.fastWidth || !fastSteppedAside.contains(key) else { return false }
         park(key, waitingIn: .fast, into: &actions)
         return true
     }
@@ -1212,10 +1219,10 @@ public struct Scheduler: Sendable {
             .max { $0.startOrder < $1.startOrder }?.key
     }
 
-    /// Removes a task in any state, answering its waiters; `lettingGo`, its fetch was never done and what the durable
-    /// queue holds for it stays.
+    /// Removes a task in any state, answering its waiters; `ending` says what the owner does with the key: forget it,
+    /// or (its fetch never done) let it go or keep it in the durable queue.
     private mutating func remove(_ key: String, answering answer: Answer, into actions: inout [Action],
-                                 lettingGo: Bool = false) {
+                                 as ending: (String) -> Action = Action.forget) {
         guard let task = tasks.removeValue(forKey: key) else { return }
         if task.parked { parkedCount -= 1 }
         switch task.state {
@@ -1232,7 +1239,7 @@ public struct Scheduler: Sendable {
             unregister(waiter)
             actions.append(.answer(waiter, answer))
         }
-        actions.append(lettingGo ? .letGo(key: key) : .forget(key: key))
+        actions.append(ending(key))
     }
 
     /// A host's failures in a row are counted up to this; more change nothing.

@@ -587,6 +587,15 @@ final class Daemon {
                 } catch {
                     Log.error("cannot forget \(key): \(error)")
                 }
+            case .toBacklog(let key):
+                // Read again in its turn: the next reads start over from the queue's first row.
+                backlog.forget(key)
+                backlog.rewind()
+                do {
+                    _ = try store.enqueue(key: key, now: wallClockMilliseconds())
+                } catch {
+                    Log.error("cannot keep \(key) in the durable queue: \(error)")
+                }
             case .remember(let key, let failure, let until):
                 do {
                     try store.saveFailure(key, failure, until: until.wallClockMilliseconds, now: wallClockMilliseconds())

@@ -187,6 +187,7 @@ enum Situation: String, CaseIterable {
     case becamePreemptible = "a slow task ran out its slice, slowWidth others stepped aside: it keeps its place, preemptible"
     case preemptibleSteppedAside = "a preemptible task stepped aside when room past a slice freed"
     case urgentSteppedAside = "a fast task held its place for urgentSlice and stepped aside"
+    case demotedToBacklog = "demoted while waiting with slowWaitingKept tasks waiting in the slow lane: to the durable queue"
     case urgentKeptPlace = "a fast task past its urgentSlice kept its place: fastWidth others had stepped aside"
     case startedBesideSteppedAside = "a fast task started in the place of one that stepped aside"
     case preempted = "a preemptible task yielded its place to another's start: parked at the back"
@@ -263,6 +264,8 @@ struct Runner {
         var forget: String?
         var remember: (key: String, failure: Failure, until: Moment)?
         var pauseHost: String?
+        /// A waiting task demoted past `slowWaitingKept`: it leaves memory for the durable queue.
+        var toBacklog: String?
     }
 
     var configuration: Scheduler.Configuration
@@ -470,13 +473,19 @@ struct Runner {
         case .demote(let index):
             let key = RandomWorld.keys[index].key
             let before = scheduler.task(key)
+            let toBacklog = demotionLeavesMemory(before)
             abandoned.remove(key)
             promoted.remove(key)
             let actions = scheduler.demote(key, now: now)
-            let allowed = expectDemotion(key)
+            var allowed = expectDemotion(key)
+            allowed.toBacklog = toBacklog ? key : nil
             try process(actions, allowed)
             if !allowed.parks.isEmpty { coverage.note(.parked) }
-            if let before {
+            if toBacklog {
+                guard scheduler.task(key) == nil, actions.first == .toBacklog(key: key) else {
+                    throw fail("demoted past slowWaitingKept: \(actions), the task \(String(describing: scheduler.task(key)))")
+                }
+            } else if let before {
                 let after = scheduler.task(key)
                 guard after?.lane == .slow, after?.waiters == before.waiters, after?.attempts == before.attempts,
                       after?.promotionPending == false else {
@@ -843,6 +852,16 @@ struct Runner {
         return nil
     }
 
+    /// Whether a demotion of the task `before` sends it to the durable queue: waiting in the fast lane, nobody waiting
+    /// for it, not parked, tentative or held, while `slowWaitingKept` tasks wait in the slow lane.
+    func demotionLeavesMemory(_ before: TaskInfo?) -> Bool {
+        guard let before, let kept = configuration.slowWaitingKept, scheduler.counts.slowWaiting >= kept else {
+            return false
+        }
+        return before.state == .waiting && before.lane == .fast && before.waiters.isEmpty && !parked.contains(before.key)
+            && !tentative.contains(before.key) && holds[before.key] == nil
+    }
+
     /// What a demotion of `key` (also by the release of its last waiter) may do: a running fast task changes lane in
     /// place when the slow lane has room; otherwise it lingers (a lane change too) when its response has not begun,
     /// background work is not paused and fewer than `fastWidth` linger, and is parked at the slow lane's front
@@ -895,13 +914,21 @@ struct Runner {
             guard actions == [] else { throw fail("release of a waiter that does not wait gave \(actions)") }
             return actions
         }
+        var leaving = before
+        leaving.waiters.removeAll { $0 == waiter }
+        let toBacklog = before.waiters == [waiter] && demotionLeavesMemory(leaving)
         let actions = scheduler.release([waiter], now: now)
         leave(waiter, key: key)
         let last = before.waiters == [waiter]
         if last { promoted.remove(key) }  // demoted
         let demotes = last && before.lane == .fast
-        let allowed = last ? expectDemotion(key) : Allowed()
+        var allowed = last ? expectDemotion(key) : Allowed()
+        allowed.toBacklog = toBacklog ? key : nil
         try process(actions, allowed)
+        if toBacklog {
+            guard scheduler.task(key) == nil else { throw fail("released past slowWaitingKept, the task stays") }
+            return actions
+        }
         let after = scheduler.task(key)
         guard after?.waiters == before.waiters.filter({ $0 != waiter }),
               after?.lane == (demotes ? .slow : before.lane), demotes || actions == [] || !allowed.parks.isEmpty,
@@ -1180,6 +1207,24 @@ struct Runner {
                 tries[key] = nil
                 if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
                 backFromDisk.remove(key)
+
+            case .toBacklog(let key):
+                guard allowed.toBacklog == key else { throw fail("unexpected \(action)") }
+                allowed.toBacklog = nil
+                guard scheduler.task(key) == nil, running[key] == nil, pending[key, default: []].isEmpty else {
+                    throw fail("\(action), but the task is \(String(describing: scheduler.task(key)))")
+                }
+                tentative.remove(key)
+                queued.remove(key)
+                restarts[key] = nil
+                notWaitedFor[key] = nil
+                abandoned.remove(key)
+                promoted.remove(key)
+                attempts[key] = nil
+                tries[key] = nil
+                turns[key] = nil
+                backFromDisk.remove(key)
+                coverage.note(.demotedToBacklog)
 
             case .letGo(let key):
                 parked.remove(key)
@@ -1529,12 +1574,11 @@ struct Runner {
             if let limit = configuration.perHostLimit {
                 for (host, count) in perHost where host == task.host { hostFull = count >= limit }
                 // Not a reason when a task nobody waits for any more holds a place there (it gives it up), if the
-                // lane then has room for it (one that stepped aside gave none).
+                // lane then has room for it (one that stepped aside gives none).
                 if hostFull, task.lane == .fast, !abandoned.contains(task.key),
                    running.contains(where: { $0.value.host == task.host && $0.value.lane == .fast && !$0.value.lingering
                                              && abandoned.contains($0.key)
-                                             && (!$0.value.urgentOverran || fastOccupied < configuration.fastWidth
-                                                 || !abandonedHoldingPlace.isEmpty) }) {
+                                             && (!$0.value.urgentOverran || fastOccupied < configuration.fastWidth) }) {
                     throw fail("\(task.key) waits for its host's per_host limit while an abandoned task holds a place there")
                 }
             }
@@ -1639,7 +1683,8 @@ struct Scenario {
             hostStartRate: coin() ? .init(perSecond: Double(roll(1...20)), burst: roll(1...3)) : nil,
             // From the seed, not the generator: the sequences stay the ones the coverage floors were set for.
             backgroundSlice: slowServers ? 200 + Int64(seed % 801) : seed % 3 == 0 ? nil : 200 + Int64(seed / 3 % 2_801),
-            urgentSlice: seed % 2 == 0 ? nil : 300 + Int64(seed / 2 % 3_001))
+            urgentSlice: seed % 2 == 0 ? nil : 300 + Int64(seed / 2 % 3_001),
+            slowWaitingKept: seed % 4 < 2 ? Int(seed / 4 % 3) : nil)
         var scenario = Scenario(seed: seed, configuration: configuration, schedulerSeed: rng.next(), ops: [])
         var runner = Runner(configuration: configuration, seed: scenario.schedulerSeed)
         var issued: [Waiter] = []

@@ -372,6 +372,25 @@ struct BoundsTests {
         try origin.release()
     }
 
+    @Test("demoted work nobody waits for keeps 4,096 tasks in memory: past them a demoted URL waits in the durable queue, and every one is fetched once (queue --now then demote of 200,000 URLs held them all in memory, 240 MB)")
+    func demotedWorkBeyondMemoryWaitsInTheBacklog() throws {
+        let origin = try Origin()
+        let daemon = try DaemonUnderTest(["--urgent-slice", "0"])
+        let urls = (0..<4_200).map { origin.url("/demoted/\($0).jpg?hold=1") }
+        let list = urls.joined(separator: "\n") + "\n"
+        #expect(daemon.ctl("queue", "--now", "-", stdin: list).status == 0)
+        #expect(daemon.ctl("demote", "-", stdin: list).status == 0)
+        let status = try daemon.status()
+        #expect(status.slow.waiting <= 4_096 + 8 && status.backlog >= 4_200 - 4_096 - 16, "\(status)")
+        let last = try JSONSerialization.jsonObject(with: daemon.ctl("info", "--json", urls.last!).stdoutData) as? [String: Any]
+        #expect((last?["task"] as? [String: Any])?["state"] as? String == "backlog", "\(String(describing: last))")
+        try origin.release()
+        let waited = daemon.ctl("queue", "--wait", "--timeout", "120", "-", stdin: list)
+        #expect(waited.status == 0, "\(waited.stderr.suffix(300))")
+        let counts = try origin.stats().counts.filter { $0.key.hasPrefix("/demoted/") }
+        #expect(counts.count == 4_200 && counts.values.allSatisfy { $0 == 1 }, "\(counts.count) fetched")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()

@@ -58,6 +58,7 @@ extension Daemon {
     }
 
     func change(_ op: Operation, _ urls: [String], summary: Bool, _ id: RequestID?, _ connection: Connection, now: Int64) {
+        guard op != .demote else { return demote(urls, summary: summary, id, connection) }
         let inUse = op == .evict ? keysInUse : []
         let results = urls.map { text -> ItemResult in
             do {
@@ -110,18 +111,38 @@ extension Daemon {
                   + "to: the URL stays background work (queued); promote it again once some are done")
     }
 
-    /// `demote`, `promote`, `cancel` or `evict` for one URL; returns the item status.
+    /// `demote` of a list, as one event: nothing starts until every URL is demoted (one at a time, each demote freed
+    /// a fast place that the next URL of the list took, only to be parked: `demote` of 4,200 started and parked them
+    /// all).
+    func demote(_ urls: [String], summary: Bool, _ id: RequestID?, _ connection: Connection) {
+        var results: [ItemResult] = []
+        let actions = scheduler.batch(now: .now) { scheduler in
+            var actions: [Action] = []
+            for text in urls {
+                do {
+                    let url = try CanonicalURL(text)
+                    // A promotion waiting for room in the fast lane runs in the slow lane until then: withdrawn, it
+                    // stays there.
+                    let task = scheduler.task(url.key)
+                    let demotes = task.map { $0.lane == .fast || $0.promotionPending } ?? false
+                    if demotes { actions += scheduler.demote(url.key, now: .now) }
+                    results.append(ItemResult(url: text, key: url.key,
+                                              status: task == nil ? .unknown : demotes ? .demoted : .already))
+                } catch {
+                    results.append(ItemResult(url: text, status: .rejected, error: Self.wireError(error)))
+                }
+            }
+            return actions
+        }
+        apply(actions)
+        reply(connection, id, Self.batchResult(results, summary: summary))
+    }
+
+    /// `promote`, `cancel` or `evict` for one URL; returns the item status.
     func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> ItemStatus {
         let moment = Moment.now
         let task = scheduler.task(url.key)
         switch op {
-        case .demote:
-            guard let task else { return .unknown }
-            // A promotion waiting for room in the fast lane runs in the slow lane until then: withdrawn, it stays
-            // there.
-            guard task.lane == .fast || task.promotionPending else { return .already }
-            apply(scheduler.demote(url.key, now: moment))
-            return .demoted
         case .promote:
             if task?.lane != .fast, scheduler.counts.fastWaiting >= Self.mostWaitingUrgent { return .busy }
             if task == nil {

@@ -616,7 +616,8 @@ struct Options {
         Scheduler.Configuration(fastWidth: fastWidth, slowWidth: slowWidth, perHostLimit: perHostLimit, retry: retry,
                                 hostStartRate: hostStartRate.map { .init(perSecond: $0, burst: hostStartBurst) },
                                 backgroundSlice: backgroundSlice.map { $0 * 1000 },
-                                urgentSlice: urgentSlice.map { $0 * 1000 })
+                                urgentSlice: urgentSlice.map { $0 * 1000 },
+                                slowWaitingKept: BacklogWindow.blockedLimit * backlogWindow)
     }
 
     private static func size(_ text: String) throws(BadValue) -> Int64 {
