@@ -40,7 +40,9 @@
 /// A fast task that has held its place for `urgentSlice` (a server that trickles, a huge file) steps aside the same
 /// way: it runs on, but takes no place in the fast lane, so that slow servers do not hold every urgent place from the
 /// others (a get of a healthy server waited hours behind eight that trickled). Up to `fastWidth` do so: the fast lane
-/// runs at most twice `fastWidth` transfers; one more past its slice keeps its place.
+/// runs at most twice `fastWidth` transfers. One more past its slice keeps its place but yields it (*preemptible*) to
+/// urgent work that has not begun: it is parked, first in line in its turns, and steps aside once fewer than
+/// `fastWidth` have (sixteen trickles held the lane again).
 ///
 /// A client that leaves *abandons* the fast tasks nobody else waits for: they wait behind the urgent work someone
 /// waits for, and one running is parked for it (`disconnect(client:urgentKept:now:)`), until a `get` or `promote`
@@ -241,6 +243,9 @@ public struct Scheduler: Sendable {
     private var fastSliceStarts: [String: Moment] = [:]
     /// The running fast tasks that stepped aside after their slice (at most `fastWidth`): they take no place.
     private var fastSteppedAside: Set<String> = []
+    /// Running fast tasks past their slice while `fastWidth` others have stepped aside: each keeps its place but yields
+    /// it to urgent work that has not begun (it is parked), and steps aside once there is room.
+    private var fastPreemptible: Set<String> = []
     /// How many view rows hold each key.
     private var holds: [String: Int] = [:]
     /// Per host: tokens left and when they were counted (only with `hostStartRate`).
@@ -343,7 +348,7 @@ public struct Scheduler: Sendable {
         let abandonedSliceEnd = configuration.backgroundSlice.flatMap { slice in
             fastRunningKeys.lazy.filter { self.tasks[$0]!.abandoned }.map { self.tasks[$0]!.startedAt + slice }.min()
         }
-        let urgentSliceEnd = fastSteppedAside.count < configuration.fastWidth ? urgentSliceEnds.map(\.end).min() : nil
+        let urgentSliceEnd = urgentSliceEnds.map(\.end).min()
         return [retries.min(), pausedHosts.values.min(), nextToken, waitingForDiskUntil, sliceEnd, abandonedSliceEnd,
                 urgentSliceEnd].compactMap { $0 }.min()
     }
@@ -815,6 +820,13 @@ public struct Scheduler: Sendable {
     public mutating func reconfigure(_ configuration: Configuration, now: Moment) -> [Action] {
         self.configuration = configuration
         stepAsidePreemptible()
+        // A narrower fast lane: those that stepped aside last beyond its width take a place again, preemptible.
+        while fastSteppedAside.count > configuration.fastWidth,
+              let key = fastSteppedAside.max(by: { tasks[$0]!.startOrder < tasks[$1]!.startOrder }) {
+            fastSteppedAside.remove(key)
+            counts.fastSteppedAside -= 1
+            fastPreemptible.insert(key)
+        }
         stepAsideAfterUrgentSlice(now: now)
         var actions: [Action] = []
         admit(now: now, into: &actions)
@@ -835,16 +847,29 @@ public struct Scheduler: Sendable {
         }
     }
 
-    /// Fast tasks that have held their place for `urgentSlice` step aside (the longest held first), while fewer than
+    /// Fast tasks that have held their place for `urgentSlice` are preemptible, and step aside while fewer than
     /// `fastWidth` have: they run on, taking no place. An abandoned one does not: it is demoted after its
     /// `backgroundSlice` instead.
     private mutating func stepAsideAfterUrgentSlice(now: Moment) {
-        for (key, end) in urgentSliceEnds.sorted(by: { ($0.end, $0.key) < ($1.end, $1.key) })
-        where end <= now && fastSteppedAside.count < configuration.fastWidth {
+        for (key, end) in urgentSliceEnds where end <= now {
             fastSliceStarts.removeValue(forKey: key)
+            fastPreemptible.insert(key)
+        }
+        stepAsideUrgentPreemptible()
+    }
+
+    /// Room past a slice goes at once to the preemptible fast tasks, the oldest start first: they step aside.
+    private mutating func stepAsideUrgentPreemptible() {
+        while fastSteppedAside.count < configuration.fastWidth, let key = oldestFastPreemptible {
+            fastPreemptible.remove(key)
             fastSteppedAside.insert(key)
             counts.fastSteppedAside += 1
         }
+    }
+
+    /// The preemptible fast task that started first: the first to step aside, or to yield its place.
+    private var oldestFastPreemptible: String? {
+        fastPreemptible.min { tasks[$0]!.startOrder < tasks[$1]!.startOrder }
     }
 
     /// When the urgent slice of each fast task that takes a place ends (none for an abandoned one, nor without
@@ -861,17 +886,21 @@ public struct Scheduler: Sendable {
         fastSliceStarts[key] = now
     }
 
-    /// A running task leaves the fast lane (it ends, is parked, lingers or changes lane).
+    /// A running task leaves the fast lane (it ends, is parked, lingers or changes lane); one that stepped aside leaves
+    /// room to the preemptible ones.
     private mutating func leaveFastLane(_ key: String) {
         counts.fastRunning -= 1
         fastRunningKeys.remove(key)
         fastSliceStarts.removeValue(forKey: key)
-        if fastSteppedAside.remove(key) != nil { counts.fastSteppedAside -= 1 }
+        fastPreemptible.remove(key)
+        if fastSteppedAside.remove(key) != nil {
+            counts.fastSteppedAside -= 1
+            stepAsideUrgentPreemptible()
+        }
     }
 
-    /// The places running fast tasks take: one each, but up to `fastWidth` of those that stepped aside after their
-    /// slice take none (more after a reconfiguration made the lane narrower).
-    private var fastOccupied: Int { counts.fastRunning - min(counts.fastSteppedAside, configuration.fastWidth) }
+    /// The places running fast tasks take: one each, but none for those that stepped aside after their slice.
+    private var fastOccupied: Int { counts.fastRunning - counts.fastSteppedAside }
 
     /// An abandoned task that has run for `backgroundSlice` since its start is background work from then on, as a
     /// `demote` makes it (the oldest start first): work nobody waits for suspends the slow lane for a slice at most (a
@@ -1142,7 +1171,6 @@ public struct Scheduler: Sendable {
         // fast task that stepped aside.
         let freesPlace = { (scheduler: Scheduler, task: Task) in
             lane == .fast ? !scheduler.fastSteppedAside.contains(task.key)
-                    || scheduler.counts.fastSteppedAside > scheduler.configuration.fastWidth
                 : !task.inTail || scheduler.backgroundPaused || scheduler.counts.slowInTail > scheduler.configuration.slowWidth
         }
         let rank = { (task: Task) in
@@ -1419,17 +1447,21 @@ public struct Scheduler: Sendable {
     }
 
     /// The next fast task to start or promote: any while the lane has room; when it is full, only one someone waits
-    /// for, into the place of the newest abandoned task, which is parked.
+    /// for, into the place of the newest abandoned task, which is parked; else only one not begun, into the place of
+    /// the oldest preemptible task, which is parked.
     private mutating func popFastStartable(now: Moment, into actions: inout [Action]) -> String? {
         let key: String
         if fastOccupied < configuration.fastWidth {
             guard let next = popStartable(lane: .fast, now: now) else { return nil }
             key = next
-        } else {
-            guard fastOccupied == configuration.fastWidth,
-                  let newestAbandoned = newestAbandonedRunning(onHosts: nil),
-                  let next = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
+        } else if fastOccupied == configuration.fastWidth, let newestAbandoned = newestAbandonedRunning(onHosts: nil) {
+            guard let next = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
             park(newestAbandoned, waitingIn: .fast, into: &actions)
+            key = next
+        } else {
+            guard fastOccupied == configuration.fastWidth, let oldest = oldestFastPreemptible,
+                  let next = popStartable(lane: .fast, now: now, waitedForOnly: true, notBegunOnly: true) else { return nil }
+            park(oldest, waitingIn: .fast, into: &actions)
             key = next
         }
         if let poppedTurn { tasks[key]!.servedInTurn = poppedTurn }
@@ -1437,9 +1469,10 @@ public struct Scheduler: Sendable {
     }
 
     /// The first task of `lane` that may start now, taken out of its queue; in the slow lane, `sliced`: only one
-    /// parked after its slice, else any other; in the fast lane, `waitedForOnly`: none of the abandoned.
+    /// parked after its slice, else any other; in the fast lane, `waitedForOnly`: none of the abandoned, and
+    /// `notBegunOnly`: none parked (nor a promotion, which runs already).
     private mutating func popStartable(lane: Lane, now: Moment, sliced slicedOnly: Bool = false,
-                                       waitedForOnly: Bool = false) -> String? {
+                                       waitedForOnly: Bool = false, notBegunOnly: Bool = false) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map {
@@ -1459,6 +1492,7 @@ public struct Scheduler: Sendable {
         var hostsAtLimit: Set<String> = []
         let accept = { (entry: LaneQueue.Entry) in
             let task = tasks[entry.key]!
+            if notBegunOnly, task.parked || task.promotionPending { return false }
             // A promotion starts nothing: no host limit, pause or token applies to it.
             if task.promotionPending { return true }
             let host = task.host
@@ -1481,7 +1515,8 @@ public struct Scheduler: Sendable {
         // slice (its host's other work is passed over for it).
         let host = { (entry: LaneQueue.Entry) -> String in
             let task = tasks[entry.key]!
-            return task.promotionPending || sliced[entry.key] != nil ? "\u{0}" + task.key : task.host
+            return task.promotionPending || sliced[entry.key] != nil || notBegunOnly && task.parked
+                ? "\u{0}" + task.key : task.host
         }
         guard lane == .fast else {
             let entry = slowQueue.popFirst(isLive: isLive, group: host, accept: accept, passLimit: Self.slowPassLimit)

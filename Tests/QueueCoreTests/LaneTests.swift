@@ -48,7 +48,7 @@ struct LaneTests {
                                                  start(U.a2, .fast)])
     }
 
-    @Test("a fast task that held its place for urgentSlice steps aside: the next urgent task starts beside it, up to fastWidth such; the background lane stays suspended")
+    @Test("a fast task that held its place for urgentSlice steps aside: the next urgent task starts beside it, up to fastWidth such; one more yields its place to urgent work not begun (parked); the background lane stays suspended")
     func urgentSlice() {
         var s = Scheduler(configuration: .init(fastWidth: 2, slowWidth: 1, retry: testRetry, urgentSlice: 1_000), seed: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))   // a trickling server's two images
@@ -63,23 +63,28 @@ struct LaneTests {
         #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
         #expect(s.nextDeadline == t(1_500))
         #expect(s.advance(to: t(1_500)) == [start(U.c, .fast)])
-        // fastWidth have stepped aside: b and c keep their places past theirs, and nothing wakes for them.
         #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 1)
-        #expect(s.nextDeadline == nil)
-        #expect(s.advance(to: t(9_000)) == [])
-        // One that stepped aside ends: b steps aside at the next look (its slice is over), b2 starts; s1 still waits.
-        #expect(s.finish(U.a.key, .success, now: t(9_001)) == [.answer(w(1, 1), .ready), .forget(key: U.a.key)])
+        // fastWidth have stepped aside: past its slice b keeps its place but yields it to b2, not begun; it is
+        // parked, first in line.
         #expect(s.nextDeadline == t(2_000))
-        #expect(s.advance(to: t(9_002)) == [start(U.b2, .fast)])
+        #expect(s.advance(to: t(2_000)) == [.park(key: U.b.key), start(U.b2, .fast)])
+        #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 1)
+        // Past its slice c yields to nothing begun before (b): it keeps its place.
+        #expect(s.nextDeadline == t(2_500))
+        #expect(s.advance(to: t(2_500)) == [])
+        #expect(s.nextDeadline == t(3_000))  // b2's
+        // One that stepped aside ends: c steps aside in its room without a stop, and b resumes in c's place.
+        #expect(s.finish(U.a.key, .success, now: t(2_600))
+                == [.answer(w(1, 1), .ready), .forget(key: U.a.key), start(U.b, .fast)])
         #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.slowRunning == 0)
         // Demoted, one that stepped aside leaves the fast lane; a promotion in place needs a place, not a step aside.
-        #expect(s.demote(U.a2.key, now: t(9_003)) == [.changeLane(key: U.a2.key, lane: .slow)])
+        #expect(s.demote(U.a2.key, now: t(2_603)) == [.changeLane(key: U.a2.key, lane: .slow)])
         #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
-        #expect(s.get(U.a2, waiter: w(4, 1), cache: .missing, now: t(9_004)) == [])  // c and b2 hold the places
+        #expect(s.get(U.a2, waiter: w(4, 1), cache: .missing, now: t(2_604)) == [])  // b and b2 hold the places
         #expect(s.task(U.a2.key)?.promotionPending == true)
     }
 
-    @Test("without urgentSlice, or for abandoned work, nothing steps aside; a lane made narrower parks those that stepped aside last, and only past fastWidth of them")
+    @Test("without urgentSlice, or for abandoned work, nothing steps aside; a lane made narrower takes back the places of those that stepped aside last, past its width")
     func urgentSliceLimits() {
         var s = Scheduler(configuration: .init(fastWidth: 1, slowWidth: 1, retry: testRetry, urgentSlice: nil), seed: 1)
         _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
@@ -102,10 +107,11 @@ struct LaneTests {
         #expect(s.get(U.c, waiter: w(1, 3), cache: .missing, now: t(1_000)) == [start(U.c, .fast)])
         #expect(s.get(U.b2, waiter: w(1, 4), cache: .missing, now: t(1_000)) == [start(U.b2, .fast)])
         #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2)
-        // Width 1: one that stepped aside now takes a place; c and b2 are parked, the most recent first.
+        // Width 1: b, the last to step aside, takes a place again (preemptible); c and b2 are parked, the most recent
+        // first.
         config.fastWidth = 1
         #expect(s.reconfigure(config, now: t(1_001)) == [.park(key: U.b2.key), .park(key: U.c.key)])
-        #expect(s.counts.fastRunning == 2 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 2)
+        #expect(s.counts.fastRunning == 2 && s.counts.fastSteppedAside == 1 && s.counts.fastWaiting == 2)
     }
 
     @Test("a slow task in its tail lets the next one start; at width 1 one such task counts, urgent work still suspends the lane")

@@ -188,7 +188,8 @@ enum Situation: String, CaseIterable {
     case preemptibleSteppedAside = "a preemptible task stepped aside when room past a slice freed"
     case urgentSteppedAside = "a fast task held its place for urgentSlice and stepped aside"
     case demotedToBacklog = "demoted while waiting with slowWaitingKept tasks waiting in the slow lane: to the durable queue"
-    case urgentKeptPlace = "a fast task past its urgentSlice kept its place: fastWidth others had stepped aside"
+    case urgentKeptPlace = "a fast task past its urgentSlice kept its place, preemptible: fastWidth others had stepped aside"
+    case urgentPreempted = "a preemptible fast task yielded its place to urgent work not begun: parked"
     case startedBesideSteppedAside = "a fast task started in the place of one that stepped aside"
     case preempted = "a preemptible task yielded its place to another's start: parked at the back"
     case demotedIntoYieldedPlace = "a running task demoted into the place a preemptible task yielded"
@@ -240,6 +241,9 @@ struct Runner {
         var lingering = false
         /// A fast task that held its place for `urgentSlice` (since `sliceFrom`) and stepped aside: it takes none.
         var urgentOverran = false
+        /// A fast task past its urgent slice while `fastWidth` others stepped aside: it keeps its place, yields it to
+        /// urgent work not begun (parked), and steps aside once there is room.
+        var urgentPreemptible = false
     }
 
     enum WaiterState: Equatable {
@@ -318,7 +322,7 @@ struct Runner {
     /// while background work goes on.
     func occupying(_ lane: Lane) -> Int {
         let inLane = running.values.count { $0.lane == lane && !$0.lingering }
-        if lane == .fast { return inLane - min(fastSteppedAside, configuration.fastWidth) }
+        if lane == .fast { return inLane - fastSteppedAside }
         guard !backgroundPaused else { return inLane }
         return inLane - min(running.values.count { $0.lane == .slow && $0.inTail }, configuration.slowWidth)
     }
@@ -329,19 +333,22 @@ struct Runner {
     var urgentSliceEnds: [(key: String, end: Moment)] {
         guard let slice = configuration.urgentSlice else { return [] }
         return running.filter { $0.value.lane == .fast && !$0.value.lingering && !$0.value.urgentOverran
-                                && !abandoned.contains($0.key) }
+                                && !$0.value.urgentPreemptible && !abandoned.contains($0.key) }
             .map { ($0.key, $0.value.sliceFrom + slice) }
     }
-    /// Past their urgent slice, fast tasks step aside, the earliest end first (then by key), while fewer than
-    /// `fastWidth` have; the others keep their places.
+    /// Past their urgent slice, fast tasks are preemptible, and step aside while fewer than `fastWidth` have.
     mutating func stepAsideAfterUrgentSlice() {
-        for (key, end) in urgentSliceEnds.sorted(by: { ($0.end, $0.key) < ($1.end, $1.key) }) where end <= now {
-            if fastSteppedAside < configuration.fastWidth {
-                running[key]?.urgentOverran = true
-                coverage.note(.urgentSteppedAside)
-            } else {
-                coverage.note(.urgentKeptPlace)
-            }
+        for (key, end) in urgentSliceEnds where end <= now { running[key]?.urgentPreemptible = true }
+        settleUrgentPreemptible()
+        if running.values.contains(where: \.urgentPreemptible) { coverage.note(.urgentKeptPlace) }
+    }
+    /// Room past an urgent slice goes at once to the preemptible fast tasks, the oldest start first: they step aside.
+    mutating func settleUrgentPreemptible() {
+        while fastSteppedAside < configuration.fastWidth,
+              let key = running.filter(\.value.urgentPreemptible).min(by: { $0.value.order < $1.value.order })?.key {
+            running[key]?.urgentPreemptible = false
+            running[key]?.urgentOverran = true
+            coverage.note(.urgentSteppedAside)
         }
     }
     /// disk_full failures since the last success: they set the backoff.
@@ -789,6 +796,12 @@ struct Runner {
         case .widths(let fast, let slow):
             configuration.fastWidth = fast
             configuration.slowWidth = slow
+            // Narrower: those that stepped aside last beyond the width take a place again, preemptible.
+            while fastSteppedAside > fast,
+                  let key = running.filter(\.value.urgentOverran).max(by: { $0.value.order < $1.value.order })?.key {
+                running[key]?.urgentOverran = false
+                running[key]?.urgentPreemptible = true
+            }
             stepAsideAfterUrgentSlice()
             let actions = scheduler.reconfigure(configuration, now: now)
             try process(actions, Allowed(narrowing: true))
@@ -850,6 +863,20 @@ struct Runner {
         running[key]?.promotionPending = true
         coverage.note(.promotionDeferred)
         return nil
+    }
+
+    /// The task of `key` is gone: what the model knew of it goes too.
+    mutating func dropTask(_ key: String) {
+        tentative.remove(key)
+        queued.remove(key)
+        restarts[key] = nil
+        notWaitedFor[key] = nil
+        abandoned.remove(key)
+        promoted.remove(key)
+        parked.remove(key)
+        attempts[key] = nil
+        tries[key] = nil
+        backFromDisk.remove(key)
     }
 
     /// Whether a demotion of the task `before` sends it to the durable queue: waiting in the fast lane, nobody waiting
@@ -952,6 +979,8 @@ struct Runner {
     mutating func process(_ actions: [Action], _ allowed: Allowed) throws(Violation) {
         var allowed = allowed
         var slowStarted = false
+        /// The start a preemptible fast task was just parked for: only work not begun could take its place.
+        var preemptedFor: String?
         settlePreemptible()
         for (position, action) in actions.enumerated() {
             switch action {
@@ -963,7 +992,8 @@ struct Runner {
                 guard let task, task.state == .running, task.lane == lane, task.revalidate == revalidate else {
                     throw fail("\(action) but the task is \(String(describing: task))")
                 }
-                if lane == .fast, !abandoned.contains(key) { try checkTurn(of: key) }
+                if lane == .fast, !abandoned.contains(key) { try checkTurn(of: key, notBegunOnly: preemptedFor == key) }
+                preemptedFor = nil
                 if abandoned.contains(key) {
                     // Nothing else waiting in the fast lane could start: its host at its limit, paused, or out of tokens.
                     let passedOver = RandomWorld.keys.map(\.key).filter { other in
@@ -1046,6 +1076,7 @@ struct Runner {
                 running[key]?.overran = false
                 running[key]?.preemptible = false
                 running[key]?.urgentOverran = false
+                running[key]?.urgentPreemptible = false
                 running[key]?.sliceFrom = now
                 settlePreemptible()
                 if lane == .fast { running[key]?.lingering = false }
@@ -1111,6 +1142,20 @@ struct Runner {
                 } else if abandoned.contains(key), let task = running[key], task.lane == .fast, !task.lingering,
                           abandonedMayYield(key, task, after: position, in: actions) {
                     expected = (key, .fast)
+                } else if running[key]?.urgentPreemptible == true, abandonedHoldingPlace.isEmpty,
+                          allowed.parks.first?.key != key, allowed.demotions.first != key, !allowed.narrowing,
+                          position + 1 < actions.count, case .start(let next, .fast, _) = actions[position + 1] {
+                    // A full lane: the preemptible fast task that started first yields its place to urgent work not
+                    // begun.
+                    let oldest = running.filter(\.value.urgentPreemptible).min { $0.value.order < $1.value.order }!.key
+                    guard key == oldest, occupying(.fast) == configuration.fastWidth, !parked.contains(next),
+                          !abandoned.contains(next) else {
+                        throw fail("\(action) for \(next) with \(occupying(.fast)) fast places taken, oldest preemptible "
+                                   + "\(oldest)\(parked.contains(next) ? ", \(next) parked before" : "")")
+                    }
+                    expected = (key, .fast)
+                    preemptedFor = next
+                    coverage.note(.urgentPreempted)
                 } else if allowed.narrowing, let lane = running[key]?.lane {
                     // The most recent start of a lane beyond its width, a pending promotion only when no other is
                     // left; that one then waits in the fast lane.
@@ -1122,7 +1167,7 @@ struct Runner {
                     let inLane = running.filter {
                         $0.value.lane == lane && !$0.value.lingering
                             && (!$0.value.inTail || backgroundPaused || tails > configuration.slowWidth)
-                            && (!$0.value.urgentOverran || fastSteppedAside > configuration.fastWidth)
+                            && !$0.value.urgentOverran
                     }
                     let abandoned = self.abandoned  // parked first
                     let rank = { (key: String, task: Running) in
@@ -1196,17 +1241,8 @@ struct Runner {
                 guard allowed.forget == key else { throw fail("unexpected \(action)") }
                 guard pending[key]?.isEmpty ?? true else { throw fail("\(action) with waiters unanswered: \(pending[key]!)") }
                 guard running[key] == nil else { throw fail("\(action) while the model has it running") }
-                tentative.remove(key)
-                queued.remove(key)
-                restarts[key] = nil
-                notWaitedFor[key] = nil
-                abandoned.remove(key)
-                promoted.remove(key)
-                parked.remove(key)
-                attempts[key] = nil
-                tries[key] = nil
+                dropTask(key)
                 if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
-                backFromDisk.remove(key)
 
             case .toBacklog(let key):
                 guard allowed.toBacklog == key else { throw fail("unexpected \(action)") }
@@ -1214,16 +1250,8 @@ struct Runner {
                 guard scheduler.task(key) == nil, running[key] == nil, pending[key, default: []].isEmpty else {
                     throw fail("\(action), but the task is \(String(describing: scheduler.task(key)))")
                 }
-                tentative.remove(key)
-                queued.remove(key)
-                restarts[key] = nil
-                notWaitedFor[key] = nil
-                abandoned.remove(key)
-                promoted.remove(key)
-                attempts[key] = nil
-                tries[key] = nil
+                dropTask(key)
                 turns[key] = nil
-                backFromDisk.remove(key)
                 coverage.note(.demotedToBacklog)
 
             case .letGo(let key):
@@ -1280,12 +1308,13 @@ struct Runner {
 
     /// Round robin between the fast lane's turns: the turn of `key`, starting (or taking its pending promotion in),
     /// must not have started fast work already since another turn had work that could start, all along.
-    mutating func checkTurn(of key: String) throws(Violation) {
+    /// `notBegunOnly`: the start took a preemptible task's place, which only work not begun may take.
+    mutating func checkTurn(of key: String, notBegunOnly: Bool = false) throws(Violation) {
         guard let turn = scheduler.task(key)?.servedInTurn, turns[key]?.contains(turn) == true else {
             throw fail("\(key) starts in the fast lane in turn \(String(describing: scheduler.task(key)?.servedInTurn)), "
                        + "not one of its turns \(turns[key] ?? [])")
         }
-        let startable = startableTurns(besides: key)
+        let startable = startableTurns(besides: key, notBegunOnly: notBegunOnly)
         for other in startable where other != turn {
             if startedWhileWaiting[other, default: []].contains(turn) {
                 throw fail("turn \(turn) started \(key), again, while turn \(other) had work that could start")
@@ -1298,10 +1327,11 @@ struct Runner {
 
     /// The turns with fast work (not abandoned) that could start now, besides `key`: waiting, its host neither paused
     /// nor at per_host nor out of tokens, or a pending promotion.
-    func startableTurns(besides key: String) -> Set<UInt64> {
-        var startable = Set(running.filter { $0.key != key && $0.value.promotionPending }.flatMap { turns[$0.key] ?? [] })
+    func startableTurns(besides key: String, notBegunOnly: Bool = false) -> Set<UInt64> {
+        var startable = notBegunOnly ? []
+            : Set(running.filter { $0.key != key && $0.value.promotionPending }.flatMap { turns[$0.key] ?? [] })
         for task in scheduler.allTasks where task.key != key && task.state == .waiting && task.lane == .fast
-            && running[task.key] == nil && !abandoned.contains(task.key) {
+            && running[task.key] == nil && !abandoned.contains(task.key) && !(notBegunOnly && parked.contains(task.key)) {
             if let until = pausedHosts[task.host], until > now { continue }
             if let limit = configuration.perHostLimit, running.values.count(where: { $0.host == task.host }) >= limit {
                 continue
@@ -1366,6 +1396,7 @@ struct Runner {
 
     /// Room past a slice goes at once to the preemptible tasks, the longest running first: they step aside.
     mutating func settlePreemptible() {
+        settleUrgentPreemptible()
         while overrunCount < configuration.slowWidth,
               let key = running.filter(\.value.preemptible).min(by: { $0.value.order < $1.value.order })?.key {
             running[key]?.preemptible = false
@@ -1506,7 +1537,7 @@ struct Runner {
             throw fail("an abandoned task runs in the fast lane past its slice (ended \(abandonedSliceEnd))")
         }
         // Or the end of a fast task's urgent slice, while it could step aside.
-        let urgentSliceEnd = fastSteppedAside < configuration.fastWidth ? urgentSliceEnds.map(\.end).min() : nil
+        let urgentSliceEnd = urgentSliceEnds.map(\.end).min()
         let expectedDeadline = [earliest, pausedHosts.values.min(), diskWaitUntil, sliceEnd, abandonedSliceEnd,
                                 urgentSliceEnd].compactMap { $0 }.min()
         let deadlineMatches = configuration.hostStartRate == nil
@@ -1552,7 +1583,7 @@ struct Runner {
         // Those past their urgent slice take no place: at most twice the width run.
         let fastOccupied = occupying(.fast)
         guard fastOccupied <= configuration.fastWidth, fastRunning <= 2 * configuration.fastWidth,
-              counts.fastRunning - min(counts.fastSteppedAside, configuration.fastWidth) == fastOccupied else {
+              fastSteppedAside <= configuration.fastWidth, counts.fastRunning - counts.fastSteppedAside == fastOccupied else {
             throw fail("\(fastRunning) fast tasks running, \(fastOccupied) in their places (counted \(counts)), "
                        + "width \(configuration.fastWidth)")
         }
@@ -1595,6 +1626,9 @@ struct Runner {
             let slowLaneFull = counts.slowSuspended || slowCapacity == 0 || slowOccupied >= slowCapacity && !yielding
             // Work someone waits for takes the place of a running task nobody waits for any more.
             let abandonedPlace = abandonedRunning && !abandoned.contains(task.key)
+                // And urgent work not begun takes a preemptible one's.
+                || running.values.contains(where: \.urgentPreemptible) && !abandoned.contains(task.key)
+                    && !parked.contains(task.key)
             let room = task.lane == .fast ? fastOccupied < configuration.fastWidth || abandonedPlace
                 : !slowLaneFull && diskWaitUntil == nil
             if let rate = configuration.hostStartRate, room, !hostFull, tokens(task.host) < 1 {

@@ -127,6 +127,29 @@ struct EndToEndTests {
         withExtendedLifetime(clients) {}
     }
 
+    @Test("twice fast_width slow gets do not hold the fast lane either: past its slice, with fast_width stepped aside, an urgent fetch yields its place to a get not begun and is parked, to resume with Range (sixteen trickles held it again at the defaults)")
+    func moreSlowServersThanTwiceTheWidth() throws {
+        let slow = try Origin(), other = try Origin()
+        let daemon = try DaemonUnderTest(["--fast-width", "2", "--urgent-slice", "1"])
+        let trickles = (1...4).map { slow.url("/t\($0).jpg?size=2000000&drip=20000") }  // 100 s each
+        let clients = try trickles.enumerated().map { index, url in
+            let client = try RawConnection(socket: daemon.socket)
+            client.send(#"{"id":\#(index),"op":"get","url":"\#(url)"}"# + "\n")
+            return client
+        }
+        // Two take the places; after a slice they step aside and the other two take them, then those run out theirs.
+        #expect(try waitUntil(seconds: 10) { try slow.stats().log.count == 4 })
+        let healthy = daemon.ctl("get", "--timeout", "15", other.url("/healthy.jpg"))
+        #expect(healthy.status == 0, "the healthy server's get waited for the trickles: \(healthy.stderr)")
+        // The trickle parked for it resumes once the get is done, where it stopped.
+        let resumed = try waitUntil(seconds: 10) { try slow.stats().log.contains { $0.range?.hasPrefix("bytes=") == true } }
+        let requests = try slow.stats().log.map { "\($0.path) \($0.range ?? "-")" }
+        #expect(resumed, "\(requests)")
+        let status = try daemon.status()
+        #expect(status.fast.running <= 4 && status.fast.steppedAside == 2, "\(status)")
+        withExtendedLifetime(clients) {}
+    }
+
     @Test("a slow server with more URLs queued than memory holds does not hold the background lane either: its rows stay in the durable queue while its fetch runs past the slice, and another server's URLs queued behind them are loaded and fetched (they waited for the whole slow fetch)")
     func slowServerWithALongQueue() throws {
         let slow = try Origin(), other = try Origin()
