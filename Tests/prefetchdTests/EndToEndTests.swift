@@ -103,17 +103,22 @@ struct EndToEndTests {
         }
     }
 
+    /// One client per URL, each waiting for its `get` (kept open while the returned connections live).
+    private static func getEach(_ urls: [String], from daemon: DaemonUnderTest) throws -> [RawConnection] {
+        try urls.enumerated().map { index, url in
+            let client = try RawConnection(socket: daemon.socket)
+            client.send(#"{"id":\#(index),"op":"get","url":"\#(url)"}"# + "\n")
+            return client
+        }
+    }
+
     @Test("slow servers do not hold the fast lane: past urgent_slice an urgent fetch steps aside, runs on, and another server's get starts beside it (eight gets of a server sending 1,200 B/s held every fast place for hours, every other get timed out)")
     func slowServersDoNotHoldTheFastLane() throws {
         let slow = try Origin(), other = try Origin()
         let daemon = try DaemonUnderTest(["--fast-width", "2", "--urgent-slice", "1"])
         // Three clients wait for 2 MB at 20 KB/s each (100 s, well above the low-speed abort): two take the places.
         let trickles = (1...3).map { slow.url("/t\($0).jpg?size=2000000&drip=20000") }
-        let clients = try trickles.enumerated().map { index, url in
-            let client = try RawConnection(socket: daemon.socket)
-            client.send(#"{"id":\#(index),"op":"get","url":"\#(url)"}"# + "\n")
-            return client
-        }
+        let clients = try Self.getEach(trickles, from: daemon)
         #expect(try waitUntil(seconds: 10) { try slow.stats().log.count == 2 })
         let healthy = daemon.ctl("get", "--timeout", "15", other.url("/healthy.jpg"))
         #expect(healthy.status == 0, "the healthy server's get waited for the trickles: \(healthy.stderr)")
@@ -132,11 +137,7 @@ struct EndToEndTests {
         let slow = try Origin(), other = try Origin()
         let daemon = try DaemonUnderTest(["--fast-width", "2", "--urgent-slice", "1"])
         let trickles = (1...4).map { slow.url("/t\($0).jpg?size=2000000&drip=20000") }  // 100 s each
-        let clients = try trickles.enumerated().map { index, url in
-            let client = try RawConnection(socket: daemon.socket)
-            client.send(#"{"id":\#(index),"op":"get","url":"\#(url)"}"# + "\n")
-            return client
-        }
+        let clients = try Self.getEach(trickles, from: daemon)
         // Two take the places; after a slice they step aside and the other two take them, then those run out theirs.
         #expect(try waitUntil(seconds: 10) { try slow.stats().log.count == 4 })
         let healthy = daemon.ctl("get", "--timeout", "15", other.url("/healthy.jpg"))
