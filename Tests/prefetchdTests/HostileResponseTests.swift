@@ -468,7 +468,7 @@ struct HostileResponseTests {
         #expect(whole.status == 0, "\(whole.stderr)")
     }
 
-    @Test("a response curl cannot parse (a Content-Length of -1, a NUL byte in a header, six stacked codings, a status code of 2000, a chunk size that is not hex) is refused once, in words that say so, and does not pause its server (each was retried and counted against the host, most in curl's words)")
+    @Test("a response curl cannot parse (a Content-Length of -1, a NUL byte in a header, six stacked codings, a status code of 2000, also after a redirect, a chunk size that is not hex) is refused once, in words that say so, and does not pause its server (each was retried and counted against the host, most in curl's words)")
     func malformedResponses() throws {
         let origin = try Origin()
         let daemon = try DaemonUnderTest()
@@ -477,6 +477,9 @@ struct HostileResponseTests {
                      ("codings", "header=Content-Encoding:gzip,gzip,gzip,gzip,gzip,gzip",
                       "the server's Content-Encoding is refused (Reject response due to more than 5 content encodings)"),
                      ("status", "status_line=HTTP/1.1%202000%20OK",
+                      "the server's reply is not valid HTTP (Unsupported response code in HTTP response)"),
+                     // After a redirect it was `scheme_not_allowed`, a permanent failure blaming the scheme.
+                     ("redirected", "redirect=%2Ftarget.jpg%3Fstatus_line%3DHTTP%2F1.1%25202000%2520OK",
                       "the server's reply is not valid HTTP (Unsupported response code in HTTP response)"),
                      ("chunks", "chunked=1000&chunk_line=zz",
                       "the server's chunked body is malformed (Illegal or missing hexadecimal sequence in chunked-encoding)")]

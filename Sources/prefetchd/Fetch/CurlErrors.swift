@@ -39,15 +39,18 @@ enum CurlErrors {
                            isTransient: true)
         }
         switch code {
-        case CURLE_UNSUPPORTED_PROTOCOL where !(300...399).contains(transfer.responseCode):
-            // No redirect: curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line, a status
-            // code out of range). On a connection made for it, the server sends the same again; on a reused one,
-            // what it read may be bytes left after the last response, and a retry goes on a connection of its own.
+        case CURLE_UNSUPPORTED_PROTOCOL where (300...399).contains(transfer.responseCode)
+                                              && transfer.errorDetail?.hasPrefix("Protocol \"") == true:
+            // curl's words for a scheme it may not follow: `Protocol "file" not supported or disabled in libcurl`.
+            return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(detail))",
+                           isTransient: false)
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            // curl read a reply that is not HTTP (an HTTP/0.9-style or garbage status line, a status code out of
+            // range), also after a redirect. On a connection made for it, the server sends the same again; on a
+            // reused one, what it read may be bytes left after the last response, and a retry goes on a connection
+            // of its own.
             return Failure(code: .network, message: "the server's reply is not valid HTTP (\(detail))",
                            isTransient: !transfer.madeItsConnection)
-        case CURLE_UNSUPPORTED_PROTOCOL:
-            return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(text))",
-                           isTransient: false)
         case CURLE_TOO_MANY_REDIRECTS:
             return Failure(code: .tooManyRedirects, message: "more than 5 redirects", isTransient: false)
         case CURLE_OPERATION_TIMEDOUT where transfer.requestSent && transfer.headers.byteCount == 0
