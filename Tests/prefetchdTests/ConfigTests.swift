@@ -62,6 +62,25 @@ struct ConfigTests {
         #expect(loop.status == 1 && loop.stderr.contains("loop cannot be used: Too many levels of symbolic links"), "\(loop.stderr)")
     }
 
+    @Test("a cache directory or socket from the environment with a control character or bytes that are not UTF-8 is refused, as a flag's is (CACHE_DIRECTORY with a newline printed `cache_dir = /tmp/a` and a line `b`; a HOME not in UTF-8 named another directory)")
+    func environmentPathsFollowTheFlagsRules() throws {
+        let directory = try TemporaryDirectory()
+        // The shell makes the bytes: an argument of this process is a String, always UTF-8.
+        func checkWith(_ assignments: String) -> CommandResult {
+            run("/bin/sh", ["-c", "exec env -u XDG_CACHE_HOME -u XDG_RUNTIME_DIR -u RUNTIME_DIRECTORY \(assignments) "
+                            + "\"$0\" --check-config --socket '\(directory.path)/ctl.sock'", Paths.prefetchd])
+        }
+        let newline = checkWith("CACHE_DIRECTORY=\"$(printf '\(directory.path)/a\\nb')\"")
+        #expect(newline.status == 1 && newline.stdout.isEmpty, "\(newline.stdout)")
+        #expect(newline.stderr.contains("cache_dir: '\(directory.path)/a<U+000A>b' holds a control character")
+                && newline.stderr.contains("$CACHE_DIRECTORY") && newline.stderr.contains("--cache-dir"), "\(newline.stderr)")
+        let latin1 = checkWith("-u CACHE_DIRECTORY HOME=\"$(printf '\(directory.path)/\\377')\"")
+        #expect(latin1.status == 1 && latin1.stderr.contains("holds bytes that are not UTF-8"), "\(latin1.stderr)")
+        let fine = checkWith("-u CACHE_DIRECTORY HOME='\(directory.path)/h\u{E9}'")
+        #expect(fine.status == 0 && fine.stdout.contains("cache_dir = \(directory.path)/h\u{E9}/.cache/prefetchd"),
+                "\(fine.stdout) \(fine.stderr)")
+    }
+
     @Test("--check-config on a bad file fails with the file and line", arguments: [
         ("fast_width = 4\nfast_widht = 5\n", ":2: unknown key 'fast_widht'; did you mean 'fast_width'?"),
         ("\n\nfast_width = 0\n", ":3: fast_width: '0' is not a number in 1...1024"),

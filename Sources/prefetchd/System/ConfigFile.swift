@@ -63,7 +63,7 @@ struct ConfigFile {
 
     /// `text` with the characters no one can see (controls, format characters such as a byte order mark or a
     /// zero-width space, odd spaces) shown as `<U+FEFF>`, so an error about them can be acted on.
-    private static func visible(_ text: String) -> String {
+    static func visible(_ text: String) -> String {
         var shown = ""
         for scalar in text.unicodeScalars {
             switch scalar.properties.generalCategory {

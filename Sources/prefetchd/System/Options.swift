@@ -426,6 +426,7 @@ struct Options {
             }
         }
         try options.checkMetricsTextfile()
+        try options.checkDefaultPaths()
         try options.checkSocketPath()
         return check ? .check(options) : .run(options)
     }
@@ -468,6 +469,21 @@ struct Options {
         var info = stat()
         guard lstat(path, &info) == 0 else { return true }
         return [S_IFREG, S_IFLNK].contains(info.st_mode & S_IFMT)
+    }
+
+    /// The cache directory and the socket, which may come from the environment (`$CACHE_DIRECTORY`, `$HOME`,
+    /// `$XDG_RUNTIME_DIR`, ...) where no flag's or file's rule applied: a control character cuts the path short in
+    /// a log line or in `--check-config`, and a replacement character is what bytes that are not UTF-8 became (in
+    /// the environment or on the command line), so the path would name another directory.
+    private func checkDefaultPaths() throws {
+        for (key, path) in [("cache_dir", cacheDirectory), ("socket", socketPath)] {
+            let problem = ConfigFile.hasControlCharacter(path) ? "holds a control character"
+                : path.unicodeScalars.contains("\u{FFFD}") ? "holds bytes that are not UTF-8 (shown as <U+FFFD>)" : nil
+            guard let problem else { continue }
+            throw DaemonError("\(key): '\(ConfigFile.visible(path))' \(problem); a default comes from the environment "
+                              + "($CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME; $RUNTIME_DIRECTORY or $XDG_RUNTIME_DIR): "
+                              + "set \(key) (or \(Setting.flag(forKey: key))) to a path in UTF-8")
+        }
     }
 
     /// The metrics file is replaced every 5 s: it must be `isReplaceable`, not the socket, the
