@@ -802,6 +802,9 @@ public struct Scheduler: Sendable {
         stepAsideAfterSlice(now: now)
         stepAsideAfterUrgentSlice(now: now)
         var actions: [Action] = []
+        // Lingering tasks take the places freed or made preemptible past a slice before the abandoned tasks demoted
+        // now: they were demoted first.
+        settleLingering(now: now, into: &actions)
         demoteAbandonedAfterSlice(now: now, into: &actions)
         admit(now: now, into: &actions)
         return actions
@@ -1189,6 +1192,7 @@ public struct Scheduler: Sendable {
     /// (made narrower) are parked, the most recent start first, and while background work is paused every one that no
     /// urgent waiter wants. A pending promotion is parked last, and then waits in the fast lane. Returns whether it
     /// parked any.
+    @discardableResult
     private mutating func settleLingering(now: Moment, into actions: inout [Action]) -> Bool {
         guard !lingeringKeys.isEmpty else { return false }
         let rank = { (task: Task) in (task.promotionPending ? 0 : 1, task.startOrder) }
@@ -1455,12 +1459,15 @@ public struct Scheduler: Sendable {
             guard let next = popStartable(lane: .fast, now: now) else { return nil }
             key = next
         } else if fastOccupied == configuration.fastWidth, let newestAbandoned = newestAbandonedRunning(onHosts: nil) {
-            guard let next = popStartable(lane: .fast, now: now, waitedForOnly: true) else { return nil }
+            guard let next = popStartable(lane: .fast, now: now, waitedForOnly: true, yielding: newestAbandoned) else {
+                return nil
+            }
             park(newestAbandoned, waitingIn: .fast, into: &actions)
             key = next
         } else {
             guard fastOccupied == configuration.fastWidth, let oldest = oldestFastPreemptible,
-                  let next = popStartable(lane: .fast, now: now, waitedForOnly: true, notBegunOnly: true) else { return nil }
+                  let next = popStartable(lane: .fast, now: now, waitedForOnly: true, notBegunOnly: true, yielding: oldest)
+            else { return nil }
             park(oldest, waitingIn: .fast, into: &actions)
             key = next
         }
@@ -1470,9 +1477,11 @@ public struct Scheduler: Sendable {
 
     /// The first task of `lane` that may start now, taken out of its queue; in the slow lane, `sliced`: only one
     /// parked after its slice, else any other; in the fast lane, `waitedForOnly`: none of the abandoned, and
-    /// `notBegunOnly`: none parked (nor a promotion, which runs already).
+    /// `notBegunOnly`: none parked (nor a promotion, which runs already). The host of `yielding`, a running task parked
+    /// for the one taken, counts as free of it.
     private mutating func popStartable(lane: Lane, now: Moment, sliced slicedOnly: Bool = false,
-                                       waitedForOnly: Bool = false, notBegunOnly: Bool = false) -> String? {
+                                       waitedForOnly: Bool = false, notBegunOnly: Bool = false,
+                                       yielding: String? = nil) -> String? {
         let tasks = self.tasks
         let isLive = { (entry: LaneQueue.Entry) in
             tasks[entry.key].map {
@@ -1481,6 +1490,7 @@ public struct Scheduler: Sendable {
         }
         let limit = configuration.perHostLimit
         let running = runningPerHost
+        let freedHost = yielding.map { tasks[$0]!.host }
         let overrun = lane == .slow ? overrunHosts : [:]
         let sliced = lane == .slow ? self.sliced.filter { isSliced($0.key) } : [:]
         let slicedHosts = Set(sliced.keys.map { tasks[$0]!.host })
@@ -1500,9 +1510,11 @@ public struct Scheduler: Sendable {
             if overrun[host] != nil || yieldingHosts.contains(host) { return false }
             // A task parked after its slice is looked for apart; its host's other work waits for it.
             if sliced[entry.key] != nil ? !slicedOnly : slicedOnly || slicedHosts.contains(host) { return false }
+            // At its limit the host is passed over, unless the task yielding holds a place there; it is at its
+            // limit again once that task is parked for this one.
             if let limit, running[host, default: 0] >= limit {
                 hostsAtLimit.insert(host)
-                return false
+                if host != freedHost || running[host]! > limit { return false }
             }
             guard let rate, let bucket = buckets[host] else { return true }
             let tokens = Self.tokens(bucket, rate: rate, now: now)

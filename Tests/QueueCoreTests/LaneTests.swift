@@ -84,6 +84,37 @@ struct LaneTests {
         #expect(s.task(U.a2.key)?.promotionPending == true)
     }
 
+    @Test("a preemptible urgent fetch yields its place to the turn owed one, also on its own host at per_host (it went to the next turn's work on another host: the host looked full while the fetch about to be parked held it)")
+    func preemptionKeepsTurnsOnItsHost() {
+        var s = Scheduler(configuration: .init(fastWidth: 1, slowWidth: 1, perHostLimit: 1, retry: testRetry,
+                                               urgentSlice: 1_000), seed: 1)
+        #expect(s.get(U.c, waiter: w(2, 1), cache: .missing, now: t(0)) == [start(U.c, .fast), .holdBackground(true)])
+        _ = s.get(U.b, waiter: w(2, 2), cache: .missing, now: t(0))
+        _ = s.get(U.b2, waiter: w(3, 1), cache: .missing, now: t(0))
+        // c steps aside; client 3's turn comes before client 2's second.
+        #expect(s.advance(to: t(1_000)) == [start(U.b2, .fast)])
+        _ = s.get(U.a, waiter: w(3, 2), cache: .missing, now: t(1_000))
+        // Past its slice b2 yields its place: to client 2's b, on b2's host, not to client 3's a.
+        #expect(s.advance(to: t(2_000)) == [.park(key: U.b2.key), start(U.b, .fast)])
+    }
+
+    @Test("a lingering task takes the slow lane's place freed past a slice before an abandoned fetch demoted at the same moment: it lingered first")
+    func lingeringBeforeAbandonedDemotions() {
+        var s = Scheduler(configuration: .init(fastWidth: 2, slowWidth: 1, retry: testRetry, backgroundSlice: 500,
+                                               urgentSlice: nil), seed: 1)
+        _ = s.get(U.a, waiter: w(1, 1), cache: .missing, now: t(0))
+        _ = s.get(U.b, waiter: w(2, 1), cache: .missing, now: t(0))
+        #expect(s.demote(U.a.key, now: t(0)) == [.changeLane(key: U.a.key, lane: .slow)])  // a holds the slow place
+        #expect(s.demote(U.b.key, now: t(0)) == [.changeLane(key: U.b.key, lane: .slow), .holdBackground(false)])
+        #expect(s.task(U.b.key)?.lingering == true)
+        #expect(s.get(U.c, waiter: w(3, 1), cache: .missing, now: t(0)) == [start(U.c, .fast), .holdBackground(true)])
+        _ = s.disconnect(client: 3, now: t(0))  // c runs on, abandoned: background work after its slice
+        // At 500 a steps aside and c is demoted: b takes the place, c lingers.
+        #expect(s.advance(to: t(500)) == [.changeLane(key: U.c.key, lane: .slow), .holdBackground(false)])
+        #expect(s.task(U.b.key)?.lingering == false && s.task(U.c.key)?.lingering == true)
+        #expect(s.counts.lingering == 1 && s.counts.slowRunning == 2 && s.counts.slowInTail == 1)
+    }
+
     @Test("without urgentSlice, or for abandoned work, nothing steps aside; a lane made narrower takes back the places of those that stepped aside last, past its width")
     func urgentSliceLimits() {
         var s = Scheduler(configuration: .init(fastWidth: 1, slowWidth: 1, retry: testRetry, urgentSlice: nil), seed: 1)

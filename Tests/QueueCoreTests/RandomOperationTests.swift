@@ -780,6 +780,8 @@ struct Runner {
                 }
             }
             stepAsideAfterUrgentSlice()
+            // Lingering tasks take the places freed past a slice before the abandoned tasks demoted now: they came first.
+            settleLingering()
             pausedHosts = pausedHosts.filter { $0.value > now }
             if let until = diskWaitUntil, until <= now {
                 diskWaitUntil = nil
