@@ -498,8 +498,8 @@ struct Runner {
                       after?.promotionPending == false else {
                     throw fail("after demote the task is \(String(describing: after)), before \(before)")
                 }
-                guard before.lane == .fast || (before.promotionPending && actions == [])
-                        || (after == before && actions == []) else {
+                // A withdrawn promotion parks a lingering task while background work is paused (checked above).
+                guard before.lane == .fast || before.promotionPending || (after == before && actions == []) else {
                     throw fail("demote of a slow task changed it or acted: \(actions)")
                 }
                 if before.lane == .fast, before.state == .waiting { coverage.note(.demotedWhileWaiting) }
@@ -1112,9 +1112,13 @@ struct Runner {
                             guard case .start(let started, .fast, _) = later else { return nil }
                             return scheduler.task(started)?.host
                         })
+                        let waitingHosts = Set(RandomWorld.keys.compactMap { url in
+                            scheduler.task(url.key).flatMap { $0.lane == .fast && $0.state == .waiting ? $0.host : nil }
+                        })
                         yielded = lingering.filter {
                             !$0.value.promotionPending
-                                && (startingHosts.contains($0.value.host) || tokens($0.value.host) < 1)
+                                && (startingHosts.contains($0.value.host)
+                                    || tokens($0.value.host) < 1 && waitingHosts.contains($0.value.host))
                                 && running.values.count(where: { [host = $0.value.host] in $0.host == host }) >= limit
                         }
                     }
@@ -1145,7 +1149,8 @@ struct Runner {
                           abandonedMayYield(key, task, after: position, in: actions) {
                     expected = (key, .fast)
                 } else if running[key]?.urgentPreemptible == true, abandonedHoldingPlace.isEmpty,
-                          allowed.parks.first?.key != key, allowed.demotions.first != key, !allowed.narrowing,
+                          allowed.parks.first?.key != key, allowed.demotions.first != key,
+                          !allowed.narrowing || occupying(.fast) <= configuration.fastWidth,
                           position + 1 < actions.count, case .start(let next, .fast, _) = actions[position + 1] {
                     // A full lane: the preemptible fast task that started first yields its place to urgent work not
                     // begun.
