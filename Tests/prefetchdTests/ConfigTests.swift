@@ -434,7 +434,7 @@ struct ConfigTests {
         }
     }
 
-    @Test("--check-config prints what its own reader reads back: a value with ' #' or spaces at its ends is quoted (it was cut at the comment); a flag value with a newline is refused (it printed two lines)")
+    @Test("--check-config prints what its own reader reads back: a value with ' #' or spaces at its ends is quoted (it was cut at the comment); a flag value with a newline is refused (it printed two lines), and so is one with a double quote that needs quotes (it printed what the reader refused)")
     func checkConfigReadsBack() throws {
         let directory = try TemporaryDirectory()
         let cache = directory.path + "/thumbs #2", socket = directory.path + "/ctl.sock "
@@ -448,6 +448,18 @@ struct ConfigTests {
         #expect(settings["cache_dir"] == cache && settings["socket"] == socket, "\(again.stdout)")
         let newline = run(Paths.prefetchd, ["--check-config", "--cache-dir", directory.path + "/a\nb"])
         #expect(newline.status == 1 && newline.stderr.contains("--cache-dir: a control character in the value"), "\(newline.stderr)")
+        // A double quote in a value that needs quotes cannot be written (the file's quotes have no escape): it printed
+        // `cache_dir = "/x/q"x "`, which the reader refused.
+        for unwritable in [directory.path + "/q\"x ", "\"" + directory.path, directory.path + "/q\" #x"] {
+            let refused = run(Paths.prefetchd, ["--check-config", "--cache-dir", unwritable])
+            #expect(refused.status == 1 && refused.stderr.contains("holds a double quote and needs quotes")
+                    && refused.stderr.contains("--cache-dir"), "\(unwritable): \(refused.stderr)")
+        }
+        let quote = directory.path + "/q\"x"
+        let bare = run(Paths.prefetchd, ["--check-config", "--cache-dir", quote])
+        #expect(bare.status == 0 && bare.stdout.contains("cache_dir = \(quote)\n"), "\(bare.stdout) \(bare.stderr)")
+        try write(bare.stdout, to: config)
+        #expect(check(["--config", config]).settings["cache_dir"] == quote)
     }
 
     @Test("a configuration file starting with a UTF-8 byte order mark failed with an invisible bad key: it is read")

@@ -420,6 +420,11 @@ struct Options {
                 if ConfigFile.hasControlCharacter(value) {
                     throw BadValue("a control character in the value")
                 }
+                // The file's quotes have no escape: `--check-config` could not print it so that it reads back.
+                if needsQuotes(value), value.contains("\"") {
+                    throw BadValue("'\(value)' holds a double quote and needs quotes (spaces at its ends, or ' #'): "
+                                   + "a configuration file cannot hold it")
+                }
                 try setting.read(&options, value)
             } catch {
                 throw DaemonError("\(flag): \(error.message)")
@@ -513,11 +518,16 @@ struct Options {
         Self.settings.map { setting in
             let value = setting.show(self)
             guard !value.isEmpty else { return "\(setting.key) =" }
-            // Quoted where the file would read it otherwise: a # after a space, spaces at either end, a quote first.
-            let quoted = value.contains(" #") || value.contains("\t#") || value.first!.isWhitespace
-                || value.last!.isWhitespace || value.hasPrefix("\"") || value.hasPrefix("#")
-            return "\(setting.key) = " + (quoted ? "\"\(value)\"" : value)
+            return "\(setting.key) = " + (Self.needsQuotes(value) ? "\"\(value)\"" : value)
         }.joined(separator: "\n")
+    }
+
+    /// Whether the file would read `value` otherwise than written bare: a # after a space, spaces at either end, a
+    /// quote or a # first.
+    static func needsQuotes(_ value: String) -> Bool {
+        guard let first = value.first, let last = value.last else { return false }
+        return value.contains(" #") || value.contains("\t#") || first.isWhitespace || last.isWhitespace
+            || first == "\"" || first == "#"
     }
 
     /// What reloading `next` over these options does: the result keeps the settings that need a restart, and lists
