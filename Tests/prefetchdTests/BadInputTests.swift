@@ -13,6 +13,8 @@ struct BadInputTests {
         ("ftp://127.0.0.1/x.jpg", "scheme_not_allowed", 4, []),
         ("http://exa mple.com/x.jpg", "invalid_url", 4, []),
         (origin.url("/r.jpg?redirect=file:///etc/passwd"), "scheme_not_allowed", 1, []),
+        // A scheme curl does not know at all: it was a transient network failure, retried, pausing the host.
+        (origin.url("/d.jpg?redirect=data%3Aimage%2Fpng%3Bbase64%2CAAAA"), "scheme_not_allowed", 1, []),
         // A Location curl cannot parse is the server's fault, not a bad request: the fetch fails with the 302.
         (origin.url("/r.jpg?redirect=http%3A%2F%2F127.0.0.1%3A99999%2Fok.png"), "http_status", 1, []),
         (origin.url("/missing.jpg?status=404"), "http_status", 1, []),

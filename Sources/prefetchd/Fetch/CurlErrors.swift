@@ -18,6 +18,12 @@ enum CurlErrors {
         return failure
     }
 
+    /// Whether curl 7.88's words for `CURLE_UNSUPPORTED_PROTOCOL` say that the reply was not HTTP (rather than that
+    /// the URL's scheme is not one curl may use).
+    private static func isNotHTTP(_ detail: String) -> Bool {
+        ["Received HTTP/0.9", "Unsupported HTTP version", "Unsupported response code"].contains { detail.hasPrefix($0) }
+    }
+
     private static func classify(_ code: CURLcode, transfer: Transfer) -> Failure {
         if let reason = transfer.stopReason { return reason }
         if let refused = transfer.refusedAddress {
@@ -39,9 +45,9 @@ enum CurlErrors {
                            isTransient: true)
         }
         switch code {
-        case CURLE_UNSUPPORTED_PROTOCOL where (300...399).contains(transfer.responseCode)
-                                              && transfer.errorDetail?.hasPrefix("Protocol \"") == true:
-            // curl's words for a scheme it may not follow: `Protocol "file" not supported or disabled in libcurl`.
+        case CURLE_UNSUPPORTED_PROTOCOL where (300...399).contains(transfer.responseCode) && !Self.isNotHTTP(detail):
+            // After a redirect, a scheme curl may not follow (`Protocol "file" not supported or disabled in libcurl`)
+            // or does not know at all (`data:`, `javascript:`: "Unsupported URL scheme").
             return Failure(code: .schemeNotAllowed, message: "a redirect led to a scheme other than http or https (\(detail))",
                            isTransient: false)
         case CURLE_UNSUPPORTED_PROTOCOL:
