@@ -79,6 +79,19 @@ struct ConfigFile {
         return shown
     }
 
+    /// Whether `value` must be quoted to read back as it is: the reader ends a bare value at a # after whitespace (any
+    /// whitespace, a no-break space too) and trims whitespace at its ends, and a quote first opens a quoted one.
+    static func needsQuotes(_ value: String) -> Bool {
+        guard let first = value.first, let last = value.last else { return false }
+        if first.isWhitespace || last.isWhitespace || first == "\"" { return true }
+        var previous: Character?
+        for character in value {
+            if character == "#", previous?.isWhitespace ?? true { return true }
+            previous = character
+        }
+        return false
+    }
+
     /// The text after `=`: quoted, or up to a comment.
     private static func value(_ text: Substring, at location: String) throws -> String {
         let text = trimmed(text)

@@ -420,18 +420,13 @@ struct Options {
                 if ConfigFile.hasControlCharacter(value) {
                     throw BadValue("a control character in the value")
                 }
-                // The file's quotes have no escape: `--check-config` could not print it so that it reads back.
-                if needsQuotes(value), value.contains("\"") {
-                    throw BadValue("'\(value)' holds a double quote and needs quotes (spaces at its ends, or ' #'): "
-                                   + "a configuration file cannot hold it")
-                }
                 try setting.read(&options, value)
             } catch {
                 throw DaemonError("\(flag): \(error.message)")
             }
         }
         try options.checkMetricsTextfile()
-        try options.checkDefaultPaths()
+        try options.checkPrintable()
         try options.checkSocketPath()
         return check ? .check(options) : .run(options)
     }
@@ -476,18 +471,34 @@ struct Options {
         return [S_IFREG, S_IFLNK].contains(info.st_mode & S_IFMT)
     }
 
-    /// The cache directory and the socket, which may come from the environment (`$CACHE_DIRECTORY`, `$HOME`,
-    /// `$XDG_RUNTIME_DIR`, ...) where no flag's or file's rule applied: a control character cuts the path short in
-    /// a log line or in `--check-config`, and a replacement character is what bytes that are not UTF-8 became (in
-    /// the environment or on the command line), so the path would name another directory.
-    private func checkDefaultPaths() throws {
-        for (key, path) in [("cache_dir", cacheDirectory), ("socket", socketPath)] {
-            let problem = ConfigFile.hasControlCharacter(path) ? "holds a control character"
-                : path.unicodeScalars.contains("\u{FFFD}") ? "holds bytes that are not UTF-8 (shown as <U+FFFD>)" : nil
-            guard let problem else { continue }
-            throw DaemonError("\(key): '\(ConfigFile.visible(path))' \(problem); a default comes from the environment "
-                              + "($CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME; $RUNTIME_DIRECTORY or $XDG_RUNTIME_DIR): "
-                              + "set \(key) (or \(Setting.flag(forKey: key))) to a path in UTF-8")
+    /// Every effective value reads back as `--check-config` prints it, and names what it was given as: a control
+    /// character cuts it short (a value from the environment, as `$CACHE_DIRECTORY`, skipped the flags' and the file's
+    /// check); U+FFFD is what bytes that are not UTF-8 became on the command line or in the environment, so the value
+    /// would name another file; and the file's quotes have no escape, so a value that needs them cannot hold a quote.
+    private func checkPrintable() throws {
+        func problem(_ value: String) -> String? {
+            if ConfigFile.hasControlCharacter(value) { return "holds a control character" }
+            if value.unicodeScalars.contains("\u{FFFD}") {
+                return "holds U+FFFD, the replacement character, which bytes that are not UTF-8 become"
+            }
+            if ConfigFile.needsQuotes(value), value.contains("\"") {
+                return "holds a double quote and needs quotes in a configuration file (spaces at its ends, a # after a "
+                    + "space, a quote or a # first), where quotes have no escape"
+            }
+            return nil
+        }
+        let defaults = ["cache_dir": " (when not set, it comes from $CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME)",
+                        "socket": " (when not set, it comes from $RUNTIME_DIRECTORY or $XDG_RUNTIME_DIR)"]
+        for setting in Self.settings {
+            let value = setting.show(self)
+            guard let problem = problem(value) else { continue }
+            let shown = CanonicalURL.redactingUserinfo(in: ConfigFile.visible(value))
+            throw DaemonError("\(setting.key): '\(shown)' \(problem)\(defaults[setting.key] ?? ""): set \(setting.key) "
+                              + "(or \(setting.flag)) to another value")
+        }
+        if let configPath, let problem = problem(configPath) {
+            throw DaemonError("the configuration file's path '\(ConfigFile.visible(configPath))' \(problem): name another "
+                              + "with --config")
         }
     }
 
@@ -518,16 +529,8 @@ struct Options {
         Self.settings.map { setting in
             let value = setting.show(self)
             guard !value.isEmpty else { return "\(setting.key) =" }
-            return "\(setting.key) = " + (Self.needsQuotes(value) ? "\"\(value)\"" : value)
+            return "\(setting.key) = " + (ConfigFile.needsQuotes(value) ? "\"\(value)\"" : value)
         }.joined(separator: "\n")
-    }
-
-    /// Whether the file would read `value` otherwise than written bare: a # after a space, spaces at either end, a
-    /// quote or a # first.
-    static func needsQuotes(_ value: String) -> Bool {
-        guard let first = value.first, let last = value.last else { return false }
-        return value.contains(" #") || value.contains("\t#") || first.isWhitespace || last.isWhitespace
-            || first == "\"" || first == "#"
     }
 
     /// What reloading `next` over these options does: the result keeps the settings that need a restart, and lists
