@@ -16,8 +16,7 @@ do {
         if let problem = CacheFiles.unusable(options.cacheDirectory, checkingAccess: true) { throw DaemonError(problem) }
         print("# prefetchd \(prefetchVersion): the configuration is valid; the effective settings, read from "
               + (options.configPath.map { "\($0) and the command line" } ?? "the command line (no configuration file)"))
-        // The effective settings may hold a proxy URL with a password: shown as `user:***@`, as in the log.
-        print(CanonicalURL.redactingUserinfo(in: options.description))
+        print(options.description)
         for warning in ImageFormats.unavailableWarnings(policy: options.images) {
             writeStandardError("prefetchd: warning: \(warning)\n")
         }

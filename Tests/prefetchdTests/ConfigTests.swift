@@ -157,6 +157,22 @@ struct ConfigTests {
         #expect(settings["proxy"] == "http://alice:***@proxy.example:3128")
     }
 
+    @Test("--check-config prints each value as it is kept: userinfo hidden in the proxy alone (a cache_dir with x://me@host in it was printed as another path, which read back), no empty format name (a trailing ', ' added one), and a configuration file may have a quote in its name")
+    func checkConfigPrintsWhatIsKept() throws {
+        let directory = try TemporaryDirectory()
+        let odd = directory.path + "/x://me@host/c"
+        let printed = check(["--cache-dir", odd])
+        #expect(printed.result.status == 0 && printed.settings["cache_dir"] == odd, "\(printed.result.stdout)")
+        let formats = check(["--allowed-formats", "JPEG, ,image/png, "])
+        #expect(formats.result.status == 0 && formats.settings["allowed_formats"] == "jpeg,png", "\(formats.result.stdout)")
+        let twice = check(["--allowed-formats", "image/image/png"]).result
+        #expect(twice.status == 1 && twice.stderr.contains("'image/png' is not a format's name"), "\(twice.stderr)")
+        let config = directory.path + "/my \"prefetchd\" #1.conf"
+        try write("fast_width = 3\n", to: config)
+        let named = check(["--config", config])
+        #expect(named.result.status == 0 && named.settings["fast_width"] == "3", "\(named.result.stderr)")
+    }
+
     @Test("background policies: run, slow or pause per condition, slow_rate, quiet_hours; a bad value is refused by name")
     func backgroundPolicies() {
         let defaults = check([]).settings

@@ -294,8 +294,13 @@ struct Options {
         Setting(key: "allowed_formats", placeholder: "LIST",
                 summary: "image formats kept (comma-separated gdk-pixbuf names; svg is off unless listed)",
                 read: { options, value throws(BadValue) in
+                    // An empty name (`jpeg, ,png`, a trailing `, `) is no format; `image/` may lead a name once.
                     let formats = value.split(separator: ",").map { ImageFormats.normalise(String(String($0).trimmingCharacters(in: " "))) }
+                        .filter { !$0.isEmpty }
                     guard !formats.isEmpty else { throw BadValue("name at least one format") }
+                    if let odd = formats.first(where: { $0.contains("/") }) {
+                        throw BadValue("'\(odd)' is not a format's name (a gdk-pixbuf name, such as jpeg or png)")
+                    }
                     options.images.allowedFormats = Set(formats)
                 },
                 show: { $0.images.allowedFormats.sorted().joined(separator: ",") }),
@@ -476,12 +481,12 @@ struct Options {
     /// check); U+FFFD is what bytes that are not UTF-8 became on the command line or in the environment, so the value
     /// would name another file; and the file's quotes have no escape, so a value that needs them cannot hold a quote.
     private func checkPrintable() throws {
-        func problem(_ value: String) -> String? {
+        func problem(_ value: String, quoted: Bool = true) -> String? {
             if ConfigFile.hasControlCharacter(value) { return "holds a control character" }
             if value.unicodeScalars.contains("\u{FFFD}") {
                 return "holds U+FFFD, the replacement character, which bytes that are not UTF-8 become"
             }
-            if ConfigFile.needsQuotes(value), value.contains("\"") {
+            if quoted, ConfigFile.needsQuotes(value), value.contains("\"") {
                 return "holds a double quote and needs quotes in a configuration file (spaces at its ends, a # after a "
                     + "space, a quote or a # first), where quotes have no escape"
             }
@@ -492,11 +497,13 @@ struct Options {
         for setting in Self.settings {
             let value = setting.show(self)
             guard let problem = problem(value) else { continue }
-            let shown = CanonicalURL.redactingUserinfo(in: ConfigFile.visible(value))
+            let shown = setting.key == "proxy" ? CanonicalURL.redactingUserinfo(in: ConfigFile.visible(value))
+                : ConfigFile.visible(value)
             throw DaemonError("\(setting.key): '\(shown)' \(problem)\(defaults[setting.key] ?? ""): set \(setting.key) "
                               + "(or \(setting.flag)) to another value")
         }
-        if let configPath, let problem = problem(configPath) {
+        // The path is printed in a comment, where quotes do not matter.
+        if let configPath, let problem = problem(configPath, quoted: false) {
             throw DaemonError("the configuration file's path '\(ConfigFile.visible(configPath))' \(problem): name another "
                               + "with --config")
         }
@@ -529,7 +536,9 @@ struct Options {
         Self.settings.map { setting in
             let value = setting.show(self)
             guard !value.isEmpty else { return "\(setting.key) =" }
-            return "\(setting.key) = " + (ConfigFile.needsQuotes(value) ? "\"\(value)\"" : value)
+            // A proxy URL may hold a password: shown as `user:***@`, as in the log.
+            let shown = setting.key == "proxy" ? CanonicalURL.redactingUserinfo(in: value) : value
+            return "\(setting.key) = " + (ConfigFile.needsQuotes(shown) ? "\"\(shown)\"" : shown)
         }.joined(separator: "\n")
     }
 
