@@ -157,7 +157,7 @@ struct ConfigTests {
         #expect(settings["proxy"] == "http://alice:***@proxy.example:3128")
     }
 
-    @Test("--check-config prints each value as it is kept: userinfo hidden in the proxy alone (a cache_dir with x://me@host in it was printed as another path, which read back), no empty format name (a trailing ', ' added one), and a configuration file may have a quote in its name")
+    @Test("--check-config prints each value as it is kept: userinfo hidden in the proxy alone (a cache_dir with x://me@host in it was printed as another path, which read back), no empty format name (a trailing ', ' added one), a configuration file may have a quote in its name, and a value read back by code point")
     func checkConfigPrintsWhatIsKept() throws {
         let directory = try TemporaryDirectory()
         let odd = directory.path + "/x://me@host/c"
@@ -167,6 +167,15 @@ struct ConfigTests {
         #expect(formats.result.status == 0 && formats.settings["allowed_formats"] == "jpeg,png", "\(formats.result.stdout)")
         let twice = check(["--allowed-formats", "image/image/png"]).result
         #expect(twice.status == 1 && twice.stderr.contains("'image/png' is not a format's name"), "\(twice.stderr)")
+        // Read by code point: a combining mark first joined the space before it and was trimmed with it; a prepended
+        // mark last (U+0600) joined the closing quote, which was then not found.
+        for (flag, value) in [("--proxy", "\u{301}p:3128"), ("--cache-dir", directory.path + "/a #b\u{600}")] {
+            let first = run(Paths.prefetchd, ["--check-config", flag, value])
+            #expect(first.status == 0, "\(first.stderr)")
+            try write(first.stdout, to: directory.path + "/printed.conf")
+            let again = run(Paths.prefetchd, ["--check-config", "--config", directory.path + "/printed.conf"])
+            #expect(again.status == 0 && again.lines.dropFirst() == first.lines.dropFirst(), "\(again.stdout) \(again.stderr)")
+        }
         let config = directory.path + "/my \"prefetchd\" #1.conf"
         try write("fast_width = 3\n", to: config)
         let named = check(["--config", config])

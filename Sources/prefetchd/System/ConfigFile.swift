@@ -82,45 +82,47 @@ struct ConfigFile {
     /// Whether `value` must be quoted to read back as it is: the reader ends a bare value at a # after whitespace (any
     /// whitespace, a no-break space too) and trims whitespace at its ends, and a quote first opens a quoted one.
     static func needsQuotes(_ value: String) -> Bool {
-        guard let first = value.first, let last = value.last else { return false }
-        if first.isWhitespace || last.isWhitespace || first == "\"" { return true }
-        var previous: Character?
-        for character in value {
-            if character == "#", previous?.isWhitespace ?? true { return true }
-            previous = character
-        }
-        return false
+        let scalars = value.unicodeScalars
+        guard let first = scalars.first, let last = scalars.last else { return false }
+        if first.properties.isWhitespace || last.properties.isWhitespace || first == "\"" { return true }
+        return commentStart(in: scalars[...]) != nil
     }
 
-    /// The text after `=`: quoted, or up to a comment.
+    /// The text after `=`: quoted, or up to a comment. Read by code point, not by character: a combining mark first
+    /// would join the space before it (and go with it), a prepended mark last the closing quote after it.
     private static func value(_ text: Substring, at location: String) throws -> String {
-        let text = trimmed(text)
-        if text.hasPrefix("\"") {
+        let text = trimmed(text.unicodeScalars)
+        if text.first == "\"" {
             let body = text.dropFirst()
             guard let close = body.firstIndex(of: "\"") else { throw DaemonError("\(location): the quote is not closed") }
             let after = trimmed(body[body.index(after: close)...])
-            guard after.isEmpty || after.hasPrefix("#") else {
-                throw DaemonError("\(location): unexpected '\(after)' after the quoted value")
+            guard after.isEmpty || after.first == "#" else {
+                throw DaemonError("\(location): unexpected '\(String(after))' after the quoted value")
             }
             return String(body[..<close])
         }
-        var end = text.endIndex
-        var index = text.startIndex
-        while index < text.endIndex {
-            if text[index] == "#", index == text.startIndex || text[text.index(before: index)].isWhitespace {
-                end = index
-                break
-            }
-            index = text.index(after: index)
+        return String(trimmed(text[..<(commentStart(in: text) ?? text.endIndex)]))
+    }
+
+    /// Where a comment starts in a bare value: at a # first or after whitespace.
+    private static func commentStart(in scalars: Substring.UnicodeScalarView) -> Substring.UnicodeScalarView.Index? {
+        var previous: Unicode.Scalar?
+        for index in scalars.indices {
+            if scalars[index] == "#", previous?.properties.isWhitespace ?? true { return index }
+            previous = scalars[index]
         }
-        return trimmed(text[..<end])
+        return nil
+    }
+
+    private static func trimmed(_ text: Substring.UnicodeScalarView) -> Substring.UnicodeScalarView {
+        var slice = text
+        while let first = slice.first, first.properties.isWhitespace { slice.removeFirst() }
+        while let last = slice.last, last.properties.isWhitespace { slice.removeLast() }
+        return slice
     }
 
     private static func trimmed<S: StringProtocol>(_ text: S) -> String {
-        var slice = Substring(text)
-        while let first = slice.first, first.isWhitespace { slice.removeFirst() }
-        while let last = slice.last, last.isWhitespace { slice.removeLast() }
-        return String(slice)
+        String(trimmed(Substring(text).unicodeScalars))
     }
 
     /// The whole file as UTF-8 text. Only a regular file, or `/dev/null` for none: SIGHUP reads it again, and a pipe

@@ -486,7 +486,7 @@ struct Options {
             if value.unicodeScalars.contains("\u{FFFD}") {
                 return "holds U+FFFD, the replacement character, which bytes that are not UTF-8 become"
             }
-            if quoted, ConfigFile.needsQuotes(value), value.contains("\"") {
+            if quoted, ConfigFile.needsQuotes(value), value.unicodeScalars.contains("\"") {
                 return "holds a double quote and needs quotes in a configuration file (spaces at its ends, a # after a "
                     + "space, a quote or a # first), where quotes have no escape"
             }
