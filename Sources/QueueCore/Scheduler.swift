@@ -825,7 +825,7 @@ public struct Scheduler: Sendable {
         stepAsidePreemptible()
         // A narrower fast lane: those that stepped aside last beyond its width take a place again, preemptible.
         while fastSteppedAside.count > configuration.fastWidth,
-              let key = fastSteppedAside.max(by: { tasks[$0]!.startOrder < tasks[$1]!.startOrder }) {
+              let key = fastSteppedAside.max(by: startedBefore) {
             fastSteppedAside.remove(key)
             counts.fastSteppedAside -= 1
             fastPreemptible.insert(key)
@@ -872,7 +872,7 @@ public struct Scheduler: Sendable {
 
     /// The preemptible fast task that started first: the first to step aside, or to yield its place.
     private var oldestFastPreemptible: String? {
-        fastPreemptible.min { tasks[$0]!.startOrder < tasks[$1]!.startOrder }
+        fastPreemptible.min(by: startedBefore)
     }
 
     /// When the urgent slice of each fast task that takes a place ends (none for an abandoned one, nor without
@@ -911,7 +911,7 @@ public struct Scheduler: Sendable {
     private mutating func demoteAbandonedAfterSlice(now: Moment, into actions: inout [Action]) {
         guard let slice = configuration.backgroundSlice else { return }
         let due = fastRunningKeys.filter { tasks[$0]!.abandoned && tasks[$0]!.startedAt + slice <= now }
-        for key in due.sorted(by: { tasks[$0]!.startOrder < tasks[$1]!.startOrder }) {
+        for key in due.sorted(by: startedBefore) {
             demote(key, now: now, into: &actions)
         }
     }
@@ -932,7 +932,10 @@ public struct Scheduler: Sendable {
     }
 
     /// The preemptible task that ran longest: the first to step aside, or to yield its place.
-    private var oldestPreemptible: String? { preemptible.min { tasks[$0]!.startOrder < tasks[$1]!.startOrder } }
+    private var oldestPreemptible: String? { preemptible.min(by: startedBefore) }
+
+    /// Whether task `a` started before task `b`.
+    private func startedBefore(_ a: String, _ b: String) -> Bool { tasks[a]!.startOrder < tasks[b]!.startOrder }
 
     /// The preemptible task that ran longest gives its place up: it is parked at the back of the slow lane.
     private mutating func yieldPlace(into actions: inout [Action]) {

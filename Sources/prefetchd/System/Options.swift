@@ -106,6 +106,8 @@ struct Options {
         var defaultText: String? = nil
         /// Whether SIGHUP applies a change; the others need a restart.
         var live = true
+        /// Whether its value may hold a password (a URL's userinfo), shown as `user:***@` wherever it is printed.
+        var secret = false
         /// Parses `value` into `options`; throws a message that does not name where the value came from.
         let read: @Sendable (inout Options, String) throws(BadValue) -> Void
         /// The value as a configuration file would say it.
@@ -113,6 +115,8 @@ struct Options {
 
         /// `--fast-width` for `fast_width`.
         var flag: String { Self.flag(forKey: key) }
+        /// `value` as it may be printed: a password shown as `user:***@`, as in the log.
+        func printable(_ value: String) -> String { secret ? CanonicalURL.redactingUserinfo(in: value) : value }
         static func flag(forKey key: String) -> String { "--" + String(key.map { $0 == "_" ? "-" : $0 }) }
     }
 
@@ -223,7 +227,7 @@ struct Options {
                 read: { options, value throws(BadValue) in options.defaultTTL = try number(value, 0...31_536_000) * 1000 },
                 show: { String($0.defaultTTL / 1000) }),
         Setting(key: "proxy", placeholder: "URL",
-                summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)",
+                summary: "upstream proxy, empty for none (then curl reads http_proxy, https_proxy, no_proxy)", secret: true,
                 read: { options, value throws(BadValue) in options.fetch.proxy = value.isEmpty ? nil : try proxyURL(value) },
                 show: { $0.fetch.proxy ?? "" }),
         Setting(key: "ca_file", placeholder: "PATH",
@@ -497,8 +501,7 @@ struct Options {
         for setting in Self.settings {
             let value = setting.show(self)
             guard let problem = problem(value) else { continue }
-            let shown = setting.key == "proxy" ? CanonicalURL.redactingUserinfo(in: ConfigFile.visible(value))
-                : ConfigFile.visible(value)
+            let shown = setting.printable(ConfigFile.visible(value))
             throw DaemonError("\(setting.key): '\(shown)' \(problem)\(defaults[setting.key] ?? ""): set \(setting.key) "
                               + "(or \(setting.flag)) to another value")
         }
@@ -536,8 +539,7 @@ struct Options {
         Self.settings.map { setting in
             let value = setting.show(self)
             guard !value.isEmpty else { return "\(setting.key) =" }
-            // A proxy URL may hold a password: shown as `user:***@`, as in the log.
-            let shown = setting.key == "proxy" ? CanonicalURL.redactingUserinfo(in: value) : value
+            let shown = setting.printable(value)
             return "\(setting.key) = " + (ConfigFile.needsQuotes(shown) ? "\"\(shown)\"" : shown)
         }.joined(separator: "\n")
     }
