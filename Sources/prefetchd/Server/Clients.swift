@@ -37,6 +37,9 @@ final class Clients {
     /// a client that left without reading had its last requests carried out, or a reply that ends the connection
     /// follows them.
     var settleRequests: () -> Void = {}
+    /// Whether the requests taken this turn already hold a turn's worth of work left for its end (the `queue`s'
+    /// URLs): a client then keeps the rest of its lines for the next turn, as when its time runs out.
+    var turnIsFull: () -> Bool = { false }
 
     private var listenFD: Int32 = -1
     /// The group of a socket systemd passed, admitted like `allowed_groups`.
@@ -260,13 +263,13 @@ final class Clients {
         serveInput(connection)
     }
 
-    /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` (a line
-    /// at least); what is left waits for the next turn. A client that does not read its replies is not served until
-    /// it does (`flushConnection` picks it up again).
+    /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` and
+    /// while the turn is not full (a line at least); what is left waits for the next turn. A client that does not read
+    /// its replies is not served until it does (`flushConnection` picks it up again).
     private func serveInput(_ connection: Connection, for microseconds: Int64 = inputTimePerTurn) {
         let until = monotonicMicroseconds() + microseconds
         var handled = false
-        while !handled || monotonicMicroseconds() < until {
+        while !handled || (monotonicMicroseconds() < until && !turnIsFull()) {
             guard !connection.isBackedUp else { return }
             switch connection.nextLine() {
             case .line(let text)?:
