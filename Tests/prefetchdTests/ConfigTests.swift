@@ -182,6 +182,19 @@ struct ConfigTests {
         #expect(named.result.status == 0 && named.settings["fast_width"] == "3", "\(named.result.stderr)")
     }
 
+    @Test("a value refused for --check-config names where it was given: the file and line, or the flag that overrode it, without the hint on where a default comes from (a cache_dir from the file with U+FFFD named neither)")
+    func refusedValuesNameWhereTheyWereGiven() throws {
+        let directory = try TemporaryDirectory()
+        let config = directory.path + "/p.conf"
+        try write("fast_width = 3\ncache_dir = \(directory.path)/a\u{FFFD}b\n", to: config)
+        let file = run(Paths.prefetchd, ["--check-config", "--config", config])
+        #expect(file.status == 1 && file.stderr.contains("\(config):2: cache_dir: '") && file.stderr.contains("holds U+FFFD")
+                && !file.stderr.contains("when not set"), "\(file.stderr)")
+        let flag = run(Paths.prefetchd, ["--check-config", "--config", config, "--cache-dir", directory.path + "/a\"b "])
+        #expect(flag.status == 1 && flag.stderr.contains("cache_dir: '") && flag.stderr.contains("holds a double quote")
+                && !flag.stderr.contains(config) && !flag.stderr.contains("when not set"), "\(flag.stderr)")
+    }
+
     @Test("background policies: run, slow or pause per condition, slow_rate, quiet_hours; a bad value is refused by name")
     func backgroundPolicies() {
         let defaults = check([]).settings

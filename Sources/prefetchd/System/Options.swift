@@ -403,6 +403,8 @@ struct Options {
 
         var options = Options(environment: environment)
         options.arguments = arguments
+        /// Where each setting was given, when it was: a file's `FILE:LINE`, or nil for a flag (which wins).
+        var given: [String: String?] = [:]
         if configPath == nil { configPath = defaultConfig(environment: environment) }
         if let configPath {
             let file = try ConfigFile(path: configPath)
@@ -421,6 +423,7 @@ struct Options {
                 } catch {
                     throw DaemonError("\(location): \(entry.key): \(error.message)")
                 }
+                given[setting.key] = location
             }
             options.configPath = configPath
         }
@@ -433,9 +436,10 @@ struct Options {
             } catch {
                 throw DaemonError("\(flag): \(error.message)")
             }
+            given[setting.key] = .some(nil)
         }
         try options.checkMetricsTextfile()
-        try options.checkPrintable()
+        try options.checkPrintable(given: given)
         try options.checkSocketPath()
         return check ? .check(options) : .run(options)
     }
@@ -484,7 +488,7 @@ struct Options {
     /// character cuts it short (a value from the environment, as `$CACHE_DIRECTORY`, skipped the flags' and the file's
     /// check); U+FFFD is what bytes that are not UTF-8 became on the command line or in the environment, so the value
     /// would name another file; and the file's quotes have no escape, so a value that needs them cannot hold a quote.
-    private func checkPrintable() throws {
+    private func checkPrintable(given: [String: String?]) throws {
         func problem(_ value: String, quoted: Bool = true) -> String? {
             if ConfigFile.hasControlCharacter(value) { return "holds a control character" }
             if value.unicodeScalars.contains("\u{FFFD}") {
@@ -502,7 +506,13 @@ struct Options {
             let value = setting.show(self)
             guard let problem = problem(value) else { continue }
             let shown = setting.printable(ConfigFile.visible(value))
-            throw DaemonError("\(setting.key): '\(shown)' \(problem)\(defaults[setting.key] ?? ""): set \(setting.key) "
+            // A value given in the file is named by its line; where none was given, by where the default came from.
+            let (location, origin) = switch given[setting.key] {
+            case .some(.some(let line)): ("\(line): ", "")
+            case .some(.none): ("", "")
+            case .none: ("", defaults[setting.key] ?? "")
+            }
+            throw DaemonError("\(location)\(setting.key): '\(shown)' \(problem)\(origin): set \(setting.key) "
                               + "(or \(setting.flag)) to another value")
         }
         // The path is printed in a comment, where quotes do not matter.
