@@ -179,8 +179,13 @@ public struct TaskSummary: Codable, Equatable, Sendable {
     public var bytes: Int64?
     /// Total size when the server announced it.
     public var total: Int64?
+    /// A running urgent fetch past `urgent_slice` that stepped aside: it runs on, taking no place in the fast lane.
+    public var steppedAside: Bool?
+    /// A running fetch demoted before its response began while the slow lane was full: in no lane until it begins.
+    public var lingering: Bool?
 
-    public init(url: String, lane: String, state: State, attempts: Int, waiters: Int, bytes: Int64? = nil, total: Int64? = nil) {
+    public init(url: String, lane: String, state: State, attempts: Int, waiters: Int, bytes: Int64? = nil, total: Int64? = nil,
+                steppedAside: Bool? = nil, lingering: Bool? = nil) {
         self.url = url
         self.lane = lane
         self.state = state
@@ -188,6 +193,13 @@ public struct TaskSummary: Codable, Equatable, Sendable {
         self.waiters = waiters
         self.bytes = bytes
         self.total = total
+        self.steppedAside = steppedAside
+        self.lingering = lingering
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case url, lane, state, attempts, waiters, bytes, total, lingering
+        case steppedAside = "stepped_aside"
     }
 }
 

@@ -286,6 +286,9 @@ public struct Scheduler: Sendable {
 
     /// Up to `limit` tasks, the running ones first, each part in key order (what `list` shows). Only what is shown
     /// is summarised and sorted: over 300,000 tasks, sorting them all took 370 ms a request.
+    /// Whether `key` is a running urgent fetch that stepped aside after its slice (it takes no place in the lane).
+    public func hasSteppedAside(_ key: String) -> Bool { fastSteppedAside.contains(key) }
+
     public func firstTasks(_ limit: Int) -> [TaskInfo] {
         guard limit > 0 else { return [] }
         var running: [String] = [], others = SmallestKeys(capacity: limit)

@@ -61,6 +61,7 @@ struct LaneTests {
         #expect(s.advance(to: t(999)) == [])
         #expect(s.advance(to: t(1_000)) == [start(U.b, .fast)])
         #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
+        #expect(s.hasSteppedAside(U.a.key) && !s.hasSteppedAside(U.a2.key) && !s.hasSteppedAside(U.b.key))
         #expect(s.nextDeadline == t(1_500))
         #expect(s.advance(to: t(1_500)) == [start(U.c, .fast)])
         #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.fastWaiting == 1)
@@ -79,7 +80,7 @@ struct LaneTests {
         #expect(s.counts.fastRunning == 4 && s.counts.fastSteppedAside == 2 && s.counts.slowRunning == 0)
         // Demoted, one that stepped aside leaves the fast lane; a promotion in place needs a place, not a step aside.
         #expect(s.demote(U.a2.key, now: t(2_603)) == [.changeLane(key: U.a2.key, lane: .slow)])
-        #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1)
+        #expect(s.counts.fastRunning == 3 && s.counts.fastSteppedAside == 1 && !s.hasSteppedAside(U.a2.key))
         #expect(s.get(U.a2, waiter: w(4, 1), cache: .missing, now: t(2_604)) == [])  // b and b2 hold the places
         #expect(s.task(U.a2.key)?.promotionPending == true)
     }

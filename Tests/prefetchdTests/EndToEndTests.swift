@@ -128,6 +128,11 @@ struct EndToEndTests {
         #expect(fast["running"] as? Int == 3 && fast["stepped_aside"] as? Int == 2 && status["parked"] as? Int == 0,
                 "\(status)")
         #expect(daemon.ctl("status").stdout.contains("fast lane: 3/2 running (2 of them past urgent_slice"))
+        // `list` names the two (it said only that all three were running).
+        let listed = try #require(JSONSerialization.jsonObject(with: daemon.ctl("list", "--json").stdoutData) as? [String: Any])
+        let aside = (listed["tasks"] as? [[String: Any]] ?? []).filter { $0["stepped_aside"] as? Bool == true }
+        #expect(aside.count == 2 && aside.allSatisfy { trickles.contains($0["url"] as? String ?? "") }, "\(listed)")
+        #expect(daemon.ctl("list").stdout.components(separatedBy: "(past urgent_slice, taking no place)").count == 3)
         for url in trickles { #expect(try slow.count(URL(string: url)!.path) == 1, "\(url) ran on, not restarted") }
         withExtendedLifetime(clients) {}
     }

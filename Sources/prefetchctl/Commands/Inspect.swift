@@ -86,7 +86,9 @@ enum InspectCommand {
         if arguments.json { Output.json(list); return ExitCode.ok }
         for task in list.tasks {
             let progress = task.bytes.map { bytes in " \(bytes)" + (task.total.map { "/\($0)" } ?? "") + " bytes" } ?? ""
-            Output.line("\(task.lane) \(task.state) \(task.url)\(progress)")
+            let place = task.steppedAside == true ? " (past urgent_slice, taking no place)"
+                : task.lingering == true ? " (lingering: demoted before its response began, taking no place)" : ""
+            Output.line("\(task.lane) \(task.state) \(task.url)\(progress)\(place)")
         }
         if list.backlog > 0 { Output.line("… and \(list.backlog) more queued") }
         return ExitCode.ok

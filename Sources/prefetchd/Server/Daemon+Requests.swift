@@ -187,7 +187,9 @@ extension Daemon {
         case .delayed: state = .delayed
         }
         return TaskSummary(url: task.key, lane: task.lane.rawValue, state: state, attempts: task.tries,
-                           waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected)
+                           waiters: task.waiters.count, bytes: progress?.received, total: progress?.expected,
+                           steppedAside: scheduler.hasSteppedAside(task.key) ? true : nil,
+                           lingering: task.lingering ? true : nil)
     }
 
     /// The lanes as `status`, `watch` and the metrics show them. `running` counts transfers: the running tasks (the
