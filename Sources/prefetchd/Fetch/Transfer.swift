@@ -492,6 +492,8 @@ final class Transfer {
     /// received at the first call after the request went out on it (`TCP_INFO`). HTTP/2 carries no chunks, and its
     /// connection other transfers' bytes.
     private func tooMuchBesidesTheBody() -> Failure? {
+        // No socket yet (curl announces it once it polls one): there is nothing to ask (it was `EBADF` 8 times a file).
+        guard socket >= 0 else { return nil }
         let now = monotonicMilliseconds()
         guard let last = wire, last.socket == socket else {
             wire = PathWindows.info(socket).map { [socket] in (socket, $0.bytes_received, now) }

@@ -119,9 +119,14 @@ private final class Mailbox: Sendable {
 
     deinit { close(eventFD) }
 
-    /// On a worker: hands over a job's result and wakes the loop.
+    /// On a worker: hands over a job's result and wakes the loop, unless results wait already: the loop takes them
+    /// all after it reads the eventfd, so only the first since it took them needs to wake it.
     func post(_ job: UInt64, _ result: any Sendable) {
-        results.withLock { $0.append((job, result)) }
+        let first = results.withLock { list in
+            list.append((job, result))
+            return list.count == 1
+        }
+        guard first else { return }
         var one: UInt64 = 1
         _ = write(eventFD, &one, 8)
     }
