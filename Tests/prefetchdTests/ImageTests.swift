@@ -200,6 +200,25 @@ struct ImageTests {
         #expect(order.count == 4 && order.last == "animation", "\(order)")
     }
 
+    @Test("clients take turns for large variants: one asked while another client's four full-size variants of a 40-megapixel JPEG wait is made after that client's next, not after all four (adv41: twenty large upscales held another client's variant 24 s)")
+    func variantsTakeTurnsAcrossClients() throws {
+        let daemon = try DaemonUnderTest()
+        #expect(daemon.ctl("get", origin.url("/forty.jpg")).status == 0)
+        let first = try RawConnection(socket: daemon.socket), second = try RawConnection(socket: daemon.socket)
+        _ = first.receive()
+        _ = second.receive()
+        // Each needs about 40 Mpx decoded: one runs at a time under max_pixels.
+        first.send((1...4).map { Self.filledVariant("large\($0)", origin.url("/forty.jpg"), size: "799\($0)x4990") }.joined())
+        #expect(first.receive()?["id"] as? String == "large1")  // the second runs by now, the other two wait
+        second.send(Self.filledVariant("other", origin.url("/forty.jpg"), size: "7995x4990"))
+        #expect(second.receive()?["ok"] as? Bool == true)
+        // What the first client got before the other's variant was made: a ping's answer comes behind it.
+        first.send("{\"id\":\"ping\",\"op\":\"ping\"}\n")
+        var before: [String] = []
+        while let reply = first.receive(), let id = reply["id"] as? String, id != "ping" { before.append(id) }
+        #expect(before == ["large2"], "the first client's variants made before the other's: large1 and \(before)")
+    }
+
     @Test("a new fetch asked behind four variants of a 40-megapixel JPEG is answered first: its body is checked on threads of its own")
     func fetchPassesVariantsBeingMade() throws {
         let daemon = try DaemonUnderTest()

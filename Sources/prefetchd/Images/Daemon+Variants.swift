@@ -27,7 +27,7 @@ extension Daemon {
             return deliver(.failure(full), to: recipient, on: connection)
         }
         connection.waitForVariant(job, recipient: recipient)
-        variants.make(job, resolved, of: entry)
+        variants.make(job, resolved, of: entry, for: connection.id)
     }
 
     /// A variant job ended (`Variants.onEnd`): the cache is kept under its limit, then everyone waiting for it is

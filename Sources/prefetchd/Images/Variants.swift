@@ -7,8 +7,11 @@ import QueueCore
 ///
 /// Jobs decode at most `max_pixels` at a time between them: a job holds its decoded picture and its output in memory
 /// (3 or 4 bytes a pixel), so two of the largest originals at once would double the daemon's peak memory. (The
-/// workers are the jobs' own: fetches check their bodies on other threads.) A job that would go over waits its turn
-/// (in order of asking); one job always runs, however large. A small job (a thumbnail) passes the line while only
+/// workers are the jobs' own: fetches check their bodies on other threads.) A job that would go over waits its turn;
+/// one job always runs, however large. The clients take turns: a client's next job waits behind one of every other
+/// client's waiting (so one client's batch of large resizes holds another's for about a job, not for the whole
+/// batch: twenty 7000×7000 upscales held another client's variant 24 s), and each client's own jobs keep the order
+/// it asked in. A small job (a thumbnail) passes the line while only
 /// large jobs hold it up, within a sixteenth of the budget for all small jobs passing: it does not wait behind
 /// another client's 50 Mpx resizes, and it cannot starve them (once large work no longer holds the first in line,
 /// nothing passes it).
@@ -35,10 +38,14 @@ final class Variants {
     private var jobs: Set<Job> = []
     private var maxPixels: Int64
     /// Pixels the running jobs hold (`pixels(of:spec:)`), those of them that small jobs hold which passed the line,
-    /// and the jobs waiting for room under `maxPixels` (`run` is told whether the job passed).
+    /// and the jobs waiting for room under `maxPixels`, by round (`run` is told whether the job passed).
     private var pixelsInFlight: Int64 = 0
     private var passedInFlight: Int64 = 0
-    private var waiting: [(pixels: Int64, run: (_ passed: Bool) -> Void)] = []
+    private var waiting: [(pixels: Int64, round: UInt64, run: (_ passed: Bool) -> Void)] = []
+    /// The round of the last job that left the line, and each client's next round where it is later: a client's
+    /// jobs take consecutive rounds from the current one, and a round's jobs wait in the order they came.
+    private var round: UInt64 = 0
+    private var nextRounds: [UInt64: UInt64] = [:]
     /// Called on the loop thread once for every job that ends.
     var onEnd: (_ job: Job, _ outcome: Result<Made, Failure>) -> Void = { _, _ in }
 
@@ -66,8 +73,9 @@ final class Variants {
         return variant
     }
 
-    /// Makes `spec` (resolved, named by `job`) of the cached `original`, unless that job runs already.
-    func make(_ job: Job, _ spec: VariantSpec, of original: IndexEntry) {
+    /// Makes `spec` (resolved, named by `job`) of the cached `original` in the turns of `client` (the first to ask),
+    /// unless that job runs already.
+    func make(_ job: Job, _ spec: VariantSpec, of original: IndexEntry, for client: UInt64) {
         guard jobs.insert(job).inserted else { return }
         let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: job.key + "#" + job.spec))
         let source = store.files.absolute(original.file)
@@ -94,18 +102,21 @@ final class Variants {
         let (width, height, format, sha256) = (original.width, original.height, original.format, original.sha256)
         costs.run({ Self.pixels(width: width, height: height, format: format, source: source, spec: spec, maxPixels: maxPixels) },
                   completion: { [unowned self] pixels in
+            let turn = max(round, nextRounds[client] ?? 0)
+            nextRounds[client] = turn + 1
             // Decoding an original is a risky step (`CrashGuard`).
-            waiting.append((pixels, { [unowned self] passed in
+            let place = waiting.firstIndex { $0.round > turn } ?? waiting.endIndex
+            waiting.insert((pixels, turn, { [unowned self] passed in
                 crashGuard.whenFree { [unowned self] in
                     crashGuard.begin([job.key])
                     workers.run(make, completion: { [unowned self] result in
                         pixelsInFlight -= pixels
                         if passed { passedInFlight -= pixels }
-                        made(job, spec, from: sha256, relative: relative, result)
+                        made(job, spec, from: sha256, relative: relative, for: client, result)
                         startWaiting()
                     })
                 }
-            }))
+            }), at: place)
             startWaiting()
         })
     }
@@ -115,6 +126,7 @@ final class Variants {
     private func startWaiting() {
         while let next = waiting.first, pixelsInFlight == 0 || pixelsInFlight + next.pixels <= maxPixels {
             waiting.removeFirst()
+            leaveLine(next.round)
             pixelsInFlight += next.pixels
             next.run(false)
         }
@@ -132,6 +144,14 @@ final class Variants {
             passedInFlight += job.pixels
             job.run(true)
         }
+    }
+
+    /// A job of `jobRound` leaves the line at its front (a small job passing it does not end a round): the rounds
+    /// before it are over, and a client whose next round is not later than the current one needs no entry.
+    private func leaveLine(_ jobRound: UInt64) {
+        guard jobRound > round else { return }
+        round = jobRound
+        nextRounds = nextRounds.filter { $0.value > round }
     }
 
     /// The pixels a job holds at once: the picture decoded (smaller than the original for loaders that scale while
@@ -175,7 +195,7 @@ final class Variants {
 
     /// The worker is done: the variant is indexed (if its original is still cached, with the body it was made
     /// from: `source`, its SHA-256), and the job ends.
-    private func made(_ job: Job, _ spec: VariantSpec, from source: String, relative: String,
+    private func made(_ job: Job, _ spec: VariantSpec, from source: String, relative: String, for client: UInt64,
                       _ result: Result<(ImageInfo, String), Failure>) {
         crashGuard.end(job.key)
         jobs.remove(job)
@@ -191,7 +211,7 @@ final class Variants {
                 guard original.sha256 == source else {
                     // A new body came while the old one was decoded: the job runs again, its waiters still waiting.
                     Log.info("\(job.key) changed while its \(job.spec) variant was made; making it again")
-                    return make(job, spec, of: original)
+                    return make(job, spec, of: original, for: client)
                 }
                 let variant = Store.Variant(file: relative, bytes: bytes, sha256: sha256, format: info.format,
                                             width: info.width, height: info.height)
