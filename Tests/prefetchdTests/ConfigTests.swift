@@ -125,7 +125,7 @@ struct ConfigTests {
         #expect(result.stderr.contains("--max-cache-bytes: '\(text)' is not a size"), "\(result.stderr)")
     }
 
-    @Test("a bad flag names the flag; --config naming a missing file fails; no file at all is fine")
+    @Test("a bad flag names the flag; --config naming a missing file, or nothing, fails; no file at all is fine")
     func flagsAndMissingFile() throws {
         let bad = check(["--fast-width", "many"])
         #expect(bad.result.status == 1)
@@ -133,6 +133,9 @@ struct ConfigTests {
         let missing = check(["--config", "/nonexistent/prefetchd.conf"])
         #expect(missing.result.status == 1)
         #expect(missing.result.stderr.contains("open /nonexistent/prefetchd.conf: No such file or directory"))
+        // An empty path was "open : No such file or directory", naming neither the flag nor a file.
+        let empty = check(["--config", ""]).result
+        #expect(empty.status == 1 && empty.stderr.contains("--config needs the path of a configuration file"), "\(empty.stderr)")
         if !FileManager.default.fileExists(atPath: "/etc/prefetchd/prefetchd.conf") {
             let none = check([])
             #expect(none.result.status == 0, "\(none.result.stderr)")

@@ -386,7 +386,9 @@ struct Options {
             case "-h", "--help": return .help
             case "--version": return .version
             case "--check-config": check = true
-            case "--config": configPath = try value()
+            case "--config":
+                configPath = try value()
+                if configPath == "" { throw DaemonError("--config needs the path of a configuration file (it was empty)") }
             default:
                 if let key = retired.keys.first(where: { Setting.flag(forKey: $0) == flag }) {
                     _ = try value()
