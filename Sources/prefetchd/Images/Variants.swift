@@ -41,9 +41,10 @@ final class Variants {
     /// and the jobs waiting for room under `maxPixels`, by round (`run` is told whether the job passed).
     private var pixelsInFlight: Int64 = 0
     private var passedInFlight: Int64 = 0
-    private var waiting: [(pixels: Int64, round: UInt64, run: (_ passed: Bool) -> Void)] = []
-    /// The round of the last job that left the line, and each client's next round where it is later: a client's
-    /// jobs take consecutive rounds from the current one, and a round's jobs wait in the order they came.
+    private var waiting: [(pixels: Int64, round: UInt64, client: UInt64, run: (_ passed: Bool) -> Void)] = []
+    /// The round of the last job that left the line at its front, and the next round of each client with jobs in the
+    /// line: a client's jobs take consecutive rounds from the current one, and a round's jobs wait in the order they
+    /// came.
     private var round: UInt64 = 0
     private var nextRounds: [UInt64: UInt64] = [:]
     /// Called on the loop thread once for every job that ends.
@@ -106,7 +107,7 @@ final class Variants {
             nextRounds[client] = turn + 1
             // Decoding an original is a risky step (`CrashGuard`).
             let place = waiting.firstIndex { $0.round > turn } ?? waiting.endIndex
-            waiting.insert((pixels, turn, { [unowned self] passed in
+            waiting.insert((pixels, turn, client, { [unowned self] passed in
                 crashGuard.whenFree { [unowned self] in
                     crashGuard.begin([job.key])
                     workers.run(make, completion: { [unowned self] result in
@@ -126,7 +127,7 @@ final class Variants {
     private func startWaiting() {
         while let next = waiting.first, pixelsInFlight == 0 || pixelsInFlight + next.pixels <= maxPixels {
             waiting.removeFirst()
-            leaveLine(next.round)
+            left(next.client, round: next.round)
             pixelsInFlight += next.pixels
             next.run(false)
         }
@@ -140,18 +141,18 @@ final class Variants {
                 continue
             }
             waiting.remove(at: index)
+            left(job.client, round: nil)
             pixelsInFlight += job.pixels
             passedInFlight += job.pixels
             job.run(true)
         }
     }
 
-    /// A job of `jobRound` leaves the line at its front (a small job passing it does not end a round): the rounds
-    /// before it are over, and a client whose next round is not later than the current one needs no entry.
-    private func leaveLine(_ jobRound: UInt64) {
-        guard jobRound > round else { return }
-        round = jobRound
-        nextRounds = nextRounds.filter { $0.value > round }
+    /// A job of `client` left the line, at its front in `jobRound` (a small job passing it ends no round): a client
+    /// with no job left in the line takes the current round when it asks again.
+    private func left(_ client: UInt64, round jobRound: UInt64?) {
+        if let jobRound { round = max(round, jobRound) }
+        if !waiting.contains(where: { $0.client == client }) { nextRounds[client] = nil }
     }
 
     /// The pixels a job holds at once: the picture decoded (smaller than the original for loaders that scale while
