@@ -6,6 +6,19 @@ struct ISOItemLocations: Equatable {
     var fileReach: UInt64 = 0
     /// How far into the `idat` box's data the items' data reaches (construction method 1).
     var idatReach: UInt64 = 0
+    /// Where each item's data begins (its first extent), by item id, for the first `mostStarts` items kept in the
+    /// file or the `idat` box.
+    var starts: [UInt32: Start] = [:]
+    /// A grid's most tiles (256 × 256), and the grid.
+    static let mostStarts = 256 * 256 + 1
+
+    /// The first extent of an item's data: in the `idat` box's data or in the file, at `offset`, `length` bytes long
+    /// (0: to the end).
+    struct Start: Equatable {
+        let inIdat: Bool
+        let offset: UInt64
+        let length: UInt64
+    }
 
     /// Reads the body of an `iloc` box (version and flags included; ISO/IEC 14496-12, 8.11.3); nil when it cannot
     /// be read.
@@ -24,7 +37,7 @@ struct ISOItemLocations: Equatable {
               let items = read(version < 2 ? 2 : 4) else { return nil }
         // Each item takes at least 6 bytes, each extent (when it has a field) 4: the loops end with the box.
         for _ in 0..<items {
-            guard read(version < 2 ? 2 : 4) != nil else { return nil }
+            guard let item = read(version < 2 ? 2 : 4) else { return nil }
             var method: UInt64 = 0
             if version > 0 {
                 guard let word = read(2) else { return nil }
@@ -32,13 +45,18 @@ struct ISOItemLocations: Equatable {
             }
             guard read(2) != nil, let base = read(baseSize), let extents = read(2) else { return nil }  // data reference
             var end = base
+            var first: Start?
             if offsetSize + lengthSize + indexSize > 0 {
                 for _ in 0..<extents {
                     guard read(indexSize) != nil, let offset = read(offsetSize), let length = read(lengthSize) else { return nil }
                     let (start, late) = base.addingReportingOverflow(offset)
                     let (last, later) = start.addingReportingOverflow(length)
                     end = max(end, late || later ? .max : last)
+                    if first == nil, !late { first = Start(inIdat: method == 1, offset: start, length: length) }
                 }
+            }
+            if let first, method <= 1, starts.count < Self.mostStarts, starts[UInt32(item)] == nil {
+                starts[UInt32(item)] = first
             }
             switch method {
             case 0: fileReach = max(fileReach, end)

@@ -244,39 +244,12 @@ struct ImageHeader: Equatable, Sendable {
     /// be followed, the largest `ispe` of any item stands in (an upper bound, enough for the pixel limit).
     /// gdk-pixbuf's AVIF loader decodes the whole image before it reports a size, so this is the header probe.
     static func isoPrimarySize(_ b: [UInt8]) -> (width: Int, height: Int, turned: Bool)? {
-        /// The boxes in b[start..<end]: (type, body start, box end).
-        func boxes(_ start: Int, _ end: Int) -> [(type: String, body: Int, end: Int)] {
-            var result: [(String, Int, Int)] = []
-            var offset = start
-            while offset + 8 <= end {
-                var size = Int(b.bigEndian32(at: offset))
-                var header = 8
-                if size == 1 {
-                    guard offset + 16 <= end else { break }
-                    size = Int(b.bigEndian32(at: offset + 8)) << 32 | Int(b.bigEndian32(at: offset + 12))
-                    header = 16
-                } else if size == 0 {
-                    size = end - offset
-                }
-                guard size >= header, offset + header <= end else { break }
-                let boxEnd = size > end - offset ? end : offset + size
-                result.append((String(decoding: b[offset + 4..<offset + 8], as: UTF8.self), offset + header, boxEnd))
-                offset = boxEnd
-            }
-            return result
-        }
+        func boxes(_ start: Int, _ end: Int) -> [(type: String, body: Int, end: Int)] { isoBoxes(b, start, end) }
         guard let meta = boxes(0, b.count).first(where: { $0.type == "meta" }), meta.body + 4 <= meta.end else {
             return nil
         }
         let children = boxes(meta.body + 4, meta.end)
-        var primary: Int?
-        if let pitm = children.first(where: { $0.type == "pitm" }), pitm.body + 6 <= pitm.end {
-            if b[pitm.body] == 0 {
-                primary = Int(b.bigEndian16(at: pitm.body + 4))
-            } else if pitm.body + 8 <= pitm.end {
-                primary = Int(b.bigEndian32(at: pitm.body + 4))
-            }
-        }
+        let primary = isoPrimaryItem(b, children)
         guard let iprp = children.first(where: { $0.type == "iprp" }) else { return nil }
         let properties = boxes(iprp.body, iprp.end)
         guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return nil }
@@ -294,7 +267,7 @@ struct ImageHeader: Equatable, Sendable {
             entries: for _ in 0..<Int(b.bigEndian32(at: ipma.body + 4)) {
                 let idLength = version < 1 ? 2 : 4
                 guard offset + idLength + 1 <= ipma.end else { break }
-                let item = idLength == 2 ? Int(b.bigEndian16(at: offset)) : Int(b.bigEndian32(at: offset))
+                let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
                 let count = Int(b[offset + idLength])
                 offset += idLength + 1
                 for _ in 0..<count {
@@ -311,6 +284,35 @@ struct ImageHeader: Equatable, Sendable {
         let all = listed.compactMap(extent)
         guard let largest = all.max(by: { ImageInfo.pixels($0.0, $0.1) < ImageInfo.pixels($1.0, $1.1) }) else { return nil }
         return (largest.0, largest.1, false)
+    }
+
+    /// The ISO base media boxes in b[start..<end]: (type, body start, box end); a box running past `end` ends there.
+    static func isoBoxes(_ b: [UInt8], _ start: Int, _ end: Int) -> [(type: String, body: Int, end: Int)] {
+        var result: [(String, Int, Int)] = []
+        var offset = start
+        while offset + 8 <= end {
+            var size = Int(b.bigEndian32(at: offset))
+            var header = 8
+            if size == 1 {
+                guard offset + 16 <= end else { break }
+                size = Int(b.bigEndian32(at: offset + 8)) << 32 | Int(b.bigEndian32(at: offset + 12))
+                header = 16
+            } else if size == 0 {
+                size = end - offset
+            }
+            guard size >= header, offset + header <= end else { break }
+            let boxEnd = size > end - offset ? end : offset + size
+            result.append((String(decoding: b[offset + 4..<offset + 8], as: UTF8.self), offset + header, boxEnd))
+            offset = boxEnd
+        }
+        return result
+    }
+
+    /// The primary item's id, from the `pitm` box among a `meta` box's `children`.
+    static func isoPrimaryItem(_ b: [UInt8], _ children: [(type: String, body: Int, end: Int)]) -> UInt32? {
+        guard let pitm = children.first(where: { $0.type == "pitm" }), pitm.body + 6 <= pitm.end else { return nil }
+        if b[pitm.body] == 0 { return UInt32(b.bigEndian16(at: pitm.body + 4)) }
+        return pitm.body + 8 <= pitm.end ? b.bigEndian32(at: pitm.body + 4) : nil
     }
 
     /// SVG, HTML or other XML, judged by the first element after the XML prolog (declaration, comments, doctype).

@@ -58,7 +58,7 @@ enum ImageInspector {
            ImageInfo.pixels(width, height) > policy.maxPixels {
             return .rejected(.pixelLimit(width: width, height: height, limit: policy.maxPixels))
         }
-        let probed: ImageInfo
+        var probed: ImageInfo
         if let width = header.width, let height = header.height {
             // The header parser read the size: gdk-pixbuf's probe would open the file again and look up its MIME
             // type for the same answer. The structure check below still reads the whole file.
@@ -93,6 +93,24 @@ enum ImageInspector {
         }
         if probed.pixels > policy.maxPixels {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
+        }
+        // libavif decodes what the coded data say, whatever the `ispe` property the size came from says.
+        if probed.format == "avif", let coded = try ImageIntegrity.avifCodedSize(file) {
+            switch coded {
+            case .success(let coded):
+                if max(coded.decoded, ImageInfo.pixels(coded.width, coded.height)) > policy.maxPixels {
+                    return .rejected(Failure(code: .pixelLimit, message: "the AVIF decodes to \(coded.width)x\(coded.height) "
+                                             + "(\(coded.decoded) pixels of AV1 frames), whatever its header's \(probed.width)x"
+                                             + "\(probed.height) says: over the limit of \(policy.maxPixels)", isTransient: false))
+                }
+                if ImageInfo.pixels(coded.width, coded.height) > probed.pixels {
+                    probed = ImageInfo(format: probed.format, width: coded.width, height: coded.height)
+                }
+            case .failure(.malformed(let problem)):
+                return .rejected(.notAnImage(problem))
+            case .failure(.unreadable):
+                break  // the structure check below names what is missing
+            }
         }
         if let problem = try ImageIntegrity.problem(file, format: probed.format) {
             guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }

@@ -524,6 +524,21 @@ enum ImageIntegrity {
     }
 }
 
+extension ImageIntegrity {
+    /// The coded size of an AVIF's primary image (`AVIFCodedSize`), from its `meta` box and its items' data; nil when
+    /// it has no `meta` box that can be read whole, or its primary item is neither an AV1 image nor a grid.
+    static func avifCodedSize(_ file: ImageFile) throws(SystemError) -> Result<AVIFCodedSize, AVIFCodedSize.Problem>? {
+        guard let meta = try isoMetaBox(file) else { return nil }
+        return try AVIFCodedSize.of(meta: meta) { offset, count throws(SystemError) in
+            guard offset < UInt64(file.size), count > 0 else { return [] }
+            var bytes = [UInt8](repeating: 0, count: count)
+            let read = bytes.withUnsafeMutableBytes { pread(file.descriptor, $0.baseAddress!, count, off_t(offset)) }
+            guard read >= 0 else { throw SystemError(call: "pread", errno: errno, detail: file.path) }
+            return Array(bytes.prefix(read))
+        }
+    }
+}
+
 /// A file read front to back from its prefix (`ImageFile`), then through a 64 KiB buffer at explicit offsets,
 /// seeking over what is skipped: walks of one file share its descriptor and its prefix.
 private final class FileByteReader {

@@ -2,7 +2,9 @@
 # Regenerates the committed image fixtures (gdk-pixbuf cannot write GIF; WebP and AVIF come from their reference
 # encoders so the tests read files that gdk-pixbuf did not write itself).
 # Needs: apt-get install imagemagick webp libavif-bin
-# Each image is 48x32: the left half red, the right half blue.
+# halves.*: 48x32, the left half red, the right half blue. grid.avif: 1200x900 in 3x3 tiles. Hostile AVIFs
+# (make-hostile-avif.py): grid-bomb.avif, 16x16 references to one 512x512 tile (8192x8192 decoded) whose ispe says
+# 100x100; lying-size.avif, a 2000x2000 AV1 image whose ispe says 100x100.
 set -eu
 cd "$(dirname "$0")"
 work=$(mktemp -d)
@@ -11,4 +13,12 @@ trap 'rm -rf "$work"' EXIT
 /usr/bin/convert "$work/source.png" -strip halves.gif
 cwebp -quiet -q 80 -metadata none "$work/source.png" -o halves.webp
 avifenc --speed 10 --min 20 --max 30 "$work/source.png" halves.avif >/dev/null
-ls -l halves.gif halves.webp halves.avif
+/usr/bin/convert -size 1200x900 gradient:red-blue "PNG24:$work/gradient.png"
+avifenc --speed 10 --grid 3x3 "$work/gradient.png" grid.avif >/dev/null
+/usr/bin/convert -size 512x512 xc:'#336699' "PNG24:$work/tile.png"
+avifenc --speed 10 "$work/tile.png" "$work/tile.avif" >/dev/null
+python3 make-hostile-avif.py grid "$work/tile.avif" grid-bomb.avif 16 16 100 100
+/usr/bin/convert -size 2000x2000 xc:'#336699' "PNG24:$work/large.png"
+avifenc --speed 10 "$work/large.png" "$work/large.avif" >/dev/null
+python3 make-hostile-avif.py ispe "$work/large.avif" lying-size.avif 100 100
+ls -l halves.gif halves.webp halves.avif grid.avif grid-bomb.avif lying-size.avif

@@ -1,0 +1,74 @@
+import Testing
+@testable import prefetchd
+
+/// An AVIF's size as its decoder sees it: the grid descriptor and the AV1 sequence headers, not the `ispe` property.
+@Suite struct AVIFCodedSizeTests {
+    let scratch = Scratch()
+    let policy = ImagePolicy()
+
+    func coded(_ path: String) throws -> Result<AVIFCodedSize, AVIFCodedSize.Problem>? {
+        try ImageIntegrity.avifCodedSize(ImageFile(path))
+    }
+
+    @Test("the committed AVIFs: one AV1 image, a 3×3 grid, and the two that lie in their ispe (a grid of 16×16 references to one 512×512 tile, a 2000×2000 image) are sized as they decode")
+    func fixturesAreSizedAsTheyDecode() throws {
+        #expect(try coded(Fixtures.path("halves.avif")) == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536)))
+        #expect(try coded(Fixtures.path("grid.avif")) == .success(AVIFCodedSize(width: 1_200, height: 900, decoded: 1_080_000)))
+        #expect(try coded(Fixtures.path("grid-bomb.avif"))
+                == .success(AVIFCodedSize(width: 8_192, height: 8_192, decoded: 67_108_864)))
+        #expect(try coded(Fixtures.path("lying-size.avif"))
+                == .success(AVIFCodedSize(width: 2_000, height: 2_000, decoded: 4_000_000)))
+    }
+
+    @Test("a grid whose ispe says 100×100 but decodes 8192×8192 is refused with pixel_limit before anything is decoded (a 44.5 KB one of 16384×16384 was cached, and each variant decoded 268 Mpx: 2 GB); one within the limit keeps its real size")
+    func lyingSizesAreRefusedOrCorrected() throws {
+        let bomb = ImageInspector.inspect(Fixtures.path("grid-bomb.avif"), policy: policy)
+        #expect(bomb.code == .pixelLimit, "\(bomb)")
+        #expect(ImageInspector.inspect(Fixtures.path("grid.avif"), policy: policy)
+                == .image(ImageInfo(format: "avif", width: 1_200, height: 900)))
+        // Under the limit, the size the index keeps (and the variants' memory budget counts) is the decoded one.
+        #expect(ImageInspector.inspect(Fixtures.path("lying-size.avif"), policy: policy)
+                == .image(ImageInfo(format: "avif", width: 2_000, height: 2_000)))
+        var small = policy
+        small.maxPixels = 1_000_000
+        #expect(ImageInspector.inspect(Fixtures.path("lying-size.avif"), policy: small).code == .pixelLimit)
+    }
+
+    @Test("an AV1 image whose data starts with a frame, not a sequence header, is not an image (the decoder cannot start)")
+    func frameBeforeSequenceHeader() throws {
+        var avif = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282: a temporal delimiter, the sequence header
+        avif[284] = 6 << 3 | 2  // the sequence header OBU becomes a frame OBU
+        let path = scratch.write("frame-first.avif", avif)
+        #expect(try coded(path) == .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame")))
+        #expect(ImageInspector.inspect(path, policy: policy).code == .notAnImage)
+    }
+
+    @Test("a sequence header's largest frame: reduced and full headers, with timing and decoder model information; nil when cut short or when a frame comes first")
+    func sequenceHeaders() {
+        /// A sequence header OBU (with its size) of `bits`, padded to whole bytes.
+        func obu(_ bits: [(UInt64, Int)], type: UInt8 = 1) -> [UInt8] {
+            var bytes: [UInt8] = [], current: UInt8 = 0, filled = 0
+            for (value, count) in bits {
+                for shift in stride(from: count - 1, through: 0, by: -1) {
+                    current = current << 1 | UInt8(value >> UInt64(shift) & 1)
+                    filled += 1
+                    if filled == 8 { bytes.append(current); (current, filled) = (0, 0) }
+                }
+            }
+            if filled > 0 { bytes.append(current << (8 - filled)) }
+            return [type << 3 | 2, UInt8(bytes.count)] + bytes
+        }
+        let size: [(UInt64, Int)] = [(15, 4), (15, 4), (16_383, 16), (8_191, 16)]  // 16384×8192
+        let reduced = obu([(0, 3), (1, 1), (1, 1), (0, 5)] + size)
+        #expect(AVIFCodedSize.largestFrame(reduced)! == (16_384, 8_192))
+        // Not reduced: timing info with equal intervals (4 as a uvlc: 00101), a decoder model, two operating points.
+        let full = obu([(0, 3), (0, 1), (0, 1), (1, 1), (1, 32), (30, 32), (1, 1), (0b00101, 5), (1, 1),
+                        (4, 5), (1, 32), (9, 5), (9, 5), (1, 1), (1, 5),
+                        (0, 12), (8, 5), (0, 1), (1, 1), (7, 5), (3, 5), (0, 1), (1, 1), (2, 4),
+                        (1, 12), (2, 5), (0, 1), (0, 1)] + size)
+        #expect(AVIFCodedSize.largestFrame(full)! == (16_384, 8_192))
+        #expect(AVIFCodedSize.largestFrame(Array(reduced.dropLast(2))) == nil)
+        #expect(AVIFCodedSize.largestFrame(obu([(0, 8)], type: 6) + reduced) == nil)
+        #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced)! == (16_384, 8_192))  // a temporal delimiter first
+    }
+}
