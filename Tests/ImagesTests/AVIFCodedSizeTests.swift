@@ -71,4 +71,37 @@ import Testing
         #expect(AVIFCodedSize.largestFrame(obu([(0, 8)], type: 6) + reduced) == nil)
         #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced)! == (16_384, 8_192))  // a temporal delimiter first
     }
+
+    @Test("meta boxes and item data mutated at random (bytes changed, boxes cut short, an empty infe last) never trap: the worker checking bodies is the daemon's process")
+    func mutatedFilesNeverTrap() throws {
+        var state: UInt64 = 0x5EED_AF1F
+        func next() -> UInt64 {  // SplitMix64
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        for name in ["halves.avif", "grid.avif", "grid-bomb.avif", "lying-size.avif"] {
+            let file = Bytes.read(Fixtures.path(name))
+            let meta = try #require(try ImageIntegrity.isoMetaBox(ImageFile(Fixtures.path(name))))
+            for round in 0..<2_000 {
+                var mutated = meta, data = file
+                for _ in 0..<(1 + Int(next() % 4)) {
+                    let at = 8 + Int(next() % UInt64(mutated.count - 8))
+                    mutated[at] = UInt8(truncatingIfNeeded: next())
+                    data[Int(next() % UInt64(data.count))] = UInt8(truncatingIfNeeded: next())
+                }
+                if round % 3 == 0 { mutated = Array(mutated.prefix(8 + Int(next() % UInt64(mutated.count - 8)))) }
+                _ = try AVIFCodedSize.of(meta: mutated) { offset, count in
+                    offset >= UInt64(data.count) ? [] : Array(data[Int(offset)..<min(Int(offset) + count, data.count)])
+                }
+            }
+        }
+        // An empty `infe` box closing the meta box: its version byte would be past the end.
+        func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
+        let emptyLast = box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 0])
+                            + box("iinf", [0, 0, 0, 0, 0, 1] + box("infe", [])))
+        #expect(try AVIFCodedSize.of(meta: emptyLast) { _, _ in [] } == nil)
+    }
 }

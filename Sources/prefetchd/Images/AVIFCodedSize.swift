@@ -90,6 +90,7 @@ struct AVIFCodedSize: Equatable {
         let start = iinf.body + (b[iinf.body] == 0 ? 6 : 8)
         var types: [UInt32: String] = [:]
         for entry in ImageHeader.isoBoxes(b, min(start, iinf.end), iinf.end) where entry.type == "infe" {
+            guard entry.body < entry.end else { continue }  // an empty box last: no version byte
             let version = b[entry.body]
             guard version >= 2, entry.body + (version == 2 ? 12 : 14) <= entry.end else { continue }
             let id = version == 2 ? UInt32(b.bigEndian16(at: entry.body + 4)) : b.bigEndian32(at: entry.body + 4)
