@@ -24,19 +24,23 @@ import Testing
         #expect(after.orientation == 6 && after.width == 64 && after.height == 48)
     }
 
-    @Test("a progressive JPEG's coefficients for the whole picture, whatever the scale: the variants' memory budget counts them")
-    func progressiveJPEGCoefficients() {
-        /// SOI, an APP0 segment, then a frame header of `marker`: 200×100, `components` components.
-        func jpeg(_ marker: UInt8, components: UInt8 = 3) -> [UInt8] {
+    @Test("the coefficients libjpeg keeps for the whole picture of a JPEG of several scans, whatever the scale: progressive, or sequential with components in scans of their own (a 7000x7000 baseline JPEG of four scans, counted as one, held 413 MB for a 64x64 variant): the variants' memory budget counts them")
+    func wholeImageCoefficients() {
+        /// SOI, an APP0 segment, a frame header of `marker` (200×100, `components` components), then the first scan
+        /// header, of `scan` components (none: cut before it).
+        func jpeg(_ marker: UInt8, components: UInt8 = 3, scan: UInt8? = 3) -> [UInt8] {
             [0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0x4A, 0x46, 0xFF, marker, 0x00, 0x11, 0x08, 0x00, 0x64, 0x00, 0xC8, components]
                 + [UInt8](repeating: 0x11, count: 9)
+                + (scan.map { [0xFF, 0xDA, 0x00, 6 + 2 * $0, $0] + [UInt8](repeating: 0, count: 2 * Int($0) + 3) } ?? [])
         }
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC2)) == Int64(200 * 100 * 3 * 2))
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xCA, components: 1)) == Int64(200 * 100 * 2), "arithmetic")
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC0)) == 0, "baseline")
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes(jpeg(0xC1)) == 0, "extended sequential")
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes(Array(jpeg(0xC2).prefix(12))) == nil, "the header cut")
-        #expect(ImageHeader.progressiveJPEGCoefficientBytes([0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x08]) == nil, "a scan first")
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xC2)) == Int64(200 * 100 * 3 * 2))
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xCA, components: 1, scan: 1)) == Int64(200 * 100 * 2), "arithmetic")
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xC0)) == 0, "baseline, one interleaved scan")
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xC1)) == 0, "extended sequential")
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xC0, scan: 1)) == Int64(200 * 100 * 3 * 2), "a scan per component")
+        #expect(ImageHeader.wholeImageCoefficientBytes(jpeg(0xC0, scan: nil)) == Int64(200 * 100 * 3 * 2), "its scan not read")
+        #expect(ImageHeader.wholeImageCoefficientBytes(Array(jpeg(0xC2).prefix(12))) == nil, "the header cut")
+        #expect(ImageHeader.wholeImageCoefficientBytes([0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x08]) == nil, "a scan first")
         #expect(parse(jpeg(0xC2)).width == 200 && parse(jpeg(0xC2)).height == 100)
     }
 

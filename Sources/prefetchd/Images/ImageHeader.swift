@@ -131,24 +131,33 @@ struct ImageHeader: Equatable, Sendable {
         return header
     }
 
-    /// The bytes of DCT coefficients libjpeg holds for the whole picture while it decodes a progressive JPEG, at any
-    /// scale (2 bytes a coefficient, one per pixel and component); 0 for a baseline one; nil when the first frame
-    /// header is not among `bytes` (the first bytes of a JPEG).
-    static func progressiveJPEGCoefficientBytes(_ bytes: [UInt8]) -> Int64? {
-        var found: Int64?
-        walkJPEG(bytes) { marker, body, _ in
-            guard isStartOfFrame(marker) else { return true }
-            if body + 6 <= bytes.count {
-                let height = Int64(bytes.bigEndian16(at: body + 1)), width = Int64(bytes.bigEndian16(at: body + 3))
-                found = [0xC2, 0xC6, 0xCA, 0xCE].contains(marker) ? width * height * Int64(bytes[body + 5]) * 2 : 0
+    /// The bytes of DCT coefficients libjpeg holds for the whole picture while it decodes a JPEG of several scans, at
+    /// any scale (2 bytes a coefficient, one per pixel and component): a progressive one, or a sequential one whose
+    /// first scan lacks some of the components (libjpeg's `has_multiple_scans`; a 7000×7000 one of four scans held
+    /// 413 MB for a 64×64 variant), or whose first scan is not among `bytes`; 0 for one scan of all the components;
+    /// nil when the first frame header is not among `bytes` (the first bytes of a JPEG).
+    static func wholeImageCoefficientBytes(_ bytes: [UInt8]) -> Int64? {
+        var frame: (coefficients: Int64, components: Int, progressive: Bool)?
+        var scanComponents: Int?
+        walkJPEG(bytes) { marker, body, end in
+            if marker == 0xDA {
+                if body < end { scanComponents = Int(bytes[body]) }
+                return false
             }
-            return false
+            guard isStartOfFrame(marker) else { return true }
+            guard body + 6 <= bytes.count else { return false }
+            let height = Int64(bytes.bigEndian16(at: body + 1)), width = Int64(bytes.bigEndian16(at: body + 3))
+            let components = Int(bytes[body + 5])
+            frame = (width * height * Int64(components) * 2, components, [0xC2, 0xC6, 0xCA, 0xCE].contains(marker))
+            return true
         }
-        return found
+        guard let frame else { return nil }
+        let severalScans = frame.progressive || (scanComponents.map { $0 < frame.components } ?? true)
+        return severalScans ? frame.coefficients : 0
     }
 
     /// Walks a JPEG's marker segments up to its first scan, as libjpeg does: `visit` gets each segment's marker, the
-    /// start of its body and its end (within `b`), and says whether to go on.
+    /// start of its body and its end (within `b`), the first scan header's last, and says whether to go on.
     private static func walkJPEG(_ b: [UInt8], _ visit: (_ marker: UInt8, _ body: Int, _ end: Int) -> Bool) {
         var offset = 2
         while offset + 4 <= b.count {
@@ -156,10 +165,10 @@ struct ImageHeader: Equatable, Sendable {
             let marker = b[offset + 1]
             if marker == 0xFF { offset += 1; continue }
             if marker == 0xD8 || marker == 0x01 || (0xD0...0xD7).contains(marker) { offset += 2; continue }
-            if marker == 0xD9 || marker == 0xDA { break }
+            if marker == 0xD9 { break }
             let length = Int(b.bigEndian16(at: offset + 2))
             guard length >= 2 else { break }
-            guard visit(marker, offset + 4, min(offset + 2 + length, b.count)) else { return }
+            guard visit(marker, offset + 4, min(offset + 2 + length, b.count)), marker != 0xDA else { return }
             offset += 2 + length
         }
     }

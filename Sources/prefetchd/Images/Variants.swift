@@ -179,7 +179,7 @@ final class Variants {
         case "jpeg":
             // A frame header past the first 64 KiB counts as progressive, 3 components.
             let head = (try? ImageFile(source, prefixLength: 64 * 1024)).map { Array($0.prefix) } ?? []
-            extra = (ImageHeader.progressiveJPEGCoefficientBytes(head) ?? stored.saturatingMultiply(6)) / 4
+            extra = (ImageHeader.wholeImageCoefficientBytes(head) ?? stored.saturatingMultiply(6)) / 4
         case "webp":
             guard let frames = try? ImageIntegrity.webpFrames(ImageFile(source)) else { return maxPixels }
             decoded = Resizer.animationPixels(frames: frames, width: width, height: height)
