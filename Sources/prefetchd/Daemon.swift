@@ -551,6 +551,14 @@ final class Daemon {
 
     // MARK: Scheduler actions
 
+    /// Runs `body`, whose scheduler events apply their actions as they come, as one event: what they make startable
+    /// starts at its end (`Scheduler.deferAdmission`).
+    func asOneEvent<T>(_ body: () throws -> T) rethrows -> T {
+        scheduler.deferAdmission()
+        defer { apply(scheduler.admitDeferred(now: .now)) }
+        return try body()
+    }
+
     func apply(_ actions: [Action]) {
         for action in actions {
             switch action {
@@ -711,15 +719,19 @@ final class Daemon {
         writeAheadLogCheckDue = true
         var replies: [(Connection, RequestID?, [ItemResult])] = []
         do {
-            for request in batch {
-                var results: [ItemResult] = []
-                for text in request.urls { results.append(try enqueue(text, now: now)) }
-                replies.append((request.connection, request.id, results))
+            try asOneEvent {
+                for request in batch {
+                    var results: [ItemResult] = []
+                    for text in request.urls { results.append(try enqueue(text, now: now)) }
+                    replies.append((request.connection, request.id, results))
+                }
             }
             try store.commit()
             let queued = replies.reduce(0) { $0 + $1.2.count { $0.status == .queued } }
-            for (index, request) in batch.enumerated() where request.now {
-                replies[index].2 = replies[index].2.map { fetchNow($0, now: now) }
+            asOneEvent {
+                for (index, request) in batch.enumerated() where request.now {
+                    replies[index].2 = replies[index].2.map { fetchNow($0, now: now) }
+                }
             }
             telemetry.queued(queued)
             if queued > 0 { backlog.queued() }

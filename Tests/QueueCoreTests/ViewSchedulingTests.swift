@@ -161,6 +161,29 @@ struct BatchTests {
         #expect(s.counts == s.recomputedCounts)
     }
 
+    @Test("events between deferAdmission and admitDeferred start nothing until the outermost ends, and then start what one batch of them starts (queue --now of a list applies each promotion's actions as it comes)")
+    func deferredAdmission() {
+        let urls = (0..<12).map { url("http://d.example/\($0)") }
+        func events(_ s: inout Scheduler) -> [Action] {
+            var actions: [Action] = []
+            for u in urls {
+                actions += s.queue(u, cache: .missing, now: t(1)).1
+                actions += s.promote(u.key, now: t(1))
+            }
+            return actions
+        }
+        var batched = makeScheduler(fast: 4, slow: 1), deferred = batched
+        let once = batched.batch(now: t(1)) { events(&$0) }
+        deferred.deferAdmission()
+        var actions = events(&deferred)
+        deferred.deferAdmission()  // nested: still nothing starts
+        #expect(deferred.admitDeferred(now: t(1)) == [] && deferred.counts.fastRunning == 0 && deferred.counts.fastWaiting == 12)
+        actions += deferred.admitDeferred(now: t(1))
+        #expect(actions == once)
+        #expect(actions.filter { if case .start = $0 { true } else { false } }.count == 4)
+        #expect(deferred.counts == batched.counts && deferred.counts == deferred.recomputedCounts)
+    }
+
     @Test("a view scrolling 1,000 times never runs more than slow_width background transfers; parked ones resume")
     func scrollingFast() {
         var s = makeScheduler(fast: 8, slow: 1)

@@ -60,7 +60,7 @@ extension Daemon {
     func change(_ op: Operation, _ urls: [String], summary: Bool, _ id: RequestID?, _ connection: Connection, now: Int64) {
         guard op != .demote else { return demote(urls, summary: summary, id, connection) }
         let inUse = op == .evict ? keysInUse : []
-        let results = urls.map { text -> ItemResult in
+        let results = asOneEvent { urls.map { text -> ItemResult in
             do {
                 let url = try CanonicalURL(text)
                 let status = try change(op, url, inUse: inUse, now: now)
@@ -68,7 +68,7 @@ extension Daemon {
             } catch {
                 return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
             }
-        }
+        } }
         reply(connection, id, Self.batchResult(results, summary: summary))
     }
 
