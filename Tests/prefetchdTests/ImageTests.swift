@@ -85,6 +85,24 @@ struct ImageTests {
         #expect(daemon.ctl("get", "--size", "32x32", origin.url("/small.png")).status == 0, "the daemon keeps serving")
     }
 
+    @Test("a variant of a new body gets a new path, and the old variant's file is deleted, not written over (the path was the key's and the spec's only: a client holding it got the new picture)")
+    func variantPathFollowsTheBody() throws {
+        let root = try TemporaryDirectory()
+        let path = root.path + "/changing.png"
+        #expect(writePicture(path, size: "300x200", "xc:teal"))
+        let origin = try Origin(root: root.path)
+        let daemon = try DaemonUnderTest()
+        let url = origin.url("/changing.png?cc=max-age=1")
+        let first = try entry(daemon.ctl("get", "--json", "--size", "64x64", url))
+        let firstPath = try #require(first["path"] as? String)
+        Thread.sleep(forTimeInterval: 1.2)  // stale now: a plain get fetches it again
+        #expect(writePicture(path, size: "200x300", "xc:gold"))
+        #expect(try entry(daemon.ctl("get", "--json", url))["width"] as? Int == 200, "the new body is fetched")
+        let second = try entry(daemon.ctl("get", "--json", "--size", "64x64", url))
+        #expect(second["path"] as? String != firstPath && second["height"] as? Int == 64, "\(second)")
+        #expect(!FileManager.default.fileExists(atPath: firstPath), "the old variant's file is deleted")
+    }
+
     @Test("a variant decoded from the old body while a new body came is made again from the new one (one of the old was kept and served)")
     func variantOfReplacedOriginal() throws {
         let root = try TemporaryDirectory()

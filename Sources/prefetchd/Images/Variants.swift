@@ -78,7 +78,9 @@ final class Variants {
     /// unless that job runs already.
     func make(_ job: Job, _ spec: VariantSpec, of original: IndexEntry, for client: UInt64) {
         guard jobs.insert(job).inserted else { return }
-        let relative = CacheFiles.relativePath(forName: CacheFiles.name(forKey: job.key + "#" + job.spec))
+        // Named by the original's bytes too: a variant of a new body gets a new path, never the old one written over.
+        let name = CacheFiles.name(forKey: job.key + "#" + job.spec, body: original.sha256)
+        let relative = CacheFiles.relativePath(forName: name)
         let source = store.files.absolute(original.file)
         let destination = store.files.absolute(relative)
         store.files.willPlace(destination)
