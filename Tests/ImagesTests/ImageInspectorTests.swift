@@ -197,6 +197,24 @@ import Testing
         #expect(cut.code == .notAnImage && "\(cut)".contains("chunk runs past its end (truncated)"), "\(cut)")
     }
 
+    @Test("a still WebP whose VP8X canvas is not its picture's size is not an image (libwebp refuses it: one of 2000x2000 on a 100x100 canvas was kept, and every variant failed); the right canvas, or an animation's, is fine")
+    func webpCanvasMatchesItsPicture() throws {
+        let vp8 = Array(Bytes.read(Fixtures.path("halves.webp"))[12...])  // a VP8 chunk of 48x32
+        func wrapped(width: Int, height: Int, flags: UInt8 = 0) -> [UInt8] {
+            let le24 = { (value: Int) in [UInt8(value & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value >> 16)] }
+            let vp8x = Array("VP8X".utf8) + [10, 0, 0, 0, flags, 0, 0, 0] + le24(width - 1) + le24(height - 1)
+            let body = Array("WEBP".utf8) + vp8x + vp8
+            return Array("RIFF".utf8) + Bytes.bigEndian(UInt32(body.count)).reversed() + body
+        }
+        #expect(ImageInspector.inspect(scratch.write("canvas.webp", wrapped(width: 48, height: 32)), policy: policy)
+                == .image(ImageInfo(format: "webp", width: 48, height: 32)))
+        let lying = ImageInspector.inspect(scratch.write("small-canvas.webp", wrapped(width: 10, height: 10)), policy: policy)
+        #expect(lying.code == .notAnImage && "\(lying)".contains("picture is 48x32, its canvas 10x10"), "\(lying)")
+        // An animation's frames may be smaller than its canvas: its flags say so, and its frames are ANMF chunks.
+        #expect(try ImageIntegrity.problem(ImageFile(scratch.write("animated.webp", wrapped(width: 100, height: 100, flags: 0x02))),
+                                           format: "webp") == nil)
+    }
+
     @Test("a WebP's chunks are walked within its RIFF: slack of under 8 bytes after the last is fine (it was refused as truncated), chunk headers after the RIFF are no frames (20,000 were counted: every variant failed pixel_limit), and more than 65,536 chunks are refused (counting 6,000,000 empty ones held the loop 0.3 s per variant asked)")
     func webpChunksWithinTheRIFF() throws {
         let still = Bytes.read(Fixtures.path("halves.webp"))

@@ -364,6 +364,9 @@ extension Array where Element == UInt8 {
     func bigEndian32(at offset: Int) -> UInt32 {
         UInt32(self[offset]) << 24 | UInt32(self[offset + 1]) << 16 | UInt32(self[offset + 2]) << 8 | UInt32(self[offset + 3])
     }
+    func littleEndian24(at offset: Int) -> UInt32 {
+        UInt32(self[offset + 2]) << 16 | UInt32(self[offset + 1]) << 8 | UInt32(self[offset])
+    }
     func littleEndian32(at offset: Int) -> UInt32 {
         UInt32(self[offset + 3]) << 24 | UInt32(self[offset + 2]) << 16 | UInt32(self[offset + 1]) << 8 | UInt32(self[offset])
     }

@@ -377,23 +377,46 @@ enum ImageIntegrity {
     /// A WebP's RIFF holds all its bytes, its chunks fit in it (a file cut and its RIFF length made to match leaves
     /// the picture's chunk running past the end), one of them is a picture, and there are at most `mostWebPChunks`
     /// (`webpFrames` counts them for each variant). Fewer than 8 bytes after the last chunk are slack, as libwebp
-    /// takes them.
+    /// takes them. A still picture is the size of the canvas its VP8X chunk declares, as libwebp demands (one of
+    /// 2000×2000 on a 100×100 canvas was kept, and every variant of it failed).
     private static func webp(_ reader: FileByteReader) throws(SystemError) -> String? {
         guard let header = try reader.bytes(12) else { return "the WebP ends inside its header (truncated)" }
         let declared = Int64(header.littleEndian32(at: 4)) + 8
         guard reader.size >= declared else { return "the WebP has \(reader.size) of its \(declared) bytes (truncated)" }
         var pictures = 0, chunks = 0
+        var canvas: (width: Int, height: Int)?  // of a still picture
         while reader.offset + 8 <= declared, let chunk = try reader.bytes(8) {
             chunks += 1
             guard chunks <= mostWebPChunks else { return "the WebP has more than \(mostWebPChunks) chunks" }
             let length = Int64(chunk.littleEndian32(at: 4))
-            guard reader.offset + length <= declared else {
-                return "the WebP's \(String(decoding: chunk[0...3], as: UTF8.self)) chunk runs past its end (truncated)"
+            let type = String(decoding: chunk[0...3], as: UTF8.self)
+            guard reader.offset + length <= declared else { return "the WebP's \(type) chunk runs past its end (truncated)" }
+            if ["VP8 ", "VP8L", "ANMF"].contains(type) { pictures += 1 }
+            var read: Int64 = 0
+            if length >= 10, chunks == 1 && type == "VP8X" || canvas != nil && (type == "VP8 " || type == "VP8L"),
+               let body = try reader.bytes(10) {
+                read = 10
+                if type == "VP8X" {
+                    if body[0] & 0x02 == 0 { canvas = (1 + Int(body.littleEndian24(at: 4)), 1 + Int(body.littleEndian24(at: 7))) }
+                } else if let canvas, let size = webpPictureSize(type, body), size != canvas {
+                    return "the WebP's picture is \(size.width)x\(size.height), its canvas \(canvas.width)x\(canvas.height): "
+                        + "libwebp refuses a still picture of another size than its canvas"
+                }
             }
-            if ["VP8 ", "VP8L", "ANMF"].contains(where: { chunk[0...3].elementsEqual($0.utf8) }) { pictures += 1 }
-            _ = try reader.skip(min(length + length % 2, declared - reader.offset))
+            _ = try reader.skip(min(length + length % 2 - read, declared - reader.offset))
         }
         return pictures > 0 ? nil : "the WebP has no picture chunk (VP8, VP8L or ANMF)"
+    }
+
+    /// The size a VP8 or VP8L chunk's bitstream declares, from its first 10 bytes; nil when they are not its header.
+    private static func webpPictureSize(_ type: String, _ body: [UInt8]) -> (width: Int, height: Int)? {
+        if type == "VP8L" {
+            guard body[0] == 0x2F else { return nil }
+            let bits = body.littleEndian32(at: 1)
+            return (Int(bits & 0x3FFF) + 1, Int(bits >> 14 & 0x3FFF) + 1)
+        }
+        guard body[3] == 0x9D, body[4] == 0x01, body[5] == 0x2A else { return nil }
+        return (Int(body.littleEndian16(at: 6) & 0x3FFF), Int(body.littleEndian16(at: 8) & 0x3FFF))
     }
 
     /// The most chunks a WebP may have: an animation has one a frame, and more frames than this (at 64×64 each, the
