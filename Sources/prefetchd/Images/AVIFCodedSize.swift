@@ -70,7 +70,9 @@ struct AVIFCodedSize: Equatable {
         var sizes: [UInt32: (width: Int, height: Int)] = [:]  // a tile repeated is decoded again, read once
         for tile in tiles {
             if sizes[tile] == nil {
-                guard types[tile] == "av01" else { return .failure(.malformed("the AVIF's grid has a tile that is not AV1")) }
+                guard types[tile] == "av01" else {
+                    return .failure(.malformed("the AVIF's grid has a tile that is not AV1"))
+                }
                 switch try frame(tile) {
                 case .success(let size): sizes[tile] = size
                 case .failure(let problem): return .failure(problem)
@@ -102,7 +104,8 @@ struct AVIFCodedSize: Equatable {
     }
 
     /// The items a grid is made of, in order: its `dimg` references in the `iref` box.
-    private static func tileItems(_ b: [UInt8], _ iref: (type: String, body: Int, end: Int)?, of grid: UInt32) -> [UInt32] {
+    private static func tileItems(_ b: [UInt8], _ iref: (type: String, body: Int, end: Int)?,
+                                  of grid: UInt32) -> [UInt32] {
         guard let iref, iref.body + 4 <= iref.end else { return [] }
         let wide = b[iref.body] != 0
         let idLength = wide ? 4 : 2
@@ -117,8 +120,8 @@ struct AVIFCodedSize: Equatable {
         return []
     }
 
-    /// The largest frame the first sequence header OBU among `obus` allows (AV1, section 5.5: `max_frame_width_minus_1`,
-    /// `max_frame_height_minus_1`); nil when a frame (or the data's end) comes first.
+    /// The largest frame the first sequence header OBU among `obus` allows (AV1, section 5.5:
+    /// `max_frame_width_minus_1`, `max_frame_height_minus_1`); nil when a frame (or the data's end) comes first.
     static func largestFrame(_ obus: [UInt8]) -> (width: Int, height: Int)? {
         var at = 0
         while at < obus.count {
@@ -133,7 +136,7 @@ struct AVIFCodedSize: Equatable {
             }
             guard at <= obus.count else { return nil }
             if type == 1 { return sequenceHeader(Array(obus[at..<at + size])) }
-            if [3, 4, 6].contains(type) { return nil }  // a frame header, tile group or frame: no sequence header before
+            if [3, 4, 6].contains(type) { return nil }  // a frame header, tile group or frame came first
             at += size
         }
         return nil

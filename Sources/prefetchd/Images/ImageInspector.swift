@@ -99,9 +99,7 @@ enum ImageInspector {
             switch coded {
             case .success(let coded):
                 if max(coded.decoded, ImageInfo.pixels(coded.width, coded.height)) > policy.maxPixels {
-                    return .rejected(Failure(code: .pixelLimit, message: "the AVIF decodes to \(coded.width)x\(coded.height) "
-                                             + "(\(coded.decoded) pixels of AV1 frames), whatever its header's \(probed.width)x"
-                                             + "\(probed.height) says: over the limit of \(policy.maxPixels)", isTransient: false))
+                    return .rejected(.pixelLimit(coded, declared: probed, limit: policy.maxPixels))
                 }
                 if ImageInfo.pixels(coded.width, coded.height) > probed.pixels {
                     probed = ImageInfo(format: probed.format, width: coded.width, height: coded.height)

@@ -397,7 +397,8 @@ enum ImageIntegrity {
                let body = try reader.bytes(10) {
                 read = 10
                 if type == "VP8X" {
-                    if body[0] & 0x02 == 0 { canvas = (1 + Int(body.littleEndian24(at: 4)), 1 + Int(body.littleEndian24(at: 7))) }
+                    let (width, height) = (1 + Int(body.littleEndian24(at: 4)), 1 + Int(body.littleEndian24(at: 7)))
+                    if body[0] & 0x02 == 0 { canvas = (width, height) }  // not an animation
                 } else if let canvas, let size = webpPictureSize(type, body), size != canvas {
                     return "the WebP's picture is \(size.width)x\(size.height), its canvas \(canvas.width)x\(canvas.height): "
                         + "libwebp refuses a still picture of another size than its canvas"
