@@ -564,17 +564,23 @@ def unread_replies(args, table, processes, work, origin):
     finish(table, daemon)
 
 
+def queueing_daemon(args, processes, work, origin):
+    """A daemon with background work paused (quiet hours: queued URLs stay queued), a client, and a URL it cached."""
+    daemon = Daemon(processes, args.binary, work, "--quiet-hours", "00:00-23:59").start()
+    hit = origin.url("/turns/hit.jpg")
+    client = daemon.client(timeout=60)
+    if not client.call({"op": "get", "url": hit}).get("ok"):
+        raise Failed("the URL to hit could not be cached")
+    return daemon, client, hit
+
+
 def queue_flood(args, table, processes, work, origin):
     """One client pipelines `queue` lines of 2,400 short new URLs each (under the 64 KiB line limit) and reads the replies
     on a thread of its own; another client asks for a cached URL meanwhile. A turn takes no more lines once its queues
     hold about a thousand URLs, so a hit waits for one line's commit, not for every line a turn read (a1ce51d: p50
     120 ms, every hit behind about ten lines). Background work is paused (quiet hours): the URLs stay queued."""
-    daemon = Daemon(processes, args.binary, work, "--quiet-hours", "00:00-23:59").start()
+    daemon, client, hit = queueing_daemon(args, processes, work, origin)
     lines = 200 if args.quick else 600
-    hit = origin.url("/flood/hit.jpg")
-    client = daemon.client(timeout=60)
-    if not client.call({"op": "get", "url": hit}).get("ok"):
-        raise Failed("the URL to hit could not be cached")
     flood = b"".join(json.dumps({"id": n, "op": "queue", "summary": True,
                                  "urls": [f"http://q/{n}/{i}" for i in range(2400)]}).encode() + b"\n"
                      for n in range(lines))
@@ -629,12 +635,8 @@ def abandoned_queues(args, table, processes, work, origin):
     of lines) as it serves a live client, a turn at a time. It did that at once: 10 such clients held another
     client's cache hit 1.5-2 s, 30 held it 6.4 s (adv49). Each client still gets a line a turn, so a turn commits a
     line of each (10 lines of 2,200 URLs: about 0.3 s on this machine). Background work is paused (quiet hours)."""
-    daemon = Daemon(processes, args.binary, work, "--quiet-hours", "00:00-23:59").start()
+    daemon, client, hit = queueing_daemon(args, processes, work, origin)
     clients = 10 if args.quick else 30
-    hit = origin.url("/abandoned/hit.jpg")
-    client = daemon.client(timeout=60)
-    if not client.call({"op": "get", "url": hit}).get("ok"):
-        raise Failed("the URL to hit could not be cached")
 
     def lines(k):
         return b"".join(json.dumps({"id": n, "op": "queue", "summary": True,
