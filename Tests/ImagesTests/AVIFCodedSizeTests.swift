@@ -10,20 +10,25 @@ import Testing
         try ImageIntegrity.avifCodedSize(ImageFile(path))
     }
 
-    @Test("the committed AVIFs: one AV1 image, a 3×3 grid, and the two that lie in their ispe (a grid of 16×16 references to one 512×512 tile, a 2000×2000 image) are sized as they decode")
+    @Test("the committed AVIFs: one AV1 image, a 3×3 grid, and the three that lie in their ispe (a grid of 16×16 references to one 512×512 tile, a tile scaled up to 8192×8192, a 2000×2000 image) are sized as they decode")
     func fixturesAreSizedAsTheyDecode() throws {
         #expect(try coded(Fixtures.path("halves.avif")) == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536)))
         #expect(try coded(Fixtures.path("grid.avif")) == .success(AVIFCodedSize(width: 1_200, height: 900, decoded: 1_080_000)))
         #expect(try coded(Fixtures.path("grid-bomb.avif"))
                 == .success(AVIFCodedSize(width: 8_192, height: 8_192, decoded: 67_108_864)))
+        // A 512×512 tile whose ispe says 8192×8192: libavif decodes it, then scales it to that (16384 took 1.6 GB).
+        #expect(try coded(Fixtures.path("tile-upscale.avif"))
+                == .success(AVIFCodedSize(width: 512, height: 512, decoded: 512 * 512 + 8_192 * 8_192)))
         #expect(try coded(Fixtures.path("lying-size.avif"))
-                == .success(AVIFCodedSize(width: 2_000, height: 2_000, decoded: 4_000_000)))
+                == .success(AVIFCodedSize(width: 2_000, height: 2_000, decoded: 4_010_000)))  // and scaled to 100×100
     }
 
     @Test("a grid whose ispe says 100×100 but decodes 8192×8192 is refused with pixel_limit before anything is decoded (a 44.5 KB one of 16384×16384 was cached, and each variant decoded 268 Mpx: 2 GB); one within the limit keeps its real size")
     func lyingSizesAreRefusedOrCorrected() throws {
-        let bomb = ImageInspector.inspect(Fixtures.path("grid-bomb.avif"), policy: policy)
-        #expect(bomb.code == .pixelLimit, "\(bomb)")
+        for bomb in ["grid-bomb.avif", "tile-upscale.avif"] {
+            let verdict = ImageInspector.inspect(Fixtures.path(bomb), policy: policy)
+            #expect(verdict.code == .pixelLimit, "\(bomb): \(verdict)")
+        }
         #expect(ImageInspector.inspect(Fixtures.path("grid.avif"), policy: policy)
                 == .image(ImageInfo(format: "avif", width: 1_200, height: 900)))
         // Under the limit, the size the index keeps (and the variants' memory budget counts) is the decoded one.
@@ -39,11 +44,11 @@ import Testing
         var avif = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282: a temporal delimiter, the sequence header
         avif[284] = 6 << 3 | 2  // the sequence header OBU becomes a frame OBU
         let path = scratch.write("frame-first.avif", avif)
-        #expect(try coded(path) == .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame")))
+        #expect(try coded(path) == .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame (within 64 KiB)")))
         #expect(ImageInspector.inspect(path, policy: policy).code == .notAnImage)
     }
 
-    @Test("a sequence header's largest frame: reduced and full headers, with timing and decoder model information; nil when cut short or when a frame comes first")
+    @Test("the largest frame the sequence headers before the first frame allow: reduced and full headers, with timing and decoder model information; the largest of two (the decoder took the second, the daemon read the first); nil when cut short, when a frame comes first, or when none follows")
     func sequenceHeaders() {
         /// A sequence header OBU (with its size) of `bits`, padded to whole bytes.
         func obu(_ bits: [(UInt64, Int)], type: UInt8 = 1) -> [UInt8] {
@@ -60,16 +65,22 @@ import Testing
         }
         let size: [(UInt64, Int)] = [(15, 4), (15, 4), (16_383, 16), (8_191, 16)]  // 16384×8192
         let reduced = obu([(0, 3), (1, 1), (1, 1), (0, 5)] + size)
-        #expect(AVIFCodedSize.largestFrame(reduced)! == (16_384, 8_192))
+        let frame = obu([(0, 8)], type: 6)
+        #expect(AVIFCodedSize.largestFrame(reduced + frame)! == (16_384, 8_192))
+        #expect(AVIFCodedSize.largestFrame(reduced) == nil, "no frame follows")
+        let small = obu([(0, 3), (1, 1), (1, 1), (0, 5), (7, 4), (7, 4), (63, 8), (63, 8)])  // 64×64
+        #expect(AVIFCodedSize.largestFrame(small + reduced + frame)! == (16_384, 8_192))
+        #expect(AVIFCodedSize.largestFrame(reduced + small + frame)! == (16_384, 8_192))
+        #expect(AVIFCodedSize.largestFrame(small + frame + reduced + frame)! == (64, 64), "one after the frame is the next one's")
         // Not reduced: timing info with equal intervals (4 as a uvlc: 00101), a decoder model, two operating points.
         let full = obu([(0, 3), (0, 1), (0, 1), (1, 1), (1, 32), (30, 32), (1, 1), (0b00101, 5), (1, 1),
                         (4, 5), (1, 32), (9, 5), (9, 5), (1, 1), (1, 5),
                         (0, 12), (8, 5), (0, 1), (1, 1), (7, 5), (3, 5), (0, 1), (1, 1), (2, 4),
                         (1, 12), (2, 5), (0, 1), (0, 1)] + size)
-        #expect(AVIFCodedSize.largestFrame(full)! == (16_384, 8_192))
+        #expect(AVIFCodedSize.largestFrame(full + frame)! == (16_384, 8_192))
         #expect(AVIFCodedSize.largestFrame(Array(reduced.dropLast(2))) == nil)
-        #expect(AVIFCodedSize.largestFrame(obu([(0, 8)], type: 6) + reduced) == nil)
-        #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced)! == (16_384, 8_192))  // a temporal delimiter first
+        #expect(AVIFCodedSize.largestFrame(frame + reduced + frame) == nil)
+        #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced + frame)! == (16_384, 8_192))  // a temporal delimiter first
     }
 
     @Test("meta boxes and item data mutated at random (bytes changed, boxes cut short, an empty infe last) never trap: the worker checking bodies is the daemon's process")
@@ -82,7 +93,7 @@ import Testing
             z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
             return z ^ (z >> 31)
         }
-        for name in ["halves.avif", "grid.avif", "grid-bomb.avif", "lying-size.avif"] {
+        for name in ["halves.avif", "grid.avif", "grid-bomb.avif", "tile-upscale.avif", "lying-size.avif"] {
             let file = Bytes.read(Fixtures.path(name))
             let meta = try #require(try ImageIntegrity.isoMetaBox(ImageFile(Fixtures.path(name))))
             for round in 0..<2_000 {
@@ -99,9 +110,18 @@ import Testing
             }
         }
         // An empty `infe` box closing the meta box: its version byte would be past the end.
-        func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
         let emptyLast = box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 0])
                             + box("iinf", [0, 0, 0, 0, 0, 1] + box("infe", [])))
         #expect(try AVIFCodedSize.of(meta: emptyLast) { _, _ in [] } == nil)
+    }
+
+    func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
+
+    @Test("an AVIF listing more than 16,384 items is not an image (libavif looks each item up through all of them: 100,000 took 7 s to decode, 1,000,000 over 10 minutes)")
+    func tooManyItems() throws {
+        let infe = box("infe", [2, 0, 0, 0, 0, 1, 0, 0] + Array("av01".utf8) + [0])
+        let meta = box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 0])
+                       + box("iinf", [0, 0, 0, 0] + Bytes.bigEndian(16_385).suffix(2) + infe))
+        #expect(try AVIFCodedSize.of(meta: meta) { _, _ in [] } == .failure(.malformed("the AVIF lists more than 16384 items")))
     }
 }

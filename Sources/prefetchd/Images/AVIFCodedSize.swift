@@ -7,7 +7,9 @@ struct AVIFCodedSize: Equatable {
     /// The primary image's size: a grid's output, or an AV1 image's largest frame.
     let width: Int
     let height: Int
-    /// The pixels decoded to make it: a grid's tiles, or the AV1 image's largest frame.
+    /// The pixels of the pictures decoded to make it (and its auxiliary images: an alpha plane): each AV1 image's
+    /// largest frame, and the size its `ispe` says where that differs (libavif scales the frame to it); a grid's
+    /// tiles so. `max_pixels` bounds this as it bounds the size.
     let decoded: Int64
 
     /// Why the coded size cannot be read where the decoder would need it.
@@ -29,66 +31,110 @@ struct AVIFCodedSize: Equatable {
               let primary = ImageHeader.isoPrimaryItem(meta, children),
               let iinf = children.first(where: { $0.type == "iinf" }),
               let iloc = children.first(where: { $0.type == "iloc" }) else { return nil }
-        let types = itemTypes(meta, iinf)
+        guard let types = itemTypes(meta, iinf) else { return .failure(.malformed(tooManyItems)) }
         guard let type = types[primary], type == "av01" || type == "grid" else { return nil }
         guard let locations = ISOItemLocations(iloc: meta[iloc.body..<iloc.end]) else { return .failure(.unreadable) }
+        guard locations.itemCount <= UInt64(mostItems) else { return .failure(.malformed(tooManyItems)) }
         let idat = children.first { $0.type == "idat" }
-        /// The first `count` bytes of an item's data (fewer where it is shorter, or the file ends).
+        let references = itemReferences(meta, children.first { $0.type == "iref" })
+        let extents = itemExtents(meta, children.first { $0.type == "iprp" })
+
+        /// The first `count` bytes of an item's data, through its extents in order (fewer where it is shorter, or the
+        /// file ends); nil when it has no extent in the file or the `idat` box.
         func data(_ item: UInt32, _ count: Int) throws(SystemError) -> [UInt8]? {
-            guard let start = locations.starts[item] else { return nil }
-            let wanted = start.length == 0 ? count : Int(min(UInt64(count), start.length))
-            guard start.inIdat else { return try read(start.offset, wanted) }
-            guard let idat, start.offset <= UInt64(idat.end - idat.body) else { return nil }
-            let from = idat.body + Int(start.offset)
-            return Array(meta[from..<min(from + wanted, idat.end)])
-        }
-        /// The largest frame of the AV1 image `item`.
-        func frame(_ item: UInt32) throws(SystemError) -> Result<(width: Int, height: Int), Problem> {
-            guard let bytes = try data(item, sequenceHeaderReach), !bytes.isEmpty else { return .failure(.unreadable) }
-            guard let size = largestFrame(bytes) else {
-                return .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame"))
-            }
-            return .success(size)
-        }
-        if type == "av01" {
-            return try frame(primary).map { AVIFCodedSize(width: $0.width, height: $0.height,
-                                                         decoded: ImageInfo.pixels($0.width, $0.height)) }
-        }
-        guard let descriptor = try data(primary, 12), descriptor.count >= 8 else { return .failure(.unreadable) }
-        let wide = descriptor[1] & 1 == 1
-        guard descriptor[0] == 0, !wide || descriptor.count >= 12 else {
-            return .failure(.malformed("the AVIF's grid descriptor cannot be read"))
-        }
-        let width = wide ? Int(descriptor.bigEndian32(at: 4)) : Int(descriptor.bigEndian16(at: 4))
-        let height = wide ? Int(descriptor.bigEndian32(at: 8)) : Int(descriptor.bigEndian16(at: 6))
-        let tiles = tileItems(meta, children.first { $0.type == "iref" }, of: primary)
-        guard tiles.count == (Int(descriptor[2]) + 1) * (Int(descriptor[3]) + 1) else {
-            return .failure(.malformed("the AVIF's grid has \(tiles.count) tiles, not the \(Int(descriptor[2]) + 1)×"
-                                       + "\(Int(descriptor[3]) + 1) its descriptor says"))
-        }
-        var decoded: Int64 = 0
-        var sizes: [UInt32: (width: Int, height: Int)] = [:]  // a tile repeated is decoded again, read once
-        for tile in tiles {
-            if sizes[tile] == nil {
-                guard types[tile] == "av01" else {
-                    return .failure(.malformed("the AVIF's grid has a tile that is not AV1"))
+            guard let parts = locations.extents[item] else { return nil }
+            var bytes: [UInt8] = []
+            for part in parts where bytes.count < count {
+                let wanted = part.length == 0 ? count - bytes.count : Int(min(UInt64(count - bytes.count), part.length))
+                if part.inIdat {
+                    guard let idat, part.offset <= UInt64(idat.end - idat.body) else { return nil }
+                    let from = idat.body + Int(part.offset)
+                    bytes += meta[from..<min(from + wanted, idat.end)]
+                } else {
+                    bytes += try read(part.offset, wanted)
                 }
-                switch try frame(tile) {
-                case .success(let size): sizes[tile] = size
-                case .failure(let problem): return .failure(problem)
-                }
+                if part.length == 0 { break }
             }
-            decoded = decoded.saturatingAdd(ImageInfo.pixels(sizes[tile]!.width, sizes[tile]!.height))
+            return bytes
         }
-        return .success(AVIFCodedSize(width: width, height: height, decoded: decoded))
+        /// What decoding the AV1 image `item` takes: its largest frame, and the size its `ispe` says besides where
+        /// they differ (libavif scales the frame to it: a 64×64 tile whose `ispe` said 16384×16384 took 1.6 GB).
+        func av1(_ item: UInt32) throws(SystemError) -> Result<(size: (width: Int, height: Int), decoded: Int64), Problem> {
+            guard types[item] == "av01" else { return .failure(.malformed("the AVIF's image is not AV1")) }
+            guard let bytes = try data(item, obuReach), !bytes.isEmpty else { return .failure(.unreadable) }
+            guard let frame = largestFrame(bytes) else {
+                return .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame "
+                                           + "(within \(obuReach / 1024) KiB)"))
+            }
+            let framePixels = ImageInfo.pixels(frame.width, frame.height)
+            guard let declared = extents[item], declared != frame else { return .success((frame, framePixels)) }
+            let declaredPixels = ImageInfo.pixels(declared.width, declared.height)
+            return .success((declaredPixels > framePixels ? declared : frame, framePixels.saturatingAdd(declaredPixels)))
+        }
+        /// What decoding the image `item` (AV1, or a grid of AV1 tiles) takes: its size and the pixels decoded.
+        func image(_ item: UInt32) throws(SystemError) -> Result<AVIFCodedSize, Problem> {
+            guard types[item] == "grid" else {
+                return try av1(item).map { AVIFCodedSize(width: $0.size.width, height: $0.size.height, decoded: $0.decoded) }
+            }
+            guard let descriptor = try data(item, 12), descriptor.count >= 8 else { return .failure(.unreadable) }
+            let wide = descriptor[1] & 1 == 1
+            guard descriptor[0] == 0, !wide || descriptor.count >= 12 else {
+                return .failure(.malformed("the AVIF's grid descriptor cannot be read"))
+            }
+            let width = wide ? Int(descriptor.bigEndian32(at: 4)) : Int(descriptor.bigEndian16(at: 4))
+            let height = wide ? Int(descriptor.bigEndian32(at: 8)) : Int(descriptor.bigEndian16(at: 6))
+            let tiles = references[item]?["dimg"] ?? []
+            guard tiles.count == (Int(descriptor[2]) + 1) * (Int(descriptor[3]) + 1) else {
+                return .failure(.malformed("the AVIF's grid has \(tiles.count) tiles, not the \(Int(descriptor[2]) + 1)×"
+                                           + "\(Int(descriptor[3]) + 1) its descriptor says"))
+            }
+            var decoded: Int64 = 0
+            var costs: [UInt32: Int64] = [:]  // a tile repeated is decoded again, read once
+            for tile in tiles {
+                if costs[tile] == nil {
+                    switch try av1(tile) {
+                    case .success(let tileCost): costs[tile] = tileCost.decoded
+                    case .failure(let problem): return .failure(problem)
+                    }
+                }
+                decoded = decoded.saturatingAdd(costs[tile]!)
+            }
+            return .success(AVIFCodedSize(width: width, height: height, decoded: decoded))
+        }
+
+        var coded: AVIFCodedSize
+        switch try image(primary) {
+        case .success(let size): coded = size
+        case .failure(let problem): return .failure(problem)
+        }
+        // Its auxiliary images (an alpha plane) are decoded with it.
+        for (item, kinds) in references where kinds["auxl"]?.contains(primary) == true && types[item] != nil {
+            switch try image(item) {
+            case .success(let auxiliary):
+                coded = AVIFCodedSize(width: coded.width, height: coded.height,
+                                      decoded: coded.decoded.saturatingAdd(auxiliary.decoded))
+            case .failure(let problem):
+                return .failure(problem)
+            }
+        }
+        return .success(coded)
     }
 
-    /// How far into an AV1 image's data its sequence header is looked for: the OBUs before it (metadata) are small.
-    static let sequenceHeaderReach = 4096
+    /// How far into an AV1 image's data its sequence headers are looked for, up to its first frame: the OBUs before
+    /// it (metadata) are small.
+    static let obuReach = 64 * 1024
+    /// The most items an AVIF may list (libavif looks items up one by one through all of them: 100,000 items took
+    /// 7 s to decode, 1,000,000 more than 10 minutes); a grid's tiles, 256 × 256 at most, are items.
+    static let mostItems = 16_384
+    private static let tooManyItems = "the AVIF lists more than \(mostItems) items"
 
-    /// Each item's type, by id, from the `iinf` box (item info entries of version 2 and 3).
-    private static func itemTypes(_ b: [UInt8], _ iinf: (type: String, body: Int, end: Int)) -> [UInt32: String] {
+    /// Each item's type, by id, from the `iinf` box (item info entries of version 2 and 3); nil when it lists more
+    /// than `mostItems`.
+    private static func itemTypes(_ b: [UInt8], _ iinf: (type: String, body: Int, end: Int)) -> [UInt32: String]? {
         guard iinf.body + 6 <= iinf.end else { return [:] }
+        let count = b[iinf.body] == 0 ? Int(b.bigEndian16(at: iinf.body + 4))
+            : iinf.body + 8 <= iinf.end ? Int(b.bigEndian32(at: iinf.body + 4)) : 0
+        guard count <= mostItems else { return nil }
         let start = iinf.body + (b[iinf.body] == 0 ? 6 : 8)
         var types: [UInt32: String] = [:]
         for entry in ImageHeader.isoBoxes(b, min(start, iinf.end), iinf.end) where entry.type == "infe" {
@@ -98,32 +144,49 @@ struct AVIFCodedSize: Equatable {
             let id = version == 2 ? UInt32(b.bigEndian16(at: entry.body + 4)) : b.bigEndian32(at: entry.body + 4)
             let type = entry.body + (version == 2 ? 8 : 10)
             types[id] = String(decoding: b[type..<type + 4], as: UTF8.self)
-            if types.count > ISOItemLocations.mostStarts { break }
+            guard types.count <= mostItems else { return nil }
         }
         return types
     }
 
-    /// The items a grid is made of, in order: its `dimg` references in the `iref` box.
-    private static func tileItems(_ b: [UInt8], _ iref: (type: String, body: Int, end: Int)?,
-                                  of grid: UInt32) -> [UInt32] {
-        guard let iref, iref.body + 4 <= iref.end else { return [] }
+    /// The references of the `iref` box: for each item, by kind (`dimg`, `auxl`, …), the items it refers to, in
+    /// order, all of its boxes of a kind together (libavif's way).
+    private static func itemReferences(_ b: [UInt8], _ iref: (type: String, body: Int, end: Int)?)
+        -> [UInt32: [String: [UInt32]]] {
+        guard let iref, iref.body + 4 <= iref.end else { return [:] }
         let wide = b[iref.body] != 0
         let idLength = wide ? 4 : 2
         func id(at offset: Int) -> UInt32 { wide ? b.bigEndian32(at: offset) : UInt32(b.bigEndian16(at: offset)) }
-        for reference in ImageHeader.isoBoxes(b, iref.body + 4, iref.end) where reference.type == "dimg" {
-            guard reference.body + idLength + 2 <= reference.end, id(at: reference.body) == grid else { continue }
+        var references: [UInt32: [String: [UInt32]]] = [:]
+        for reference in ImageHeader.isoBoxes(b, iref.body + 4, iref.end) {
+            guard reference.body + idLength + 2 <= reference.end else { continue }
             let count = Int(b.bigEndian16(at: reference.body + idLength))
             let first = reference.body + idLength + 2
-            guard first + count * idLength <= reference.end else { return [] }
-            return (0..<count).map { id(at: first + $0 * idLength) }
+            guard first + count * idLength <= reference.end else { continue }
+            references[id(at: reference.body), default: [:]][reference.type, default: []]
+                += (0..<count).map { id(at: first + $0 * idLength) }
         }
-        return []
+        return references
     }
 
-    /// The largest frame the first sequence header OBU among `obus` allows (AV1, section 5.5:
-    /// `max_frame_width_minus_1`, `max_frame_height_minus_1`); nil when a frame (or the data's end) comes first.
+    /// The size each item's `ispe` property declares (its first), by item id.
+    private static func itemExtents(_ b: [UInt8], _ iprp: (type: String, body: Int, end: Int)?)
+        -> [UInt32: (width: Int, height: Int)] {
+        guard let iprp else { return [:] }
+        let properties = ImageHeader.isoBoxes(b, iprp.body, iprp.end)
+        guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return [:] }
+        let listed = ImageHeader.isoBoxes(b, ipco.body, ipco.end)
+        return ImageHeader.isoAssociations(b, properties).compactMapValues { indexes in
+            indexes.lazy.compactMap { $0 >= 1 && $0 <= listed.count ? ImageHeader.isoExtent(b, listed[$0 - 1]) : nil }.first
+        }
+    }
+
+    /// The largest frame the sequence header OBUs before the first frame among `obus` allow (AV1, section 5.5:
+    /// `max_frame_width_minus_1`, `max_frame_height_minus_1`; a decoder takes the last before its frame, so the
+    /// largest of them counts); nil when there is none, or no frame follows within `obus`.
     static func largestFrame(_ obus: [UInt8]) -> (width: Int, height: Int)? {
         var at = 0
+        var largest: (width: Int, height: Int)?
         while at < obus.count {
             let header = obus[at]
             let type = header >> 3 & 15, hasExtension = header & 4 != 0, hasSize = header & 2 != 0
@@ -135,8 +198,13 @@ struct AVIFCodedSize: Equatable {
                 size = Int(clamping: min(value, UInt64(obus.count - min(at, obus.count))))
             }
             guard at <= obus.count else { return nil }
-            if type == 1 { return sequenceHeader(Array(obus[at..<at + size])) }
-            if [3, 4, 6].contains(type) { return nil }  // a frame header, tile group or frame came first
+            if [3, 4, 6].contains(type) { return largest }  // a frame header, tile group or frame
+            if type == 1 {
+                guard let frame = sequenceHeader(Array(obus[at..<at + size])) else { return nil }
+                if largest.map({ ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels(frame.width, frame.height) }) ?? true {
+                    largest = frame
+                }
+            }
             at += size
         }
         return nil

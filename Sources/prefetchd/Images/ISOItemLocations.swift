@@ -6,15 +6,16 @@ struct ISOItemLocations: Equatable {
     var fileReach: UInt64 = 0
     /// How far into the `idat` box's data the items' data reaches (construction method 1).
     var idatReach: UInt64 = 0
-    /// Where each item's data begins (its first extent), by item id, for the first `mostStarts` items kept in the
-    /// file or the `idat` box.
-    var starts: [UInt32: Start] = [:]
-    /// A grid's most tiles (256 × 256), and the grid.
-    static let mostStarts = 256 * 256 + 1
+    /// How many items the box lists.
+    var itemCount: UInt64 = 0
+    /// Where each item's data lies, by item id, for the items kept in the file or the `idat` box (the first
+    /// `mostExtents` extents in all).
+    var extents: [UInt32: [Extent]] = [:]
+    static let mostExtents = 1 << 16
 
-    /// The first extent of an item's data: in the `idat` box's data or in the file, at `offset`, `length` bytes long
+    /// An extent of an item's data: in the `idat` box's data or in the file, at `offset`, `length` bytes long
     /// (0: to the end).
-    struct Start: Equatable {
+    struct Extent: Equatable {
         let inIdat: Bool
         let offset: UInt64
         let length: UInt64
@@ -35,6 +36,8 @@ struct ISOItemLocations: Equatable {
         let indexSize = version == 0 ? 0 : Int(more & 15)
         guard [offsetSize, lengthSize, baseSize, indexSize].allSatisfy({ [0, 4, 8].contains($0) }),
               let items = read(version < 2 ? 2 : 4) else { return nil }
+        itemCount = items
+        var recorded = 0
         // Each item takes at least 6 bytes, each extent (when it has a field) 4: the loops end with the box.
         for _ in 0..<items {
             guard let item = read(version < 2 ? 2 : 4) else { return nil }
@@ -45,19 +48,20 @@ struct ISOItemLocations: Equatable {
             }
             guard read(2) != nil, let base = read(baseSize), let extents = read(2) else { return nil }  // data reference
             var end = base
-            var first: Start?
+            var kept: [Extent] = []
             if offsetSize + lengthSize + indexSize > 0 {
                 for _ in 0..<extents {
                     guard read(indexSize) != nil, let offset = read(offsetSize), let length = read(lengthSize) else { return nil }
                     let (start, late) = base.addingReportingOverflow(offset)
                     let (last, later) = start.addingReportingOverflow(length)
                     end = max(end, late || later ? .max : last)
-                    if first == nil, !late { first = Start(inIdat: method == 1, offset: start, length: length) }
+                    if !late, recorded < Self.mostExtents {
+                        kept.append(Extent(inIdat: method == 1, offset: start, length: length))
+                        recorded += 1
+                    }
                 }
             }
-            if let first, method <= 1, starts.count < Self.mostStarts, starts[UInt32(item)] == nil {
-                starts[UInt32(item)] = first
-            }
+            if method <= 1, !kept.isEmpty, self.extents[UInt32(item)] == nil { self.extents[UInt32(item)] = kept }
             switch method {
             case 0: fileReach = max(fileReach, end)
             case 1: idatReach = max(idatReach, end)

@@ -263,36 +263,45 @@ struct ImageHeader: Equatable, Sendable {
         let properties = boxes(iprp.body, iprp.end)
         guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return nil }
         let listed = boxes(ipco.body, ipco.end)
-        func extent(_ box: (type: String, body: Int, end: Int)) -> (Int, Int)? {
-            guard box.type == "ispe", box.body + 12 <= box.end else { return nil }
-            return (Int(b.bigEndian32(at: box.body + 4)), Int(b.bigEndian32(at: box.body + 8)))
-        }
-        // The properties (1-based indexes into ipco) associated with the primary item.
-        var associated: [Int] = []
-        if let primary, let ipma = properties.first(where: { $0.type == "ipma" }), ipma.body + 8 <= ipma.end {
-            let version = b[ipma.body]
-            let wide = b[ipma.body + 3] & 1 == 1
-            var offset = ipma.body + 8
-            entries: for _ in 0..<Int(b.bigEndian32(at: ipma.body + 4)) {
-                let idLength = version < 1 ? 2 : 4
-                guard offset + idLength + 1 <= ipma.end else { break }
-                let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
-                let count = Int(b[offset + idLength])
-                offset += idLength + 1
-                for _ in 0..<count {
-                    guard offset + (wide ? 2 : 1) <= ipma.end else { break entries }
-                    let index = wide ? Int(b.bigEndian16(at: offset) & 0x7FFF) : Int(b[offset] & 0x7F)
-                    offset += wide ? 2 : 1
-                    if item == primary { associated.append(index) }
-                }
-            }
-        }
+        let extent = { isoExtent(b, $0) }
+        let associated = primary.map { isoAssociations(b, properties, only: $0)[$0] ?? [] } ?? []
         let own = associated.compactMap { $0 >= 1 && $0 <= listed.count ? listed[$0 - 1] : nil }
         let turned = own.contains { $0.type == "irot" && $0.body < $0.end && b[$0.body] & 1 == 1 }
         if let size = own.lazy.compactMap(extent).first { return (size.0, size.1, turned) }
         let all = listed.compactMap(extent)
         guard let largest = all.max(by: { ImageInfo.pixels($0.0, $0.1) < ImageInfo.pixels($1.0, $1.1) }) else { return nil }
         return (largest.0, largest.1, false)
+    }
+
+    /// The size an `ispe` property box declares.
+    static func isoExtent(_ b: [UInt8], _ box: (type: String, body: Int, end: Int)) -> (width: Int, height: Int)? {
+        guard box.type == "ispe", box.body + 12 <= box.end else { return nil }
+        return (Int(b.bigEndian32(at: box.body + 4)), Int(b.bigEndian32(at: box.body + 8)))
+    }
+
+    /// The properties (1-based indexes into `ipco`) associated with each item (or with `only` that one), from the
+    /// `ipma` box among an `iprp` box's `properties`.
+    static func isoAssociations(_ b: [UInt8], _ properties: [(type: String, body: Int, end: Int)],
+                                only: UInt32? = nil) -> [UInt32: [Int]] {
+        guard let ipma = properties.first(where: { $0.type == "ipma" }), ipma.body + 8 <= ipma.end else { return [:] }
+        let version = b[ipma.body]
+        let wide = b[ipma.body + 3] & 1 == 1
+        var offset = ipma.body + 8
+        var associated: [UInt32: [Int]] = [:]
+        entries: for _ in 0..<Int(b.bigEndian32(at: ipma.body + 4)) {
+            let idLength = version < 1 ? 2 : 4
+            guard offset + idLength + 1 <= ipma.end else { break }
+            let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
+            let count = Int(b[offset + idLength])
+            offset += idLength + 1
+            for _ in 0..<count {
+                guard offset + (wide ? 2 : 1) <= ipma.end else { break entries }
+                let index = wide ? Int(b.bigEndian16(at: offset) & 0x7FFF) : Int(b[offset] & 0x7F)
+                offset += wide ? 2 : 1
+                if only == nil || item == only { associated[item, default: []].append(index) }
+            }
+        }
+        return associated
     }
 
     /// The ISO base media boxes in b[start..<end]: (type, body start, box end); a box running past `end` ends there.

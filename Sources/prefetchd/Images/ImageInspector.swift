@@ -94,7 +94,12 @@ enum ImageInspector {
         if probed.pixels > policy.maxPixels {
             return .rejected(.pixelLimit(width: probed.width, height: probed.height, limit: policy.maxPixels))
         }
-        // libavif decodes what the coded data say, whatever the `ispe` property the size came from says.
+        if let problem = try ImageIntegrity.problem(file, format: probed.format) {
+            guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }
+            return .rejected(.notAnImage(problem))
+        }
+        // libavif decodes what the coded data say, whatever the `ispe` property the size came from says. (After the
+        // structure check: a file cut short is judged as cut, which may be fetched again.)
         if probed.format == "avif", let coded = try ImageIntegrity.avifCodedSize(file) {
             switch coded {
             case .success(let coded):
@@ -107,12 +112,9 @@ enum ImageInspector {
             case .failure(.malformed(let problem)):
                 return .rejected(.notAnImage(problem))
             case .failure(.unreadable):
-                break  // the structure check below names what is missing
+                return .rejected(.notAnImage("the AVIF's image data is not where its item locations (iloc) say, "
+                                             + "or its meta box is over \(ImageIntegrity.maximumMetaBox >> 20) MiB"))
             }
-        }
-        if let problem = try ImageIntegrity.problem(file, format: probed.format) {
-            guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }
-            return .rejected(.notAnImage(problem))
         }
         let upright = header.swapsAxes
             ? ImageInfo(format: probed.format, width: probed.height, height: probed.width)

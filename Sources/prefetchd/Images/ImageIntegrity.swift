@@ -549,10 +549,11 @@ enum ImageIntegrity {
 }
 
 extension ImageIntegrity {
-    /// The coded size of an AVIF's primary image (`AVIFCodedSize`), from its `meta` box and its items' data; nil when
-    /// it has no `meta` box that can be read whole, or its primary item is neither an AV1 image nor a grid.
+    /// The coded size of an AVIF's primary image (`AVIFCodedSize`), from its `meta` box and its items' data
+    /// (`unreadable` when it has no `meta` box that can be read whole); nil when its primary item is neither an AV1
+    /// image nor a grid.
     static func avifCodedSize(_ file: ImageFile) throws(SystemError) -> Result<AVIFCodedSize, AVIFCodedSize.Problem>? {
-        guard let meta = try isoMetaBox(file) else { return nil }
+        guard let meta = try isoMetaBox(file) else { return .failure(.unreadable) }
         return try AVIFCodedSize.of(meta: meta) { offset, count throws(SystemError) in
             guard offset < UInt64(file.size), count > 0 else { return [] }
             var bytes = [UInt8](repeating: 0, count: count)

@@ -4,6 +4,8 @@
   make-hostile-avif.py grid TILE.avif OUT.avif ROWS COLUMNS WIDTH HEIGHT
       a grid of ROWS x COLUMNS references to TILE's one AV1 image (every tile's data the same bytes), whose ispe says
       WIDTH x HEIGHT while the grid descriptor says the tiles' whole size (a decompression bomb of a few KB)
+  make-hostile-avif.py upscale TILE.avif OUT.avif WIDTH HEIGHT
+      a 1x1 grid of TILE's size whose tile's ispe says WIDTH x HEIGHT (libavif scales the tile to it)
   make-hostile-avif.py ispe IMAGE.avif OUT.avif WIDTH HEIGHT
       IMAGE with its ispe property saying WIDTH x HEIGHT, its AV1 image unchanged
 """
@@ -49,9 +51,11 @@ def parts(b):
     return b[top[b"ftyp"][0]:top[b"ftyp"][2]], children, properties, b[offset:offset + length]
 
 
-def grid(tile_path, out, rows, columns, width, height):
+def grid(tile_path, out, rows, columns, width, height, tile_ispe=None):
     ftyp, children, properties, tile = parts(open(tile_path, "rb").read())
     tile_width, tile_height = struct.unpack(">II", properties[b"ispe"][12:20])
+    if tile_ispe:
+        properties[b"ispe"] = full(b"ispe", 0, struct.pack(">II", *tile_ispe))
     tiles = list(range(2, rows * columns + 2))
     descriptor = bytes([0, 0, rows - 1, columns - 1]) + struct.pack(">HH", tile_width * columns, tile_height * rows)
     infe = lambda item, kind: full(b"infe", 2, struct.pack(">HH", item, 0) + kind + b"\0")
@@ -86,5 +90,9 @@ def ispe(image_path, out, width, height):
 if __name__ == "__main__":
     if sys.argv[1] == "grid":
         grid(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8]))
+    elif sys.argv[1] == "upscale":
+        size = open(sys.argv[2], "rb").read()
+        tile_size = struct.unpack(">II", parts(size)[2][b"ispe"][12:20])
+        grid(sys.argv[2], sys.argv[3], 1, 1, *tile_size, tile_ispe=tuple(map(int, sys.argv[4:6])))
     else:
         ispe(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6]))
