@@ -1,5 +1,6 @@
 /// What decoding an AVIF's primary image takes, read from what the decoder reads: a grid's descriptor and, for each
-/// AV1 image (the primary one, or each tile of a grid), the largest frame its sequence header allows. libavif's
+/// AV1 image (the primary one, each tile of a grid, an alpha plane), the largest frame its sequence headers allow and
+/// the size its `ispe` says. libavif's
 /// loader decodes all of it before it reports a size, and never looks at the `ispe` properties `ImageHeader` reads: a
 /// grid whose `ispe` said 100×100, of 32×32 tiles of one 189-byte 512×512 AV1 frame (a 44.5 KB file), decoded
 /// 16384×16384, 2 GB.
@@ -14,8 +15,8 @@ struct AVIFCodedSize: Equatable {
 
     /// Why the coded size cannot be read where the decoder would need it.
     enum Problem: Error, Equatable {
-        /// The data of an item it decodes is not where its location says (past the file's end, or no location):
-        /// the structure check tells the rest.
+        /// The data of an item it decodes is not where its location says (past the file's end, or no location), or
+        /// the `meta` box cannot be read whole.
         case unreadable
         /// An AV1 image without a sequence header before its first frame, or a grid descriptor that cannot be read.
         case malformed(String)
