@@ -1,3 +1,4 @@
+import QueueCore
 import Testing
 @testable import prefetchd
 
@@ -44,7 +45,7 @@ import Testing
         var avif = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282: a temporal delimiter, the sequence header
         avif[284] = 6 << 3 | 2  // the sequence header OBU becomes a frame OBU
         let path = scratch.write("frame-first.avif", avif)
-        #expect(try coded(path) == .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame (within 64 KiB)")))
+        #expect(try coded(path) == .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame (within 64 KiB and 64 OBUs)")))
         #expect(ImageInspector.inspect(path, policy: policy).code == .notAnImage)
     }
 
@@ -123,5 +124,53 @@ import Testing
         let meta = box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 0])
                        + box("iinf", [0, 0, 0, 0] + Bytes.bigEndian(16_385).suffix(2) + infe))
         #expect(try AVIFCodedSize.of(meta: meta) { _, _ in [] } == .failure(.malformed("the AVIF lists more than 16384 items")))
+    }
+
+    @Test("an ispe associated in a second ipma box counts (libavif reads one of each version: a tile's 16384x16384 there took 1.6 GB), the largest where several are")
+    func everyAssociationCounts() throws {
+        let halves = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282, 126 bytes: 48×32
+        func ispe(_ width: UInt32, _ height: UInt32) -> [UInt8] {
+            box("ispe", [0, 0, 0, 0] + Bytes.bigEndian(width) + Bytes.bigEndian(height))
+        }
+        let ipco = box("ipco", ispe(48, 32) + ispe(4_096, 4_096))
+        let first = box("ipma", [0, 0, 0, 0] + Bytes.bigEndian(1) + [0, 1, 1, 1])  // item 1: property 1
+        let second = box("ipma", [1, 0, 0, 0] + Bytes.bigEndian(1) + [0, 0, 0, 1, 1, 2])  // item 1: property 2
+        let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
+        let iinf = box("iinf", [0, 0, 0, 0, 0, 1] + box("infe", [2, 0, 0, 0, 0, 1, 0, 0] + Array("av01".utf8) + [0]))
+        let meta = box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + iloc + iinf
+                       + box("iprp", ipco + first + second))
+        let read = { (offset: UInt64, count: Int) in Array(halves[Int(offset)..<min(Int(offset) + count, halves.count)]) }
+        #expect(try AVIFCodedSize.of(meta: meta, read: read)
+                == .success(AVIFCodedSize(width: 4_096, height: 4_096, decoded: 48 * 32 + 4_096 * 4_096)))
+        #expect(try AVIFCodedSize.of(meta: box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + iloc + iinf
+                                               + box("iprp", ipco + first)), read: read)
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 48 * 32)), "the first alone")
+    }
+
+    @Test("more than 64 OBUs before the first frame is no image (16,383 tiles of 64 KiB of tiny sequence headers took 11.6 s of CPU to check); a frame larger than what was read still ends the look")
+    func obusBeforeTheFrameAreFew() {
+        let delimiter: [UInt8] = [0x12, 0x00]  // a temporal delimiter OBU
+        let halves = Bytes.read(Fixtures.path("halves.avif"))
+        let av1 = Array(halves[282..<408])  // a delimiter, the sequence header, the frame
+        #expect(AVIFCodedSize.largestFrame(av1)! == (48, 32))
+        #expect(AVIFCodedSize.scanFrames(Array(repeating: delimiter, count: 62).flatMap { $0 } + av1) == .found(width: 48, height: 32))
+        #expect(AVIFCodedSize.scanFrames(Array(repeating: delimiter, count: 63).flatMap { $0 } + av1) == .malformed)
+        #expect(AVIFCodedSize.scanFrames(Array(av1.prefix(20))) == .found(width: 48, height: 32), "the frame cut")
+        #expect(AVIFCodedSize.scanFrames(Array(av1.prefix(8))) == .cutShort, "the sequence header cut: read more")
+    }
+
+    @Test("an AVIF with a moov box and another major brand than avif is decoded from its track (libavif 0.11), which is not sized: it is kept, and no variant of it is decoded (990 bytes scaled to 16384x16384 took 2.4 GB)")
+    func trackDecodedFilesGetNoVariant() throws {
+        var avif = Bytes.read(Fixtures.path("halves.avif"))
+        avif.replaceSubrange(8..<12, with: Array("mif1".utf8))
+        let sequence = scratch.write("track.avif", avif + Bytes.bigEndian(8) + Array("moov".utf8))
+        #expect(try ImageIntegrity.avifDecodesATrack(ImageFile(sequence)))
+        #expect(try !ImageIntegrity.avifDecodesATrack(ImageFile(Fixtures.path("halves.avif"))))
+        #expect(ImageInspector.inspect(sequence, policy: policy) == .image(ImageInfo(format: "avif", width: 48, height: 32)))
+        #expect(throws: Failure.notAnImage("no variant is made of an AVIF image sequence: libavif's loader decodes its "
+                                           + "track, whose size is not checked")) {
+            try Resizer.makeVariant(source: sequence, spec: try VariantSpec(size: "16x16"),
+                                    destination: scratch.path + "/track-16.png")
+        }
     }
 }

@@ -37,6 +37,7 @@ struct AVIFCodedSize: Equatable {
         guard let locations = ISOItemLocations(iloc: meta[iloc.body..<iloc.end]) else { return .failure(.unreadable) }
         guard locations.itemCount <= UInt64(mostItems) else { return .failure(.malformed(tooManyItems)) }
         let idat = children.first { $0.type == "idat" }
+        var unread = mostHeaderBytes  // what may still be read of the AV1 images, all together
         let references = itemReferences(meta, children.first { $0.type == "iref" })
         let extents = itemExtents(meta, children.first { $0.type == "iprp" })
 
@@ -62,11 +63,23 @@ struct AVIFCodedSize: Equatable {
         /// they differ (libavif scales the frame to it: a 64×64 tile whose `ispe` said 16384×16384 took 1.6 GB).
         func av1(_ item: UInt32) throws(SystemError) -> Result<(size: (width: Int, height: Int), decoded: Int64), Problem> {
             guard types[item] == "av01" else { return .failure(.malformed("the AVIF's image is not AV1")) }
-            guard let bytes = try data(item, obuReach), !bytes.isEmpty else { return .failure(.unreadable) }
-            guard let frame = largestFrame(bytes) else {
-                return .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame "
-                                           + "(within \(obuReach / 1024) KiB)"))
+            var reach = 256, frame: (width: Int, height: Int)?
+            while frame == nil {
+                guard let bytes = try data(item, reach), !bytes.isEmpty else { return .failure(.unreadable) }
+                unread -= bytes.count
+                guard unread >= 0 else {
+                    return .failure(.malformed("the AVIF's AV1 images take more than \(mostHeaderBytes >> 20) MiB to read "
+                                               + "up to their first frames"))
+                }
+                switch scanFrames(bytes) {
+                case .found(let size): frame = size
+                case .cutShort where bytes.count == reach && reach < obuReach: reach = min(reach * 4, obuReach)
+                default:
+                    return .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame "
+                                               + "(within \(obuReach / 1024) KiB and \(mostOBUs) OBUs)"))
+                }
             }
+            guard let frame else { return .failure(.unreadable) }
             let framePixels = ImageInfo.pixels(frame.width, frame.height)
             guard let declared = extents[item], declared != frame else { return .success((frame, framePixels)) }
             let declaredPixels = ImageInfo.pixels(declared.width, declared.height)
@@ -121,9 +134,13 @@ struct AVIFCodedSize: Equatable {
         return .success(coded)
     }
 
-    /// How far into an AV1 image's data its sequence headers are looked for, up to its first frame: the OBUs before
-    /// it (metadata) are small.
+    /// How far into an AV1 image's data its sequence headers are looked for, up to its first frame, and through how
+    /// many OBUs: those before it (a temporal delimiter, metadata) are few and small.
     static let obuReach = 64 * 1024
+    static let mostOBUs = 64
+    /// The most bytes read of all AV1 images together, up to their first frames: 16,383 tiles of 64 KiB of tiny
+    /// sequence headers each took 11.6 s of CPU (a legitimate grid takes well under 256 bytes a tile).
+    static let mostHeaderBytes = 8 << 20
     /// The most items an AVIF may list (libavif looks items up one by one through all of them: 100,000 items took
     /// 7 s to decode, 1,000,000 more than 10 minutes); a grid's tiles, 256 × 256 at most, are items.
     static let mostItems = 16_384
@@ -170,7 +187,7 @@ struct AVIFCodedSize: Equatable {
         return references
     }
 
-    /// The size each item's `ispe` property declares (its first), by item id.
+    /// The size each item's `ispe` property declares (the largest, where several are associated), by item id.
     private static func itemExtents(_ b: [UInt8], _ iprp: (type: String, body: Int, end: Int)?)
         -> [UInt32: (width: Int, height: Int)] {
         guard let iprp else { return [:] }
@@ -178,7 +195,8 @@ struct AVIFCodedSize: Equatable {
         guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return [:] }
         let listed = ImageHeader.isoBoxes(b, ipco.body, ipco.end)
         return ImageHeader.isoAssociations(b, properties).compactMapValues { indexes in
-            indexes.lazy.compactMap { $0 >= 1 && $0 <= listed.count ? ImageHeader.isoExtent(b, listed[$0 - 1]) : nil }.first
+            indexes.compactMap { $0 >= 1 && $0 <= listed.count ? ImageHeader.isoExtent(b, listed[$0 - 1]) : nil }
+                .max { ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels($1.width, $1.height) }
         }
     }
 
@@ -186,29 +204,49 @@ struct AVIFCodedSize: Equatable {
     /// `max_frame_width_minus_1`, `max_frame_height_minus_1`; a decoder takes the last before its frame, so the
     /// largest of them counts); nil when there is none, or no frame follows within `obus`.
     static func largestFrame(_ obus: [UInt8]) -> (width: Int, height: Int)? {
-        var at = 0
+        if case .found(let size) = scanFrames(obus) { return size }
+        return nil
+    }
+
+    /// What the OBUs before the first frame say: the largest frame their sequence headers allow, or that the bytes
+    /// ended before a frame (`cutShort`: more may tell), or that they cannot be read (`malformed`: a sequence header
+    /// cut short or unreadable, more than `mostOBUs` OBUs, a frame with no sequence header before it).
+    enum FrameScan: Equatable {
+        case found(width: Int, height: Int)
+        case cutShort
+        case malformed
+    }
+
+    static func scanFrames(_ obus: [UInt8]) -> FrameScan {
+        var at = 0, count = 0
         var largest: (width: Int, height: Int)?
         while at < obus.count {
             let header = obus[at]
             let type = header >> 3 & 15, hasExtension = header & 4 != 0, hasSize = header & 2 != 0
             at += hasExtension ? 2 : 1
+            if [3, 4, 6].contains(type) {  // a frame header, tile group or frame: its size does not matter
+                guard let largest else { return .malformed }
+                return .found(width: largest.width, height: largest.height)
+            }
+            count += 1
+            guard count <= mostOBUs else { return .malformed }
             var size = obus.count - at
             if hasSize {
-                guard let (value, length) = leb128(obus, at) else { return nil }
+                guard let (value, length) = leb128(obus, at) else { return .cutShort }
                 at += length
-                size = Int(clamping: min(value, UInt64(obus.count - min(at, obus.count))))
+                guard value <= UInt64(obus.count - min(at, obus.count)) else { return .cutShort }
+                size = Int(value)
             }
-            guard at <= obus.count else { return nil }
-            if [3, 4, 6].contains(type) { return largest }  // a frame header, tile group or frame
+            guard at <= obus.count else { return .cutShort }
             if type == 1 {
-                guard let frame = sequenceHeader(Array(obus[at..<at + size])) else { return nil }
+                guard let frame = sequenceHeader(Array(obus[at..<at + size])) else { return .malformed }
                 if largest.map({ ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels(frame.width, frame.height) }) ?? true {
                     largest = frame
                 }
             }
             at += size
         }
-        return nil
+        return .cutShort
     }
 
     /// An unsigned LEB128 number at `at` and its length in bytes (at most 8).

@@ -279,26 +279,28 @@ struct ImageHeader: Equatable, Sendable {
         return (Int(b.bigEndian32(at: box.body + 4)), Int(b.bigEndian32(at: box.body + 8)))
     }
 
-    /// The properties (1-based indexes into `ipco`) associated with each item (or with `only` that one), from the
-    /// `ipma` box among an `iprp` box's `properties`.
+    /// The properties (1-based indexes into `ipco`) associated with each item (or with `only` that one), from every
+    /// `ipma` box among an `iprp` box's `properties` (libavif reads one of each version and flags: a tile's `ispe`
+    /// in a second one went unseen).
     static func isoAssociations(_ b: [UInt8], _ properties: [(type: String, body: Int, end: Int)],
                                 only: UInt32? = nil) -> [UInt32: [Int]] {
-        guard let ipma = properties.first(where: { $0.type == "ipma" }), ipma.body + 8 <= ipma.end else { return [:] }
-        let version = b[ipma.body]
-        let wide = b[ipma.body + 3] & 1 == 1
-        var offset = ipma.body + 8
         var associated: [UInt32: [Int]] = [:]
-        entries: for _ in 0..<Int(b.bigEndian32(at: ipma.body + 4)) {
-            let idLength = version < 1 ? 2 : 4
-            guard offset + idLength + 1 <= ipma.end else { break }
-            let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
-            let count = Int(b[offset + idLength])
-            offset += idLength + 1
-            for _ in 0..<count {
-                guard offset + (wide ? 2 : 1) <= ipma.end else { break entries }
-                let index = wide ? Int(b.bigEndian16(at: offset) & 0x7FFF) : Int(b[offset] & 0x7F)
-                offset += wide ? 2 : 1
-                if only == nil || item == only { associated[item, default: []].append(index) }
+        for ipma in properties where ipma.type == "ipma" && ipma.body + 8 <= ipma.end {
+            let version = b[ipma.body]
+            let wide = b[ipma.body + 3] & 1 == 1
+            var offset = ipma.body + 8
+            entries: for _ in 0..<Int(b.bigEndian32(at: ipma.body + 4)) {
+                let idLength = version < 1 ? 2 : 4
+                guard offset + idLength + 1 <= ipma.end else { break }
+                let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
+                let count = Int(b[offset + idLength])
+                offset += idLength + 1
+                for _ in 0..<count {
+                    guard offset + (wide ? 2 : 1) <= ipma.end else { break entries }
+                    let index = wide ? Int(b.bigEndian16(at: offset) & 0x7FFF) : Int(b[offset] & 0x7F)
+                    offset += wide ? 2 : 1
+                    if only == nil || item == only { associated[item, default: []].append(index) }
+                }
             }
         }
         return associated

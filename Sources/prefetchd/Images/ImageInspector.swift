@@ -98,28 +98,38 @@ enum ImageInspector {
             guard endKnown || !ImageIntegrity.endsEarly(problem) else { return .rejected(cutShort(problem)) }
             return .rejected(.notAnImage(problem))
         }
-        // libavif decodes what the coded data say, whatever the `ispe` property the size came from says. (After the
-        // structure check: a file cut short is judged as cut, which may be fetched again.)
-        if probed.format == "avif", let coded = try ImageIntegrity.avifCodedSize(file) {
-            switch coded {
-            case .success(let coded):
-                if max(coded.decoded, ImageInfo.pixels(coded.width, coded.height)) > policy.maxPixels {
-                    return .rejected(.pixelLimit(coded, declared: probed, limit: policy.maxPixels))
-                }
-                if ImageInfo.pixels(coded.width, coded.height) > probed.pixels {
-                    probed = ImageInfo(format: probed.format, width: coded.width, height: coded.height)
-                }
-            case .failure(.malformed(let problem)):
-                return .rejected(.notAnImage(problem))
-            case .failure(.unreadable):
-                return .rejected(.notAnImage("the AVIF's image data is not where its item locations (iloc) say, "
-                                             + "or its meta box is over \(ImageIntegrity.maximumMetaBox >> 20) MiB"))
+        // After the structure check: a file cut short is judged as cut, which may be fetched again.
+        if probed.format == "avif" {
+            switch try avifSize(file, declared: probed, maxPixels: policy.maxPixels) {
+            case .success(let size): probed = size
+            case .failure(let failure): return .rejected(failure)
             }
         }
         let upright = header.swapsAxes
             ? ImageInfo(format: probed.format, width: probed.height, height: probed.width)
             : probed
         return .image(upright)
+    }
+
+    /// An AVIF's size as libavif decodes it, whatever the `ispe` property it `declared` says (`AVIFCodedSize`): the
+    /// larger of the two, or why it is refused (`pixel_limit` over `maxPixels`, `not_an_image` where it cannot be
+    /// read).
+    static func avifSize(_ file: ImageFile, declared: ImageInfo, maxPixels: Int64) throws(SystemError) -> Result<ImageInfo, Failure> {
+        switch try ImageIntegrity.avifCodedSize(file) {
+        case nil:
+            return .success(declared)
+        case .success(let coded)?:
+            if max(coded.decoded, ImageInfo.pixels(coded.width, coded.height)) > maxPixels {
+                return .failure(.pixelLimit(coded, declared: declared, limit: maxPixels))
+            }
+            let larger = ImageInfo.pixels(coded.width, coded.height) > declared.pixels
+            return .success(larger ? ImageInfo(format: declared.format, width: coded.width, height: coded.height) : declared)
+        case .failure(.malformed(let problem))?:
+            return .failure(.notAnImage(problem))
+        case .failure(.unreadable)?:
+            return .failure(.notAnImage("the AVIF's image data is not where its item locations (iloc) say, or its meta "
+                                        + "box is over \(ImageIntegrity.maximumMetaBox >> 20) MiB"))
+        }
     }
 
     /// An image that ends early in a body whose end cannot be told from a cut: transient, fetched again (the same

@@ -549,6 +549,24 @@ enum ImageIntegrity {
 }
 
 extension ImageIntegrity {
+    /// Whether libavif decodes the AVIF `file` from a track rather than from its items: it has a `moov` box, and its
+    /// major brand is not `avif` (libavif 0.11 then scales the track's first frame to the track's size, which a
+    /// 990-byte file set to 16384×16384: 2.4 GB).
+    static func avifDecodesATrack(_ file: ImageFile) throws(SystemError) -> Bool {
+        let reader = FileByteReader(file)
+        var major: [UInt8] = []
+        while reader.offset < reader.size, let box = try reader.isoBox(), box.length >= 0 {
+            if box.type.elementsEqual("moov".utf8) { return !major.elementsEqual("avif".utf8) }
+            if box.type.elementsEqual("ftyp".utf8), major.isEmpty, box.length >= 4, let brand = try reader.bytes(4) {
+                major = brand
+                guard try reader.skip(box.length - 4) else { return false }
+            } else {
+                guard try reader.skip(box.length) else { return false }
+            }
+        }
+        return false
+    }
+
     /// The coded size of an AVIF's primary image (`AVIFCodedSize`), from its `meta` box and its items' data
     /// (`unreadable` when it has no `meta` box that can be read whole); nil when its primary item is neither an AV1
     /// image nor a grid.

@@ -40,6 +40,22 @@ enum Resizer {
             }
             if let problem { throw .notAnImage(problem) }
         }
+        if sniffed == "avif" {
+            let decodesATrack: Bool, size: Result<ImageInfo, Failure>
+            do throws(SystemError) {
+                decodesATrack = try ImageIntegrity.avifDecodesATrack(original)
+                let declared = ImageInfo(format: "avif", width: header.width ?? 0, height: header.height ?? 0)
+                size = try ImageInspector.avifSize(original, declared: declared, maxPixels: maxPixels)
+            } catch {
+                throw .imageIO(error)
+            }
+            // libavif decodes the first track of an image sequence instead of the image the checks sized.
+            if decodesATrack {
+                throw .notAnImage("no variant is made of an AVIF image sequence: libavif's loader decodes its track, "
+                                  + "whose size is not checked")
+            }
+            if case .failure(let failure) = size { throw failure }
+        }
         if sniffed == "webp", let width = header.width, let height = header.height {
             let frames: Int
             do throws(SystemError) { frames = try ImageIntegrity.webpFrames(original) } catch { throw .imageIO(error) }
