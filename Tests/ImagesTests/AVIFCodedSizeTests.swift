@@ -66,7 +66,12 @@ import Testing
         }
         let size: [(UInt64, Int)] = [(15, 4), (15, 4), (16_383, 16), (8_191, 16)]  // 16384×8192
         let reduced = obu([(0, 3), (1, 1), (1, 1), (0, 5)] + size)
-        let frame = obu([(0, 8)], type: 6)
+        // A shown key frame that keeps the sequence's size: show_existing_frame 0, key, shown, cdf updates, no screen
+        // content tools (the full header lets the frame say), no size override.
+        let frame = obu([(0, 1), (0, 2), (1, 1), (0, 1), (0, 1), (0, 1), (0, 8)], type: 6)
+        /// What a full (not reduced) sequence header has after its sizes: no frame ids, no tools, no order hint,
+        /// screen content tools and integer motion vectors for each frame to say.
+        let rest: [(UInt64, Int)] = [(0, 1), (0, 7), (0, 1), (1, 1), (1, 1)]
         #expect(AVIFCodedSize.largestFrame(reduced + frame)! == (16_384, 8_192))
         #expect(AVIFCodedSize.largestFrame(reduced) == nil, "no frame follows")
         let small = obu([(0, 3), (1, 1), (1, 1), (0, 5), (7, 4), (7, 4), (63, 8), (63, 8)])  // 64×64
@@ -77,8 +82,16 @@ import Testing
         let full = obu([(0, 3), (0, 1), (0, 1), (1, 1), (1, 32), (30, 32), (1, 1), (0b00101, 5), (1, 1),
                         (4, 5), (1, 32), (9, 5), (9, 5), (1, 1), (1, 5),
                         (0, 12), (8, 5), (0, 1), (1, 1), (7, 5), (3, 5), (0, 1), (1, 1), (2, 4),
-                        (1, 12), (2, 5), (0, 1), (0, 1)] + size)
+                        (1, 12), (2, 5), (0, 1), (0, 1)] + size + rest)
         #expect(AVIFCodedSize.largestFrame(full + frame)! == (16_384, 8_192))
+        // A full header allowing 64×64 (16-bit size fields), then a key frame that says it is 2304×2304 (adv52: a
+        // decoder does not hold a frame to the sequence's largest): the frame's own size counts.
+        let small64 = obu([(0, 3), (0, 1), (0, 1), (0, 1), (0, 1), (0, 5), (0, 12), (0, 5), (15, 4), (15, 4), (63, 16), (63, 16)]
+                          + rest)
+        let override = obu([(0, 1), (0, 2), (1, 1), (0, 1), (0, 1), (1, 1), (2_303, 16), (2_303, 16)], type: 6)
+        #expect(AVIFCodedSize.largestFrame(small64 + frame)! == (64, 64))
+        #expect(AVIFCodedSize.largestFrame(small64 + override)! == (2_304, 2_304))
+        #expect(AVIFCodedSize.largestFrame(small64 + Array(override.prefix(3))) == nil, "the frame header cut: read more")
         #expect(AVIFCodedSize.largestFrame(Array(reduced.dropLast(2))) == nil)
         #expect(AVIFCodedSize.largestFrame(frame + reduced + frame) == nil)
         #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced + frame)! == (16_384, 8_192))  // a temporal delimiter first

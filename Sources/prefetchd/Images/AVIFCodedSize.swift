@@ -219,27 +219,34 @@ struct AVIFCodedSize: Equatable {
 
     static func scanFrames(_ obus: [UInt8]) -> FrameScan {
         var at = 0, count = 0
-        var largest: (width: Int, height: Int)?
+        var largest: (width: Int, height: Int)?, last: SequenceHeader?
         while at < obus.count {
             let header = obus[at]
             let type = header >> 3 & 15, hasExtension = header & 4 != 0, hasSize = header & 2 != 0
             at += hasExtension ? 2 : 1
-            if [3, 4, 6].contains(type) {  // a frame header, tile group or frame: its size does not matter
-                guard let largest else { return .malformed }
-                return .found(width: largest.width, height: largest.height)
-            }
-            count += 1
-            guard count <= mostOBUs else { return .malformed }
-            var size = obus.count - at
+            var size = obus.count - at, cut = false
             if hasSize {
                 guard let (value, length) = leb128(obus, at) else { return .cutShort }
                 at += length
-                guard value <= UInt64(obus.count - min(at, obus.count)) else { return .cutShort }
-                size = Int(value)
+                let left = UInt64(obus.count - min(at, obus.count))
+                (size, cut) = (Int(clamping: min(value, left)), value > left)
             }
             guard at <= obus.count else { return .cutShort }
+            if type == 3 || type == 6 {  // a frame header, or a frame: its header says its size
+                guard let last, let sized = largest else { return .malformed }
+                guard let frame = frameSize(Array(obus[at..<at + size]), under: last) else { return .cutShort }
+                let bigger = ImageInfo.pixels(frame.width, frame.height) > ImageInfo.pixels(sized.width, sized.height)
+                let found = bigger ? frame : sized
+                return .found(width: found.width, height: found.height)
+            }
+            if type == 4 { return .malformed }  // a tile group before any frame header
+            count += 1
+            guard count <= mostOBUs else { return .malformed }
+            guard !cut else { return .cutShort }
             if type == 1 {
-                guard let frame = sequenceHeader(Array(obus[at..<at + size])) else { return .malformed }
+                guard let sequence = sequenceHeader(Array(obus[at..<at + size])) else { return .malformed }
+                last = sequence
+                let frame = sequence.largest
                 if largest.map({ ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels(frame.width, frame.height) }) ?? true {
                     largest = frame
                 }
@@ -259,32 +266,52 @@ struct AVIFCodedSize: Equatable {
         return nil
     }
 
-    /// The largest frame a sequence header OBU's payload allows.
-    private static func sequenceHeader(_ payload: [UInt8]) -> (width: Int, height: Int)? {
+    /// What a sequence header OBU says that sizes a frame: the largest frame it allows, and what the frame header's
+    /// fields up to its own size depend on (AV1, sections 5.5 and 5.9).
+    struct SequenceHeader {
+        var largest: (width: Int, height: Int) = (0, 0)
+        var reduced = false
+        var widthBits = 0, heightBits = 0
+        var decoderModel = false, equalIntervals = false, presentationTimeBits = 0
+        var frameIDBits: Int?
+        /// 0, 1, or 2 for "the frame says".
+        var screenContentTools = 2, integerMV = 2
+        var orderHintBits = 0
+
+        /// The largest frame any frame under this header can have, whatever its own fields say.
+        var widest: (width: Int, height: Int) { (1 << widthBits, 1 << heightBits) }
+    }
+
+    /// A sequence header OBU's payload.
+    static func sequenceHeader(_ payload: [UInt8]) -> SequenceHeader? {
         var bits = BitReader(payload)
+        var header = SequenceHeader()
         guard bits.skip(4), let reduced = bits.read(1) else { return nil }  // seq_profile, still_picture
-        if reduced == 1 {
+        header.reduced = reduced == 1
+        if header.reduced {
             guard bits.skip(5) else { return nil }  // seq_level_idx[0]
         } else {
             guard let timing = bits.read(1) else { return nil }
-            var decoderModel: UInt64 = 0, bufferDelayLength = 0
+            var bufferDelayLength = 0
             if timing == 1 {
                 guard bits.skip(64), let equalIntervals = bits.read(1) else { return nil }
-                if equalIntervals == 1 {
+                header.equalIntervals = equalIntervals == 1
+                if header.equalIntervals {
                     guard bits.skipUVLC() else { return nil }  // num_ticks_per_picture_minus_1
                 }
                 guard let model = bits.read(1) else { return nil }
-                decoderModel = model
-                if model == 1 {
-                    guard let delay = bits.read(5), bits.skip(32 + 5 + 5) else { return nil }
+                header.decoderModel = model == 1
+                if header.decoderModel {
+                    guard let delay = bits.read(5), bits.skip(32 + 5), let presentation = bits.read(5) else { return nil }
                     bufferDelayLength = Int(delay) + 1
+                    header.presentationTimeBits = Int(presentation) + 1
                 }
             }
             guard let initialDelay = bits.read(1), let points = bits.read(5) else { return nil }
             for _ in 0...points {
                 guard bits.skip(12), let level = bits.read(5) else { return nil }
                 if level > 7 { guard bits.skip(1) else { return nil } }  // seq_tier
-                if decoderModel == 1 {
+                if header.decoderModel {
                     guard let present = bits.read(1) else { return nil }
                     if present == 1 { guard bits.skip(2 * bufferDelayLength + 1) else { return nil } }
                 }
@@ -296,6 +323,81 @@ struct AVIFCodedSize: Equatable {
         }
         guard let widthBits = bits.read(4), let heightBits = bits.read(4),
               let width = bits.read(Int(widthBits) + 1), let height = bits.read(Int(heightBits) + 1) else { return nil }
+        (header.widthBits, header.heightBits) = (Int(widthBits) + 1, Int(heightBits) + 1)
+        header.largest = (Int(width) + 1, Int(height) + 1)
+        guard !header.reduced else { return header }
+        guard let frameIDs = bits.read(1) else { return nil }
+        if frameIDs == 1 {
+            guard let delta = bits.read(4), let additional = bits.read(3) else { return nil }
+            header.frameIDBits = Int(additional) + Int(delta) + 3
+        }
+        // 128×128 superblocks, filter intra, intra edge filter, interintra and masked compound, warped motion,
+        // dual filter.
+        guard bits.skip(7), let orderHint = bits.read(1) else { return nil }
+        if orderHint == 1 { guard bits.skip(2) else { return nil } }  // jnt_comp, ref_frame_mvs
+        guard let chooseTools = bits.read(1) else { return nil }
+        if chooseTools == 0 {
+            guard let tools = bits.read(1) else { return nil }
+            header.screenContentTools = Int(tools)
+        }
+        if header.screenContentTools > 0 {
+            guard let chooseMV = bits.read(1) else { return nil }
+            if chooseMV == 0 {
+                guard let mv = bits.read(1) else { return nil }
+                header.integerMV = Int(mv)
+            }
+        }
+        if orderHint == 1 {
+            guard let hintBits = bits.read(3) else { return nil }
+            header.orderHintBits = Int(hintBits) + 1
+        }
+        return header
+    }
+
+    /// The size a frame header gives its frame (AV1, section 5.9.2, up to `frame_size()`), under `sequence`: its
+    /// own when it overrides the sequence's (a decoder does not hold it to the sequence's largest), else the
+    /// sequence's; where the fields up to it take a path not read here, the most the field widths allow. nil when
+    /// the header ends first.
+    static func frameSize(_ header: [UInt8], under sequence: SequenceHeader) -> (width: Int, height: Int)? {
+        guard !sequence.reduced else { return sequence.largest }  // no override
+        var bits = BitReader(header)
+        guard let showExisting = bits.read(1) else { return nil }
+        guard showExisting == 0, let type = bits.read(2), let show = bits.read(1) else { return sequence.widest }
+        if show == 1, sequence.decoderModel, !sequence.equalIntervals {
+            guard bits.skip(sequence.presentationTimeBits) else { return nil }
+        }
+        if show == 0 { guard bits.skip(1) else { return nil } }  // showable_frame
+        let intra = type == 0 || type == 2  // key or intra-only
+        var errorResilient: UInt64 = 1
+        if !(type == 3 || (type == 0 && show == 1)) {
+            guard let resilient = bits.read(1) else { return nil }
+            errorResilient = resilient
+        }
+        guard bits.skip(1) else { return nil }  // disable_cdf_update
+        var screenContentTools = UInt64(sequence.screenContentTools)
+        if sequence.screenContentTools == 2 {
+            guard let tools = bits.read(1) else { return nil }
+            screenContentTools = tools
+        }
+        if screenContentTools == 1, sequence.integerMV == 2 { guard bits.skip(1) else { return nil } }  // force_integer_mv
+        if let idBits = sequence.frameIDBits { guard bits.skip(idBits) else { return nil } }
+        var override: UInt64 = 1
+        if type != 3 {
+            guard let flag = bits.read(1) else { return nil }
+            override = flag
+        }
+        guard override == 1 else { return sequence.largest }
+        guard intra, !sequence.decoderModel else { return sequence.widest }  // reference frames, buffer removal times
+        guard bits.skip(sequence.orderHintBits) else { return nil }  // order_hint; primary_ref_frame: none when intra
+        var refresh: UInt64 = 0xFF
+        if !(type == 0 && show == 1) {
+            guard let flags = bits.read(8) else { return nil }
+            refresh = flags
+        }
+        if refresh != 0xFF, errorResilient == 1, sequence.orderHintBits > 0 {
+            guard bits.skip(8 * sequence.orderHintBits) else { return nil }
+        }
+        guard let width = bits.read(sequence.widthBits), let height = bits.read(sequence.heightBits) else { return nil }
         return (Int(width) + 1, Int(height) + 1)
     }
 }
