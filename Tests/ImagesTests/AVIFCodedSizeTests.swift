@@ -92,6 +92,14 @@ import Testing
         #expect(AVIFCodedSize.largestFrame(small64 + frame)! == (64, 64))
         #expect(AVIFCodedSize.largestFrame(small64 + override)! == (2_304, 2_304))
         #expect(AVIFCodedSize.largestFrame(small64 + Array(override.prefix(3))) == nil, "the frame header cut: read more")
+        // adv53: a decoy frame first, then the real one. A frame not shown is not the picture: the most the 16-bit
+        // size fields allow counts; an OBU with layer ids (an extension header) is not read at all.
+        let hidden = obu([(0, 1), (0, 2), (0, 1), (0, 8)], type: 6)
+        #expect(AVIFCodedSize.largestFrame(small64 + hidden + override)! == (65_536, 65_536))
+        let layered = [UInt8(6 << 3 | 4 | 2), 0x08] + Array(frame.dropFirst(2))  // the frame with a temporal layer id
+        #expect(AVIFCodedSize.scanFrames(small64 + layered + override) == .layered)
+        let redundant = obu([(0, 1), (0, 2), (1, 1), (0, 1), (0, 1), (1, 1), (2_303, 16), (2_303, 16)], type: 7)
+        #expect(AVIFCodedSize.largestFrame(small64 + redundant + frame)! == (2_304, 2_304), "a redundant frame header first")
         #expect(AVIFCodedSize.largestFrame(Array(reduced.dropLast(2))) == nil)
         #expect(AVIFCodedSize.largestFrame(frame + reduced + frame) == nil)
         #expect(AVIFCodedSize.largestFrame(obu([], type: 2) + reduced + frame)! == (16_384, 8_192))  // a temporal delimiter first

@@ -72,8 +72,11 @@ struct AVIFCodedSize: Equatable {
                                                + "up to their first frames"))
                 }
                 switch scanFrames(bytes) {
-                case .found(let size): frame = size
+                case .found(let width, let height): frame = (width, height)
                 case .cutShort where bytes.count == reach && reach < obuReach: reach = min(reach * 4, obuReach)
+                case .layered:
+                    return .failure(.malformed("the AVIF's AV1 image has layers (OBU extension headers): which frame a "
+                                               + "decoder takes is not read"))
                 default:
                     return .failure(.malformed("the AVIF's AV1 image has no sequence header before its first frame "
                                                + "(within \(obuReach / 1024) KiB and \(mostOBUs) OBUs)"))
@@ -204,7 +207,7 @@ struct AVIFCodedSize: Equatable {
     /// `max_frame_width_minus_1`, `max_frame_height_minus_1`; a decoder takes the last before its frame, so the
     /// largest of them counts); nil when there is none, or no frame follows within `obus`.
     static func largestFrame(_ obus: [UInt8]) -> (width: Int, height: Int)? {
-        if case .found(let size) = scanFrames(obus) { return size }
+        if case .found(let width, let height) = scanFrames(obus) { return (width, height) }
         return nil
     }
 
@@ -215,6 +218,9 @@ struct AVIFCodedSize: Equatable {
         case found(width: Int, height: Int)
         case cutShort
         case malformed
+        /// An OBU with an extension header (temporal and spatial layer ids): a decoder drops the OBUs of layers its
+        /// operating point does not take, so the frame it decodes may not be the first one read here.
+        case layered
     }
 
     static func scanFrames(_ obus: [UInt8]) -> FrameScan {
@@ -222,8 +228,9 @@ struct AVIFCodedSize: Equatable {
         var largest: (width: Int, height: Int)?, last: SequenceHeader?
         while at < obus.count {
             let header = obus[at]
-            let type = header >> 3 & 15, hasExtension = header & 4 != 0, hasSize = header & 2 != 0
-            at += hasExtension ? 2 : 1
+            let type = header >> 3 & 15, hasSize = header & 2 != 0
+            guard header & 4 == 0 else { return .layered }
+            at += 1
             var size = obus.count - at, cut = false
             if hasSize {
                 guard let (value, length) = leb128(obus, at) else { return .cutShort }
@@ -232,7 +239,7 @@ struct AVIFCodedSize: Equatable {
                 (size, cut) = (Int(clamping: min(value, left)), value > left)
             }
             guard at <= obus.count else { return .cutShort }
-            if type == 3 || type == 6 {  // a frame header, or a frame: its header says its size
+            if [3, 6, 7].contains(type) {  // a frame header (or a redundant one), or a frame: its header says its size
                 guard let last, let sized = largest else { return .malformed }
                 guard let frame = frameSize(Array(obus[at..<at + size]), under: last) else { return .cutShort }
                 let bigger = ImageInfo.pixels(frame.width, frame.height) > ImageInfo.pixels(sized.width, sized.height)
@@ -356,24 +363,19 @@ struct AVIFCodedSize: Equatable {
 
     /// The size a frame header gives its frame (AV1, section 5.9.2, up to `frame_size()`), under `sequence`: its
     /// own when it overrides the sequence's (a decoder does not hold it to the sequence's largest), else the
-    /// sequence's; where the fields up to it take a path not read here, the most the field widths allow. nil when
+    /// sequence's. Only a shown key frame is read: for another (an existing frame shown again, a frame not shown,
+    /// which another follows) and where buffer removal times come first, the most the size fields allow. nil when
     /// the header ends first.
     static func frameSize(_ header: [UInt8], under sequence: SequenceHeader) -> (width: Int, height: Int)? {
-        guard !sequence.reduced else { return sequence.largest }  // no override
+        guard !sequence.reduced else { return sequence.largest }  // a still picture's: no override
         var bits = BitReader(header)
-        guard let showExisting = bits.read(1) else { return nil }
-        guard showExisting == 0, let type = bits.read(2), let show = bits.read(1) else { return sequence.widest }
-        if show == 1, sequence.decoderModel, !sequence.equalIntervals {
-            guard bits.skip(sequence.presentationTimeBits) else { return nil }
+        guard let showExisting = bits.read(1), let type = bits.read(2), let show = bits.read(1) else { return nil }
+        guard showExisting == 0, type == 0, show == 1 else { return sequence.widest }
+        if sequence.decoderModel, !sequence.equalIntervals {
+            guard bits.skip(sequence.presentationTimeBits) else { return nil }  // temporal_point_info
         }
-        if show == 0 { guard bits.skip(1) else { return nil } }  // showable_frame
-        let intra = type == 0 || type == 2  // key or intra-only
-        var errorResilient: UInt64 = 1
-        if !(type == 3 || (type == 0 && show == 1)) {
-            guard let resilient = bits.read(1) else { return nil }
-            errorResilient = resilient
-        }
-        guard bits.skip(1) else { return nil }  // disable_cdf_update
+        // error_resilient_mode is 1 for a shown key frame; disable_cdf_update.
+        guard bits.skip(1) else { return nil }
         var screenContentTools = UInt64(sequence.screenContentTools)
         if sequence.screenContentTools == 2 {
             guard let tools = bits.read(1) else { return nil }
@@ -381,23 +383,12 @@ struct AVIFCodedSize: Equatable {
         }
         if screenContentTools == 1, sequence.integerMV == 2 { guard bits.skip(1) else { return nil } }  // force_integer_mv
         if let idBits = sequence.frameIDBits { guard bits.skip(idBits) else { return nil } }
-        var override: UInt64 = 1
-        if type != 3 {
-            guard let flag = bits.read(1) else { return nil }
-            override = flag
-        }
+        guard let override = bits.read(1) else { return nil }
         guard override == 1 else { return sequence.largest }
-        guard intra, !sequence.decoderModel else { return sequence.widest }  // reference frames, buffer removal times
-        guard bits.skip(sequence.orderHintBits) else { return nil }  // order_hint; primary_ref_frame: none when intra
-        var refresh: UInt64 = 0xFF
-        if !(type == 0 && show == 1) {
-            guard let flags = bits.read(8) else { return nil }
-            refresh = flags
-        }
-        if refresh != 0xFF, errorResilient == 1, sequence.orderHintBits > 0 {
-            guard bits.skip(8 * sequence.orderHintBits) else { return nil }
-        }
-        guard let width = bits.read(sequence.widthBits), let height = bits.read(sequence.heightBits) else { return nil }
+        guard !sequence.decoderModel else { return sequence.widest }  // buffer removal times come first
+        // order_hint; then no primary_ref_frame (intra), and refresh_frame_flags is all for a shown key frame.
+        guard bits.skip(sequence.orderHintBits), let width = bits.read(sequence.widthBits),
+              let height = bits.read(sequence.heightBits) else { return nil }
         return (Int(width) + 1, Int(height) + 1)
     }
 }
