@@ -45,8 +45,6 @@ final class Daemon {
     private var writeAheadLogCheckDue = false
     /// `queue` requests of this turn, committed together at its end.
     private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool, summary: Bool)] = []
-    /// The URLs of `queueBatch`.
-    private var queueBatchURLs = 0
     /// A turn takes no more request lines once its `queue`s hold this many URLs (about 5 ms of work to commit), so
     /// that another client's request waits a short turn: 200 pipelined lines of 2,400 URLs held a cache hit 113 ms.
     private static let queuedURLsPerTurn = 1_024
@@ -158,7 +156,9 @@ final class Daemon {
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
         clients.settleRequests = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
-        clients.turnIsFull = { [unowned self] in self.queueBatchURLs >= Self.queuedURLsPerTurn }
+        clients.turnIsFull = { [unowned self] in
+            self.queueBatch.reduce(0) { $0 + $1.urls.count } >= Self.queuedURLsPerTurn
+        }
     }
 
     /// Binds the socket and serves until SIGTERM or SIGINT, or until a call finds the index damaged: then it returns
@@ -429,9 +429,7 @@ final class Daemon {
         case .get(let text, let variant, let offline, let staleAllowance):
             get(text, variant: variant, offline: offline, staleAllowance: staleAllowance, id: id, connection: connection,
                 now: now)
-        case .queue(let urls, let urgent, let summary):
-            queueBatch.append((connection, id, urls, urgent, summary))
-            queueBatchURLs += urls.count
+        case .queue(let urls, let urgent, let summary): queueBatch.append((connection, id, urls, urgent, summary))
         case .evictAll: evictAll(id, connection)
         case .view(let change): view(change, id: id, connection: connection, now: now)
         case .change(let op, let urls, let summary): change(op, urls, summary: summary, id, connection, now: now)
@@ -707,7 +705,6 @@ final class Daemon {
         guard !queueBatch.isEmpty else { return }
         let batch = queueBatch
         queueBatch.removeAll()
-        queueBatchURLs = 0
         // An acknowledgment written into an index no path names any more would be lost at the next start.
         if let gone = store.removedBehindOurBack() {
             for request in batch {

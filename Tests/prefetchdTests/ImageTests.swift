@@ -85,14 +85,21 @@ struct ImageTests {
         #expect(daemon.ctl("get", "--size", "32x32", origin.url("/small.png")).status == 0, "the daemon keeps serving")
     }
 
-    @Test("a variant of a new body gets a new path, and the old variant's file is deleted, not written over (the path was the key's and the spec's only: a client holding it got the new picture)")
-    func variantPathFollowsTheBody() throws {
+    /// A picture an origin serves (fresh for a second) that the test may change, and a daemon: the directory (kept
+    /// while the test holds it), the picture's file, the origin, the daemon and the picture's URL.
+    func changingPicture(size: String, _ picture: String) throws
+        -> (TemporaryDirectory, String, Origin, DaemonUnderTest, String) {
         let root = try TemporaryDirectory()
         let path = root.path + "/changing.png"
-        #expect(writePicture(path, size: "300x200", "xc:teal"))
+        #expect(writePicture(path, size: size, picture))
         let origin = try Origin(root: root.path)
-        let daemon = try DaemonUnderTest()
-        let url = origin.url("/changing.png?cc=max-age=1")
+        return (root, path, origin, try DaemonUnderTest(), origin.url("/changing.png?cc=max-age=1"))
+    }
+
+    @Test("a variant of a new body gets a new path, and the old variant's file is deleted, not written over (the path was the key's and the spec's only: a client holding it got the new picture)")
+    func variantPathFollowsTheBody() throws {
+        let (root, path, origin, daemon, url) = try changingPicture(size: "300x200", "xc:teal")
+        defer { withExtendedLifetime(root) {} }
         let first = try entry(daemon.ctl("get", "--json", "--size", "64x64", url))
         let firstPath = try #require(first["path"] as? String)
         Thread.sleep(forTimeInterval: 1.2)  // stale now: a plain get fetches it again
@@ -105,12 +112,8 @@ struct ImageTests {
 
     @Test("a variant decoded from the old body while a new body came is made again from the new one (one of the old was kept and served)")
     func variantOfReplacedOriginal() throws {
-        let root = try TemporaryDirectory()
-        let path = root.path + "/changing.png"
-        #expect(writePicture(path, size: "6000x6000", "gradient:navy-gold"))
-        let origin = try Origin(root: root.path)
-        let daemon = try DaemonUnderTest()
-        let url = origin.url("/changing.png?cc=max-age=1")
+        let (root, path, origin, daemon, url) = try changingPicture(size: "6000x6000", "gradient:navy-gold")
+        defer { withExtendedLifetime(root) {} }
         #expect(daemon.ctl("get", url).status == 0)
         Thread.sleep(forTimeInterval: 1.2)  // stale now: a plain get fetches it again
         let connection = try RawConnection(socket: daemon.socket)

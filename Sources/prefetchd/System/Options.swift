@@ -405,8 +405,7 @@ struct Options {
 
         var options = Options(environment: environment)
         options.arguments = arguments
-        /// Where each setting was given, when it was: a file's `FILE:LINE`, or nil for a flag (which wins).
-        var given: [String: String?] = [:]
+        var given: [String: Given] = [:]
         if configPath == nil { configPath = defaultConfig(environment: environment) }
         if let configPath {
             let file = try ConfigFile(path: configPath)
@@ -425,7 +424,7 @@ struct Options {
                 } catch {
                     throw DaemonError("\(location): \(entry.key): \(error.message)")
                 }
-                given[setting.key] = location
+                given[setting.key] = .file(line: location)
             }
             options.configPath = configPath
         }
@@ -438,7 +437,7 @@ struct Options {
             } catch {
                 throw DaemonError("\(flag): \(error.message)")
             }
-            given[setting.key] = .some(nil)
+            given[setting.key] = .flag
         }
         try options.checkMetricsTextfile()
         try options.checkPrintable(given: given)
@@ -490,7 +489,10 @@ struct Options {
     /// character cuts it short (a value from the environment, as `$CACHE_DIRECTORY`, skipped the flags' and the file's
     /// check); U+FFFD is what bytes that are not UTF-8 became on the command line or in the environment, so the value
     /// would name another file; and the file's quotes have no escape, so a value that needs them cannot hold a quote.
-    private func checkPrintable(given: [String: String?]) throws {
+    /// Where a setting was given: on a line of the configuration file (`FILE:LINE`), or by a flag (which wins).
+    private enum Given { case file(line: String), flag }
+
+    private func checkPrintable(given: [String: Given]) throws {
         func problem(_ value: String, quoted: Bool = true) -> String? {
             if ConfigFile.hasControlCharacter(value) { return "holds a control character" }
             if value.unicodeScalars.contains("\u{FFFD}") {
@@ -510,9 +512,9 @@ struct Options {
             let shown = setting.printable(ConfigFile.visible(value))
             // A value given in the file is named by its line; where none was given, by where the default came from.
             let (location, origin) = switch given[setting.key] {
-            case .some(.some(let line)): ("\(line): ", "")
-            case .some(.none): ("", "")
-            case .none: ("", defaults[setting.key] ?? "")
+            case .file(let line)?: ("\(line): ", "")
+            case .flag?: ("", "")
+            case nil: ("", defaults[setting.key] ?? "")
             }
             throw DaemonError("\(location)\(setting.key): '\(shown)' \(problem)\(origin): set \(setting.key) "
                               + "(or \(setting.flag)) to another value")
