@@ -458,8 +458,7 @@ public struct Scheduler: Sendable {
         if task.promotionPending { return withdrawPromotion(key, into: &actions) }
         guard task.lane == .fast else { return false }
         switch task.state {
-        case .waiting where configuration.slowWaitingKept.map { counts.slowWaiting >= $0 } == true
-                && task.waiters.isEmpty && !task.parked && !task.tentative && holds[key] == nil:
+        case .waiting where leavesMemory(task):
             // `queue --now` then `demote` of 200,000 URLs held them all in memory (240 MB).
             remove(key, answering: .cancelled, into: &actions, as: Action.toBacklog)
         case .waiting:
@@ -485,6 +484,13 @@ public struct Scheduler: Sendable {
             tasks[key]!.lane = .slow
         }
         return true
+    }
+
+    /// Whether a waiting fast task that becomes background work leaves memory for the durable queue (`toBacklog`):
+    /// nobody waits for it, it is not parked, tentative or held, and `slowWaitingKept` tasks wait in the slow lane.
+    private func leavesMemory(_ task: Task) -> Bool {
+        configuration.slowWaitingKept.map { counts.slowWaiting >= $0 } == true
+            && task.waiters.isEmpty && !task.parked && !task.tentative && holds[task.key] == nil
     }
 
     /// A running task's response began. One that lingers (the slow lane is full, or it would have taken a place
@@ -1314,8 +1320,8 @@ public struct Scheduler: Sendable {
     }
 
     /// When a host is paused, nobody waits out the pause: the waiters of its tasks that are not running get
-    /// `host_paused`, and its urgent tasks become background work (first in the slow lane), so they do not hold the
-    /// slow lane either.
+    /// `host_paused`, and its urgent tasks become background work, first in the slow lane (or, past
+    /// `slowWaitingKept`, in the durable queue, as a `demote` would), so they do not hold the fast lane.
     private mutating func failFast(onHost host: String, until: Moment, now: Moment, into actions: inout [Action]) {
         let failure = Self.hostPaused(host, until: until, now: now)
         for key in tasks.keys.sorted() {
@@ -1326,6 +1332,12 @@ public struct Scheduler: Sendable {
             }
             task.waiters = []
             task.abandoned = false
+            if task.lane == .fast, task.state == .waiting, leavesMemory(task) {
+                // 99,500 URLs of `queue --now` lines on a host that paused again and again all stayed (158 MB).
+                tasks[key] = task
+                remove(key, answering: .cancelled, into: &actions, as: Action.toBacklog)
+                continue
+            }
             if task.lane == .fast, task.state == .waiting {
                 counts.fastWaiting -= 1
                 counts.slowWaiting += 1

@@ -120,6 +120,32 @@ struct CircuitBreakerTests {
         #expect(parked.lane == .slow && parked.waiters.isEmpty)
     }
 
+    @Test("urgent work a pause sends to the background stays in memory up to slowWaitingKept, the rest goes to the durable queue (queue --now lines on a host that paused again and again held 99,500 URLs, 158 MB)")
+    func pauseKeepsTheSlowLaneBound() throws {
+        let retry = RetryPolicy(maxAttempts: 1, baseDelay: 100, maxDelay: 100, retryAfterCap: 1_000, negativeTTL: 1_000)
+        var s = Scheduler(configuration: .init(fastWidth: 2, retry: retry, hostFailureThreshold: 2, hostPause: 5_000,
+                                               slowWaitingKept: 3), seed: 1)
+        let urls = (11...20).map { url("http://a.example/\($0)") }
+        for u in urls {
+            _ = s.queue(u, cache: .missing, now: t(0))
+            _ = s.promote(u.key, now: t(0))
+        }
+        #expect(s.counts.fastRunning == 2 && s.counts.fastWaiting == 8)
+        _ = s.finish(urls[0].key, .failure(Self.network), now: t(10))
+        #expect(s.task(urls[2].key)?.state == .running)
+        _ = s.get(url("http://a.example/30"), waiter: w(1, 1), cache: .missing, now: t(15))
+        let actions = s.finish(urls[1].key, .failure(Self.network), now: t(20))
+        #expect(actions.contains(.pauseHost(host: "a.example", until: t(5_020))))
+        let left = actions.compactMap { action -> String? in if case .toBacklog(let key) = action { key } else { nil } }
+        // In key order: 14, 15 and 16 fill the slow lane to its bound; the rest leave memory, the get's task too once
+        // its waiter has its answer.
+        #expect(left == urls[6...].map(\.key) + ["http://a.example/30"], "\(actions)")
+        #expect(actions.contains(.answer(w(1, 1), .failed(Scheduler.hostPaused("a.example", until: t(5_020), now: t(20))))))
+        #expect(s.counts.slowWaiting == 3 && s.counts.fastWaiting == 0)
+        #expect(urls[3...5].allSatisfy { s.task($0.key)?.lane == .slow && s.task($0.key)?.state == .waiting })
+        #expect(s.task(urls[2].key)?.state == .running, "what runs goes on")
+    }
+
     @Test("a success in between resets the count; permanent failures do not count")
     func resets() {
         var s = breaker()

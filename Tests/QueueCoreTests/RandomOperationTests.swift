@@ -188,6 +188,7 @@ enum Situation: String, CaseIterable {
     case preemptibleSteppedAside = "a preemptible task stepped aside when room past a slice freed"
     case urgentSteppedAside = "a fast task held its place for urgentSlice and stepped aside"
     case demotedToBacklog = "demoted while waiting with slowWaitingKept tasks waiting in the slow lane: to the durable queue"
+    case pausedToBacklog = "urgent and waiting when its host paused, slowWaitingKept tasks waiting in the slow lane: to the durable queue"
     case urgentKeptPlace = "a fast task past its urgentSlice kept its place, preemptible: fastWidth others had stepped aside"
     case urgentPreempted = "a preemptible fast task yielded its place to urgent work not begun: parked"
     case startedBesideSteppedAside = "a fast task started in the place of one that stepped aside"
@@ -356,6 +357,9 @@ struct Runner {
     /// Tasks a disk_full delayed, until when; and those whose disk delay passed that have not started since.
     var diskDelayed: [String: Moment] = [:]
     var backFromDisk: Set<String> = []
+    /// While a fetch's end is processed: the tasks of its host that leave memory for the durable queue if that end
+    /// pauses the host (waiting in the fast lane, not parked, tentative or held; `Scheduler.failFast`).
+    var leaveMemoryOnPause: Set<String> = []
     var step = 0
     var currentOp: Op?
     /// Counted by hand (cheaper than summing `pending` every step).
@@ -675,6 +679,11 @@ struct Runner {
             let wasPromoted = ended.promotionPending
             let failuresBefore = failures(of: task.host)
             if failuresBefore == 0, hostFailures[task.host] != nil { coverage.note(.failuresForgotten) }
+            leaveMemoryOnPause = configuration.slowWaitingKept == nil ? [] : Set(scheduler.allTasks.filter {
+                $0.host == task.host && $0.state == .waiting && $0.lane == .fast && !parked.contains($0.key)
+                    && !tentative.contains($0.key) && holds[$0.key] == nil
+            }.map(\.key))
+            defer { leaveMemoryOnPause = [] }
             let actions = scheduler.finish(key, kind.outcome, now: now)
             var pauseHost: String?
             switch kind.outcome {
@@ -1210,9 +1219,13 @@ struct Runner {
                 }
 
             case .answer(let waiter, .failed(let failure)) where failure.code == .hostPaused:
-                guard let host = allowed.pauseHost, case .pending(let key)? = waiters[waiter],
-                      let task = scheduler.task(key), task.host == host, task.state != .running else {
+                guard let host = allowed.pauseHost, case .pending(let key)? = waiters[waiter] else {
                     throw fail("unexpected \(action)")
+                }
+                if let task = scheduler.task(key) {
+                    guard task.host == host, task.state != .running else { throw fail("unexpected \(action)") }
+                } else {
+                    guard leaveMemoryOnPause.contains(key) else { throw fail("unexpected \(action)") }
                 }
                 waiters[waiter] = .answered
                 pending[key]?.remove(waiter)
@@ -1252,14 +1265,18 @@ struct Runner {
                 if diskDelayed.removeValue(forKey: key) != nil { coverage.note(.diskTaskRemoved) }
 
             case .toBacklog(let key):
-                guard allowed.toBacklog == key else { throw fail("unexpected \(action)") }
-                allowed.toBacklog = nil
+                if allowed.pauseHost != nil, leaveMemoryOnPause.contains(key) {
+                    coverage.note(.pausedToBacklog)
+                } else {
+                    guard allowed.toBacklog == key else { throw fail("unexpected \(action)") }
+                    allowed.toBacklog = nil
+                    coverage.note(.demotedToBacklog)
+                }
                 guard scheduler.task(key) == nil, running[key] == nil, pending[key, default: []].isEmpty else {
                     throw fail("\(action), but the task is \(String(describing: scheduler.task(key)))")
                 }
                 dropTask(key)
                 turns[key] = nil
-                coverage.note(.demotedToBacklog)
 
             case .letGo(let key):
                 parked.remove(key)
@@ -1988,7 +2005,9 @@ struct RandomOperationTests {
             // (LaneTests.disconnectLetsGoPastTheBound tests it directly); an abandoned task parked for urgent work on
             // its host at per_host: 18 times (LaneTests.abandonedGivesUpItsHost). Both were 5 and 21 before abandoned
             // tasks were demoted after a slice, which ends some of them first.
-            let rare: [Situation] = [.droppedParked, .retryNotWaitedFor, .parkedAbandonedLetGo]
+            // Urgent work a pause sent to the durable queue past slowWaitingKept: 10 times
+            // (CircuitBreakerTests.pauseKeepsTheSlowLaneBound tests it directly).
+            let rare: [Situation] = [.droppedParked, .retryNotWaitedFor, .parkedAbandonedLetGo, .pausedToBacklog]
             let floor = situation == .getOfRetryNotWaitedFor ? 1 : rare.contains(situation) ? 3
                 : situation == .abandonedYieldedHost ? 15 : 20
             #expect(count >= floor, "\(situation.rawValue) happened only \(count) times in 2,000 sequences")

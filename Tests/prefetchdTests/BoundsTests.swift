@@ -391,6 +391,20 @@ struct BoundsTests {
         #expect(counts.count == 4_200 && counts.values.allSatisfy { $0 == 1 }, "\(counts.count) fetched")
     }
 
+    @Test("urgent work without waiters that a host's pause sends to the background keeps 4,096 tasks in memory too: the rest waits in the durable queue, none lost (queue --now lines on a host that paused again and again held 99,500 tasks, 158 MB)")
+    func pausedUrgentWorkBeyondMemoryWaitsInTheBacklog() throws {
+        let port = try freePort()  // connection refused: five in a row pause the host
+        let daemon = try DaemonUnderTest()
+        let urls = (0..<4_300).map { "http://127.0.0.1:\(port)/paused/\($0).jpg" }
+        #expect(daemon.ctl("queue", "--now", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        #expect(waitUntil(seconds: 30) { (try? daemon.status())?.pausedHosts.isEmpty == false }, "the host was never paused")
+        let status = try daemon.status()
+        #expect(status.fast.waiting == 0 && status.slow.waiting <= 4_096 && status.backlog >= 4_300 - 4_096 - 16,
+                "\(status)")
+        let held = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
+        #expect(held + Int(status.backlog) == 4_300, "every URL is still queued: \(status)")
+    }
+
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")
     func viewURLBytesAreBounded() throws {
         let daemon = try DaemonUnderTest()
