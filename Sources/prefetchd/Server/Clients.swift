@@ -38,7 +38,7 @@ final class Clients {
     /// follows them.
     var settleRequests: () -> Void = {}
     /// Whether the requests taken this turn already hold a turn's worth of work left for its end (the `queue`s'
-    /// URLs): a client then keeps the rest of its lines for the next turn, as when its time runs out.
+    /// URLs): the clients then keep their lines for the next turn, as when their time runs out.
     var turnIsFull: () -> Bool = { false }
 
     private var listenFD: Int32 = -1
@@ -48,10 +48,12 @@ final class Clients {
     /// another daemon bound after it was deleted); nil for one systemd passed.
     private var bound: (path: String, file: FileIdentity?)?
     private var nextClientID: UInt64 = 0
+    /// Request lines handled so far (`Connection.lastServed`).
+    private var linesHandled: UInt64 = 0
     /// Connections with output to write at the end of the turn.
     private var dirty: Set<UInt64> = []
-    /// Connections with request lines read but not handled yet: their turn ran out (see `serveInput`); served on the
-    /// next turn.
+    /// Connections with request lines read but not handled yet: their time ran out or the turn was full (see
+    /// `serveInput`); served on the next turn, those served longest ago first.
     private var pendingInput: Set<UInt64> = [] {
         didSet { if !pendingInput.isEmpty { inputTimer.schedule(at: 0) } }
     }
@@ -85,10 +87,10 @@ final class Clients {
         outputBudget = options.outputBudget
         inputTimer = loop.makeTimer { [unowned self] in
             // Taken at once, so the timer is scheduled again only by a connection whose turn runs out again.
-            let ready = pendingInput
+            let ready = pendingInput.compactMap { connections[$0] }.sorted { $0.lastServed < $1.lastServed }
             pendingInput = []
             let share = min(Self.inputTimePerTurn, Self.pendingInputTimePerTurn / Int64(max(1, ready.count)))
-            for id in ready { if let connection = connections[id] { serveInput(connection, for: share) } }
+            for connection in ready where connections[connection.id] != nil { serveInput(connection, for: share) }
         }
         refusals = ThrottledWarning(loop: loop) {
             "refused \($0) more connections in the last second, for the same reasons or others"
@@ -266,17 +268,19 @@ final class Clients {
         serveInput(connection)
     }
 
-    /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` and
-    /// while the turn is not full (a line at least); what is left waits for the next turn. A client that does not read
-    /// its replies is not served until it does (`flushConnection` picks it up again).
+    /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` (a line
+    /// at least) and while the turn is not full; what is left waits for the next turn. A full turn takes no line, not
+    /// even one a client: ten clients each pipelining `queue` lines held another's request ten lines' commit. A client
+    /// that does not read its replies is not served until it does (`flushConnection` picks it up again).
     private func serveInput(_ connection: Connection, for microseconds: Int64 = inputTimePerTurn) {
         if abandoned[connection.id] != nil { return serveAbandoned(connection, for: microseconds) }
         let until = monotonicMicroseconds() + microseconds
         var handled = false
-        while !handled || (monotonicMicroseconds() < until && !turnIsFull()) {
+        while !turnIsFull() && (!handled || monotonicMicroseconds() < until) {
             guard !connection.isBackedUp else { return }
             switch connection.nextLine() {
             case .line(let text)?:
+                served(connection)
                 onLine(text, connection)
                 handled = true
                 if connection.closesAfterFlush || connections[connection.id] == nil { return }
@@ -305,6 +309,11 @@ final class Clients {
             }
         }
         pendingInput.insert(connection.id)
+    }
+
+    private func served(_ connection: Connection) {
+        linesHandled += 1
+        connection.lastServed = linesHandled
     }
 
     /// Over the input budget: the clients that have held an unfinished request line longest are closed until it fits
@@ -339,10 +348,11 @@ final class Clients {
         guard var budget = abandoned[connection.id] else { return }
         let until = monotonicMicroseconds() + microseconds
         var handled = false
-        while !handled || (monotonicMicroseconds() < until && !turnIsFull()) {
+        while !turnIsFull() && (!handled || monotonicMicroseconds() < until) {
             guard budget > 0, !connection.closesAfterFlush, connections[connection.id] != nil else { break }
             switch connection.nextLine() {
             case .line(let text)?:
+                served(connection)
                 onLine(text, connection)
                 handled = true
                 continue

@@ -70,6 +70,9 @@ final class Connection {
     private let inputLedger: Tally
     /// Requests and visible rows waiting, of all clients.
     private let waitLedger: Tally
+    /// When the client's requests were last served (`Clients`' count of lines handled): clients whose lines wait for
+    /// the next turn are served longest-waiting first.
+    var lastServed: UInt64 = 0
     /// Since when (monotonic ms) the client holds an unfinished request line: since that line's first bytes came,
     /// or the bytes that finished the line before it.
     private(set) var unfinishedSince: Int64?
