@@ -11,17 +11,52 @@ import Testing
         try ImageIntegrity.avifCodedSize(ImageFile(path))
     }
 
-    @Test("the committed AVIFs: one AV1 image, a 3×3 grid, and the three that lie in their ispe (a grid of 16×16 references to one 512×512 tile, a tile scaled up to 8192×8192, a 2000×2000 image) are sized as they decode")
+    @Test("the committed AVIFs: one AV1 image, a 3×3 grid, and the three that lie in their ispe (a grid of 16×16 references to one 512×512 tile, a tile scaled up to 8192×8192, a 2000×2000 image) are sized as they decode, each AV1 image's decoder counted")
     func fixturesAreSizedAsTheyDecode() throws {
-        #expect(try coded(Fixtures.path("halves.avif")) == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536)))
-        #expect(try coded(Fixtures.path("grid.avif")) == .success(AVIFCodedSize(width: 1_200, height: 900, decoded: 1_080_000)))
+        let decoder = AVIFCodedSize.decoderPixels
+        #expect(try coded(Fixtures.path("halves.avif"))
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536 + decoder)))
+        #expect(try coded(Fixtures.path("grid.avif"))
+                == .success(AVIFCodedSize(width: 1_200, height: 900, decoded: 1_080_000 + 9 * decoder)))
         #expect(try coded(Fixtures.path("grid-bomb.avif"))
-                == .success(AVIFCodedSize(width: 8_192, height: 8_192, decoded: 67_108_864)))
+                == .success(AVIFCodedSize(width: 8_192, height: 8_192, decoded: 67_108_864 + 256 * decoder)))
         // A 512×512 tile whose ispe says 8192×8192: libavif decodes it, then scales it to that (16384 took 1.6 GB).
         #expect(try coded(Fixtures.path("tile-upscale.avif"))
-                == .success(AVIFCodedSize(width: 512, height: 512, decoded: 512 * 512 + 8_192 * 8_192)))
-        #expect(try coded(Fixtures.path("lying-size.avif"))
-                == .success(AVIFCodedSize(width: 2_000, height: 2_000, decoded: 4_010_000)))  // and scaled to 100×100
+                == .success(AVIFCodedSize(width: 512, height: 512, decoded: 512 * 512 + 8_192 * 8_192 + decoder)))
+        #expect(try coded(Fixtures.path("lying-size.avif"))  // and scaled to 100×100
+                == .success(AVIFCodedSize(width: 2_000, height: 2_000, decoded: 4_010_000 + decoder)))
+        #expect(try coded(Fixtures.path("tile-swarm.avif"))
+                == .success(AVIFCodedSize(width: 2_048, height: 2_048, decoded: 1_024 * (4_096 + decoder))))
+    }
+
+    @Test("a grid of many small tiles is sized by its decoders too: 32×32 tiles of 64×64 make 2048×2048 but take 460 MB to decode (127×127 of 8×8 kept as 1016×1016 took 6.4 GB and 13 s): pixel_limit; tiles smaller than 64×64 are no image (libavif refuses them after decoding them all)")
+    func manyTilesCountTheirDecoders() throws {
+        #expect(ImageInspector.inspect(Fixtures.path("tile-swarm.avif"), policy: policy).code == .pixelLimit)
+        var large = policy
+        large.maxPixels = 200_000_000
+        #expect(ImageInspector.inspect(Fixtures.path("tile-swarm.avif"), policy: large)
+                == .image(ImageInfo(format: "avif", width: 2_048, height: 2_048)))
+        guard case .failure(.malformed(let problem))? = try coded(Fixtures.path("small-tiles.avif")) else {
+            Issue.record("small tiles: \(String(describing: try coded(Fixtures.path("small-tiles.avif"))))")
+            return
+        }
+        #expect(problem.contains("8x8: smaller than 64x64"), "\(problem)")
+        #expect(ImageInspector.inspect(Fixtures.path("small-tiles.avif"), policy: policy).code == .notAnImage)
+    }
+
+    @Test("a grid libavif refuses once every tile is decoded is refused before: tiles of different sizes, tiles that do not cover the output, a last column or row wholly outside it")
+    func gridsLibavifRefuses() {
+        func refusal(_ tiles: [(width: Int, height: Int)], columns: Int, rows: Int, _ width: Int, _ height: Int) -> String? {
+            AVIFCodedSize.gridRefusal(tile: tiles[0], of: tiles, columns: columns, rows: rows, width: width, height: height)
+        }
+        let tile = (width: 512, height: 512)
+        #expect(refusal(Array(repeating: tile, count: 4), columns: 2, rows: 2, 1_024, 1_024) == nil)
+        #expect(refusal(Array(repeating: tile, count: 4), columns: 2, rows: 2, 1_000, 600) == nil, "the output crops the last tiles")
+        #expect(refusal([tile, tile, tile, (512, 256)], columns: 2, rows: 2, 1_024, 1_024)?.contains("not all 512x512") == true)
+        #expect(refusal(Array(repeating: tile, count: 4), columns: 2, rows: 2, 1_025, 1_024)?.contains("does not fit") == true)
+        #expect(refusal(Array(repeating: tile, count: 4), columns: 2, rows: 2, 512, 1_024)?.contains("does not fit") == true,
+                "the last column wholly outside")
+        #expect(refusal([(64, 63)], columns: 1, rows: 1, 64, 63)?.contains("smaller than 64x64") == true)
     }
 
     @Test("a grid whose ispe says 100×100 but decodes 8192×8192 is refused with pixel_limit before anything is decoded (a 44.5 KB one of 16384×16384 was cached, and each variant decoded 268 Mpx: 2 GB); one within the limit keeps its real size")
@@ -115,7 +150,7 @@ import Testing
             z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
             return z ^ (z >> 31)
         }
-        for name in ["halves.avif", "grid.avif", "grid-bomb.avif", "tile-upscale.avif", "lying-size.avif"] {
+        for name in ["halves.avif", "grid.avif", "grid-bomb.avif", "tile-upscale.avif", "lying-size.avif", "small-tiles.avif"] {
             let file = Bytes.read(Fixtures.path(name))
             let meta = try #require(try ImageIntegrity.isoMetaBox(ImageFile(Fixtures.path(name))))
             for round in 0..<2_000 {
@@ -162,10 +197,12 @@ import Testing
                        + box("iprp", ipco + first + second))
         let read = { (offset: UInt64, count: Int) in Array(halves[Int(offset)..<min(Int(offset) + count, halves.count)]) }
         #expect(try AVIFCodedSize.of(meta: meta, read: read)
-                == .success(AVIFCodedSize(width: 4_096, height: 4_096, decoded: 48 * 32 + 4_096 * 4_096)))
+                == .success(AVIFCodedSize(width: 4_096, height: 4_096,
+                                          decoded: 48 * 32 + 4_096 * 4_096 + AVIFCodedSize.decoderPixels)))
         #expect(try AVIFCodedSize.of(meta: box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + iloc + iinf
                                                + box("iprp", ipco + first)), read: read)
-                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 48 * 32)), "the first alone")
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 48 * 32 + AVIFCodedSize.decoderPixels)),
+                "the first alone")
     }
 
     @Test("more than 64 OBUs before the first frame is no image (16,383 tiles of 64 KiB of tiny sequence headers took 11.6 s of CPU to check); a frame larger than what was read still ends the look")

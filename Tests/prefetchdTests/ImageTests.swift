@@ -39,7 +39,7 @@ struct ImageTests {
     @Test("broken and hostile bodies get their error codes; nothing is kept; the daemon keeps serving", arguments: [
         ("/truncated.jpg", "not_an_image"), ("/huge.png", "pixel_limit"), ("/page.jpg?html=1", "not_an_image"),
         ("/vector.svg", "format_not_allowed"), ("/empty.jpg", "not_an_image"), ("/scans.jpg", "not_an_image"),
-        ("/grid-bomb.avif", "pixel_limit"),
+        ("/grid-bomb.avif", "pixel_limit"), ("/tile-swarm.avif", "pixel_limit"), ("/small-tiles.avif", "not_an_image"),
     ])
     func rejected(path: String, code: String) throws {
         let daemon = try DaemonUnderTest()

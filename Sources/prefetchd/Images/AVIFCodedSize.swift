@@ -9,8 +9,9 @@ struct AVIFCodedSize: Equatable {
     let width: Int
     let height: Int
     /// The pixels of the pictures decoded to make it (and its auxiliary images: an alpha plane): each AV1 image's
-    /// largest frame, and the size its `ispe` says where that differs (libavif scales the frame to it); a grid's
-    /// tiles so. `max_pixels` bounds this as it bounds the size.
+    /// largest frame, and the size its `ispe` says where that differs (libavif scales the frame to it), and
+    /// `decoderPixels` for its decoder; a grid's tiles so. `max_pixels` bounds this as it bounds the size, and a
+    /// variant's job counts it.
     let decoded: Int64
 
     /// Why the coded size cannot be read where the decoder would need it.
@@ -84,9 +85,12 @@ struct AVIFCodedSize: Equatable {
             }
             guard let frame else { return .failure(.unreadable) }
             let framePixels = ImageInfo.pixels(frame.width, frame.height)
-            guard let declared = extents[item], declared != frame else { return .success((frame, framePixels)) }
+            guard let declared = extents[item], declared != frame else {
+                return .success((frame, framePixels.saturatingAdd(decoderPixels)))
+            }
             let declaredPixels = ImageInfo.pixels(declared.width, declared.height)
-            return .success((declaredPixels > framePixels ? declared : frame, framePixels.saturatingAdd(declaredPixels)))
+            return .success((declaredPixels > framePixels ? declared : frame,
+                             framePixels.saturatingAdd(declaredPixels).saturatingAdd(decoderPixels)))
         }
         /// What decoding the image `item` (AV1, or a grid of AV1 tiles) takes: its size and the pixels decoded.
         func image(_ item: UInt32) throws(SystemError) -> Result<AVIFCodedSize, Problem> {
@@ -106,15 +110,21 @@ struct AVIFCodedSize: Equatable {
                                            + "\(Int(descriptor[3]) + 1) its descriptor says"))
             }
             var decoded: Int64 = 0
-            var costs: [UInt32: Int64] = [:]  // a tile repeated is decoded again, read once
+            var costs: [UInt32: (size: (width: Int, height: Int), decoded: Int64)] = [:]  // a tile repeated is decoded again, read once
             for tile in tiles {
                 if costs[tile] == nil {
                     switch try av1(tile) {
-                    case .success(let tileCost): costs[tile] = tileCost.decoded
+                    case .success(let tileCost): costs[tile] = tileCost
                     case .failure(let problem): return .failure(problem)
                     }
                 }
-                decoded = decoded.saturatingAdd(costs[tile]!)
+                decoded = decoded.saturatingAdd(costs[tile]!.decoded)
+            }
+            let columns = Int(descriptor[3]) + 1, rows = Int(descriptor[2]) + 1
+            if let tile = tiles.first.flatMap({ costs[$0]?.size }),
+               let refusal = Self.gridRefusal(tile: tile, of: tiles.map { costs[$0]!.size }, columns: columns, rows: rows,
+                                              width: width, height: height) {
+                return .failure(.malformed(refusal))
             }
             return .success(AVIFCodedSize(width: width, height: height, decoded: decoded))
         }
@@ -135,6 +145,33 @@ struct AVIFCodedSize: Equatable {
             }
         }
         return .success(coded)
+    }
+
+    /// What an AV1 image's decoder counts for besides its pictures: libavif gives each image it decodes (each tile of a
+    /// grid, each time it is referenced) a dav1d decoder of its own, all alive until the grid is put together, of
+    /// about 400 KB (a 1.4 MB grid of 127×127 tiles of 8×8, kept as 1016×1016, took 6.4 GB and 13 s): counted as
+    /// 100,000 pixels, 4 bytes each.
+    static let decoderPixels: Int64 = 100_000
+
+    /// Why libavif refuses a grid once it has decoded every tile (MIAF, ISO/IEC 23000-22, 7.3.11.4.2; HEIF, ISO/IEC
+    /// 23008-12, 6.6.2.3.1): tiles smaller than 64×64, of different sizes, not covering the output, or a last column
+    /// or row wholly outside it. Refused before anything is decoded, it is no image; nil for a grid it puts together.
+    static func gridRefusal(tile: (width: Int, height: Int), of tiles: [(width: Int, height: Int)], columns: Int,
+                            rows: Int, width: Int, height: Int) -> String? {
+        if tile.width < 64 || tile.height < 64 {
+            return "the AVIF's grid tiles are \(tile.width)x\(tile.height): smaller than 64x64, which libavif refuses "
+                + "(MIAF) after decoding them all"
+        }
+        if tiles.contains(where: { $0 != tile }) {
+            return "the AVIF's grid tiles are not all \(tile.width)x\(tile.height), which libavif refuses after "
+                + "decoding them all"
+        }
+        if tile.width * columns < width || tile.height * rows < height || tile.width * (columns - 1) >= width
+            || tile.height * (rows - 1) >= height {
+            return "the AVIF's \(columns)x\(rows) grid of \(tile.width)x\(tile.height) tiles does not fit its "
+                + "\(width)x\(height) output, which libavif refuses after decoding every tile"
+        }
+        return nil
     }
 
     /// How far into an AV1 image's data its sequence headers are looked for, up to its first frame, and through how

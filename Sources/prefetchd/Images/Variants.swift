@@ -163,7 +163,8 @@ final class Variants {
     /// libjpeg keeps for the whole picture (in pixels of 4 bytes: a 7071×7071 one held 300 MB to make a 100×100
     /// thumbnail, counted as 0.8 Mpx). From the size the index recorded (`width`, `height`); an original of unknown
     /// size counts as the largest allowed. An animated WebP of 40 frames of 1100×1100 (48 Mpx) was counted as its
-    /// canvas, 1.2. Reads the original at `source`: on the `costs` thread.
+    /// canvas, 1.2; an AVIF grid of 127×127 tiles of 8×8 (6.4 GB) as its 1 Mpx. Reads the original at `source`: on the
+    /// `costs` thread.
     private static func pixels(width: Int?, height: Int?, format: String?, source: String, spec: VariantSpec,
                                maxPixels: Int64) -> Int64 {
         guard let width, let height, (1...Int(Int32.max)).contains(width),
@@ -188,6 +189,15 @@ final class Variants {
         case "gif":
             guard let first = try? ImageIntegrity.gifFirstFrame(ImageFile(source)) else { return maxPixels }
             decoded = Int64(max(width, first.width)).saturatingMultiply(Int64(max(height, first.height)))
+        case "avif":
+            // Every tile of a grid and its decoder, an alpha plane, a frame scaled to its ispe (AVIFCodedSize).
+            let coded: Result<AVIFCodedSize, AVIFCodedSize.Problem>?
+            do { coded = try ImageIntegrity.avifCodedSize(ImageFile(source)) } catch { return maxPixels }
+            switch coded {
+            case .success(let size)?: decoded = max(decoded, size.decoded)
+            case nil: break  // no AV1 image: the loader decodes none
+            case .failure?: return maxPixels
+            }
         default:
             break
         }
