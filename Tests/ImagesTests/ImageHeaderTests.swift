@@ -5,6 +5,22 @@ import Testing
     func parse(_ bytes: [UInt8]) -> ImageHeader { ImageHeader.parse(bytes[...]) }
     func parse(_ text: String) -> ImageHeader { parse(Array(text.utf8)) }
 
+    @Test("an AVIF's primary size is turned by its first irot property only, as libavif applies it (one of 180° then 90° was reported turned: 200×600 for a 600×200 picture)")
+    func firstRotationCounts() {
+        func box(_ type: String, _ body: [UInt8]) -> [UInt8] { Bytes.bigEndian(UInt32(8 + body.count)) + Array(type.utf8) + body }
+        func meta(rotations: [UInt8]) -> [UInt8] {
+            let ispe = box("ispe", [0, 0, 0, 0] + Bytes.bigEndian(UInt32(600)) + Bytes.bigEndian(UInt32(200)))
+            let ipco = box("ipco", ispe + rotations.flatMap { box("irot", [$0]) })
+            let indexes = (1...(1 + rotations.count)).map { UInt8($0) }
+            let ipma = box("ipma", [0, 0, 0, 0] + Bytes.bigEndian(UInt32(1)) + [0, 1, UInt8(indexes.count)] + indexes)
+            return box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + box("iprp", ipco + ipma))
+        }
+        #expect(ImageHeader.isoPrimarySize(meta(rotations: [])).map { [$0.width, $0.height] } == [600, 200])
+        #expect(ImageHeader.isoPrimarySize(meta(rotations: [1]))?.turned == true)
+        #expect(ImageHeader.isoPrimarySize(meta(rotations: [2, 1]))?.turned == false)
+        #expect(ImageHeader.isoPrimarySize(meta(rotations: [3, 2]))?.turned == true)
+    }
+
     @Test func readsExifOrientationInBothByteOrders() {
         for little in [false, true] {
             let segment = Bytes.exifSegment(orientation: 8, littleEndian: little)

@@ -266,7 +266,8 @@ struct ImageHeader: Equatable, Sendable {
         let extent = { isoExtent(b, $0) }
         let associated = primary.map { isoAssociations(b, properties, only: $0)[$0] ?? [] } ?? []
         let own = associated.compactMap { $0 >= 1 && $0 <= listed.count ? listed[$0 - 1] : nil }
-        let turned = own.contains { $0.type == "irot" && $0.body < $0.end && b[$0.body] & 1 == 1 }
+        // libavif applies the first `irot` it finds (a 600×200 picture with irot 180° then 90° decodes 600×200).
+        let turned = own.first { $0.type == "irot" }.map { $0.body < $0.end && b[$0.body] & 1 == 1 } ?? false
         if let size = own.lazy.compactMap(extent).first { return (size.0, size.1, turned) }
         let all = listed.compactMap(extent)
         guard let largest = all.max(by: { ImageInfo.pixels($0.0, $0.1) < ImageInfo.pixels($1.0, $1.1) }) else { return nil }
