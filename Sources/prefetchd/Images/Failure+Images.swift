@@ -21,15 +21,15 @@ extension Failure {
                        message: "\(width)x\(height) is \(count), over the limit of \(limit)", isTransient: false)
     }
 
-    /// An animation whose frames, each decoded onto a whole canvas of at least `Resizer.smallestFrameCost` pixels,
-    /// come to more than `limit` pixels.
     /// An AVIF whose coded data decode more than `limit` pixels, whatever size its `ispe` property `declared`.
     static func pixelLimit(_ coded: AVIFCodedSize, declared: ImageInfo, limit: Int64) -> Failure {
         Failure(code: .pixelLimit, message: "the AVIF decodes to \(coded.width)x\(coded.height) (\(coded.decoded) pixels of "
-                + "AV1 frames), whatever its header's \(declared.width)x\(declared.height) says: over the limit of \(limit)",
-                isTransient: false)
+                + "AV1 frames, \(AVIFCodedSize.decoderPixels) counted for each one's decoder), whatever its header's "
+                + "\(declared.width)x\(declared.height) says: over the limit of \(limit)", isTransient: false)
     }
 
+    /// An animation whose frames, each decoded onto a whole canvas of at least `Resizer.smallestFrameCost` pixels,
+    /// come to more than `limit` pixels.
     static func pixelLimit(frames: Int, width: Int, height: Int, limit: Int64) -> Failure {
         Failure(code: .pixelLimit, message: "the animation has \(frames) frames of \(width)x\(height), decoded "
                 + "one canvas each (counted as at least \(Resizer.smallestFrameCost) pixels): over the limit of "
