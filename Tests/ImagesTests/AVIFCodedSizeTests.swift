@@ -182,6 +182,77 @@ import Testing
         #expect(try AVIFCodedSize.of(meta: meta) { _, _ in [] } == .failure(.malformed("the AVIF lists more than 16384 items")))
     }
 
+    /// halves.avif's one AV1 image (48×32, its data at 282, 126 bytes) as item 1, with `iloc` and `iprp` as given.
+    func halvesMeta(iloc: [UInt8], iprp: [UInt8] = [], iref: [UInt8] = []) -> [UInt8] {
+        let iinf = box("iinf", [0, 0, 0, 0, 0, 1] + box("infe", [2, 0, 0, 0, 0, 1, 0, 0] + Array("av01".utf8) + [0]))
+        return box("meta", [0, 0, 0, 0] + box("pitm", [0, 0, 0, 0, 0, 1]) + iloc + iinf + iref + iprp)
+    }
+
+    func halvesData(offset: UInt64, count: Int) -> [UInt8] {
+        let halves = Bytes.read(Fixtures.path("halves.avif"))
+        return offset >= UInt64(halves.count) ? [] : Array(halves[Int(offset)..<min(Int(offset) + count, halves.count)])
+    }
+
+    @Test("ids named only in ipma or iref count against the 16,384 items (libavif makes an item of each, looked up through all the others: 200,000 in ipma took 28 s of a worker per variant)")
+    func idsAnywhereAreItems() throws {
+        let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
+        func ipma(_ ids: Range<UInt32>) -> [UInt8] {  // version 1: 4-byte ids, each with no property
+            box("iprp", box("ipco", []) + box("ipma", [1, 0, 0, 0] + Bytes.bigEndian(UInt32(ids.count))
+                                                + ids.flatMap { Bytes.bigEndian($0) + [0] }))
+        }
+        let many = AVIFCodedSize.Problem.malformed("the AVIF lists more than 16384 items")
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iprp: ipma(1..<16_384)), read: halvesData) != .failure(many))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iprp: ipma(1..<16_386)), read: halvesData) == .failure(many))
+        let thumbnails = (2..<16_386).flatMap { Bytes.bigEndian(UInt32($0)).suffix(2) }
+        let iref = box("iref", [0, 0, 0, 0] + box("thmb", [0, 1] + Bytes.bigEndian(UInt32(16_384)).suffix(2) + thumbnails))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iref: iref), read: halvesData) == .failure(many))
+    }
+
+    @Test("more than 16 property associations an item, all items together, is not an image (libavif copies each: 14,000 items of 255 took 307 MB)")
+    func associationsAreBounded() throws {
+        let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
+        let ispe = box("ispe", [0, 0, 0, 0] + Bytes.bigEndian(48) + Bytes.bigEndian(32))
+        func iprp(items: UInt32, each: Int) -> [UInt8] {
+            box("iprp", box("ipco", ispe) + box("ipma", [1, 0, 0, 0] + Bytes.bigEndian(items)
+                + (1...items).flatMap { Bytes.bigEndian($0) + [UInt8(each)] + [UInt8](repeating: 1, count: each) }))
+        }
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iprp: iprp(items: 4_096, each: 64)), read: halvesData)
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536 + AVIFCodedSize.decoderPixels)))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iprp: iprp(items: 4_097, each: 64)), read: halvesData)
+                == .failure(.malformed("the AVIF associates more than 262144 properties with its items")))
+    }
+
+    @Test("an AV1 image in several extents counts the copy libavif makes of it (tiles whose second extents shared one 1 MB blob: 1.05 MB took 1.49 GB); an extent of unknown length among several is not an image")
+    func mergedExtentsCount() throws {
+        func iloc(_ extents: [(UInt32, UInt32)]) -> [UInt8] {
+            box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, UInt8(extents.count)]
+                + extents.flatMap { Bytes.bigEndian($0.0) + Bytes.bigEndian($0.1) })
+        }
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc([(282, 126), (0, 4_000_000)])), read: halvesData)
+                == .success(AVIFCodedSize(width: 48, height: 32,
+                                          decoded: 1_536 + AVIFCodedSize.decoderPixels + 4_000_126 / 4)))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc([(282, 126), (0, 0)])), read: halvesData)
+                == .failure(.malformed("the AVIF's AV1 image has an extent of unknown length among several")))
+    }
+
+    @Test("colours libavif cannot turn into RGB are no image (its loader then kept each failed variant's picture: 130 MB a request): reserved, constant-luminance and ICtCp matrix coefficients, YCgCo in limited range, identity unless 4:4:4")
+    func coloursLibavifCannotConvert() {
+        func refusal(matrix: UInt16, fullRange: Bool = true, av1C third: UInt8? = nil) -> String? {
+            let colr = box("colr", Array("nclx".utf8) + [0, 1, 0, 13, UInt8(matrix >> 8), UInt8(matrix & 0xFF),
+                                                         fullRange ? 0x80 : 0])
+            let av1C = third.map { box("av1C", [0x81, 0, $0, 0]) } ?? []
+            let b = colr + av1C
+            let boxes = ImageHeader.isoBoxes(b, 0, b.count)
+            return AVIFCodedSize.colourRefusal(b, boxes.filter { $0.type == "colr" }, coding: boxes.filter { $0.type == "av1C" })
+        }
+        for matrix: UInt16 in [1, 2, 5, 6, 9, 12] { #expect(refusal(matrix: matrix) == nil, "\(matrix)") }
+        for matrix: UInt16 in [3, 10, 11, 13, 14, 15, 255] { #expect(refusal(matrix: matrix) != nil, "\(matrix)") }
+        #expect(refusal(matrix: 8) == nil && refusal(matrix: 8, fullRange: false) != nil)
+        #expect(refusal(matrix: 0, av1C: 0) == nil, "identity in 4:4:4")
+        #expect(refusal(matrix: 0, av1C: 0x0C) != nil && refusal(matrix: 0, av1C: 0x10) != nil, "4:2:0, monochrome")
+        #expect(refusal(matrix: 14)?.contains("matrix coefficients 14") == true)
+    }
+
     @Test("an ispe associated in a second ipma box counts (libavif reads one of each version: a tile's 16384x16384 there took 1.6 GB), the largest where several are")
     func everyAssociationCounts() throws {
         let halves = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282, 126 bytes: 48×32

@@ -215,6 +215,24 @@ import Testing
                                            format: "webp") == nil)
     }
 
+    @Test("an animated WebP whose frame runs past its canvas is not an image (libwebp refuses it: one was kept, and no variant could be made)")
+    func webpFramesWithinTheCanvas() throws {
+        let vp8 = Array(Bytes.read(Fixtures.path("halves.webp"))[12...])  // a VP8 chunk of 48x32
+        let le24 = { (value: Int) in [UInt8(value & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value >> 16)] }
+        func animation(frameAt x: Int, _ y: Int) -> String {
+            let vp8x = Array("VP8X".utf8) + [10, 0, 0, 0, 0x02, 0, 0, 0] + le24(99) + le24(99)
+            let anim = Array("ANIM".utf8) + [6, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            let frame = le24(x / 2) + le24(y / 2) + le24(47) + le24(31) + le24(100) + [0] + vp8
+            let anmf = Array("ANMF".utf8) + Bytes.bigEndian(UInt32(frame.count)).reversed() + frame
+            let body = Array("WEBP".utf8) + vp8x + anim + anmf
+            return scratch.write("frame-\(x)-\(y).webp", Array("RIFF".utf8) + Bytes.bigEndian(UInt32(body.count)).reversed() + body)
+        }
+        #expect(try ImageIntegrity.problem(ImageFile(animation(frameAt: 52, 68)), format: "webp") == nil)
+        let past = try ImageIntegrity.problem(ImageFile(animation(frameAt: 60, 0)), format: "webp")
+        #expect(past == "the WebP's frame 1 of 48x32 at 60,0 runs past its 100x100 canvas: libwebp refuses it", "\(String(describing: past))")
+        #expect(try ImageIntegrity.problem(ImageFile(animation(frameAt: 0, 70)), format: "webp") != nil)
+    }
+
     @Test("a WebP's chunks are walked within its RIFF: slack of under 8 bytes after the last is fine (it was refused as truncated), chunk headers after the RIFF are no frames (20,000 were counted: every variant failed pixel_limit), and more than 65,536 chunks are refused (counting 6,000,000 empty ones held the loop 0.3 s per variant asked)")
     func webpChunksWithinTheRIFF() throws {
         let still = Bytes.read(Fixtures.path("halves.webp"))

@@ -40,7 +40,29 @@ struct AVIFCodedSize: Equatable {
         let idat = children.first { $0.type == "idat" }
         var unread = mostHeaderBytes  // what may still be read of the AV1 images, all together
         let references = itemReferences(meta, children.first { $0.type == "iref" })
-        let extents = itemExtents(meta, children.first { $0.type == "iprp" })
+        let (listed, associations) = itemProperties(meta, children.first { $0.type == "iprp" })
+        // libavif makes an item of every id its boxes name, looking each up through all the others.
+        var ids = Set(types.keys).union(locations.items).union(associations.keys)
+        for (from, kinds) in references {
+            ids.insert(from)
+            for items in kinds.values { ids.formUnion(items) }
+        }
+        guard ids.count <= mostItems else { return .failure(.malformed(tooManyItems)) }
+        guard associations.values.reduce(0, { $0 + $1.count }) <= mostAssociations else {
+            return .failure(.malformed("the AVIF associates more than \(mostAssociations) properties with its items"))
+        }
+        func properties(_ item: UInt32) -> [(type: String, body: Int, end: Int)] {
+            (associations[item] ?? []).compactMap { $0 >= 1 && $0 <= listed.count ? listed[$0 - 1] : nil }
+        }
+        let codingItem = types[primary] == "grid" ? references[primary]?["dimg"]?.first : primary
+        if let refusal = colourRefusal(meta, properties(primary), coding: codingItem.map(properties) ?? []) {
+            return .failure(.malformed(refusal))
+        }
+        /// The size each item's `ispe` property declares (the largest, where several are).
+        let extents = associations.keys.reduce(into: [UInt32: (width: Int, height: Int)]()) { sizes, item in
+            sizes[item] = properties(item).compactMap { ImageHeader.isoExtent(meta, $0) }
+                .max { ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels($1.width, $1.height) }
+        }
 
         /// The first `count` bytes of an item's data, through its extents in order (fewer where it is shorter, or the
         /// file ends); nil when it has no extent in the file or the `idat` box.
@@ -84,13 +106,21 @@ struct AVIFCodedSize: Equatable {
                 }
             }
             guard let frame else { return .failure(.unreadable) }
-            let framePixels = ImageInfo.pixels(frame.width, frame.height)
-            guard let declared = extents[item], declared != frame else {
-                return .success((frame, framePixels.saturatingAdd(decoderPixels)))
+            // An item in several extents is copied whole into one buffer of its own (tiles whose second extents
+            // shared one 1 MB blob: 1.05 MB took 1.49 GB), counted in pixels of 4 bytes.
+            var merged: UInt64 = 0
+            if let parts = locations.extents[item], parts.count > 1 {
+                guard parts.allSatisfy({ $0.length > 0 }) else {
+                    return .failure(.malformed("the AVIF's AV1 image has an extent of unknown length among several"))
+                }
+                merged = parts.reduce(0) { $0.addingReportingOverflow($1.length).overflow ? .max : $0 + $1.length }
             }
+            let framePixels = ImageInfo.pixels(frame.width, frame.height)
+                .saturatingAdd(decoderPixels).saturatingAdd(Int64(clamping: merged / 4))
+            guard let declared = extents[item], declared != frame else { return .success((frame, framePixels)) }
             let declaredPixels = ImageInfo.pixels(declared.width, declared.height)
-            return .success((declaredPixels > framePixels ? declared : frame,
-                             framePixels.saturatingAdd(declaredPixels).saturatingAdd(decoderPixels)))
+            return .success((declaredPixels > ImageInfo.pixels(frame.width, frame.height) ? declared : frame,
+                             framePixels.saturatingAdd(declaredPixels)))
         }
         /// What decoding the image `item` (AV1, or a grid of AV1 tiles) takes: its size and the pixels decoded.
         func image(_ item: UInt32) throws(SystemError) -> Result<AVIFCodedSize, Problem> {
@@ -184,6 +214,9 @@ struct AVIFCodedSize: Equatable {
     /// The most items an AVIF may list (libavif looks items up one by one through all of them: 100,000 items took
     /// 7 s to decode, 1,000,000 more than 10 minutes); a grid's tiles, 256 × 256 at most, are items.
     static let mostItems = 16_384
+    /// The most property associations of all items together (libavif copies each property into each item it is
+    /// associated with: 14,000 items of 255 each took 307 MB), 16 an item.
+    static let mostAssociations = 16 * mostItems
     private static let tooManyItems = "the AVIF lists more than \(mostItems) items"
 
     /// Each item's type, by id, from the `iinf` box (item info entries of version 2 and 3); nil when it lists more
@@ -227,17 +260,33 @@ struct AVIFCodedSize: Equatable {
         return references
     }
 
-    /// The size each item's `ispe` property declares (the largest, where several are associated), by item id.
-    private static func itemExtents(_ b: [UInt8], _ iprp: (type: String, body: Int, end: Int)?)
-        -> [UInt32: (width: Int, height: Int)] {
-        guard let iprp else { return [:] }
+    /// The properties the `ipco` box lists, and the indexes of those associated with each item (every `ipma` box).
+    private static func itemProperties(_ b: [UInt8], _ iprp: (type: String, body: Int, end: Int)?)
+        -> (listed: [(type: String, body: Int, end: Int)], associations: [UInt32: [Int]]) {
+        guard let iprp else { return ([], [:]) }
         let properties = ImageHeader.isoBoxes(b, iprp.body, iprp.end)
-        guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return [:] }
-        let listed = ImageHeader.isoBoxes(b, ipco.body, ipco.end)
-        return ImageHeader.isoAssociations(b, properties).compactMapValues { indexes in
-            indexes.compactMap { $0 >= 1 && $0 <= listed.count ? ImageHeader.isoExtent(b, listed[$0 - 1]) : nil }
-                .max { ImageInfo.pixels($0.width, $0.height) < ImageInfo.pixels($1.width, $1.height) }
+        guard let ipco = properties.first(where: { $0.type == "ipco" }) else { return ([], [:]) }
+        return (ImageHeader.isoBoxes(b, ipco.body, ipco.end), ImageHeader.isoAssociations(b, properties))
+    }
+
+    /// Why libavif cannot turn the primary image's colours into RGB, from its `nclx` colour properties (`primary`)
+    /// and the `av1C` of the AV1 image it is coded in (`coding`): matrix coefficients it does not support (reserved,
+    /// BT.2020 constant luminance, SMPTE 2085, chroma-derived constant luminance, ICtCp and later; YCgCo in limited
+    /// range; identity unless 4:4:4). Its loader then fails every variant and keeps the picture it decoded (130 MB a
+    /// request); nil when it can.
+    static func colourRefusal(_ b: [UInt8], _ primary: [(type: String, body: Int, end: Int)],
+                              coding: [(type: String, body: Int, end: Int)]) -> String? {
+        for colr in primary where colr.type == "colr" && colr.body + 11 <= colr.end
+            && String(decoding: b[colr.body..<colr.body + 4], as: UTF8.self) == "nclx" {
+            let matrix = b.bigEndian16(at: colr.body + 8), fullRange = b[colr.body + 10] & 0x80 != 0
+            let subsampled = coding.first { $0.type == "av1C" && $0.body + 3 <= $0.end }.map { b[$0.body + 2] & 0x1C != 0 }
+            if [3, 10, 11, 13].contains(matrix) || matrix >= 14 || (matrix == 8 && !fullRange)
+                || (matrix == 0 && subsampled != false) {
+                return "the AVIF's colours (matrix coefficients \(matrix)\(fullRange ? "" : ", limited range")) cannot be "
+                    + "turned into RGB by libavif"
+            }
         }
+        return nil
     }
 
     /// The largest frame the sequence header OBUs before the first frame among `obus` allow (AV1, section 5.5:

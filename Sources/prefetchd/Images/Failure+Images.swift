@@ -24,7 +24,8 @@ extension Failure {
     /// An AVIF whose coded data decode more than `limit` pixels, whatever size its `ispe` property `declared`.
     static func pixelLimit(_ coded: AVIFCodedSize, declared: ImageInfo, limit: Int64) -> Failure {
         Failure(code: .pixelLimit, message: "the AVIF decodes to \(coded.width)x\(coded.height) (\(coded.decoded) pixels of "
-                + "AV1 frames, \(AVIFCodedSize.decoderPixels) counted for each one's decoder), whatever its header's "
+                + "AV1 frames, with \(AVIFCodedSize.decoderPixels) for each one's decoder and one for every 4 bytes of data "
+                + "copied), whatever its header's "
                 + "\(declared.width)x\(declared.height) says: over the limit of \(limit)", isTransient: false)
     }
 

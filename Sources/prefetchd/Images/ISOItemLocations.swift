@@ -8,6 +8,8 @@ struct ISOItemLocations: Equatable {
     var idatReach: UInt64 = 0
     /// How many items the box lists.
     var itemCount: UInt64 = 0
+    /// The ids of the items it lists.
+    var items: Set<UInt32> = []
     /// Where each item's data lies, by item id, for the items kept in the file or the `idat` box (the first
     /// `mostExtents` extents in all).
     var extents: [UInt32: [Extent]] = [:]
@@ -41,6 +43,7 @@ struct ISOItemLocations: Equatable {
         // Each item takes at least 6 bytes, each extent (when it has a field) 4: the loops end with the box.
         for _ in 0..<items {
             guard let item = read(version < 2 ? 2 : 4) else { return nil }
+            self.items.insert(UInt32(item))
             var method: UInt64 = 0
             if version > 0 {
                 guard let word = read(2) else { return nil }

@@ -282,7 +282,7 @@ struct ImageHeader: Equatable, Sendable {
 
     /// The properties (1-based indexes into `ipco`) associated with each item (or with `only` that one), from every
     /// `ipma` box among an `iprp` box's `properties` (libavif reads one of each version and flags: a tile's `ispe`
-    /// in a second one went unseen).
+    /// in a second one went unseen); an item listed with none has an empty list.
     static func isoAssociations(_ b: [UInt8], _ properties: [(type: String, body: Int, end: Int)],
                                 only: UInt32? = nil) -> [UInt32: [Int]] {
         var associated: [UInt32: [Int]] = [:]
@@ -296,6 +296,7 @@ struct ImageHeader: Equatable, Sendable {
                 let item = idLength == 2 ? UInt32(b.bigEndian16(at: offset)) : b.bigEndian32(at: offset)
                 let count = Int(b[offset + idLength])
                 offset += idLength + 1
+                if only == nil || item == only { associated[item, default: []].reserveCapacity(count) }
                 for _ in 0..<count {
                     guard offset + (wide ? 2 : 1) <= ipma.end else { break entries }
                     let index = wide ? Int(b.bigEndian16(at: offset) & 0x7FFF) : Int(b[offset] & 0x7F)

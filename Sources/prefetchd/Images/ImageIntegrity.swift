@@ -377,14 +377,15 @@ enum ImageIntegrity {
     /// A WebP's RIFF holds all its bytes, its chunks fit in it (a file cut and its RIFF length made to match leaves
     /// the picture's chunk running past the end), one of them is a picture, and there are at most `mostWebPChunks`
     /// (`webpFrames` counts them for each variant). Fewer than 8 bytes after the last chunk are slack, as libwebp
-    /// takes them. A still picture is the size of the canvas its VP8X chunk declares, as libwebp demands (one of
-    /// 2000×2000 on a 100×100 canvas was kept, and every variant of it failed).
+    /// takes them. A still picture is the size of the canvas its VP8X chunk declares, and an animation's frames lie
+    /// within it, as libwebp demands (one of 2000×2000 on a 100×100 canvas was kept, and every variant of it failed).
     private static func webp(_ reader: FileByteReader) throws(SystemError) -> String? {
         guard let header = try reader.bytes(12) else { return "the WebP ends inside its header (truncated)" }
         let declared = Int64(header.littleEndian32(at: 4)) + 8
         guard reader.size >= declared else { return "the WebP has \(reader.size) of its \(declared) bytes (truncated)" }
         var pictures = 0, chunks = 0
         var canvas: (width: Int, height: Int)?  // of a still picture
+        var animationCanvas: (width: Int, height: Int)?
         while reader.offset + 8 <= declared, let chunk = try reader.bytes(8) {
             chunks += 1
             guard chunks <= mostWebPChunks else { return "the WebP has more than \(mostWebPChunks) chunks" }
@@ -393,12 +394,20 @@ enum ImageIntegrity {
             guard reader.offset + length <= declared else { return "the WebP's \(type) chunk runs past its end (truncated)" }
             if ["VP8 ", "VP8L", "ANMF"].contains(type) { pictures += 1 }
             var read: Int64 = 0
-            if length >= 10, chunks == 1 && type == "VP8X" || canvas != nil && (type == "VP8 " || type == "VP8L"),
+            if let animationCanvas, type == "ANMF", length >= 16, let frame = try reader.bytes(16) {
+                read = 16
+                let (x, y) = (2 * Int(frame.littleEndian24(at: 0)), 2 * Int(frame.littleEndian24(at: 3)))
+                let (width, height) = (1 + Int(frame.littleEndian24(at: 6)), 1 + Int(frame.littleEndian24(at: 9)))
+                if x + width > animationCanvas.width || y + height > animationCanvas.height {
+                    return "the WebP's frame \(pictures) of \(width)x\(height) at \(x),\(y) runs past its "
+                        + "\(animationCanvas.width)x\(animationCanvas.height) canvas: libwebp refuses it"
+                }
+            } else if length >= 10, chunks == 1 && type == "VP8X" || canvas != nil && (type == "VP8 " || type == "VP8L"),
                let body = try reader.bytes(10) {
                 read = 10
                 if type == "VP8X" {
                     let (width, height) = (1 + Int(body.littleEndian24(at: 4)), 1 + Int(body.littleEndian24(at: 7)))
-                    if body[0] & 0x02 == 0 { canvas = (width, height) }  // not an animation
+                    if body[0] & 0x02 == 0 { canvas = (width, height) } else { animationCanvas = (width, height) }
                 } else if let canvas, let size = webpPictureSize(type, body), size != canvas {
                     return "the WebP's picture is \(size.width)x\(size.height), its canvas \(canvas.width)x\(canvas.height): "
                         + "libwebp refuses a still picture of another size than its canvas"
