@@ -32,6 +32,7 @@ PEAK_FDS = 128
 PING_P99_MS = 100
 QUEUE_FLOOD_HIT_P50_MS = 50
 ABANDONED_HIT_MAX_MS = 1000
+CHURN_HIT_MAX_MS = 500
 RSS_RETURN = 0.20
 
 
@@ -184,7 +185,7 @@ def run(args, table, processes, scratch_dirs):
     scratch_dirs.append(work)
     origin = Origin(processes)
     scenarios = [range_changes, silent_watchers, big_views, descriptor_limit, full_disk_backlog, unread_replies,
-                 queue_flood, queue_floods, abandoned_queues]
+                 queue_flood, queue_floods, queue_churn, abandoned_queues]
     for number, scenario in enumerate(scenarios):
         directory = os.path.join(work, str(number))
         os.mkdir(directory)
@@ -587,6 +588,61 @@ def queue_floods(args, table, processes, work, origin):
     the clients whose lines wait are served longest-waiting first: a hit waits for about one line's commit, not one
     of each flooding client (8a47512: p50 136 ms, p99 709 ms; adv49)."""
     flood_queues(args, table, processes, work, origin, flooders=8, lines=25 if args.quick else 75)
+
+
+def queue_churn(args, table, processes, work, origin):
+    """Eight clients each connect, send one `queue` line of 1,100 new URLs (a turn's worth), read the reply and
+    close, again and again, while another client asks for a cached URL: a client that connects for one line waits
+    with those waiting, in its place. Served at once, each newcomer took the turn and the waiting client's request
+    waited seconds (637bb55: 4.1-7.1 s; adv55). Background work is paused (quiet hours)."""
+    daemon, client, hit = queueing_daemon(args, processes, work, origin)
+    seconds = 4 if args.quick else 12
+    stop, sent, errors = threading.Event(), [0] * 8, []
+
+    def churn(k):
+        n = 0
+        try:
+            while not stop.is_set():
+                line = json.dumps({"id": 1, "op": "queue", "summary": True,
+                                   "urls": [f"http://c{k}/{n}/{i}" for i in range(1100)]}).encode() + b"\n"
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(60)
+                sock.connect(daemon.socket)
+                sock.sendall(line)
+                buffered = b""
+                while buffered.count(b"\n") < 2:  # the greeting, then the reply
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        raise OSError("the daemon closed the connection")
+                    buffered += chunk
+                sock.close()
+                n += 1
+                sent[k] = n
+        except OSError as error:
+            errors.append(error)
+
+    churners = [threading.Thread(target=churn, args=(k,), daemon=True) for k in range(8)]
+    for thread in churners:
+        thread.start()
+    began, latencies = time.monotonic(), []
+    while time.monotonic() - began < seconds:
+        t0 = time.monotonic()
+        if not client.call({"op": "get", "url": hit, "max_stale": 10 ** 9}).get("ok"):
+            raise Failed("a cache hit during the churn failed")
+        latencies.append(time.monotonic() - t0)
+        time.sleep(0.01)
+    stop.set()
+    for thread in churners:
+        thread.join(60)
+    client.close()
+    if errors:
+        raise Failed(f"a churning client failed: {errors[0]}")
+    worst = max(latencies) * 1000
+    table.add(GROUP, "8 clients connecting for one 1,100-URL queue line each, again and again: another client's "
+              "cache hits", f"max < {CHURN_HIT_MAX_MS} ms",
+              f"max {worst:.0f} ms, p50 {percentile(latencies, 0.5) * 1000:.1f} ms ({len(latencies)} hits); "
+              f"{sum(sent)} lines queued", worst < CHURN_HIT_MAX_MS)
+    finish(table, daemon)
 
 
 def flood_queues(args, table, processes, work, origin, flooders, lines):

@@ -309,6 +309,12 @@ public struct Scheduler: Sendable {
         pausedHosts.map { ($0.key, $0.value) }.sorted { $0.host < $1.host }
     }
 
+    /// What urgent work for `host` is told while the circuit breaker has it paused at `now` (`host_paused`), else nil.
+    public func pauseFailure(of host: String, at now: Moment) -> Failure? {
+        guard let until = pausedHosts[host], until > now else { return nil }
+        return Self.hostPaused(host, until: until, now: now)
+    }
+
     /// Whether the circuit breaker has `host` paused at `now`.
     public func isPaused(_ host: String, at now: Moment) -> Bool { pausedHosts[host].map { $0 > now } ?? false }
 
@@ -370,8 +376,8 @@ public struct Scheduler: Sendable {
         let key = url.key
         if cache == .fresh, tasks[key] == nil { return [.answer(waiter, .ready)] }
         if tasks[key] == nil, let failure = rememberedFailure(key, now: now) { return [.answer(waiter, .failed(failure))] }
-        if tasks[key]?.state != .running, let until = pausedHosts[url.authority], until > now {
-            return [.answer(waiter, .failed(Self.hostPaused(url.authority, until: until, now: now)))]
+        if tasks[key]?.state != .running, let paused = pauseFailure(of: url.authority, at: now) {
+            return [.answer(waiter, .failed(paused))]
         }
         if cache != .fresh, case .delayed(let until)? = tasks[key]?.state, let failure = tasks[key]!.notWaitedFor {
             if !tentative { tasks[key]!.tentative = false }  // asked for, as by a get that waits

@@ -393,16 +393,41 @@ struct BoundsTests {
 
     @Test("urgent work without waiters that a host's pause sends to the background keeps 4,096 tasks in memory too: the rest waits in the durable queue, none lost (queue --now lines on a host that paused again and again held 99,500 tasks, 158 MB)")
     func pausedUrgentWorkBeyondMemoryWaitsInTheBacklog() throws {
-        let port = try freePort()  // connection refused: five in a row pause the host
+        let origin = try Origin()
         let daemon = try DaemonUnderTest()
-        let urls = (0..<4_300).map { "http://127.0.0.1:\(port)/paused/\($0).jpg" }
+        let urls = (0..<4_300).map { origin.url("/paused/\($0).jpg?hold=1") }
         #expect(daemon.ctl("queue", "--now", "-", stdin: urls.joined(separator: "\n") + "\n").status == 0)
+        #expect(try daemon.status().fast.waiting == 4_292, "8 held, the rest waiting in the fast lane")
+        origin.child.stop(SIGKILL)  // the 8 transfers fail, then every connection is refused: the host is paused
         #expect(waitUntil(seconds: 30) { (try? daemon.status())?.pausedHosts.isEmpty == false }, "the host was never paused")
         let status = try daemon.status()
         #expect(status.fast.waiting == 0 && status.slow.waiting <= 4_096 && status.backlog >= 4_300 - 4_096 - 16,
                 "\(status)")
         let held = status.fast.waiting + status.fast.running + status.slow.waiting + status.slow.running + status.delayed
         #expect(held + Int(status.backlog) == 4_300, "every URL is still queued: \(status)")
+    }
+
+    @Test("promote and queue --now of a paused host's URL answer busy with host_paused, and it stays background work: 1,100 of them made urgent during the pause held back every other host's urgent work until the pause ended (60 s)")
+    func pausedHostIsNotMadeUrgent() throws {
+        let origin = try Origin()
+        let port = try freePort()
+        let daemon = try DaemonUnderTest()
+        let dead = (0..<10).map { "http://127.0.0.1:\(port)/dead/\($0).jpg" }
+        #expect(daemon.ctl("queue", "--now", "-", stdin: dead.joined(separator: "\n") + "\n").status == 0)
+        #expect(waitUntil(seconds: 30) { (try? daemon.status())?.pausedHosts.isEmpty == false }, "the host was never paused")
+        let more = (0..<1_100).map { "http://127.0.0.1:\(port)/later/\($0).jpg" }
+        let refused = daemon.ctl("queue", "--now", "--json", "-", stdin: more.joined(separator: "\n") + "\n")
+        #expect(refused.status == 3, "\(refused.status) \(refused.stderr.suffix(300))")
+        let first = try JSONSerialization.jsonObject(with: Data(refused.stdout.split(separator: "\n")[0].utf8)) as? [String: Any]
+        #expect(first?["status"] as? String == "busy" && (first?["error"] as? [String: Any])?["code"] as? String == "host_paused",
+                "\(String(describing: first))")
+        let live = (0..<10).map { origin.url("/live/\($0).jpg") }
+        #expect(daemon.ctl("queue", "--now", "-", stdin: live.joined(separator: "\n") + "\n").status == 0)
+        #expect(waitUntil(seconds: 10) { (try? origin.stats().counts.filter { $0.key.hasPrefix("/live/") }.count) == 10 },
+                "urgent work of a live host starts during the other's pause")
+        let status = try daemon.status()
+        #expect(status.fast.waiting == 0, "\(status)")
+        #expect(status.slow.waiting + Int(status.backlog) + status.delayed >= 1_100, "still queued: \(status)")
     }
 
     @Test("a view lists at most 64 MiB of URLs, counted as held (a key percent-encoded to three times the text, the text of a rejected row): the rows past it are refused, the view keeps what it had (100,000 rows of 8 KB URLs held 860 MB for one client)")

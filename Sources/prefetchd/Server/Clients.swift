@@ -37,8 +37,8 @@ final class Clients {
     /// a client that left without reading had its last requests carried out, or a reply that ends the connection
     /// follows them.
     var settleRequests: () -> Void = {}
-    /// Whether the requests taken this turn already hold a turn's worth of work left for its end (the `queue`s'
-    /// URLs): the clients then keep their lines for the next turn, as when their time runs out.
+    /// Whether the requests taken this turn already hold a turn's worth of work (the URLs they name): the clients then
+    /// keep their lines for the next turn, as when their time runs out.
     var turnIsFull: () -> Bool = { false }
 
     private var listenFD: Int32 = -1
@@ -72,6 +72,9 @@ final class Clients {
     /// (a line at least), so that a turn stays short however many clients are busy, and a new request waits a turn,
     /// not a slice per busy client (100 clients pipelining pings held another client's ping 1.3 s).
     private static let pendingInputTimePerTurn: Int64 = 20_000
+    /// A request line this long or shorter (a `get`, a `ping`, a `status`) is taken as a client's first of a turn even
+    /// when the turn is full; longer ones carry more work (a `queue` of a hundred URLs).
+    private static let shortLine = 4_096
     /// At most this much of what a departed client left unread is still served.
     private static let abandonedInputLimit = 1 << 20
 
@@ -242,6 +245,7 @@ final class Clients {
             }
             nextClientID += 1
             let connection = Connection(id: nextClientID, fd: fd, output: output, input: input, waits: waits)
+            connection.lastServed = linesHandled  // waiting, it goes after those waiting since before it came
             do {
                 try connection.register(on: loop) { [unowned self] events in self.connectionReady(connection, events) }
             } catch {
@@ -265,21 +269,28 @@ final class Clients {
             return close(connection)
         }
         guard !pendingInput.contains(connection.id) else { return }
-        serveInput(connection)
+        serveInput(connection, behind: !pendingInput.isEmpty)
     }
 
     /// Handles the connection's request lines, reading more when none is buffered, for at most `microseconds` (a line
-    /// at least) and while the turn is not full; what is left waits for the next turn. A full turn takes no line, not
-    /// even one a client: ten clients each pipelining `queue` lines held another's request ten lines' commit. A client
-    /// that does not read its replies is not served until it does (`flushConnection` picks it up again).
-    private func serveInput(_ connection: Connection, for microseconds: Int64 = inputTimePerTurn) {
+    /// at least); what is left waits for the next turn. Once the turn is full, or while other clients' lines wait and
+    /// this one just became readable (`behind`), its lines wait as well, but for a first short one (a `get`, a `ping`):
+    /// ten clients pipelining `queue` lines held another's request ten lines' commit, and clients connecting for one
+    /// long line each took every turn while a waiting client's ping waited 7 s. A client that does not read its
+    /// replies is not served until it does (`flushConnection` picks it up again).
+    private func serveInput(_ connection: Connection, for microseconds: Int64 = inputTimePerTurn, behind: Bool = false) {
         if abandoned[connection.id] != nil { return serveAbandoned(connection, for: microseconds) }
         let until = monotonicMicroseconds() + microseconds
         var handled = false
-        while !turnIsFull() && (!handled || monotonicMicroseconds() < until) {
+        while !handled || monotonicMicroseconds() < until {
             guard !connection.isBackedUp else { return }
             switch connection.nextLine() {
             case .line(let text)?:
+                if behind || turnIsFull(), handled || text.count > Self.shortLine {
+                    connection.hold(text)
+                    pendingInput.insert(connection.id)
+                    return
+                }
                 served(connection)
                 onLine(text, connection)
                 handled = true

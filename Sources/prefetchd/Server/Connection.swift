@@ -70,6 +70,8 @@ final class Connection {
     private let inputLedger: Tally
     /// Requests and visible rows waiting, of all clients.
     private let waitLedger: Tally
+    /// A request line taken and left for a later turn.
+    private var heldLine: [UInt8]?
     /// When the client's requests were last served (`Clients`' count of lines handled): clients whose lines wait for
     /// the next turn are served longest-waiting first.
     var lastServed: UInt64 = 0
@@ -229,11 +231,18 @@ final class Connection {
     var hasInputEnded: Bool { inputEnded }
 
     /// Whether request lines are read but not handled yet.
-    var hasBufferedInput: Bool { input.pending > 0 }
+    var hasBufferedInput: Bool { heldLine != nil || input.pending > 0 }
+
+    /// Keeps a request line taken for a later turn (`Clients.serveInput`): the next one `nextLine` gives.
+    func hold(_ line: [UInt8]) { heldLine = line }
 
     /// The next request line read, if a whole one is buffered; once the input ended, also a last one that came
     /// without its newline.
     func nextLine() -> LineBuffer.Line? {
+        if let line = heldLine {
+            heldLine = nil
+            return .line(line)
+        }
         if let line = input.next() { return line }
         guard inputEnded else { return nil }
         inputLedger.release(input.unfinished)

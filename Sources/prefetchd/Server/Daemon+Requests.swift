@@ -58,13 +58,14 @@ extension Daemon {
     }
 
     func change(_ op: Operation, _ urls: [String], summary: Bool, _ id: RequestID?, _ connection: Connection, now: Int64) {
+        changedURLsThisTurn += urls.count
         guard op != .demote else { return demote(urls, summary: summary, id, connection) }
         let inUse = op == .evict ? keysInUse : []
         let results = asOneEvent { urls.map { text -> ItemResult in
             do {
                 let url = try CanonicalURL(text)
-                let status = try change(op, url, inUse: inUse, now: now)
-                return ItemResult(url: text, key: url.key, status: status, error: status == .busy ? urgentLaneFull : nil)
+                let (status, error) = try change(op, url, inUse: inUse, now: now)
+                return ItemResult(url: text, key: url.key, status: status, error: error)
             } catch {
                 return ItemResult(url: text, status: .rejected, error: Self.wireError(error))
             }
@@ -139,37 +140,43 @@ extension Daemon {
     }
 
     /// `promote`, `cancel` or `evict` for one URL; returns the item status.
-    func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> ItemStatus {
+    /// One URL's `promote`, `cancel` or `evict`: its status, and for `busy` why.
+    func change(_ op: Operation, _ url: CanonicalURL, inUse: Set<String>, now: Int64) throws -> (ItemStatus, WireError?) {
         let moment = Moment.now
         let task = scheduler.task(url.key)
         switch op {
         case .promote:
-            if task?.lane != .fast, scheduler.counts.fastWaiting >= Self.mostWaitingUrgent { return .busy }
+            if task?.lane != .fast, scheduler.counts.fastWaiting >= Self.mostWaitingUrgent { return (.busy, urgentLaneFull) }
+            if task?.state != .running, let paused = scheduler.pauseFailure(of: url.authority, at: moment) {
+                // Its host's pause makes urgent work background work (`Scheduler.failFast`): made urgent now, 1,100
+                // of them held back every other host's urgent work until the pause ended.
+                return (.busy, WireError(paused))
+            }
             if task == nil {
-                guard try store.isQueued(url.key) else { return .unknown }
+                guard try store.isQueued(url.key) else { return (.unknown, nil) }
                 let (outcome, actions) = scheduler.queue(url, cache: cacheState(try store.liveEntry(url.key), now: now), now: moment)
                 try loadedFromQueue(url.key, outcome)  // first: the actions may start it, and its queue wait ends there
                 apply(actions)
                 switch outcome {
-                case .cached: return .cached
-                case .skipped: return .skipped
+                case .cached: return (.cached, nil)
+                case .skipped: return (.skipped, nil)
                 case .queued, .already: break
                 }
             }
             apply(scheduler.promote(url.key, now: moment))  // a fast one too: taken back if a client abandoned it
-            return task?.lane == .fast ? .already : .promoted
+            return (task?.lane == .fast ? .already : .promoted, nil)
         case .cancel:
             let queued = try store.isQueued(url.key)
-            guard task != nil || queued else { return .unknown }
+            guard task != nil || queued else { return (.unknown, nil) }
             apply(scheduler.cancel(url.key, now: moment))
             try store.dequeue(url.key)
-            return .cancelled
+            return (.cancelled, nil)
         case .evict:
             // What a waiting request or a variant being made needs stays (like `evict --all`).
-            guard !inUse.contains(url.key) else { return .inUse }
-            guard try store.remove(url.key) else { return .unknown }
+            guard !inUse.contains(url.key) else { return (.inUse, nil) }
+            guard try store.remove(url.key) else { return (.unknown, nil) }
             telemetry.evicted(1)
-            return .evicted
+            return (.evicted, nil)
         default:
             preconditionFailure("\(op) is not a per-URL change")
         }
