@@ -208,6 +208,35 @@ import Testing
         #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iref: iref), read: halvesData) == .failure(many))
     }
 
+    @Test("more than 32,768 item references are not an image (libavif looks each reference's items up through all of them: 1.77 million took 39 s of a worker per variant)")
+    func referencesAreBounded() throws {
+        let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
+        func iref(_ count: Int) -> [UInt8] {  // item 1 describing item 1, `count` times in boxes of at most 65,535
+            let boxes = stride(from: 0, to: count, by: 65_535).map { start -> [UInt8] in
+                let n = min(65_535, count - start)
+                return box("cdsc", [0, 1, UInt8(n >> 8), UInt8(n & 0xFF)] + [UInt8](repeating: 0, count: n).flatMap { _ in [0, 1] })
+            }
+            return box("iref", [0, 0, 0, 0] + boxes.flatMap { $0 })
+        }
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iref: iref(32_768)), read: halvesData)
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536 + AVIFCodedSize.decoderPixels)))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iref: iref(32_769)), read: halvesData)
+                == .failure(.malformed("the AVIF has more than 32768 item references")))
+    }
+
+    @Test("an item with a layer selected (lsel, a1lx) is not an image: libavif then decodes every frame of it (1,000 frames of 4096x4096 behind a 64x64 one took 13.7 s of a worker)")
+    func layerSelectionIsRefused() throws {
+        let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
+        for property in ["lsel", "a1lx"] {
+            let iprp = box("iprp", box("ipco", box(property, [0, 1])) + box("ipma", [0, 0, 0, 0] + Bytes.bigEndian(1) + [0, 1, 1, 0x81]))
+            guard case .failure(.malformed(let problem))? = try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc, iprp: iprp), read: halvesData) else {
+                Issue.record("\(property) was not refused")
+                continue
+            }
+            #expect(problem.contains("selects a layer"), "\(problem)")
+        }
+    }
+
     @Test("more than 16 property associations an item, all items together, is not an image (libavif copies each: 14,000 items of 255 took 307 MB)")
     func associationsAreBounded() throws {
         let iloc = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126))
@@ -222,7 +251,7 @@ import Testing
                 == .failure(.malformed("the AVIF associates more than 262144 properties with its items")))
     }
 
-    @Test("an AV1 image in several extents counts the copy libavif makes of it (tiles whose second extents shared one 1 MB blob: 1.05 MB took 1.49 GB); an extent of unknown length among several is not an image")
+    @Test("an item in several extents counts the copy libavif makes of it (tiles whose second extents shared one 1 MB blob: 1.05 MB took 1.49 GB; 1,000 Exif items overlapping in 1.06 MB, 1.07 GB); an extent of unknown length among several is not an image")
     func mergedExtentsCount() throws {
         func iloc(_ extents: [(UInt32, UInt32)]) -> [UInt8] {
             box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 1, 0, 1, 0, 0, 0, UInt8(extents.count)]
@@ -231,8 +260,14 @@ import Testing
         #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc([(282, 126), (0, 4_000_000)])), read: halvesData)
                 == .success(AVIFCodedSize(width: 48, height: 32,
                                           decoded: 1_536 + AVIFCodedSize.decoderPixels + 4_000_126 / 4)))
+        // An Exif item (any item) in two extents of 3 MB each, over the AV1 image's bytes.
+        let exif = box("iloc", [0, 0, 0, 0, 0x44, 0, 0, 2, 0, 1, 0, 0, 0, 1] + Bytes.bigEndian(282) + Bytes.bigEndian(126)
+                       + [0, 2, 0, 0, 0, 2] + Bytes.bigEndian(0) + Bytes.bigEndian(3_000_000) + Bytes.bigEndian(0)
+                       + Bytes.bigEndian(3_000_000))
+        #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: exif), read: halvesData)
+                == .success(AVIFCodedSize(width: 48, height: 32, decoded: 1_536 + AVIFCodedSize.decoderPixels + 1_500_000)))
         #expect(try AVIFCodedSize.of(meta: halvesMeta(iloc: iloc([(282, 126), (0, 0)])), read: halvesData)
-                == .failure(.malformed("the AVIF's AV1 image has an extent of unknown length among several")))
+                == .failure(.malformed("the AVIF has an item extent of unknown length among several")))
     }
 
     @Test("colours libavif cannot turn into RGB are no image (its loader then kept each failed variant's picture: 130 MB a request): reserved, constant-luminance and ICtCp matrix coefficients, YCgCo in limited range, identity unless 4:4:4")

@@ -48,11 +48,32 @@ struct AVIFCodedSize: Equatable {
             for items in kinds.values { ids.formUnion(items) }
         }
         guard ids.count <= mostItems else { return .failure(.malformed(tooManyItems)) }
+        // ... and looks each reference's items up so (1.77 million references to 16,384 items: 39 s of a worker).
+        let referenceCount = references.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.count } }
+        guard referenceCount <= mostReferences else {
+            return .failure(.malformed("the AVIF has more than \(mostReferences) item references"))
+        }
+        // An item in several extents is copied whole into a buffer of its own: an AV1 image, a grid's descriptor, the
+        // Exif and XMP items libavif reads besides (1,000 Exif items of 1 MB each, their extents overlapping, in a
+        // 1.06 MB file: 1.07 GB). Counted in pixels of 4 bytes.
+        var merged: UInt64 = 0
+        for parts in locations.extents.values where parts.count > 1 {
+            guard parts.allSatisfy({ $0.length > 0 }) else {
+                return .failure(.malformed("the AVIF has an item extent of unknown length among several"))
+            }
+            for part in parts { merged = merged.addingReportingOverflow(part.length).overflow ? .max : merged + part.length }
+        }
         guard associations.values.reduce(0, { $0 + $1.count }) <= mostAssociations else {
             return .failure(.malformed("the AVIF associates more than \(mostAssociations) properties with its items"))
         }
         func properties(_ item: UInt32) -> [(type: String, body: Int, end: Int)] {
             (associations[item] ?? []).compactMap { $0 >= 1 && $0 <= listed.count ? listed[$0 - 1] : nil }
+        }
+        // A layer chosen (`lsel`) makes libavif decode every frame of the item (1,000 frames of 4096×4096 behind a
+        // 64×64 one: 13.7 s of a worker); layered images are refused already (`scanFrames`).
+        if let layered = associations.keys.first(where: { properties($0).contains { ["lsel", "a1lx"].contains($0.type) } }) {
+            return .failure(.malformed("the AVIF's item \(layered) selects a layer (lsel, a1lx): libavif then decodes "
+                                       + "every frame of it"))
         }
         let codingItem = types[primary] == "grid" ? references[primary]?["dimg"]?.first : primary
         if let refusal = colourRefusal(meta, properties(primary), coding: codingItem.map(properties) ?? []) {
@@ -106,17 +127,7 @@ struct AVIFCodedSize: Equatable {
                 }
             }
             guard let frame else { return .failure(.unreadable) }
-            // An item in several extents is copied whole into one buffer of its own (tiles whose second extents
-            // shared one 1 MB blob: 1.05 MB took 1.49 GB), counted in pixels of 4 bytes.
-            var merged: UInt64 = 0
-            if let parts = locations.extents[item], parts.count > 1 {
-                guard parts.allSatisfy({ $0.length > 0 }) else {
-                    return .failure(.malformed("the AVIF's AV1 image has an extent of unknown length among several"))
-                }
-                merged = parts.reduce(0) { $0.addingReportingOverflow($1.length).overflow ? .max : $0 + $1.length }
-            }
-            let framePixels = ImageInfo.pixels(frame.width, frame.height)
-                .saturatingAdd(decoderPixels).saturatingAdd(Int64(clamping: merged / 4))
+            let framePixels = ImageInfo.pixels(frame.width, frame.height).saturatingAdd(decoderPixels)
             guard let declared = extents[item], declared != frame else { return .success((frame, framePixels)) }
             let declaredPixels = ImageInfo.pixels(declared.width, declared.height)
             return .success((declaredPixels > ImageInfo.pixels(frame.width, frame.height) ? declared : frame,
@@ -174,7 +185,8 @@ struct AVIFCodedSize: Equatable {
                 return .failure(problem)
             }
         }
-        return .success(coded)
+        return .success(AVIFCodedSize(width: coded.width, height: coded.height,
+                                      decoded: coded.decoded.saturatingAdd(Int64(clamping: merged / 4))))
     }
 
     /// What an AV1 image's decoder counts for besides its pictures: libavif gives each image it decodes (each tile of a
@@ -217,6 +229,8 @@ struct AVIFCodedSize: Equatable {
     /// The most property associations of all items together (libavif copies each property into each item it is
     /// associated with: 14,000 items of 255 each took 307 MB), 16 an item.
     static let mostAssociations = 16 * mostItems
+    /// The most item references (`iref`) of all items together: two an item (a grid's tile, its alpha plane's).
+    static let mostReferences = 2 * mostItems
     private static let tooManyItems = "the AVIF lists more than \(mostItems) items"
 
     /// Each item's type, by id, from the `iinf` box (item info entries of version 2 and 3); nil when it lists more
