@@ -857,8 +857,10 @@ final class Daemon {
     /// request. The request's own task would have been the only one: a row's, scrolled far away before it ran, was
     /// forgotten with the acknowledged queue entry; a get's spent the URL's attempts as a get's. Returns the actions.
     func loadIfQueued(_ url: CanonicalURL, cache: CacheState, into scheduler: inout Scheduler, now: Moment) -> [Action] {
-        // With nothing queued (the index counts its rows), an uncached get costs no lookup.
-        guard store.backlogCount > 0, !scheduler.hasTask(url.key) else { return [] }
+        // With nothing queued (the index counts its rows), an uncached get costs no lookup. A paused host's URL is
+        // answered `host_paused` and stays in the queue only (140,000 gets of them held all in memory, 148 MB).
+        guard store.backlogCount > 0, !scheduler.hasTask(url.key),
+              scheduler.pauseFailure(of: url.authority, at: now) == nil else { return [] }
         do {
             guard try store.isQueued(url.key) else { return [] }
             let (outcome, actions) = scheduler.queue(url, cache: cache, now: now)

@@ -407,7 +407,7 @@ struct BoundsTests {
         #expect(held + Int(status.backlog) == 4_300, "every URL is still queued: \(status)")
     }
 
-    @Test("promote and queue --now of a paused host's URL answer busy with host_paused, and it stays background work: 1,100 of them made urgent during the pause held back every other host's urgent work until the pause ended (60 s)")
+    @Test("promote and queue --now of a paused host's URL answer busy with host_paused, and it stays background work: 1,100 of them made urgent during the pause held back every other host's urgent work until the pause ended (60 s); a get of one leaves it in the durable queue")
     func pausedHostIsNotMadeUrgent() throws {
         let origin = try Origin()
         let port = try freePort()
@@ -421,6 +421,13 @@ struct BoundsTests {
         let first = try JSONSerialization.jsonObject(with: Data(refused.stdout.split(separator: "\n")[0].utf8)) as? [String: Any]
         #expect(first?["status"] as? String == "busy" && (first?["error"] as? [String: Any])?["code"] as? String == "host_paused",
                 "\(String(describing: first))")
+        // A get of one of them is answered host_paused, and leaves it in the durable queue only (140,000 such gets
+        // loaded them all into memory, 148 MB).
+        let before = try daemon.status()
+        let gets = daemon.ctl("get", "--json", "-", stdin: more.prefix(50).joined(separator: "\n") + "\n")
+        #expect(gets.stdout.components(separatedBy: "\"host_paused\"").count - 1 == 50, "\(gets.stdout.prefix(300))")
+        let after = try daemon.status()
+        #expect(after.slow.waiting == before.slow.waiting && after.backlog == before.backlog, "\(before) \(after)")
         let live = (0..<10).map { origin.url("/live/\($0).jpg") }
         #expect(daemon.ctl("queue", "--now", "-", stdin: live.joined(separator: "\n") + "\n").status == 0)
         #expect(waitUntil(seconds: 10) { (try? origin.stats().counts.filter { $0.key.hasPrefix("/live/") }.count) == 10 },
