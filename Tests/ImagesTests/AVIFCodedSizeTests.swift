@@ -84,21 +84,22 @@ import Testing
         #expect(ImageInspector.inspect(path, policy: policy).code == .notAnImage)
     }
 
+    /// A sequence header OBU (with its size) of `bits`, padded to whole bytes.
+    func obu(_ bits: [(UInt64, Int)], type: UInt8 = 1) -> [UInt8] {
+        var bytes: [UInt8] = [], current: UInt8 = 0, filled = 0
+        for (value, count) in bits {
+            for shift in stride(from: count - 1, through: 0, by: -1) {
+                current = current << 1 | UInt8(value >> UInt64(shift) & 1)
+                filled += 1
+                if filled == 8 { bytes.append(current); (current, filled) = (0, 0) }
+            }
+        }
+        if filled > 0 { bytes.append(current << (8 - filled)) }
+        return [type << 3 | 2, UInt8(bytes.count)] + bytes
+    }
+
     @Test("the largest frame the sequence headers before the first frame allow: reduced and full headers, with timing and decoder model information; the largest of two (the decoder took the second, the daemon read the first); nil when cut short, when a frame comes first, or when none follows")
     func sequenceHeaders() {
-        /// A sequence header OBU (with its size) of `bits`, padded to whole bytes.
-        func obu(_ bits: [(UInt64, Int)], type: UInt8 = 1) -> [UInt8] {
-            var bytes: [UInt8] = [], current: UInt8 = 0, filled = 0
-            for (value, count) in bits {
-                for shift in stride(from: count - 1, through: 0, by: -1) {
-                    current = current << 1 | UInt8(value >> UInt64(shift) & 1)
-                    filled += 1
-                    if filled == 8 { bytes.append(current); (current, filled) = (0, 0) }
-                }
-            }
-            if filled > 0 { bytes.append(current << (8 - filled)) }
-            return [type << 3 | 2, UInt8(bytes.count)] + bytes
-        }
         let size: [(UInt64, Int)] = [(15, 4), (15, 4), (16_383, 16), (8_191, 16)]  // 16384×8192
         let reduced = obu([(0, 3), (1, 1), (1, 1), (0, 5)] + size)
         // A shown key frame that keeps the sequence's size: show_existing_frame 0, key, shown, cdf updates, no screen
@@ -288,6 +289,34 @@ import Testing
         #expect(refusal(matrix: 14)?.contains("matrix coefficients 14") == true)
     }
 
+    @Test("a sequence header's colour configuration is read (reduced and full headers; sRGB implies 4:4:4): libavif converts by it where no nclx property says otherwise, and decodes to its chroma format")
+    func sequenceHeaderColours() {
+        let size: [(UInt64, Int)] = [(6, 4), (6, 4), (63, 7), (63, 7)]  // 64×64
+        let tools: [(UInt64, Int)] = [(0, 3), (0, 3)]  // superblocks, filters; superres, CDEF, restoration
+        func colour(profile: UInt64, _ config: [(UInt64, Int)]) -> AVIFCodedSize.SequenceHeader.Colour? {
+            let bytes = obu([(profile, 3), (1, 1), (1, 1), (0, 5)] + size + tools + config)
+            return AVIFCodedSize.sequenceHeader(Array(bytes.dropFirst(2)))?.colour
+        }
+        // 8-bit, not mono, described: BT.709 primaries and transfer, ICtCp (14), limited range, chroma position.
+        #expect(colour(profile: 0, [(0, 1), (0, 1), (1, 1), (1, 8), (1, 8), (14, 8), (0, 1), (0, 2)])
+                == .init(matrix: 14, fullRange: false, yuv444: false))
+        #expect(colour(profile: 1, [(0, 1), (1, 1), (1, 8), (13, 8), (0, 8)]) == .init(matrix: 0, fullRange: true, yuv444: true),
+                "sRGB")
+        #expect(colour(profile: 0, [(0, 1), (0, 1), (0, 1), (1, 1), (0, 2)]) == .init(matrix: 2, fullRange: true, yuv444: false),
+                "not described: unspecified")
+        #expect(colour(profile: 2, [(1, 1), (1, 1), (0, 1), (0, 1), (1, 1), (0, 1)]) == .init(matrix: 2, fullRange: true, yuv444: true),
+                "12-bit 4:4:4 in the professional profile")
+        #expect(colour(profile: 0, [(0, 1)]) == nil, "cut short")
+        #expect(AVIFCodedSize.colourRefusal([], [], coding: [], sequence: .init(matrix: 14, fullRange: true, yuv444: false)) != nil)
+        #expect(AVIFCodedSize.colourRefusal([], [], coding: [], sequence: .init(matrix: 0, fullRange: true, yuv444: false)) != nil,
+                "identity decoded to 4:2:0")
+        #expect(AVIFCodedSize.colourRefusal([], [], coding: [], sequence: .init(matrix: 1, fullRange: false, yuv444: false)) == nil)
+        let nclx = box("colr", Array("nclx".utf8) + [0, 1, 0, 1, 0, 1, 0x80])
+        #expect(AVIFCodedSize.colourRefusal(nclx, ImageHeader.isoBoxes(nclx, 0, nclx.count), coding: [],
+                                            sequence: .init(matrix: 14, fullRange: true, yuv444: false)) == nil,
+                "an nclx property says otherwise")
+    }
+
     @Test("an ispe associated in a second ipma box counts (libavif reads one of each version: a tile's 16384x16384 there took 1.6 GB), the largest where several are")
     func everyAssociationCounts() throws {
         let halves = Bytes.read(Fixtures.path("halves.avif"))  // its AV1 data at 282, 126 bytes: 48×32
@@ -317,9 +346,12 @@ import Testing
         let halves = Bytes.read(Fixtures.path("halves.avif"))
         let av1 = Array(halves[282..<408])  // a delimiter, the sequence header, the frame
         #expect(AVIFCodedSize.largestFrame(av1)! == (48, 32))
-        #expect(AVIFCodedSize.scanFrames(Array(repeating: delimiter, count: 62).flatMap { $0 } + av1) == .found(width: 48, height: 32))
+        // avifenc's 4:4:4 from a PNG, full range, BT.601 coefficients (its av1C and nclx say the same).
+        let colour = AVIFCodedSize.SequenceHeader.Colour(matrix: 6, fullRange: true, yuv444: true)
+        #expect(AVIFCodedSize.scanFrames(Array(repeating: delimiter, count: 62).flatMap { $0 } + av1)
+                == .found(width: 48, height: 32, colour: colour))
         #expect(AVIFCodedSize.scanFrames(Array(repeating: delimiter, count: 63).flatMap { $0 } + av1) == .malformed)
-        #expect(AVIFCodedSize.scanFrames(Array(av1.prefix(20))) == .found(width: 48, height: 32), "the frame cut")
+        #expect(AVIFCodedSize.scanFrames(Array(av1.prefix(20))) == .found(width: 48, height: 32, colour: colour), "the frame cut")
         #expect(AVIFCodedSize.scanFrames(Array(av1.prefix(8))) == .cutShort, "the sequence header cut: read more")
     }
 

@@ -39,6 +39,7 @@ struct AVIFCodedSize: Equatable {
         guard locations.itemCount <= UInt64(mostItems) else { return .failure(.malformed(tooManyItems)) }
         let idat = children.first { $0.type == "idat" }
         var unread = mostHeaderBytes  // what may still be read of the AV1 images, all together
+        var colours: [UInt32: SequenceHeader.Colour?] = [:]  // of the AV1 images read
         let references = itemReferences(meta, children.first { $0.type == "iref" })
         let (listed, associations) = itemProperties(meta, children.first { $0.type == "iprp" })
         // libavif makes an item of every id its boxes name, looking each up through all the others.
@@ -74,10 +75,6 @@ struct AVIFCodedSize: Equatable {
         if let layered = associations.keys.first(where: { properties($0).contains { ["lsel", "a1lx"].contains($0.type) } }) {
             return .failure(.malformed("the AVIF's item \(layered) selects a layer (lsel, a1lx): libavif then decodes "
                                        + "every frame of it"))
-        }
-        let codingItem = types[primary] == "grid" ? references[primary]?["dimg"]?.first : primary
-        if let refusal = colourRefusal(meta, properties(primary), coding: codingItem.map(properties) ?? []) {
-            return .failure(.malformed(refusal))
         }
         /// The size each item's `ispe` property declares (the largest, where several are).
         let extents = associations.keys.reduce(into: [UInt32: (width: Int, height: Int)]()) { sizes, item in
@@ -116,7 +113,9 @@ struct AVIFCodedSize: Equatable {
                                                + "up to their first frames"))
                 }
                 switch scanFrames(bytes) {
-                case .found(let width, let height): frame = (width, height)
+                case .found(let width, let height, let colour):
+                    frame = (width, height)
+                    colours[item] = colour
                 case .cutShort where bytes.count == reach && reach < obuReach: reach = min(reach * 4, obuReach)
                 case .layered:
                     return .failure(.malformed("the AVIF's AV1 image has layers (OBU extension headers): which frame a "
@@ -184,6 +183,11 @@ struct AVIFCodedSize: Equatable {
             case .failure(let problem):
                 return .failure(problem)
             }
+        }
+        let codingItem = types[primary] == "grid" ? references[primary]?["dimg"]?.first : primary
+        if let refusal = colourRefusal(meta, properties(primary), coding: codingItem.map(properties) ?? [],
+                                       sequence: codingItem.flatMap { colours[$0] } ?? nil) {
+            return .failure(.malformed(refusal))
         }
         return .success(AVIFCodedSize(width: coded.width, height: coded.height,
                                       decoded: coded.decoded.saturatingAdd(Int64(clamping: merged / 4))))
@@ -283,22 +287,25 @@ struct AVIFCodedSize: Equatable {
         return (ImageHeader.isoBoxes(b, ipco.body, ipco.end), ImageHeader.isoAssociations(b, properties))
     }
 
-    /// Why libavif cannot turn the primary image's colours into RGB, from its `nclx` colour properties (`primary`)
-    /// and the `av1C` of the AV1 image it is coded in (`coding`): matrix coefficients it does not support (reserved,
-    /// BT.2020 constant luminance, SMPTE 2085, chroma-derived constant luminance, ICtCp and later; YCgCo in limited
-    /// range; identity unless 4:4:4). Its loader then fails every variant and keeps the picture it decoded (130 MB a
-    /// request); nil when it can.
+    /// Why libavif cannot turn the primary image's colours into RGB: matrix coefficients it does not support
+    /// (reserved, BT.2020 constant luminance, SMPTE 2085, chroma-derived constant luminance, ICtCp and later; YCgCo in
+    /// limited range; identity unless 4:4:4). They come from its `nclx` colour properties (`primary`), else from the
+    /// sequence header of the AV1 image it is coded in (`sequence`), which also gives the chroma format libavif
+    /// decodes to, else its `av1C` (`coding`). Its loader then fails every variant and keeps the picture it decoded
+    /// (130 MB a request); nil when it can.
     static func colourRefusal(_ b: [UInt8], _ primary: [(type: String, body: Int, end: Int)],
-                              coding: [(type: String, body: Int, end: Int)]) -> String? {
-        for colr in primary where colr.type == "colr" && colr.body + 11 <= colr.end
-            && String(decoding: b[colr.body..<colr.body + 4], as: UTF8.self) == "nclx" {
-            let matrix = b.bigEndian16(at: colr.body + 8), fullRange = b[colr.body + 10] & 0x80 != 0
-            let subsampled = coding.first { $0.type == "av1C" && $0.body + 3 <= $0.end }.map { b[$0.body + 2] & 0x1C != 0 }
-            if [3, 10, 11, 13].contains(matrix) || matrix >= 14 || (matrix == 8 && !fullRange)
-                || (matrix == 0 && subsampled != false) {
-                return "the AVIF's colours (matrix coefficients \(matrix)\(fullRange ? "" : ", limited range")) cannot be "
-                    + "turned into RGB by libavif"
-            }
+                              coding: [(type: String, body: Int, end: Int)], sequence: SequenceHeader.Colour? = nil) -> String? {
+        let yuv444 = sequence?.yuv444
+            ?? coding.first { $0.type == "av1C" && $0.body + 3 <= $0.end }.map { b[$0.body + 2] & 0x1C == 0 }
+        var given = primary.filter { colr in
+            colr.type == "colr" && colr.body + 11 <= colr.end
+                && String(decoding: b[colr.body..<colr.body + 4], as: UTF8.self) == "nclx"
+        }.map { (matrix: Int(b.bigEndian16(at: $0.body + 8)), fullRange: b[$0.body + 10] & 0x80 != 0) }
+        if given.isEmpty, let sequence { given = [(sequence.matrix, sequence.fullRange)] }
+        for (matrix, fullRange) in given where [3, 10, 11, 13].contains(matrix) || matrix >= 14
+            || (matrix == 8 && !fullRange) || (matrix == 0 && yuv444 != true) {
+            return "the AVIF's colours (matrix coefficients \(matrix)\(fullRange ? "" : ", limited range")) cannot be "
+                + "turned into RGB by libavif"
         }
         return nil
     }
@@ -307,7 +314,7 @@ struct AVIFCodedSize: Equatable {
     /// `max_frame_width_minus_1`, `max_frame_height_minus_1`; a decoder takes the last before its frame, so the
     /// largest of them counts); nil when there is none, or no frame follows within `obus`.
     static func largestFrame(_ obus: [UInt8]) -> (width: Int, height: Int)? {
-        if case .found(let width, let height) = scanFrames(obus) { return (width, height) }
+        if case .found(let width, let height, _) = scanFrames(obus) { return (width, height) }
         return nil
     }
 
@@ -315,7 +322,8 @@ struct AVIFCodedSize: Equatable {
     /// ended before a frame (`cutShort`: more may tell), or that they cannot be read (`malformed`: a sequence header
     /// cut short or unreadable, more than `mostOBUs` OBUs, a frame with no sequence header before it).
     enum FrameScan: Equatable {
-        case found(width: Int, height: Int)
+        /// The frame's size, and the colour configuration of the sequence header it is decoded under.
+        case found(width: Int, height: Int, colour: SequenceHeader.Colour?)
         case cutShort
         case malformed
         /// An OBU with an extension header (temporal and spatial layer ids): a decoder drops the OBUs of layers its
@@ -344,7 +352,7 @@ struct AVIFCodedSize: Equatable {
                 guard let frame = frameSize(Array(obus[at..<at + size]), under: last) else { return .cutShort }
                 let bigger = ImageInfo.pixels(frame.width, frame.height) > ImageInfo.pixels(sized.width, sized.height)
                 let found = bigger ? frame : sized
-                return .found(width: found.width, height: found.height)
+                return .found(width: found.width, height: found.height, colour: last.colour)
             }
             if type == 4 { return .malformed }  // a tile group before any frame header
             count += 1
@@ -384,6 +392,15 @@ struct AVIFCodedSize: Equatable {
         /// 0, 1, or 2 for "the frame says".
         var screenContentTools = 2, integerMV = 2
         var orderHintBits = 0
+        /// Its colour configuration, when the payload reaches it: what libavif converts by where no `nclx` colour
+        /// property says otherwise, and the chroma format it decodes to whatever the `av1C` says.
+        var colour: Colour?
+
+        struct Colour: Equatable {
+            var matrix: Int
+            var fullRange: Bool
+            var yuv444: Bool
+        }
 
         /// The largest frame any frame under this header can have, whatever its own fields say.
         var widest: (width: Int, height: Int) { (1 << widthBits, 1 << heightBits) }
@@ -393,7 +410,7 @@ struct AVIFCodedSize: Equatable {
     static func sequenceHeader(_ payload: [UInt8]) -> SequenceHeader? {
         var bits = BitReader(payload)
         var header = SequenceHeader()
-        guard bits.skip(4), let reduced = bits.read(1) else { return nil }  // seq_profile, still_picture
+        guard let profile = bits.read(3), bits.skip(1), let reduced = bits.read(1) else { return nil }  // still_picture
         header.reduced = reduced == 1
         if header.reduced {
             guard bits.skip(5) else { return nil }  // seq_level_idx[0]
@@ -432,7 +449,11 @@ struct AVIFCodedSize: Equatable {
               let width = bits.read(Int(widthBits) + 1), let height = bits.read(Int(heightBits) + 1) else { return nil }
         (header.widthBits, header.heightBits) = (Int(widthBits) + 1, Int(heightBits) + 1)
         header.largest = (Int(width) + 1, Int(height) + 1)
-        guard !header.reduced else { return header }
+        guard !header.reduced else {
+            // 128×128 superblocks, filter intra, intra edge filter; superres, CDEF, loop restoration.
+            if bits.skip(6) { header.colour = colourConfig(&bits, profile: Int(profile)) }
+            return header
+        }
         guard let frameIDs = bits.read(1) else { return nil }
         if frameIDs == 1 {
             guard let delta = bits.read(4), let additional = bits.read(3) else { return nil }
@@ -458,7 +479,40 @@ struct AVIFCodedSize: Equatable {
             guard let hintBits = bits.read(3) else { return nil }
             header.orderHintBits = Int(hintBits) + 1
         }
+        if bits.skip(3) { header.colour = colourConfig(&bits, profile: Int(profile)) }  // superres, CDEF, restoration
         return header
+    }
+
+    /// `color_config()` (AV1, section 5.5.2): the matrix coefficients (2, unspecified, when not given), the range,
+    /// and whether the chroma is 4:4:4; nil when the payload ends first.
+    private static func colourConfig(_ bits: inout BitReader, profile: Int) -> SequenceHeader.Colour? {
+        guard let high = bits.read(1) else { return nil }
+        var twelveBit = false
+        if profile == 2, high == 1 {
+            guard let twelve = bits.read(1) else { return nil }
+            twelveBit = twelve == 1
+        }
+        var monochrome = false
+        if profile != 1 {
+            guard let mono = bits.read(1) else { return nil }
+            monochrome = mono == 1
+        }
+        guard let described = bits.read(1) else { return nil }
+        var (primaries, transfer, matrix): (UInt64, UInt64, UInt64) = (2, 2, 2)
+        if described == 1 {
+            guard let p = bits.read(8), let t = bits.read(8), let m = bits.read(8) else { return nil }
+            (primaries, transfer, matrix) = (p, t, m)
+        }
+        if primaries == 1, transfer == 13, matrix == 0, !monochrome {  // sRGB: full range, 4:4:4
+            return .init(matrix: 0, fullRange: true, yuv444: true)
+        }
+        guard let range = bits.read(1) else { return nil }
+        var yuv444 = profile == 1
+        if profile == 2, twelveBit, !monochrome {
+            guard let subsamplingX = bits.read(1) else { return nil }
+            yuv444 = subsamplingX == 0  // then subsampling_y is 0 too
+        }
+        return .init(matrix: Int(matrix), fullRange: range == 1, yuv444: yuv444 && !monochrome)
     }
 
     /// The size a frame header gives its frame (AV1, section 5.9.2, up to `frame_size()`), under `sequence`: its
