@@ -39,7 +39,7 @@ struct AVIFCodedSize: Equatable {
         guard locations.itemCount <= UInt64(mostItems) else { return .failure(.malformed(tooManyItems)) }
         let idat = children.first { $0.type == "idat" }
         var unread = mostHeaderBytes  // what may still be read of the AV1 images, all together
-        var colours: [UInt32: SequenceHeader.Colour?] = [:]  // of the AV1 images read
+        var colours: [UInt32: SequenceHeader.Colour] = [:]  // of the AV1 images read
         let references = itemReferences(meta, children.first { $0.type == "iref" })
         let (listed, associations) = itemProperties(meta, children.first { $0.type == "iprp" })
         // libavif makes an item of every id its boxes name, looking each up through all the others.
@@ -62,7 +62,9 @@ struct AVIFCodedSize: Equatable {
             guard parts.allSatisfy({ $0.length > 0 }) else {
                 return .failure(.malformed("the AVIF has an item extent of unknown length among several"))
             }
-            for part in parts { merged = merged.addingReportingOverflow(part.length).overflow ? .max : merged + part.length }
+            for part in parts {
+                merged = merged.addingReportingOverflow(part.length).overflow ? .max : merged + part.length
+            }
         }
         guard associations.values.reduce(0, { $0 + $1.count }) <= mostAssociations else {
             return .failure(.malformed("the AVIF associates more than \(mostAssociations) properties with its items"))
@@ -72,7 +74,8 @@ struct AVIFCodedSize: Equatable {
         }
         // A layer chosen (`lsel`) makes libavif decode every frame of the item (1,000 frames of 4096×4096 behind a
         // 64×64 one: 13.7 s of a worker); layered images are refused already (`scanFrames`).
-        if let layered = associations.keys.first(where: { properties($0).contains { ["lsel", "a1lx"].contains($0.type) } }) {
+        let layerSelections: Set = ["lsel", "a1lx"]
+        if let layered = associations.keys.first(where: { properties($0).contains { layerSelections.contains($0.type) } }) {
             return .failure(.malformed("the AVIF's item \(layered) selects a layer (lsel, a1lx): libavif then decodes "
                                        + "every frame of it"))
         }
@@ -150,7 +153,8 @@ struct AVIFCodedSize: Equatable {
                                            + "\(Int(descriptor[3]) + 1) its descriptor says"))
             }
             var decoded: Int64 = 0
-            var costs: [UInt32: (size: (width: Int, height: Int), decoded: Int64)] = [:]  // a tile repeated is decoded again, read once
+            // A tile repeated is decoded again, read once.
+            var costs: [UInt32: (size: (width: Int, height: Int), decoded: Int64)] = [:]
             for tile in tiles {
                 if costs[tile] == nil {
                     switch try av1(tile) {
@@ -162,8 +166,8 @@ struct AVIFCodedSize: Equatable {
             }
             let columns = Int(descriptor[3]) + 1, rows = Int(descriptor[2]) + 1
             if let tile = tiles.first.flatMap({ costs[$0]?.size }),
-               let refusal = Self.gridRefusal(tile: tile, of: tiles.map { costs[$0]!.size }, columns: columns, rows: rows,
-                                              width: width, height: height) {
+               let refusal = Self.gridRefusal(tile: tile, of: tiles.map { costs[$0]!.size }, columns: columns,
+                                              rows: rows, width: width, height: height) {
                 return .failure(.malformed(refusal))
             }
             return .success(AVIFCodedSize(width: width, height: height, decoded: decoded))
@@ -186,7 +190,7 @@ struct AVIFCodedSize: Equatable {
         }
         let codingItem = types[primary] == "grid" ? references[primary]?["dimg"]?.first : primary
         if let refusal = colourRefusal(meta, properties(primary), coding: codingItem.map(properties) ?? [],
-                                       sequence: codingItem.flatMap { colours[$0] } ?? nil) {
+                                       sequence: codingItem.flatMap { colours[$0] }) {
             return .failure(.malformed(refusal))
         }
         return .success(AVIFCodedSize(width: coded.width, height: coded.height,
@@ -294,7 +298,8 @@ struct AVIFCodedSize: Equatable {
     /// decodes to, else its `av1C` (`coding`). Its loader then fails every variant and keeps the picture it decoded
     /// (130 MB a request); nil when it can.
     static func colourRefusal(_ b: [UInt8], _ primary: [(type: String, body: Int, end: Int)],
-                              coding: [(type: String, body: Int, end: Int)], sequence: SequenceHeader.Colour? = nil) -> String? {
+                              coding: [(type: String, body: Int, end: Int)],
+                              sequence: SequenceHeader.Colour? = nil) -> String? {
         let yuv444 = sequence?.yuv444
             ?? coding.first { $0.type == "av1C" && $0.body + 3 <= $0.end }.map { b[$0.body + 2] & 0x1C == 0 }
         var given = primary.filter { colr in
