@@ -154,6 +154,10 @@ public struct Scheduler: Sendable {
     /// another host's work may wait behind all of them.
     static let slowPassLimit = 8_192
 
+    /// Live entries a turn of the fast lane passes over at most to find one it may start; all turns together pass
+    /// over four times this at most.
+    static let fastPassLimit = 1_024
+
     /// The turn in the fast lane of the work a `promote` (or `queue --now`) made urgent, shared by every client: work
     /// nobody waits for takes its turn as one client would.
     static let promotedTurn: UInt64 = .max
@@ -1571,20 +1575,28 @@ public struct Scheduler: Sendable {
             self.nextToken = nextToken
             return entry?.key
         }
-        // The turns in order, within one budget of refused hosts and entries passed over (a turn whose queue
-        // empties leaves the order). Abandoned work only once nothing someone waits for can start, all of it looked
-        // at; the hosts it waits for are not urgent work held back.
+        // The turns in order, within one budget of refused hosts, each passing over `fastPassLimit` entries at most
+        // and all of them four times that (a turn whose queue empties leaves the order): 1,100 promotions of one host
+        // at per_host, passed over one by one, used up a budget shared by all turns, and every client's gets waited
+        // for that host. Abandoned work only once nothing someone waits for can start, all of it looked at; the hosts
+        // it waits for are not urgent work held back.
         var entry: LaneQueue.Entry?
         var refused: Set<String> = []
-        var passed = 0
+        var passedInAll = 0
         var gaveUp = false
         var emptied: Set<UInt64> = []
         poppedTurn = nil
         for (index, turn) in turnOrder.enumerated() {
+            guard passedInAll < 4 * Self.fastPassLimit else {
+                gaveUp = true
+                break
+            }
             // An entry of a turn the task left (its client went) is stale there.
             let isLiveInTurn = { (entry: LaneQueue.Entry) in isLive(entry) && tasks[entry.key]!.turns.contains(turn) }
+            var passed = 0
             entry = fastTurns[turn]!.popFirst(isLive: isLiveInTurn, group: host, accept: accept, refused: &refused,
-                                              passed: &passed)
+                                              passed: &passed, passLimit: Self.fastPassLimit)
+            passedInAll += passed
             if fastTurns[turn]!.storedCount == 0 { emptied.insert(turn) }
             if entry != nil {
                 poppedTurn = turn
@@ -1594,8 +1606,7 @@ public struct Scheduler: Sendable {
                 turnOrder.append(turn)
                 break
             }
-            gaveUp = fastTurns[turn]!.gaveUp
-            if gaveUp { break }
+            gaveUp = gaveUp || fastTurns[turn]!.gaveUp
         }
         drop(emptyTurns: emptied)
         fastHostsAtLimit = hostsAtLimit

@@ -99,6 +99,25 @@ struct LaneTests {
         #expect(s.advance(to: t(2_000)) == [.park(key: U.b2.key), start(U.b, .fast)])
     }
 
+    @Test("a get is not held back by 1,100 urgent tasks of a host at per_host ahead of it in another turn: each turn has a budget of entries to pass over (one shared by all turns was used up, and every client's gets waited for that host's transfers)")
+    func blockedTurnLeavesOthersTheirShare() {
+        var s = Scheduler(configuration: .init(fastWidth: 4, slowWidth: 1, perHostLimit: 1, retry: testRetry,
+                                               urgentSlice: nil), seed: 1)
+        let slow = (0..<1_100).map { url("http://slow.example/\($0)") }
+        _ = s.batch(now: t(0)) { s in
+            slow.flatMap { u in s.queue(u, cache: .missing, now: t(0)).1 + s.promote(u.key, now: t(0)) }
+        }
+        #expect(s.counts.fastRunning == 1 && s.counts.fastWaiting == 1_099, "\(s.counts)")
+        #expect(s.get(U.b, waiter: w(7, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
+        // More turns blocked, 3,000 entries passed over in all: the work behind them starts.
+        var more = s
+        for client in 10..<30 {
+            for n in 0..<100 { _ = more.get(url("http://slow.example/c\(client)-\(n)"), waiter: w(UInt64(client), UInt64(n)),
+                                            cache: .missing, now: t(2)) }
+        }
+        #expect(more.get(U.c, waiter: w(60, 1), cache: .missing, now: t(3)) == [start(U.c, .fast)])
+    }
+
     @Test("a lingering task takes the slow lane's place freed past a slice before an abandoned fetch demoted at the same moment: it lingered first")
     func lingeringBeforeAbandonedDemotions() {
         var s = Scheduler(configuration: .init(fastWidth: 2, slowWidth: 1, retry: testRetry, backgroundSlice: 500,
