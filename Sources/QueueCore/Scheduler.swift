@@ -154,8 +154,8 @@ public struct Scheduler: Sendable {
     /// another host's work may wait behind all of them.
     static let slowPassLimit = 8_192
 
-    /// Live entries a turn of the fast lane passes over at most to find one it may start; all turns together pass
-    /// over four times this at most.
+    /// Live entries a turn of the fast lane passes over at most to find one it may start; past four times this for
+    /// all turns together, each further turn's first only.
     static let fastPassLimit = 1_024
 
     /// The turn in the fast lane of the work a `promote` (or `queue --now`) made urgent, shared by every client: work
@@ -1576,10 +1576,11 @@ public struct Scheduler: Sendable {
             return entry?.key
         }
         // The turns in order, within one budget of refused hosts, each passing over `fastPassLimit` entries at most
-        // and all of them four times that (a turn whose queue empties leaves the order): 1,100 promotions of one host
-        // at per_host, passed over one by one, used up a budget shared by all turns, and every client's gets waited
-        // for that host. Abandoned work only once nothing someone waits for can start, all of it looked at; the hosts
-        // it waits for are not urgent work held back.
+        // and all of them four times that, past which a turn's first entry is still looked at (a turn whose queue
+        // empties leaves the order): 1,100 promotions of one host at per_host, passed over one by one, used up a
+        // budget shared by all turns, and every client's gets waited for that host; so did four clients' 1,100 gets
+        // each. Abandoned work only once nothing someone waits for can start, all of it looked at; the hosts it waits
+        // for are not urgent work held back.
         var entry: LaneQueue.Entry?
         var refused: Set<String> = []
         var passedInAll = 0
@@ -1587,15 +1588,12 @@ public struct Scheduler: Sendable {
         var emptied: Set<UInt64> = []
         poppedTurn = nil
         for (index, turn) in turnOrder.enumerated() {
-            guard passedInAll < 4 * Self.fastPassLimit else {
-                gaveUp = true
-                break
-            }
             // An entry of a turn the task left (its client went) is stale there.
             let isLiveInTurn = { (entry: LaneQueue.Entry) in isLive(entry) && tasks[entry.key]!.turns.contains(turn) }
             var passed = 0
+            let limit = passedInAll < 4 * Self.fastPassLimit ? Self.fastPassLimit : 1
             entry = fastTurns[turn]!.popFirst(isLive: isLiveInTurn, group: host, accept: accept, refused: &refused,
-                                              passed: &passed, passLimit: Self.fastPassLimit)
+                                              passed: &passed, passLimit: limit)
             passedInAll += passed
             if fastTurns[turn]!.storedCount == 0 { emptied.insert(turn) }
             if entry != nil {

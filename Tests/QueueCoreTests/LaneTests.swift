@@ -99,7 +99,7 @@ struct LaneTests {
         #expect(s.advance(to: t(2_000)) == [.park(key: U.b2.key), start(U.b, .fast)])
     }
 
-    @Test("a get is not held back by 1,100 urgent tasks of a host at per_host ahead of it in another turn: each turn has a budget of entries to pass over (one shared by all turns was used up, and every client's gets waited for that host's transfers)")
+    @Test("a get is not held back by 1,100 urgent tasks of a host at per_host ahead of it in other turns: each turn has a budget of entries to pass over, and past all turns' a turn's first entry is still looked at (one budget shared by all turns was used up, and every client's gets waited for that host's transfers)")
     func blockedTurnLeavesOthersTheirShare() {
         var s = Scheduler(configuration: .init(fastWidth: 4, slowWidth: 1, perHostLimit: 1, retry: testRetry,
                                                urgentSlice: nil), seed: 1)
@@ -109,11 +109,17 @@ struct LaneTests {
         }
         #expect(s.counts.fastRunning == 1 && s.counts.fastWaiting == 1_099, "\(s.counts)")
         #expect(s.get(U.b, waiter: w(7, 1), cache: .missing, now: t(1)) == [start(U.b, .fast)])
-        // More turns blocked, 3,000 entries passed over in all: the work behind them starts.
+        // Five more clients with 1,100 waiting gets each of that host: past 4,096 entries passed over in all, a turn's
+        // first is still looked at, and the work behind them starts (four such clients held another's gets for
+        // seconds).
         var more = s
-        for client in 10..<30 {
-            for n in 0..<100 { _ = more.get(url("http://slow.example/c\(client)-\(n)"), waiter: w(UInt64(client), UInt64(n)),
-                                            cache: .missing, now: t(2)) }
+        _ = more.batch(now: t(2)) { s in
+            (10..<15).flatMap { client in
+                (0..<1_100).flatMap { n in
+                    s.get(url("http://slow.example/c\(client)-\(n)"), waiter: w(UInt64(client), UInt64(n)),
+                          cache: .missing, now: t(2))
+                }
+            }
         }
         #expect(more.get(U.c, waiter: w(60, 1), cache: .missing, now: t(3)) == [start(U.c, .fast)])
     }
