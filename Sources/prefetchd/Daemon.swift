@@ -47,10 +47,6 @@ final class Daemon {
     private var queueBatch: [(connection: Connection, id: RequestID?, urls: [String], now: Bool, summary: Bool)] = []
     /// The URLs of this turn's `promote`, `cancel`, `demote` and `evict` requests (each does work per URL).
     var changedURLsThisTurn = 0
-    /// A turn takes no more request lines once its requests name this many URLs (`queue`s: about 5 ms of work to
-    /// commit), so that another client's request waits a short turn: 200 pipelined lines of 2,400 URLs held a cache
-    /// hit 113 ms, eight clients pipelining `promote`s of 2,000 held one 87 ms.
-    private static let urlsPerTurn = 1_024
     /// Every 5 s: writes the access times `Store.touch` collected, and checks that the index and the lock are where
     /// they were (`stopForLostCache`).
     private var accessFlushTimer: LoopTimer!
@@ -159,8 +155,8 @@ final class Daemon {
         clients.onLine = { [unowned self] line, connection in self.handle(line, from: connection) }
         clients.onClose = { [unowned self] connection in self.clientClosed(connection) }
         clients.settleRequests = { [unowned self] in self.commitQueueBatch(now: wallClockMilliseconds()) }
-        clients.turnIsFull = { [unowned self] in
-            self.queueBatch.reduce(self.changedURLsThisTurn) { $0 + $1.urls.count } >= Self.urlsPerTurn
+        clients.urlsThisTurn = { [unowned self] in
+            self.queueBatch.reduce(self.changedURLsThisTurn) { $0 + $1.urls.count }
         }
     }
 
