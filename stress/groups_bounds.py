@@ -575,6 +575,30 @@ def queueing_daemon(args, processes, work, origin):
     return daemon, client, hit
 
 
+def cache_hits(client, hit, busy, seconds):
+    """The latencies (s) of `client`'s cache hits of `hit`, one every 10 ms, while `busy()` and for `seconds` at most."""
+    began, latencies = time.monotonic(), []
+    while busy() and time.monotonic() - began < seconds:
+        t0 = time.monotonic()
+        answer = client.call({"op": "get", "url": hit, "max_stale": 10 ** 9})
+        if not answer.get("ok"):
+            raise Failed(f"a cache hit failed: {answer}")
+        latencies.append(time.monotonic() - t0)
+        time.sleep(0.01)
+    return latencies
+
+
+def read_lines(sock, count):
+    """Reads from `sock` until `count` lines came (the greeting counts); raises OSError when it closes first."""
+    buffered = b""
+    while buffered.count(b"\n") < count:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise OSError("the daemon closed the connection")
+        buffered += chunk
+    return buffered.split(b"\n")[:count]
+
+
 def queue_flood(args, table, processes, work, origin):
     """One client pipelines `queue` lines of 2,400 short new URLs each (under the 64 KiB line limit) and reads the replies
     on a thread of its own; another client asks for a cached URL meanwhile. A turn takes no more lines once its queues
@@ -622,12 +646,7 @@ def churn_queues(args, table, processes, work, origin, newline, size):
                 sock.sendall(line + b"\n" if newline else line)
                 if not newline:
                     sock.shutdown(socket.SHUT_WR)
-                buffered = b""
-                while buffered.count(b"\n") < 2:  # the greeting, then the reply
-                    chunk = sock.recv(1 << 16)
-                    if not chunk:
-                        raise OSError("the daemon closed the connection")
-                    buffered += chunk
+                read_lines(sock, 2)  # the greeting, then the reply
                 sock.close()
                 n += 1
                 sent[k] = n
@@ -637,13 +656,7 @@ def churn_queues(args, table, processes, work, origin, newline, size):
     churners = [threading.Thread(target=churn, args=(k,), daemon=True) for k in range(8)]
     for thread in churners:
         thread.start()
-    began, latencies = time.monotonic(), []
-    while time.monotonic() - began < seconds:
-        t0 = time.monotonic()
-        if not client.call({"op": "get", "url": hit, "max_stale": 10 ** 9}).get("ok"):
-            raise Failed("a cache hit during the churn failed")
-        latencies.append(time.monotonic() - t0)
-        time.sleep(0.01)
+    latencies = cache_hits(client, hit, lambda: True, seconds)
     stop.set()
     for thread in churners:
         thread.join(60)
@@ -676,25 +689,15 @@ def short_queue_lines(args, table, processes, work, origin):
             sock.sendall(b"".join(json.dumps({"id": n, "op": "queue", "summary": True,
                                               "urls": [f"http://s{k}/{n}/{i}" for i in range(180)]}).encode() + b"\n"
                                   for n in range(lines)))
-            buffered = b""
-            while buffered.count(b"\n") < lines + 1:
-                chunk = sock.recv(1 << 16)
-                if not chunk:
-                    raise OSError("the daemon closed the connection")
-                buffered += chunk
+            read_lines(sock, lines + 1)
         except OSError as error:
             errors.append(error)
 
     threads = [threading.Thread(target=pipeline, args=(k,), daemon=True) for k in range(60)]
     for thread in threads:
         thread.start()
-    began, latencies = time.monotonic(), []
-    while any(thread.is_alive() for thread in threads) and time.monotonic() - began < 60:
-        t0 = time.monotonic()
-        if not client.call({"op": "get", "url": hit, "max_stale": 10 ** 9}).get("ok"):
-            raise Failed("a cache hit during the short lines failed")
-        latencies.append(time.monotonic() - t0)
-        time.sleep(0.01)
+    began = time.monotonic()
+    latencies = cache_hits(client, hit, lambda: any(thread.is_alive() for thread in threads), 60)
     for thread in threads:
         thread.join(10)
     for sock in sockets:
@@ -726,14 +729,7 @@ def flood_queues(args, table, processes, work, origin, flooders, lines):
         try:
             sender = threading.Thread(target=sockets[k].sendall, args=(flood,), daemon=True)
             sender.start()
-            buffered = b""
-            while len(replies[k]) < lines + 1:  # the greeting, then a reply per line
-                chunk = sockets[k].recv(1 << 20)
-                if not chunk:
-                    break
-                buffered += chunk
-                *complete, buffered = buffered.split(b"\n")
-                replies[k].extend(complete)
+            replies[k] = read_lines(sockets[k], lines + 1)  # the greeting, then a reply per line
             sender.join(5)
         except OSError as error:
             errors.append(error)
@@ -742,14 +738,7 @@ def flood_queues(args, table, processes, work, origin, flooders, lines):
     began = time.monotonic()
     for thread in flooding:
         thread.start()
-    latencies = []
-    while any(thread.is_alive() for thread in flooding) and time.monotonic() - began < 120:
-        t0 = time.monotonic()
-        answer = client.call({"op": "get", "url": hit, "max_stale": 10 ** 9})
-        latencies.append(time.monotonic() - t0)
-        if not answer.get("ok"):
-            raise Failed(f"a cache hit during the flood failed: {answer}")
-        time.sleep(0.01)
+    latencies = cache_hits(client, hit, lambda: any(thread.is_alive() for thread in flooding), 120)
     for thread in flooding:
         thread.join(5)
     seconds = time.monotonic() - began
@@ -792,16 +781,8 @@ def abandoned_queues(args, table, processes, work, origin):
         sock.setblocking(False)
         sockets.append(sock)
     latencies, stop = [], threading.Event()
-
-    def hits():
-        while not stop.is_set():
-            t0 = time.monotonic()
-            if not client.call({"op": "get", "url": hit, "max_stale": 10 ** 9}).get("ok"):
-                raise Failed("a cache hit failed")
-            latencies.append(time.monotonic() - t0)
-            time.sleep(0.01)
-
-    hitter = threading.Thread(target=hits, daemon=True)
+    hitter = threading.Thread(target=lambda: latencies.extend(cache_hits(client, hit, lambda: not stop.is_set(), 600)),
+                              daemon=True)
     hitter.start()
     sent = 0
     for sock, payload in zip(sockets, payloads):
